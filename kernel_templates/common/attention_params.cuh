@@ -1,0 +1,25 @@
+// The one launch interface of every attention template. Included by the
+// templates (through NVRTC, in memory) and by the host code that fills it, so
+// it uses plain C++ types only.
+//
+// Tensors are [batch, heads, seq, head_dim] with unit stride along head_dim;
+// strides are in elements.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
+#define EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
+
+struct AttentionParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  long long q_batch_stride, q_head_stride, q_row_stride;
+  long long k_batch_stride, k_head_stride, k_row_stride;
+  long long v_batch_stride, v_head_stride, v_row_stride;
+  long long o_batch_stride, o_head_stride, o_row_stride;
+  int batch, heads, kv_heads, seq_q, seq_k;
+  int causal;
+  // softmax scale * log2(e): scores are exponentiated with exp2.
+  float scale_log2;
+};
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_

@@ -1,0 +1,73 @@
+#include "kernel_templates/kernel_template.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace evotune {
+
+absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
+  if (std::find(t.head_dims.begin(), t.head_dims.end(), problem.head_dim) ==
+      t.head_dims.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "problem.head_dim: template ", t.name, " supports head_dim {",
+        absl::StrJoin(t.head_dims, ", "), "}, got ", problem.head_dim));
+  }
+  if (std::find(t.dtypes.begin(), t.dtypes.end(), problem.dtype) ==
+      t.dtypes.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem.dtype: template ", t.name, " does not support ",
+                     DTypeName(problem.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
+                         const Problem& problem, const DeviceLimits& limits) {
+  if (absl::Status s = t.space.Contains(config); !s.ok()) return s;
+  for (const Constraint& c : t.constraints) {
+    if (!c.holds(config, problem)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("constraint violated: ", c.expression));
+    }
+  }
+  const LaunchGeometry g = t.geometry(config, problem);
+  if (g.block_threads > limits.max_threads_per_block) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(g.block_threads, " threads per block exceed the limit ",
+                     limits.max_threads_per_block));
+  }
+  if (g.smem_bytes > limits.smem_per_block_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(g.smem_bytes, " B of shared memory exceed the limit ",
+                     limits.smem_per_block_bytes, " B per block"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
+                                    const Problem& problem,
+                                    const DeviceLimits& limits) {
+  std::vector<Config> all = t.space.Enumerate();
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [&](const Config& c) {
+                             return !CheckConfig(t, c, problem, limits).ok();
+                           }),
+            all.end());
+  return all;
+}
+
+std::vector<std::string> CompileDefines(const Config& config,
+                                        const Problem& problem) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : config) {
+    out.push_back(absl::StrCat("-D", name, "=", value));
+  }
+  out.push_back(absl::StrCat("-DHEAD_DIM=", problem.head_dim));
+  out.push_back(
+      absl::StrCat("-DEVT_BF16=", problem.dtype == DType::kBf16 ? 1 : 0));
+  return out;
+}
+
+}  // namespace evotune

@@ -1,0 +1,68 @@
+// A parameterized attention kernel: its embedded source, parameter space,
+// constraints and launch geometry.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_KERNEL_TEMPLATE_H_
+#define EVOTUNE_KERNEL_TEMPLATES_KERNEL_TEMPLATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tuner/space/config.h"
+#include "tuner/space/param_space.h"
+#include "tuner/space/problem.h"
+#include "tuner/space/trial.h"
+
+namespace evotune {
+
+struct LaunchGeometry {
+  int grid[3] = {1, 1, 1};
+  int block_threads = 32;
+  int64_t smem_bytes = 0;  // Dynamic shared memory.
+};
+
+// A constraint between parameters and the problem: `expression` is the
+// machine-readable statement (shown by ListTemplates), `holds` checks it.
+struct Constraint {
+  std::string expression;
+  std::function<bool(const Config&, const Problem&)> holds;
+};
+
+struct KernelTemplate {
+  std::string name;
+  std::string description;
+  std::string source;  // CUDA C++; includes the shared headers by file name.
+  std::string hash;    // Version: changes whenever source or a header does.
+  std::string kernel_name = "attention_fwd";
+  ParamSpace space;
+  std::vector<int64_t> head_dims;
+  std::vector<DType> dtypes;
+  std::vector<Constraint> constraints;
+  std::function<LaunchGeometry(const Config&, const Problem&)> geometry;
+};
+
+// OK when the template supports the problem's head_dim and dtype; otherwise
+// INVALID_ARGUMENT naming "problem.head_dim" or "problem.dtype".
+absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem);
+
+// The gates before compiling: config in the space, the template's
+// constraints, threads and shared memory within the device's limits. Errors
+// are INVALID_ARGUMENT for a config outside the space or breaking a
+// constraint and RESOURCE_EXHAUSTED for device limits; the message says which.
+absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
+                         const Problem& problem, const DeviceLimits& limits);
+
+// Every config of the space that passes CheckConfig, in enumeration order.
+std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
+                                    const Problem& problem,
+                                    const DeviceLimits& limits);
+
+// The NVRTC options that instantiate the template: -D for each parameter,
+// HEAD_DIM and EVT_BF16.
+std::vector<std::string> CompileDefines(const Config& config,
+                                        const Problem& problem);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_KERNEL_TEMPLATE_H_

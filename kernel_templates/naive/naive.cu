@@ -1,0 +1,108 @@
+// naive: scalar attention forward, one warp per query row.
+//
+// Computes O = softmax(Q K^T * scale) V for the problem described in
+// common/attention_params.cuh, with an online softmax in fp32. Each warp owns
+// one query row; lane l holds elements l, l+32, ... of q and of the output
+// accumulator. K and V rows are staged through shared memory one tile at a
+// time, and every score is a warp-shuffle reduction. No tensor cores: this is
+// the floor of the search and an independent second opinion for the tests.
+//
+// Tunables (compile-time macros):
+//   WARPS    query rows (warps) per block: more rows share each staged tile.
+//   KV_TILE  keys staged in shared memory per step: larger tiles mean fewer
+//            barriers but more shared memory (2 * KV_TILE * HEAD_DIM * 2 B).
+// Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16.
+//
+// Grid: (ceil(seq_q / WARPS), heads, batch); block: WARPS * 32 threads.
+#include "attention_params.cuh"
+#include "dtype.cuh"
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+    attention_fwd(const __grid_constant__ AttentionParams p) {
+  constexpr int kPerLane = HEAD_DIM / 32;
+  extern __shared__ evt_elem smem[];
+  evt_elem* k_tile = smem;
+  evt_elem* v_tile = smem + KV_TILE * HEAD_DIM;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int b = blockIdx.z;
+  const int h = blockIdx.y;
+  const int kvh = h / (p.heads / p.kv_heads);
+  const int row = blockIdx.x * WARPS + warp;
+  const bool active = row < p.seq_q;
+
+  // Keys this row may see, and the most any row of the block may see.
+  const int shift = p.seq_k - p.seq_q;
+  int row_end = p.seq_k;
+  int block_end = p.seq_k;
+  if (p.causal) {
+    row_end = min(p.seq_k, max(0, row + shift + 1));
+    const int last_row = min(p.seq_q - 1, (int)blockIdx.x * WARPS + WARPS - 1);
+    block_end = min(p.seq_k, max(0, last_row + shift + 1));
+  }
+
+  const evt_elem* q = static_cast<const evt_elem*>(p.q) +
+                      b * p.q_batch_stride + h * p.q_head_stride;
+  const evt_elem* k = static_cast<const evt_elem*>(p.k) +
+                      b * p.k_batch_stride + kvh * p.k_head_stride;
+  const evt_elem* v = static_cast<const evt_elem*>(p.v) +
+                      b * p.v_batch_stride + kvh * p.v_head_stride;
+
+  float q_reg[kPerLane];
+  float acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    q_reg[i] = active ? evt_to_float(q[row * p.q_row_stride + lane + 32 * i])
+                      : 0.f;
+    acc[i] = 0.f;
+  }
+  float row_max = -__int_as_float(0x7f800000);  // -inf
+  float row_sum = 0.f;
+
+  for (int start = 0; start < block_end; start += KV_TILE) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < KV_TILE * HEAD_DIM; idx += WARPS * 32) {
+      const int j = idx / HEAD_DIM;
+      const int d = idx % HEAD_DIM;
+      const int key = start + j;
+      const bool in = key < p.seq_k;
+      k_tile[idx] = in ? k[key * p.k_row_stride + d] : evt_elem(0);
+      v_tile[idx] = in ? v[key * p.v_row_stride + d] : evt_elem(0);
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int n = min(KV_TILE, row_end - start);
+    for (int j = 0; j < n; ++j) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        s += q_reg[i] * evt_to_float(k_tile[j * HEAD_DIM + lane + 32 * i]);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        s += __shfl_xor_sync(0xffffffffu, s, offset);
+      }
+      s *= p.scale_log2;
+      const float new_max = fmaxf(row_max, s);
+      const float correction = exp2f(row_max - new_max);
+      const float weight = exp2f(s - new_max);
+      row_sum = row_sum * correction + weight;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        acc[i] = acc[i] * correction +
+                 weight * evt_to_float(v_tile[j * HEAD_DIM + lane + 32 * i]);
+      }
+      row_max = new_max;
+    }
+  }
+
+  if (!active) return;
+  evt_elem* o = static_cast<evt_elem*>(p.o) + b * p.o_batch_stride +
+                h * p.o_head_stride + row * p.o_row_stride;
+  const float inv = row_sum > 0.f ? 1.f / row_sum : 0.f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    o[lane + 32 * i] = evt_from_float(acc[i] * inv);
+  }
+}

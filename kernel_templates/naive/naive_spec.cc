@@ -1,0 +1,37 @@
+// Parameter space and launch geometry of kernel_templates/naive/naive.cu.
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+
+KernelTemplate MakeNaiveTemplate(std::string source, std::string hash) {
+  KernelTemplate t;
+  t.name = "naive";
+  t.description =
+      "Scalar attention forward: one warp per query row, K/V tiles staged in "
+      "shared memory, online softmax in fp32, no tensor cores.";
+  t.source = std::move(source);
+  t.hash = std::move(hash);
+  t.space = ParamSpace({
+      {"WARPS", {1, 2, 4, 8, 16}, "query rows (one warp each) per block"},
+      {"KV_TILE", {16, 32, 64, 128, 256}, "keys staged in shared memory per step"},
+  });
+  t.head_dims = {64, 128};
+  t.dtypes = {DType::kFp16, DType::kBf16};
+  t.constraints = {
+      {"HEAD_DIM % 32 == 0",
+       [](const Config&, const Problem& p) { return p.head_dim % 32 == 0; }},
+  };
+  t.geometry = [](const Config& c, const Problem& p) {
+    const int64_t warps = c.at("WARPS");
+    LaunchGeometry g;
+    g.grid[0] = static_cast<int>((p.seq_q + warps - 1) / warps);
+    g.grid[1] = static_cast<int>(p.heads);
+    g.grid[2] = static_cast<int>(p.batch);
+    g.block_threads = static_cast<int>(32 * warps);
+    g.smem_bytes = 2 * c.at("KV_TILE") * p.head_dim * 2;
+    return g;
+  };
+  return t;
+}
+
+}  // namespace evotune

@@ -1,0 +1,35 @@
+// The built-in kernel templates.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_TEMPLATE_REGISTRY_H_
+#define EVOTUNE_KERNEL_TEMPLATES_TEMPLATE_REGISTRY_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "kernel_templates/kernel_template.h"
+
+namespace evotune {
+
+// Immutable after construction; safe to share between threads.
+class TemplateRegistry {
+ public:
+  // The templates embedded in this binary.
+  static const TemplateRegistry& Builtin();
+
+  explicit TemplateRegistry(std::vector<KernelTemplate> templates);
+
+  // nullptr when no template has that name.
+  const KernelTemplate* Find(absl::string_view name) const;
+  const std::vector<KernelTemplate>& templates() const { return templates_; }
+
+ private:
+  std::vector<KernelTemplate> templates_;
+};
+
+// Specs of the built-in templates (each in kernel_templates/<name>/), given
+// the embedded source and its hash.
+KernelTemplate MakeNaiveTemplate(std::string source, std::string hash);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_TEMPLATE_REGISTRY_H_

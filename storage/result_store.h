@@ -1,0 +1,199 @@
+// ResultStore: every trial, job and device evotune knows, in SQLite.
+//
+// The only code that speaks SQL. The database runs in WAL mode with
+// synchronous=FULL: a call that returned OK is on disk and survives kill -9
+// (and power loss). Thread-safe: writes are serialized on one connection,
+// reads run on a pool of reader connections and never block the writer.
+#ifndef EVOTUNE_STORAGE_RESULT_STORE_H_
+#define EVOTUNE_STORAGE_RESULT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/sqlite.h"
+#include "tuner/space/config.h"
+#include "tuner/space/problem.h"
+#include "tuner/space/trial.h"
+
+namespace evotune {
+
+// The schema version that Open() migrates to.
+inline constexpr int kSchemaVersion = 2;
+
+// Values are stored and match evotune.v1.JobState: never renumber them.
+enum class JobState {
+  kQueued = 1,
+  kRunning = 2,
+  kSucceeded = 3,
+  kFailed = 4,
+  kCancelled = 5,
+};
+bool IsFinal(JobState state);
+absl::string_view JobStateName(JobState state);
+
+struct StoredTrial {
+  int64_t trial_id = 0;
+  Config config;
+  TrialResult result;
+  int64_t created_unix_s = 0;
+};
+
+struct JobRecord {
+  std::string job_id;
+  std::string template_name;
+  std::string template_hash;
+  Problem problem;
+  int64_t max_trials = 0;
+  double max_seconds = 0;
+  std::string strategy;
+  uint64_t seed = 0;
+  DeviceInfo device;
+  JobState state = JobState::kQueued;
+  std::string error;
+  int64_t trials_done = 0;
+  double elapsed_seconds = 0;
+  int64_t created_unix_s = 0;
+  int64_t finished_unix_s = 0;
+};
+
+// One finished trial of a job, numbered 1, 2, ... in the order it finished.
+struct JobEvent {
+  int64_t sequence = 0;
+  StoredTrial trial;
+  bool cached = false;  // Answered from the store, not measured for this job.
+};
+
+// The identity of the results a lookup reads.
+struct TrialScope {
+  DeviceInfo device;
+  std::string template_name;
+  std::string template_hash;
+  Problem problem;
+};
+
+struct RankedTrial {
+  std::string template_name;
+  std::string template_hash;
+  StoredTrial trial;
+};
+
+class ResultStore {
+ public:
+  // Opens or creates the database at path and migrates it to kSchemaVersion.
+  // The parent directory must exist. A database of a newer schema is refused
+  // (FAILED_PRECONDITION).
+  static absl::StatusOr<std::unique_ptr<ResultStore>> Open(
+      const std::string& path);
+
+  ResultStore(const ResultStore&) = delete;
+  ResultStore& operator=(const ResultStore&) = delete;
+
+  absl::StatusOr<int> SchemaVersion();
+
+  // --- Trials. Unique on (device, template, problem, config).
+
+  // Stores a result unless one is already stored for the same key; returns
+  // the stored row either way, so a repeated insert never duplicates.
+  absl::StatusOr<StoredTrial> InsertTrial(const TrialScope& scope,
+                                          const Config& config,
+                                          const TrialResult& result);
+  // std::nullopt when nothing is stored for that key.
+  absl::StatusOr<std::optional<StoredTrial>> FindTrial(const TrialScope& scope,
+                                                       const Config& config);
+  // Every trial of the scope, in insertion order.
+  absl::StatusOr<std::vector<StoredTrial>> ListTrials(const TrialScope& scope);
+
+  // The k fastest OK trials of the problem on the device, by median latency,
+  // over the current version of each template in `templates` (name -> hash).
+  // One indexed lookup; no temporary B-tree.
+  absl::StatusOr<std::vector<RankedTrial>> TopK(
+      const DeviceInfo& device, const Problem& problem,
+      const std::vector<std::pair<std::string, std::string>>& templates, int k);
+
+  // The problem nearest to `problem` (same head_dim, dtype and causal; by
+  // distance in log of batch, heads, seq_q, seq_k) that has OK trials on the
+  // device for one of the templates; std::nullopt when none has.
+  absl::StatusOr<std::optional<Problem>> NearestTunedProblem(
+      const DeviceInfo& device, const Problem& problem,
+      const std::vector<std::pair<std::string, std::string>>& templates);
+
+  // The device with this name that most recently got a trial; NOT_FOUND when
+  // the store has no device of that name.
+  absl::StatusOr<DeviceInfo> FindDevice(const std::string& name);
+
+  absl::StatusOr<int64_t> CountTrials();
+
+  // --- Jobs.
+
+  // ALREADY_EXISTS when the id is taken.
+  absl::Status CreateJob(const JobRecord& job);
+  // NOT_FOUND for an unknown id.
+  absl::StatusOr<JobRecord> GetJob(const std::string& job_id);
+  // Newest first; every state when `state` is empty.
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(
+      std::optional<JobState> state);
+  // Sets state and error; a final state also sets finished_unix_s.
+  absl::Status SetJobState(const std::string& job_id, JobState state,
+                           const std::string& error);
+
+  // In one transaction: stores the trial (idempotently), appends it to the
+  // job's events as the next sequence number, and advances the job's
+  // trials_done and elapsed_seconds. Returns the event.
+  absl::StatusOr<JobEvent> AppendJobTrial(const JobRecord& job,
+                                          const Config& config,
+                                          const TrialResult& result,
+                                          bool cached, double elapsed_seconds);
+  // Events with sequence > after, at most `limit`, in order.
+  absl::StatusOr<std::vector<JobEvent>> ListJobEvents(const std::string& job_id,
+                                                      int64_t after,
+                                                      int limit);
+  // The fastest OK trial among the job's events.
+  absl::StatusOr<std::optional<StoredTrial>> JobBest(const std::string& job_id);
+
+  // Loads many trials in one transaction (benchmarks and tests).
+  absl::Status BulkInsertTrials(
+      const TrialScope& scope,
+      const std::vector<std::pair<Config, TrialResult>>& trials);
+
+ private:
+  // Borrowed reader connection, returned to the pool on destruction.
+  class Reader;
+
+  explicit ResultStore(std::string path) : path_(std::move(path)) {}
+  absl::Status Migrate();
+  absl::StatusOr<Reader> AcquireReader();
+
+  // Ids of key rows, created on first use (writer) or looked up (readers).
+  absl::StatusOr<int64_t> DeviceId(SqliteDb* db, const DeviceInfo& device,
+                                   bool create);
+  absl::StatusOr<int64_t> TemplateId(SqliteDb* db, const std::string& name,
+                                     const std::string& hash, bool create);
+  absl::StatusOr<int64_t> ProblemId(SqliteDb* db, const Problem& problem,
+                                    bool create);
+  absl::StatusOr<StoredTrial> InsertTrialLocked(const TrialScope& scope,
+                                                const Config& config,
+                                                const TrialResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
+  absl::StatusOr<JobRecord> ReadJob(Statement* s);
+
+  const std::string path_;
+  absl::Mutex writer_mu_;
+  std::unique_ptr<SqliteDb> writer_ ABSL_GUARDED_BY(writer_mu_);
+  absl::Mutex pool_mu_;
+  std::vector<std::unique_ptr<SqliteDb>> readers_ ABSL_GUARDED_BY(pool_mu_);
+  // Key row ids never change once created, so they are cached.
+  absl::Mutex ids_mu_;
+  absl::flat_hash_map<std::string, int64_t> ids_ ABSL_GUARDED_BY(ids_mu_);
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_STORAGE_RESULT_STORE_H_

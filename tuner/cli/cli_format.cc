@@ -1,0 +1,198 @@
+#include "tuner/cli/cli_format.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace evotune {
+
+std::string FormatProblem(const v1::Problem& p) {
+  return absl::StrFormat("B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s", p.batch(),
+                         p.heads(), p.kv_heads(), p.seq_q(), p.seq_k(),
+                         p.head_dim(), p.causal() ? "causal" : "non-causal",
+                         p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16");
+}
+
+std::string FormatConfig(const v1::Config& c) {
+  std::vector<std::string> items;
+  for (const v1::ParamValue& p : c.params()) {
+    items.push_back(absl::StrCat(p.name(), "=", p.value()));
+  }
+  return absl::StrJoin(items, ",");
+}
+
+std::string FormatDevice(const v1::Device& d) {
+  return absl::StrFormat("%s (sm_%d%d, driver %s, NVRTC %s)", d.name(),
+                         d.cc_major(), d.cc_minor(), d.driver_version(),
+                         d.nvrtc_version());
+}
+
+std::string StateName(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_QUEUED:
+      return "queued";
+    case v1::JOB_STATE_RUNNING:
+      return "running";
+    case v1::JOB_STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::JOB_STATE_FAILED:
+      return "failed";
+    case v1::JOB_STATE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+std::string TrialStatusLabel(v1::TrialStatus status) {
+  switch (status) {
+    case v1::TRIAL_STATUS_OK:
+      return "ok";
+    case v1::TRIAL_STATUS_COMPILE_ERROR:
+      return "compile_error";
+    case v1::TRIAL_STATUS_RESOURCE_REJECTED:
+      return "resource_rejected";
+    case v1::TRIAL_STATUS_INCORRECT:
+      return "incorrect";
+    case v1::TRIAL_STATUS_TIMEOUT:
+      return "timeout";
+    case v1::TRIAL_STATUS_CRASHED:
+      return "crashed";
+    default:
+      return "unknown";
+  }
+}
+
+std::string FormatLatency(const v1::Trial& t) {
+  if (t.status() != v1::TRIAL_STATUS_OK) return "-";
+  return absl::StrFormat("%.2f us", t.latency().median_us());
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) {
+    return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  }
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string FormatJob(const v1::Job& job) {
+  std::string out = absl::StrCat(
+      "job       ", job.job_id(), "\n",
+      "state     ", StateName(job.state()),
+      job.error().empty() ? "" : absl::StrCat(" (", job.error(), ")"), "\n",
+      "template  ", job.template_name(), " @", job.template_hash(), "\n",
+      "problem   ", FormatProblem(job.problem()), "\n",
+      "device    ", FormatDevice(job.device()), "\n",
+      "strategy  ", job.strategy(), " (seed ", job.seed(), ")\n",
+      "progress  ", job.trials_done(), " of ", job.budget().max_trials(),
+      " trials, ", FormatDuration(job.elapsed_seconds()), " of ",
+      FormatDuration(job.budget().max_seconds()), "\n");
+  if (job.has_best()) {
+    absl::StrAppend(&out, "best      ", FormatLatency(job.best()), "  ",
+                    FormatConfig(job.best().config()), "\n");
+  }
+  return out;
+}
+
+std::string FormatJobsTable(const v1::ListJobsResponse& jobs) {
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "STATE", "TEMPLATE", "PROBLEM", "TRIALS", "BEST"}};
+  for (const v1::Job& j : jobs.jobs()) {
+    rows.push_back({j.job_id(), StateName(j.state()), j.template_name(),
+                    FormatProblem(j.problem()),
+                    absl::StrCat(j.trials_done(), "/", j.budget().max_trials()),
+                    j.has_best() ? FormatLatency(j.best()) : "-"});
+  }
+  return FormatTable(rows);
+}
+
+std::string FormatBest(const v1::QueryBestResponse& best) {
+  std::string out = absl::StrCat("device   ", FormatDevice(best.device()), "\n");
+  if (best.results().empty()) {
+    absl::StrAppend(&out, "no tuned result for this problem or a similar one\n");
+    return out;
+  }
+  if (best.transferred()) {
+    absl::StrAppend(&out, "no exact match: transferred from the nearest tuned problem ",
+                    FormatProblem(best.source_problem()), "\n");
+  } else {
+    absl::StrAppend(&out, "exact match\n");
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "TEMPLATE", "CONFIG", "MEDIAN", "MIN", "P90", "CV", "TRIAL"}};
+  int rank = 1;
+  for (const v1::RankedConfig& r : best.results()) {
+    const v1::Latency& l = r.trial().latency();
+    rows.push_back({absl::StrCat(rank++), r.template_name(),
+                    FormatConfig(r.trial().config()),
+                    absl::StrFormat("%.2f us", l.median_us()),
+                    absl::StrFormat("%.2f us", l.min_us()),
+                    absl::StrFormat("%.2f us", l.p90_us()),
+                    absl::StrFormat("%.1f%%", 100 * l.cv()),
+                    absl::StrCat(r.trial().trial_id())});
+  }
+  return out + FormatTable(rows);
+}
+
+std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {
+  std::string out;
+  for (const v1::TemplateInfo& t : templates.templates()) {
+    std::vector<std::string> dims, dtypes;
+    for (uint32_t d : t.head_dims()) dims.push_back(absl::StrCat(d));
+    for (int d : t.dtypes()) dtypes.push_back(d == v1::DTYPE_BF16 ? "bf16" : "fp16");
+    absl::StrAppend(&out, t.name(), " @", t.source_hash(), "\n  ",
+                    t.description(), "\n  head_dim {", absl::StrJoin(dims, ", "),
+                    "}, dtype {", absl::StrJoin(dtypes, ", "), "}\n");
+    for (const v1::ParamSpec& p : t.params()) {
+      absl::StrAppend(&out, "  ", p.name(), " {", absl::StrJoin(p.values(), ", "),
+                      "}: ", p.help(), "\n");
+    }
+    for (const std::string& c : t.constraints()) {
+      absl::StrAppend(&out, "  requires ", c, "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatProgress(const v1::Job& job, int width) {
+  const double budget = std::max<uint32_t>(job.budget().max_trials(), 1);
+  const double done = job.trials_done();
+  const double fraction = std::min(1.0, done / budget);
+  const int filled = static_cast<int>(fraction * width);
+  const double elapsed = job.elapsed_seconds();
+  double eta = done > 0 ? elapsed / done * (budget - done) : NAN;
+  eta = std::min(eta, job.budget().max_seconds() - elapsed);
+  return absl::StrCat(
+      "[", std::string(filled, '#'), std::string(width - filled, '.'), "] ",
+      job.trials_done(), "/", job.budget().max_trials(), " trials  best ",
+      job.has_best() ? FormatLatency(job.best()) : "-", "  elapsed ",
+      FormatDuration(elapsed), "  ETA ",
+      job.finished_unix_s() != 0 ? "0:00" : FormatDuration(eta));
+}
+
+}  // namespace evotune

@@ -1,0 +1,361 @@
+// evotune: the command-line client of evotuned.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "evotune/v1/evotune.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "tuner/cli/cli_format.h"
+
+ABSL_FLAG(std::string, address, "",
+          "daemon address (default: $EVOTUNE_ADDRESS or 127.0.0.1:7433)");
+ABSL_FLAG(std::string, token, "", "bearer token (default: $EVOTUNE_TOKEN)");
+ABSL_FLAG(bool, json, false, "print JSON instead of tables");
+ABSL_FLAG(double, timeout_s, 30, "deadline of unary calls, in seconds");
+// Problem (submit, best). Defaults are the seed problem.
+ABSL_FLAG(std::string, template_name, "",
+          "kernel template (submit: required; best: empty means all)");
+ABSL_FLAG(int, batch, 1, "batch size");
+ABSL_FLAG(int, heads, 8, "query heads");
+ABSL_FLAG(int, kv_heads, 0, "key/value heads (0: same as --heads)");
+ABSL_FLAG(int, seq_q, 512, "query length");
+ABSL_FLAG(int, seq_k, 0, "key length (0: same as --seq_q)");
+ABSL_FLAG(int, head_dim, 64, "head dimension");
+ABSL_FLAG(bool, causal, false, "causal mask (aligned bottom-right)");
+ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
+ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
+// Search (submit).
+ABSL_FLAG(int, max_trials, 50, "submit: trial budget");
+ABSL_FLAG(double, max_seconds, 3600, "submit: time budget in seconds");
+ABSL_FLAG(std::string, strategy, "random", "submit: random or exhaustive");
+ABSL_FLAG(uint64_t, seed, 1, "submit: seed of the search");
+ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
+// Others.
+ABSL_FLAG(int, k, 5, "best: how many configs");
+ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
+ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
+ABSL_FLAG(double, reconnect_s, 120,
+          "watch: keep reconnecting this long when the daemon is unreachable");
+
+namespace evotune {
+namespace {
+
+constexpr char kUsage[] =
+    "evotune: the command-line client of the evotune tuning daemon.\n\n"
+    "  evotune [flags] templates\n"
+    "  evotune [flags] submit --template_name=naive [problem] [--max_trials=N] "
+    "[--watch]\n"
+    "  evotune [flags] watch JOB\n"
+    "  evotune [flags] job JOB\n"
+    "  evotune [flags] jobs [--state=running]\n"
+    "  evotune [flags] cancel JOB\n"
+    "  evotune [flags] best [--template_name=T] [problem] [--k=5]\n\n"
+    "problem flags: --batch --heads --kv_heads --seq_q --seq_k --head_dim "
+    "--causal --dtype (default: the seed problem B=1 H=8 S=512 D=64 fp16)\n"
+    "Errors print one line and exit non-zero. --json prints JSON.";
+
+class Client {
+ public:
+  Client() {
+    std::string address = absl::GetFlag(FLAGS_address);
+    if (address.empty()) {
+      const char* env = std::getenv("EVOTUNE_ADDRESS");
+      address = env ? env : "127.0.0.1:7433";
+    }
+    address_ = address;
+    token_ = absl::GetFlag(FLAGS_token);
+    if (token_.empty() && std::getenv("EVOTUNE_TOKEN") != nullptr) {
+      token_ = std::getenv("EVOTUNE_TOKEN");
+    }
+    stub_ = v1::Tuner::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+
+  // A context with the token and, for unary calls, the deadline.
+  std::unique_ptr<grpc::ClientContext> Context(bool unary) const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+    if (unary) {
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(
+                            absl::GetFlag(FLAGS_timeout_s) * 1000)));
+    }
+    return ctx;
+  }
+
+  v1::Tuner::Stub* stub() { return stub_.get(); }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string address_;
+  std::string token_;
+  std::unique_ptr<v1::Tuner::Stub> stub_;
+};
+
+int Fail(const std::string& message) {
+  std::cerr << "evotune: " << message << "\n";
+  return 1;
+}
+
+int FailRpc(const Client& client, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return Fail(absl::StrCat("cannot reach evotuned at ", client.address(),
+                             " (", s.error_message(), ")"));
+  }
+  return Fail(s.error_message());
+}
+
+void PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  std::cout << out << std::endl;
+}
+
+bool FillProblem(v1::Problem* p, std::string* error) {
+  p->set_batch(absl::GetFlag(FLAGS_batch));
+  p->set_heads(absl::GetFlag(FLAGS_heads));
+  p->set_kv_heads(absl::GetFlag(FLAGS_kv_heads));
+  p->set_seq_q(absl::GetFlag(FLAGS_seq_q));
+  const int seq_k = absl::GetFlag(FLAGS_seq_k);
+  p->set_seq_k(seq_k == 0 ? absl::GetFlag(FLAGS_seq_q) : seq_k);
+  p->set_head_dim(absl::GetFlag(FLAGS_head_dim));
+  p->set_causal(absl::GetFlag(FLAGS_causal));
+  for (int flag : {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
+                   absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q),
+                   seq_k, absl::GetFlag(FLAGS_head_dim)}) {
+    if (flag < 0) {
+      *error = "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim "
+               "must not be negative";
+      return false;
+    }
+  }
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "fp16") {
+    p->set_dtype(v1::DTYPE_FP16);
+  } else if (dtype == "bf16") {
+    p->set_dtype(v1::DTYPE_BF16);
+  } else {
+    *error = absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)");
+    return false;
+  }
+  return true;
+}
+
+bool IsFinal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+// Streams the job's progress, reconnecting from the last sequence number when
+// the daemon goes away. Exit code 0 only when the job succeeded.
+int Watch(Client& client, const std::string& job_id) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  const bool tty = isatty(STDOUT_FILENO) && !json;
+  uint64_t last = absl::GetFlag(FLAGS_from_sequence);
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  v1::Job job;
+  bool have_job = false;
+  while (true) {
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_from_sequence(last);
+    auto ctx = client.Context(false);
+    std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader =
+        client.stub()->WatchJob(ctx.get(), req);
+    v1::JobUpdate update;
+    while (reader->Read(&update)) {
+      unreachable_since = absl::InfiniteFuture();
+      job = update.job();
+      have_job = true;
+      if (update.has_event()) last = update.event().sequence();
+      if (json) {
+        PrintJson(update);
+      } else if (tty) {
+        std::cout << "\r\033[K" << FormatProgress(job, 30) << std::flush;
+      } else if (update.has_event()) {
+        const v1::Trial& t = update.event().trial();
+        std::cout << FormatProgress(job, 20) << "  | #" << last << " "
+                  << FormatConfig(t.config()) << " "
+                  << TrialStatusLabel(t.status()) << " " << FormatLatency(t)
+                  << (update.event().cached() ? " (stored)" : "") << "\n"
+                  << std::flush;
+      }
+    }
+    const grpc::Status s = reader->Finish();
+    if (s.ok() && have_job && IsFinal(job.state())) break;
+    if (s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Daemon restarting: retry from the last event we saw.
+      const absl::Time now = absl::Now();
+      if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
+      if (now - unreachable_since >
+          absl::Seconds(absl::GetFlag(FLAGS_reconnect_s))) {
+        if (tty) std::cout << "\n";
+        return FailRpc(client, s);
+      }
+      absl::SleepFor(absl::Milliseconds(300));
+      continue;
+    }
+    if (tty) std::cout << "\n";
+    return FailRpc(client, s);
+  }
+  if (tty) std::cout << "\n";
+  if (!json) {
+    std::cout << "job " << job.job_id() << " " << StateName(job.state())
+              << (job.error().empty() ? "" : ": " + job.error()) << ": "
+              << job.trials_done() << " trials in "
+              << FormatDuration(job.elapsed_seconds());
+    if (job.has_best()) {
+      std::cout << ", best " << FormatLatency(job.best()) << " with "
+                << FormatConfig(job.best().config());
+    }
+    std::cout << "\n";
+  }
+  return job.state() == v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
+int Main(const std::vector<char*>& args) {
+  if (args.size() < 2) return Fail(absl::StrCat("missing command\n", kUsage));
+  const std::string command = args[1];
+  const bool json = absl::GetFlag(FLAGS_json);
+  auto need_id = [&](std::string* id) {
+    if (args.size() != 3) return false;
+    *id = args[2];
+    return true;
+  };
+  if (command != "watch" && command != "job" && command != "cancel" &&
+      args.size() > 2) {
+    return Fail(absl::StrCat("unexpected argument \"", args[2], "\""));
+  }
+  Client client;
+
+  if (command == "templates") {
+    v1::ListTemplatesResponse resp;
+    grpc::Status s = client.stub()->ListTemplates(client.Context(true).get(),
+                                                  {}, &resp);
+    if (!s.ok()) return FailRpc(client, s);
+    if (json) {
+      PrintJson(resp);
+    } else {
+      std::cout << FormatTemplates(resp);
+    }
+    return 0;
+  }
+  if (command == "submit") {
+    v1::SubmitSearchRequest req;
+    std::string error;
+    if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
+    req.set_template_name(absl::GetFlag(FLAGS_template_name));
+    req.mutable_budget()->set_max_trials(
+        std::max(0, absl::GetFlag(FLAGS_max_trials)));
+    req.mutable_budget()->set_max_seconds(absl::GetFlag(FLAGS_max_seconds));
+    req.set_strategy(absl::GetFlag(FLAGS_strategy));
+    req.set_seed(absl::GetFlag(FLAGS_seed));
+    req.set_device(absl::GetFlag(FLAGS_device));
+    v1::SubmitSearchResponse resp;
+    grpc::Status s =
+        client.stub()->SubmitSearch(client.Context(true).get(), req, &resp);
+    if (!s.ok()) return FailRpc(client, s);
+    if (json) {
+      PrintJson(resp);
+    } else {
+      std::cout << resp.job_id() << "\n";
+    }
+    return absl::GetFlag(FLAGS_watch) ? Watch(client, resp.job_id()) : 0;
+  }
+  if (command == "watch") {
+    std::string id;
+    if (!need_id(&id)) return Fail("usage: evotune watch JOB");
+    return Watch(client, id);
+  }
+  if (command == "job" || command == "cancel") {
+    std::string id;
+    if (!need_id(&id)) return Fail(absl::StrCat("usage: evotune ", command, " JOB"));
+    v1::Job resp;
+    grpc::Status s;
+    if (command == "job") {
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      s = client.stub()->GetJob(client.Context(true).get(), req, &resp);
+    } else {
+      v1::CancelJobRequest req;
+      req.set_job_id(id);
+      s = client.stub()->CancelJob(client.Context(true).get(), req, &resp);
+    }
+    if (!s.ok()) return FailRpc(client, s);
+    if (json) {
+      PrintJson(resp);
+    } else {
+      std::cout << FormatJob(resp);
+    }
+    return 0;
+  }
+  if (command == "jobs") {
+    v1::ListJobsRequest req;
+    const std::string state = absl::GetFlag(FLAGS_state);
+    if (!state.empty()) {
+      v1::JobState value;
+      std::string upper = "JOB_STATE_";
+      for (char c : state) upper += static_cast<char>(std::toupper(c));
+      if (!v1::JobState_Parse(upper, &value) ||
+          value == v1::JOB_STATE_UNSPECIFIED) {
+        return Fail(absl::StrCat(
+            "--state: unknown state \"", state,
+            "\" (queued, running, succeeded, failed, cancelled)"));
+      }
+      req.set_state(value);
+    }
+    v1::ListJobsResponse resp;
+    grpc::Status s =
+        client.stub()->ListJobs(client.Context(true).get(), req, &resp);
+    if (!s.ok()) return FailRpc(client, s);
+    if (json) {
+      PrintJson(resp);
+    } else {
+      std::cout << FormatJobsTable(resp);
+    }
+    return 0;
+  }
+  if (command == "best") {
+    v1::QueryBestRequest req;
+    std::string error;
+    if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
+    req.set_template_name(absl::GetFlag(FLAGS_template_name));
+    req.set_device(absl::GetFlag(FLAGS_device));
+    req.set_k(std::max(0, absl::GetFlag(FLAGS_k)));
+    v1::QueryBestResponse resp;
+    grpc::Status s =
+        client.stub()->QueryBest(client.Context(true).get(), req, &resp);
+    if (!s.ok()) return FailRpc(client, s);
+    if (json) {
+      PrintJson(resp);
+    } else {
+      std::cout << FormatBest(resp);
+    }
+    return 0;
+  }
+  return Fail(absl::StrCat("unknown command \"", command, "\"\n", kUsage));
+}
+
+}  // namespace
+}  // namespace evotune
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(evotune::kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  return evotune::Main(args);
+}

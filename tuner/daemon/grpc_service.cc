@@ -1,0 +1,120 @@
+#include "tuner/daemon/grpc_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "tuner/daemon/proto_convert.h"
+
+namespace evotune {
+
+GrpcTuner::GrpcTuner(TuningService* service, std::string token)
+    : service_(service), token_(std::move(token)) {}
+
+grpc::Status GrpcTuner::Authorize(const grpc::ServerContext* ctx) const {
+  if (token_.empty()) return grpc::Status::OK;
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "authorization: a bearer token is required");
+  }
+  const std::string expected = absl::StrCat("Bearer ", token_);
+  const grpc::string_ref got = it->second;
+  // Compare without an early exit so timing reveals nothing of the token.
+  unsigned char diff = got.size() != expected.size();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff |= static_cast<unsigned char>(
+        (i < got.size() ? got.data()[i] : 0) ^ expected[i]);
+  }
+  if (diff != 0) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "authorization: wrong bearer token");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::SubmitSearch(grpc::ServerContext* ctx,
+                                     const v1::SubmitSearchRequest* req,
+                                     v1::SubmitSearchResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<SearchRequest> request = SearchFromProto(*req);
+  if (!request.ok()) return ToGrpcStatus(request.status());
+  absl::StatusOr<JobRecord> job = service_->SubmitSearch(*request);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  resp->set_job_id(job->job_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::WatchJob(grpc::ServerContext* ctx,
+                                 const v1::WatchJobRequest* req,
+                                 grpc::ServerWriter<v1::JobUpdate>* writer) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  auto send = [writer](const JobUpdateView& update) {
+    v1::JobUpdate msg;
+    *msg.mutable_job() = JobToProto(update.job);
+    if (update.event) {
+      v1::TrialEvent* e = msg.mutable_event();
+      e->set_sequence(update.event->sequence);
+      *e->mutable_trial() = TrialToProto(update.event->trial);
+      e->set_cached(update.event->cached);
+    }
+    return writer->Write(msg);
+  };
+  return ToGrpcStatus(service_->WatchJob(req->job_id(), req->from_sequence(),
+                                         send,
+                                         [ctx] { return ctx->IsCancelled(); }));
+}
+
+grpc::Status GrpcTuner::GetJob(grpc::ServerContext* ctx,
+                               const v1::GetJobRequest* req, v1::Job* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<JobView> job = service_->GetJob(req->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *resp = JobToProto(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::ListJobs(grpc::ServerContext* ctx,
+                                 const v1::ListJobsRequest* req,
+                                 v1::ListJobsResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<std::optional<JobState>> state =
+      StateFilterFromProto(req->state());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  absl::StatusOr<std::vector<JobView>> jobs = service_->ListJobs(*state);
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  for (const JobView& job : *jobs) *resp->add_jobs() = JobToProto(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::CancelJob(grpc::ServerContext* ctx,
+                                  const v1::CancelJobRequest* req,
+                                  v1::Job* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<JobView> job = service_->CancelJob(req->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *resp = JobToProto(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::QueryBest(grpc::ServerContext* ctx,
+                                  const v1::QueryBestRequest* req,
+                                  v1::QueryBestResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<BestQuery> query = BestQueryFromProto(*req);
+  if (!query.ok()) return ToGrpcStatus(query.status());
+  absl::StatusOr<BestAnswer> answer = service_->QueryBest(*query);
+  if (!answer.ok()) return ToGrpcStatus(answer.status());
+  *resp = BestToProto(*answer);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::ListTemplates(grpc::ServerContext* ctx,
+                                      const v1::ListTemplatesRequest*,
+                                      v1::ListTemplatesResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  for (const KernelTemplate& t : service_->templates().templates()) {
+    *resp->add_templates() = TemplateToProto(t);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace evotune

@@ -1,0 +1,49 @@
+// The gRPC edge of evotuned: checks the bearer token, converts messages and
+// statuses, and delegates to TuningService.
+#ifndef EVOTUNE_TUNER_DAEMON_GRPC_SERVICE_H_
+#define EVOTUNE_TUNER_DAEMON_GRPC_SERVICE_H_
+
+#include <string>
+
+#include "evotune/v1/evotune.grpc.pb.h"
+#include "tuner/daemon/tuning_service.h"
+
+namespace evotune {
+
+class GrpcTuner final : public v1::Tuner::Service {
+ public:
+  // An empty token disables authentication. service must outlive this.
+  GrpcTuner(TuningService* service, std::string token);
+
+  grpc::Status SubmitSearch(grpc::ServerContext* ctx,
+                            const v1::SubmitSearchRequest* req,
+                            v1::SubmitSearchResponse* resp) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx,
+                        const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::JobUpdate>* writer) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::Job* resp) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx,
+                        const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx,
+                         const v1::CancelJobRequest* req,
+                         v1::Job* resp) override;
+  grpc::Status QueryBest(grpc::ServerContext* ctx,
+                         const v1::QueryBestRequest* req,
+                         v1::QueryBestResponse* resp) override;
+  grpc::Status ListTemplates(grpc::ServerContext* ctx,
+                             const v1::ListTemplatesRequest* req,
+                             v1::ListTemplatesResponse* resp) override;
+
+ private:
+  // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+
+  TuningService* const service_;
+  const std::string token_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_DAEMON_GRPC_SERVICE_H_

@@ -1,0 +1,39 @@
+// Conversions between evotune.v1 messages and internal types: the one place
+// where the daemon's logic meets protobuf and gRPC types.
+#ifndef EVOTUNE_TUNER_DAEMON_PROTO_CONVERT_H_
+#define EVOTUNE_TUNER_DAEMON_PROTO_CONVERT_H_
+
+#include <grpcpp/support/status.h>
+
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "evotune/v1/evotune.pb.h"
+#include "tuner/daemon/tuning_service.h"
+
+namespace evotune {
+
+// INVALID_ARGUMENT naming "<prefix>.dtype" when the dtype is unspecified;
+// kv_heads 0 becomes heads. Ranges are checked later by ValidateProblem.
+absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
+                                         absl::string_view prefix = "problem");
+v1::Problem ProblemToProto(const Problem& p);
+v1::Device DeviceToProto(const DeviceInfo& d);
+v1::Config ConfigToProto(const Config& c);
+v1::Trial TrialToProto(const StoredTrial& t);
+v1::Job JobToProto(const JobView& view);
+v1::TemplateInfo TemplateToProto(const KernelTemplate& t);
+v1::QueryBestResponse BestToProto(const BestAnswer& answer);
+
+absl::StatusOr<SearchRequest> SearchFromProto(
+    const v1::SubmitSearchRequest& r);
+absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r);
+// INVALID_ARGUMENT naming "state" for a value outside the enum.
+absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state);
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_DAEMON_PROTO_CONVERT_H_

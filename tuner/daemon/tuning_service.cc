@@ -1,0 +1,245 @@
+#include "tuner/daemon/tuning_service.h"
+
+#include <cmath>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tuner/search/search_strategy.h"
+
+namespace evotune {
+namespace {
+
+std::string TemplateNames(const TemplateRegistry& registry) {
+  std::vector<std::string> names;
+  for (const KernelTemplate& t : registry.templates()) names.push_back(t.name);
+  return absl::StrJoin(names, ", ");
+}
+
+std::string NewJobId() {
+  absl::BitGen gen;
+  return absl::StrFormat("j%012x",
+                         absl::Uniform<uint64_t>(gen) & 0xffffffffffffull);
+}
+
+absl::Status ValidateJobId(const std::string& job_id) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("job_id: required");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TuningService::TuningService(ResultStore* store,
+                             const TemplateRegistry* templates,
+                             JobManager* jobs)
+    : store_(store), templates_(templates), jobs_(jobs) {}
+
+absl::Status TuningService::ValidateSearch(const SearchRequest& r,
+                                           const KernelTemplate** t) {
+  if (r.template_name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "template_name: required (one of ", TemplateNames(*templates_), ")"));
+  }
+  *t = templates_->Find(r.template_name);
+  if (*t == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("template_name: unknown template \"", r.template_name,
+                     "\" (one of ", TemplateNames(*templates_), ")"));
+  }
+  if (absl::Status s = ValidateProblem(r.problem); !s.ok()) return s;
+  if (absl::Status s = CheckSupports(**t, r.problem); !s.ok()) return s;
+  if (r.max_trials < 1 || r.max_trials > kMaxTrialsLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("budget.max_trials: must be in [1, ", kMaxTrialsLimit,
+                     "], got ", r.max_trials));
+  }
+  if (!(r.max_seconds > 0) || !std::isfinite(r.max_seconds) ||
+      r.max_seconds > kMaxSecondsLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("budget.max_seconds: must be in (0, ", kMaxSecondsLimit,
+                     "], got ", r.max_seconds));
+  }
+  const std::string strategy = r.strategy.empty() ? "random" : r.strategy;
+  const std::vector<std::string>& names = StrategyNames();
+  if (std::find(names.begin(), names.end(), strategy) == names.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("strategy: unknown strategy \"", r.strategy, "\" (one of ",
+                     absl::StrJoin(names, ", "), ")"));
+  }
+  absl::StatusOr<DeviceInfo> device = jobs_->Device();
+  if (!device.ok()) return device.status();
+  if (!r.device.empty() && r.device != device->name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: this daemon tunes on \"", device->name,
+                     "\", not \"", r.device, "\""));
+  }
+  if (FeasibleConfigs(**t, r.problem, device->limits).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "problem: no config of template ", r.template_name,
+        " fits this problem on ", device->name));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> TuningService::SubmitSearch(
+    const SearchRequest& request) {
+  const KernelTemplate* t = nullptr;
+  if (absl::Status s = ValidateSearch(request, &t); !s.ok()) return s;
+  JobRecord job;
+  job.template_name = t->name;
+  job.template_hash = t->hash;
+  job.problem = request.problem;
+  job.max_trials = request.max_trials;
+  job.max_seconds = request.max_seconds;
+  job.strategy = request.strategy.empty() ? "random" : request.strategy;
+  job.seed = request.seed;
+  // A collision of 48 random bits is unlikely; try again if it happens.
+  for (int attempt = 0;; ++attempt) {
+    job.job_id = NewJobId();
+    absl::StatusOr<JobRecord> created = jobs_->Submit(job);
+    if (!absl::IsAlreadyExists(created.status()) || attempt == 3) {
+      return created;
+    }
+  }
+}
+
+absl::StatusOr<JobView> TuningService::GetJob(const std::string& job_id) {
+  if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
+  absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  absl::StatusOr<std::optional<StoredTrial>> best = store_->JobBest(job_id);
+  if (!best.ok()) return best.status();
+  return JobView{*std::move(job), *std::move(best)};
+}
+
+absl::StatusOr<std::vector<JobView>> TuningService::ListJobs(
+    std::optional<JobState> state) {
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(state);
+  if (!jobs.ok()) return jobs.status();
+  std::vector<JobView> out;
+  for (JobRecord& job : *jobs) {
+    absl::StatusOr<std::optional<StoredTrial>> best =
+        store_->JobBest(job.job_id);
+    if (!best.ok()) return best.status();
+    out.push_back({std::move(job), *std::move(best)});
+  }
+  return out;
+}
+
+absl::StatusOr<JobView> TuningService::CancelJob(const std::string& job_id) {
+  if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
+  absl::StatusOr<JobRecord> job = jobs_->Cancel(job_id);
+  if (!job.ok()) return job.status();
+  return GetJob(job_id);
+}
+
+absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
+  if (absl::Status s = ValidateProblem(query.problem); !s.ok()) return s;
+  if (query.k < 1 || query.k > kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k: must be in [1, ", kMaxTopK, "], got ", query.k));
+  }
+  std::vector<std::pair<std::string, std::string>> templates;
+  if (!query.template_name.empty()) {
+    const KernelTemplate* t = templates_->Find(query.template_name);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("template_name: unknown template \"",
+                       query.template_name, "\" (one of ",
+                       TemplateNames(*templates_), ")"));
+    }
+    templates.push_back({t->name, t->hash});
+  } else {
+    for (const KernelTemplate& t : templates_->templates()) {
+      templates.push_back({t.name, t.hash});
+    }
+  }
+
+  BestAnswer answer;
+  absl::StatusOr<DeviceInfo> local = jobs_->Device();
+  if (local.ok() && (query.device.empty() || query.device == local->name)) {
+    answer.device = *local;
+  } else if (query.device.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: required, since this daemon has no device (",
+                     local.status().message(), ")"));
+  } else {
+    absl::StatusOr<DeviceInfo> found = store_->FindDevice(query.device);
+    if (!found.ok()) return found.status();
+    answer.device = *found;
+  }
+
+  absl::StatusOr<std::vector<RankedTrial>> top =
+      store_->TopK(answer.device, query.problem, templates, query.k);
+  if (!top.ok()) return top.status();
+  answer.source_problem = query.problem;
+  if (top->empty()) {
+    absl::StatusOr<std::optional<Problem>> nearest =
+        store_->NearestTunedProblem(answer.device, query.problem, templates);
+    if (!nearest.ok()) return nearest.status();
+    if (nearest->has_value()) {
+      top = store_->TopK(answer.device, **nearest, templates, query.k);
+      if (!top.ok()) return top.status();
+      answer.transferred = true;
+      answer.source_problem = **nearest;
+    }
+  }
+  answer.results = *std::move(top);
+  return answer;
+}
+
+absl::Status TuningService::WatchJob(
+    const std::string& job_id, uint64_t from_sequence,
+    const std::function<bool(const JobUpdateView&)>& send,
+    const std::function<bool()>& stop) {
+  absl::StatusOr<JobView> view = GetJob(job_id);
+  if (!view.ok()) return view.status();
+  if (!send({*view, std::nullopt})) return absl::OkStatus();
+
+  // Best so far as of the events the client already has.
+  std::optional<StoredTrial> best;
+  auto consider = [&best](const StoredTrial& t) {
+    if (t.result.status == TrialStatus::kOk &&
+        (!best || t.result.median_us < best->result.median_us)) {
+      best = t;
+    }
+  };
+  int64_t last = static_cast<int64_t>(from_sequence);
+  if (last > 0) {
+    absl::StatusOr<std::vector<JobEvent>> seen =
+        store_->ListJobEvents(job_id, 0, static_cast<int>(std::min<int64_t>(
+                                             last, kMaxTrialsLimit)));
+    if (!seen.ok()) return seen.status();
+    for (const JobEvent& e : *seen) consider(e.trial);
+  }
+
+  while (!stop()) {
+    const uint64_t version = jobs_->version();
+    // Read the state before the events: a job is marked final only after its
+    // last event is stored, so a final state here means no event is missed.
+    absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    absl::StatusOr<std::vector<JobEvent>> events =
+        store_->ListJobEvents(job_id, last, 256);
+    if (!events.ok()) return events.status();
+    for (const JobEvent& e : *events) {
+      consider(e.trial);
+      JobUpdateView update{{*job, best}, e};
+      update.job.job.trials_done = e.sequence;
+      if (!send(update)) return absl::OkStatus();
+      last = e.sequence;
+    }
+    if (!events->empty()) continue;
+    if (IsFinal(job->state)) {
+      send({{*job, best}, std::nullopt});
+      return absl::OkStatus();
+    }
+    jobs_->WaitForChange(version, absl::Seconds(1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace evotune

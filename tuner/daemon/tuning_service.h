@@ -1,0 +1,95 @@
+// TuningService: the daemon's API logic on internal types. Every request is
+// validated before anything is written; errors are INVALID_ARGUMENT with a
+// message that starts with the offending field, NOT_FOUND for unknown ids and
+// FAILED_PRECONDITION for requests the daemon's state cannot honour.
+// The gRPC adapter (grpc_service.h) only converts. Thread-safe.
+#ifndef EVOTUNE_TUNER_DAEMON_TUNING_SERVICE_H_
+#define EVOTUNE_TUNER_DAEMON_TUNING_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernel_templates/template_registry.h"
+#include "storage/result_store.h"
+#include "tuner/daemon/job_manager.h"
+
+namespace evotune {
+
+// Upper bounds of a job's budget (inclusive).
+inline constexpr int64_t kMaxTrialsLimit = 1000000;
+inline constexpr double kMaxSecondsLimit = 30 * 24 * 3600.0;
+inline constexpr int kMaxTopK = 100;
+
+struct SearchRequest {
+  std::string template_name;
+  Problem problem;
+  int64_t max_trials = 0;
+  double max_seconds = 0;
+  std::string strategy;  // Empty means "random".
+  uint64_t seed = 0;
+  std::string device;  // Empty means the daemon's device.
+};
+
+struct JobView {
+  JobRecord job;
+  std::optional<StoredTrial> best;
+};
+
+// One message of a watch stream: event unset for the snapshot and the end.
+struct JobUpdateView {
+  JobView job;
+  std::optional<JobEvent> event;
+};
+
+struct BestQuery {
+  Problem problem;
+  std::string device;         // Empty means the daemon's device.
+  std::string template_name;  // Empty means every template.
+  int k = 1;
+};
+
+struct BestAnswer {
+  DeviceInfo device;
+  bool transferred = false;
+  Problem source_problem;
+  std::vector<RankedTrial> results;
+};
+
+class TuningService {
+ public:
+  // All three must outlive the service.
+  TuningService(ResultStore* store, const TemplateRegistry* templates,
+                JobManager* jobs);
+
+  absl::StatusOr<JobRecord> SubmitSearch(const SearchRequest& request);
+  absl::StatusOr<JobView> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<JobView>> ListJobs(std::optional<JobState> state);
+  absl::StatusOr<JobView> CancelJob(const std::string& job_id);
+  absl::StatusOr<BestAnswer> QueryBest(const BestQuery& query);
+  const TemplateRegistry& templates() const { return *templates_; }
+
+  // Streams a snapshot, then every event with sequence > from_sequence as it
+  // happens, then the final job; returns when the job is final and all was
+  // sent, when `send` returns false, or when `stop` returns true (checked at
+  // least once a second).
+  absl::Status WatchJob(const std::string& job_id, uint64_t from_sequence,
+                        const std::function<bool(const JobUpdateView&)>& send,
+                        const std::function<bool()>& stop);
+
+ private:
+  absl::Status ValidateSearch(const SearchRequest& request,
+                              const KernelTemplate** t);
+
+  ResultStore* const store_;
+  const TemplateRegistry* const templates_;
+  JobManager* const jobs_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_DAEMON_TUNING_SERVICE_H_

@@ -1,0 +1,66 @@
+// The CUDA driver API, loaded lazily with dlopen so that every binary starts
+// on a machine without an NVIDIA driver; GPU work is then refused with
+// "no CUDA device: ..." instead of a loader error.
+#ifndef EVOTUNE_TUNER_EVALUATOR_CUDA_DRIVER_H_
+#define EVOTUNE_TUNER_EVALUATOR_CUDA_DRIVER_H_
+
+#include <cuda.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tuner/space/trial.h"
+
+namespace evotune {
+
+// Entry points resolved through cuGetProcAddress for the ABI of the headers
+// this was built with. Immutable once loaded; the driver itself is
+// thread-safe.
+struct CudaDriver {
+#define EVOTUNE_CU_FN(name) decltype(&::name) name = nullptr
+  EVOTUNE_CU_FN(cuInit);
+  EVOTUNE_CU_FN(cuDriverGetVersion);
+  EVOTUNE_CU_FN(cuGetErrorString);
+  EVOTUNE_CU_FN(cuDeviceGetCount);
+  EVOTUNE_CU_FN(cuDeviceGet);
+  EVOTUNE_CU_FN(cuDeviceGetName);
+  EVOTUNE_CU_FN(cuDeviceGetAttribute);
+  EVOTUNE_CU_FN(cuDevicePrimaryCtxRetain);
+  EVOTUNE_CU_FN(cuCtxSetCurrent);
+  EVOTUNE_CU_FN(cuCtxSynchronize);
+  EVOTUNE_CU_FN(cuModuleLoadData);
+  EVOTUNE_CU_FN(cuModuleUnload);
+  EVOTUNE_CU_FN(cuModuleGetFunction);
+  EVOTUNE_CU_FN(cuFuncSetAttribute);
+  EVOTUNE_CU_FN(cuFuncGetAttribute);
+  EVOTUNE_CU_FN(cuLaunchKernel);
+  EVOTUNE_CU_FN(cuMemAlloc);
+  EVOTUNE_CU_FN(cuMemFree);
+  EVOTUNE_CU_FN(cuMemcpyHtoD);
+  EVOTUNE_CU_FN(cuMemcpyDtoH);
+  EVOTUNE_CU_FN(cuMemsetD16);
+  EVOTUNE_CU_FN(cuStreamCreate);
+  EVOTUNE_CU_FN(cuStreamDestroy);
+  EVOTUNE_CU_FN(cuStreamSynchronize);
+  EVOTUNE_CU_FN(cuEventCreate);
+  EVOTUNE_CU_FN(cuEventDestroy);
+  EVOTUNE_CU_FN(cuEventRecord);
+  EVOTUNE_CU_FN(cuEventSynchronize);
+  EVOTUNE_CU_FN(cuEventElapsedTime);
+#undef EVOTUNE_CU_FN
+
+  // Loads the driver and calls cuInit(0) once per process. UNAVAILABLE with a
+  // message starting "no CUDA device" when the library is missing, cuInit
+  // fails, or no device is visible.
+  static absl::StatusOr<const CudaDriver*> Get();
+
+  // OK for CUDA_SUCCESS; otherwise INTERNAL "<what>: <driver's message>".
+  absl::Status Check(CUresult result, absl::string_view what) const;
+};
+
+// Identity and limits of device `ordinal` (of the visible devices).
+absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_CUDA_DRIVER_H_

@@ -1,0 +1,333 @@
+#include "tuner/evaluator/cuda_evaluator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernel_templates/common/attention_params.cuh"
+#include "tuner/evaluator/cuda_driver.h"
+#include "tuner/evaluator/nvrtc_compiler.h"
+#include "tuner/evaluator/reference.h"
+
+namespace evotune {
+namespace {
+
+constexpr int kTimingSamples = 15;
+constexpr double kMinSampleUs = 100.0;
+constexpr int kCheckedRows = 192;
+
+// Device memory owned by one evaluation's problem.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const CudaDriver* d) : d_(d) {}
+  ~DeviceBuffer() {
+    if (ptr_ != 0) d_->cuMemFree(ptr_);
+  }
+  absl::Status Allocate(size_t bytes) {
+    return d_->Check(d_->cuMemAlloc(&ptr_, std::max<size_t>(bytes, 2)),
+                     "cuMemAlloc");
+  }
+  CUdeviceptr get() const { return ptr_; }
+
+ private:
+  const CudaDriver* d_;
+  CUdeviceptr ptr_ = 0;
+};
+
+TrialResult Rejected(TrialStatus status, std::string why) {
+  TrialResult r;
+  r.status = status;
+  r.error = std::move(why);
+  return r;
+}
+
+class CudaEvaluator : public Evaluator {
+ public:
+  CudaEvaluator(const CudaDriver* d, CUdevice dev, CUcontext ctx,
+                DeviceInfo info)
+      : d_(d), dev_(dev), ctx_(ctx), info_(std::move(info)) {}
+
+  const DeviceInfo& device() const override { return info_; }
+
+  absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
+                                       const Config& config,
+                                       const Problem& problem) override {
+    if (!broken_.ok()) return broken_;
+    if (absl::Status s = d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckConfig(t, config, problem, info_.limits);
+        !s.ok()) {
+      return Rejected(TrialStatus::kResourceRejected,
+                      std::string(s.message()));
+    }
+    absl::StatusOr<CompileResult> compiled = CompileTemplate(
+        t, config, problem, ArchName(info_.cc_major, info_.cc_minor));
+    if (!compiled.ok()) return compiled.status();
+    if (!compiled->ok) {
+      return Rejected(TrialStatus::kCompileError, compiled->log);
+    }
+    CUmodule module;
+    if (CUresult r = d_->cuModuleLoadData(&module, compiled->cubin.data());
+        r != CUDA_SUCCESS) {
+      return Rejected(TrialStatus::kCompileError,
+                      d_->Check(r, "cuModuleLoadData").ToString());
+    }
+    absl::StatusOr<TrialResult> result = Run(t, config, problem, module);
+    d_->cuModuleUnload(module);
+    return result;
+  }
+
+ private:
+  absl::StatusOr<TrialResult> Run(const KernelTemplate& t,
+                                  const Config& config, const Problem& p,
+                                  CUmodule module) {
+    CUfunction fn;
+    if (absl::Status s = d_->Check(
+            d_->cuModuleGetFunction(&fn, module, t.kernel_name.c_str()),
+            "cuModuleGetFunction");
+        !s.ok()) {
+      return Rejected(TrialStatus::kCompileError, std::string(s.message()));
+    }
+    int regs = 0, local_bytes = 0;
+    d_->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    d_->cuFuncGetAttribute(&local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                           fn);
+    if (local_bytes > 0) {
+      return Rejected(TrialStatus::kResourceRejected,
+                      absl::StrCat("spills: ", local_bytes,
+                                   " B of local memory per thread (", regs,
+                                   " registers)"));
+    }
+    const LaunchGeometry g = t.geometry(config, p);
+    if (g.smem_bytes > 48 * 1024) {
+      if (absl::Status s = d_->Check(
+              d_->cuFuncSetAttribute(
+                  fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  static_cast<int>(g.smem_bytes)),
+              "cuFuncSetAttribute");
+          !s.ok()) {
+        return Rejected(TrialStatus::kResourceRejected,
+                        std::string(s.message()));
+      }
+    }
+
+    // Fresh random inputs for every candidate; V has a nonzero mean so that
+    // a dropped term shows.
+    const size_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
+    const size_t kv_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
+    std::vector<uint16_t> hq(q_elems), hk(kv_elems), hv(kv_elems);
+    std::vector<float> fq(q_elems), fk(kv_elems), fv(kv_elems);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    auto fill = [&](std::vector<uint16_t>& h, std::vector<float>& f,
+                    float offset) {
+      for (size_t i = 0; i < h.size(); ++i) {
+        h[i] = FloatToHalfBits(uni(rng_) + offset, p.dtype);
+        f[i] = HalfBitsToFloat(h[i], p.dtype);
+      }
+    };
+    fill(hq, fq, 0.f);
+    fill(hk, fk, 0.f);
+    fill(hv, fv, 0.5f);
+
+    DeviceBuffer q(d_), k(d_), v(d_), o(d_);
+    for (auto [buf, n] : {std::pair{&q, q_elems}, {&k, kv_elems},
+                          {&v, kv_elems}, {&o, q_elems}}) {
+      if (absl::Status s = buf->Allocate(n * 2); !s.ok()) return s;
+    }
+    if (absl::Status s = d_->Check(
+            d_->cuMemcpyHtoD(q.get(), hq.data(), q_elems * 2), "copy Q");
+        !s.ok()) {
+      return s;
+    }
+    d_->cuMemcpyHtoD(k.get(), hk.data(), kv_elems * 2);
+    d_->cuMemcpyHtoD(v.get(), hv.data(), kv_elems * 2);
+    const uint16_t nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;
+    d_->cuMemsetD16(o.get(), nan_bits, q_elems);
+
+    AttentionParams params{};
+    params.q = reinterpret_cast<const void*>(q.get());
+    params.k = reinterpret_cast<const void*>(k.get());
+    params.v = reinterpret_cast<const void*>(v.get());
+    params.o = reinterpret_cast<void*>(o.get());
+    const long long d = p.head_dim;
+    params.q_row_stride = params.o_row_stride = d;
+    params.q_head_stride = params.o_head_stride = p.seq_q * d;
+    params.q_batch_stride = params.o_batch_stride = p.heads * p.seq_q * d;
+    params.k_row_stride = params.v_row_stride = d;
+    params.k_head_stride = params.v_head_stride = p.seq_k * d;
+    params.k_batch_stride = params.v_batch_stride = p.kv_heads * p.seq_k * d;
+    params.batch = static_cast<int>(p.batch);
+    params.heads = static_cast<int>(p.heads);
+    params.kv_heads = static_cast<int>(p.kv_heads);
+    params.seq_q = static_cast<int>(p.seq_q);
+    params.seq_k = static_cast<int>(p.seq_k);
+    params.causal = p.causal ? 1 : 0;
+    params.scale_log2 =
+        static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
+    void* args[] = {&params};
+    auto launch = [&]() {
+      return d_->cuLaunchKernel(fn, g.grid[0], g.grid[1], g.grid[2],
+                                g.block_threads, 1, 1,
+                                static_cast<unsigned>(g.smem_bytes), nullptr,
+                                args, nullptr);
+    };
+
+    // Correctness.
+    if (CUresult r = launch(); r != CUDA_SUCCESS) {
+      return Rejected(TrialStatus::kResourceRejected,
+                      d_->Check(r, "launch").ToString());
+    }
+    if (CUresult r = d_->cuCtxSynchronize(); r != CUDA_SUCCESS) {
+      broken_ = absl::InternalError(absl::StrCat(
+          "the CUDA context is unusable after a faulting kernel (",
+          d_->Check(r, "kernel").message(), "); restart the evaluator"));
+      return Rejected(TrialStatus::kCrashed, d_->Check(r, "kernel").ToString());
+    }
+    std::vector<uint16_t> ho(q_elems);
+    if (absl::Status s = d_->Check(
+            d_->cuMemcpyDtoH(ho.data(), o.get(), q_elems * 2), "copy O");
+        !s.ok()) {
+      return s;
+    }
+    for (size_t i = 0; i < q_elems; ++i) {
+      if (!std::isfinite(HalfBitsToFloat(ho[i], p.dtype))) {
+        return Rejected(
+            TrialStatus::kIncorrect,
+            absl::StrCat("output element ", i,
+                         " is NaN or infinite (unwritten or overflowed)"));
+      }
+    }
+    std::vector<RowIndex> rows = SampleRows(p);
+    std::vector<float> want = ReferenceRows(p, fq, fk, fv, rows);
+    std::vector<float> got;
+    got.reserve(want.size());
+    for (const RowIndex& r : rows) {
+      const size_t base = ((r.batch * p.heads + r.head) * p.seq_q + r.row) * d;
+      for (int64_t c = 0; c < d; ++c) {
+        got.push_back(HalfBitsToFloat(ho[base + c], p.dtype));
+      }
+    }
+    const ErrorStats err = CompareRows(got, want);
+    const Tolerance tol = ToleranceFor(p.dtype);
+    if (err.max_abs > tol.max_abs || err.rel_l2 > tol.rel_l2) {
+      return Rejected(
+          TrialStatus::kIncorrect,
+          absl::StrFormat("max abs error %.3g (limit %.3g), relative L2 error "
+                          "%.3g (limit %.3g) over %d sampled rows",
+                          err.max_abs, tol.max_abs, err.rel_l2, tol.rel_l2,
+                          static_cast<int>(rows.size())));
+    }
+    return Time(launch);
+  }
+
+  // First and last rows of every edge, plus random ones.
+  std::vector<RowIndex> SampleRows(const Problem& p) {
+    std::vector<RowIndex> rows = {
+        {0, 0, 0},
+        {p.batch - 1, p.heads - 1, p.seq_q - 1},
+        {0, p.heads - 1, std::min<int64_t>(p.seq_q - 1, 17)},
+    };
+    std::uniform_int_distribution<int64_t> b(0, p.batch - 1),
+        h(0, p.heads - 1), r(0, p.seq_q - 1);
+    const int64_t total = p.batch * p.heads * p.seq_q;
+    const int64_t n = std::min<int64_t>(kCheckedRows, total);
+    while (static_cast<int64_t>(rows.size()) < n) {
+      rows.push_back({b(rng_), h(rng_), r(rng_)});
+    }
+    return rows;
+  }
+
+  template <typename Launch>
+  absl::StatusOr<TrialResult> Time(const Launch& launch) {
+    CUevent start, stop;
+    d_->cuEventCreate(&start, CU_EVENT_DEFAULT);
+    d_->cuEventCreate(&stop, CU_EVENT_DEFAULT);
+    auto cleanup = [&] {
+      d_->cuEventDestroy(start);
+      d_->cuEventDestroy(stop);
+    };
+    auto time_launches = [&](int n, double* us) -> absl::Status {
+      d_->cuEventRecord(start, nullptr);
+      for (int i = 0; i < n; ++i) {
+        if (absl::Status s = d_->Check(launch(), "launch"); !s.ok()) return s;
+      }
+      d_->cuEventRecord(stop, nullptr);
+      if (absl::Status s =
+              d_->Check(d_->cuEventSynchronize(stop), "cuEventSynchronize");
+          !s.ok()) {
+        return s;
+      }
+      float ms = 0;
+      d_->cuEventElapsedTime(&ms, start, stop);
+      *us = ms * 1000.0;
+      return absl::OkStatus();
+    };
+    // Warm-up, and an estimate of one launch to size the samples.
+    double us = 0;
+    absl::Status s = time_launches(3, &us);
+    int per_sample = 1;
+    if (s.ok()) {
+      per_sample = static_cast<int>(std::ceil(kMinSampleUs / std::max(us / 3, 0.5)));
+      per_sample = std::clamp(per_sample, 1, 10000);
+    }
+    std::vector<double> samples;
+    for (int i = 0; s.ok() && i < kTimingSamples; ++i) {
+      s = time_launches(per_sample, &us);
+      samples.push_back(us / per_sample);
+    }
+    cleanup();
+    if (!s.ok()) {
+      broken_ = s;
+      return Rejected(TrialStatus::kCrashed, s.ToString());
+    }
+    std::sort(samples.begin(), samples.end());
+    TrialResult r;
+    r.status = TrialStatus::kOk;
+    r.median_us = samples[samples.size() / 2];
+    r.min_us = samples.front();
+    r.p90_us = samples[(samples.size() * 9) / 10];
+    double mean = 0, var = 0;
+    for (double x : samples) mean += x;
+    mean /= samples.size();
+    for (double x : samples) var += (x - mean) * (x - mean);
+    r.cv = mean > 0 ? std::sqrt(var / samples.size()) / mean : 0;
+    return r;
+  }
+
+  const CudaDriver* d_;
+  CUdevice dev_;
+  CUcontext ctx_;
+  DeviceInfo info_;
+  std::mt19937_64 rng_{std::random_device{}()};
+  absl::Status broken_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(int ordinal) {
+  absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(ordinal);
+  if (!info.ok()) return info.status();
+  const CudaDriver* d = *CudaDriver::Get();
+  CUdevice dev;
+  if (absl::Status s = d->Check(d->cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+      !s.ok()) {
+    return s;
+  }
+  CUcontext ctx;
+  if (absl::Status s = d->Check(d->cuDevicePrimaryCtxRetain(&ctx, dev),
+                                "cuDevicePrimaryCtxRetain");
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<Evaluator>(
+      new CudaEvaluator(d, dev, ctx, *std::move(info)));
+}
+
+}  // namespace evotune

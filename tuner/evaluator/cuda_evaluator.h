@@ -1,0 +1,32 @@
+// The GPU evaluator: compiles a candidate with NVRTC for the device's exact
+// architecture, validates it against the host reference on fresh random
+// inputs, and times it with CUDA events.
+//
+// Gates, in order (each outcome is a TrialStatus):
+//   1. constraints (space, shared memory, threads)   -> resource_rejected
+//   2. NVRTC compile                                 -> compile_error
+//   3. load; registers and local memory read back;
+//      a config that spills is rejected              -> resource_rejected
+//   4. correctness: output poisoned with NaN, inputs
+//      random and nonzero, every element finite and
+//      sampled rows within tolerance of the reference -> incorrect
+//   5. timing: warm-up, then >= 10 samples of enough back-to-back launches
+//      to last >= 100 us each; median, min, p90 and CV per launch.
+// A launch that faults leaves the CUDA context unusable: the trial is
+// recorded as crashed and every later call fails (the process must restart).
+#ifndef EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_
+#define EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "tuner/evaluator/evaluator.h"
+
+namespace evotune {
+
+// UNAVAILABLE "no CUDA device: ..." when the driver or device is missing.
+absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(int ordinal);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_

@@ -1,0 +1,32 @@
+// Evaluator: turns (template, config, problem) into a TrialResult.
+#ifndef EVOTUNE_TUNER_EVALUATOR_EVALUATOR_H_
+#define EVOTUNE_TUNER_EVALUATOR_EVALUATOR_H_
+
+#include "absl/status/statusor.h"
+#include "kernel_templates/kernel_template.h"
+#include "tuner/space/config.h"
+#include "tuner/space/problem.h"
+#include "tuner/space/trial.h"
+
+namespace evotune {
+
+// A bad candidate (does not compile, exceeds resources, wrong output, ...) is
+// data: an OK StatusOr whose TrialResult says so. A non-OK status means the
+// evaluator itself cannot work (no device, out of device memory for the
+// inputs, ...) and the job should stop. Implementations need not be
+// thread-safe: callers evaluate one candidate at a time per evaluator.
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+
+  // The device results are keyed on. Stable for the evaluator's lifetime.
+  virtual const DeviceInfo& device() const = 0;
+
+  virtual absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
+                                               const Config& config,
+                                               const Problem& problem) = 0;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_EVALUATOR_H_

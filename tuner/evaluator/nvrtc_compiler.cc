@@ -1,0 +1,85 @@
+#include "tuner/evaluator/nvrtc_compiler.h"
+
+#include <nvrtc.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernel_templates/embedded_sources.h"
+
+namespace evotune {
+namespace {
+
+absl::Status NvrtcError(nvrtcResult r, absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat("NVRTC ", what, ": ", nvrtcGetErrorString(r)));
+}
+
+struct ProgramDeleter {
+  void operator()(nvrtcProgram* p) const {
+    if (*p != nullptr) nvrtcDestroyProgram(p);
+    delete p;
+  }
+};
+
+}  // namespace
+
+std::string ArchName(int cc_major, int cc_minor) {
+  return absl::StrCat("sm_", cc_major, cc_minor);
+}
+
+absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
+                                              const Config& config,
+                                              const Problem& problem,
+                                              const std::string& arch) {
+  std::vector<const char*> header_sources;
+  std::vector<const char*> header_names;
+  for (const EmbeddedFile& h : EmbeddedHeaders()) {
+    header_sources.push_back(h.source);
+    header_names.push_back(h.name);
+  }
+  std::unique_ptr<nvrtcProgram, ProgramDeleter> program(new nvrtcProgram());
+  const std::string file_name = t.name + ".cu";
+  if (nvrtcResult r = nvrtcCreateProgram(
+          program.get(), t.source.c_str(), file_name.c_str(),
+          static_cast<int>(header_sources.size()), header_sources.data(),
+          header_names.data());
+      r != NVRTC_SUCCESS) {
+    return NvrtcError(r, "create program");
+  }
+  std::vector<std::string> options = CompileDefines(config, problem);
+  options.push_back(absl::StrCat("--gpu-architecture=", arch));
+  options.push_back("-std=c++17");
+  options.push_back("--device-as-default-execution-space");
+  std::vector<const char*> option_ptrs;
+  for (const std::string& o : options) option_ptrs.push_back(o.c_str());
+
+  CompileResult result;
+  const nvrtcResult compiled = nvrtcCompileProgram(
+      *program, static_cast<int>(option_ptrs.size()), option_ptrs.data());
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(*program, &log_size);
+  result.log.resize(log_size);
+  if (log_size > 0) nvrtcGetProgramLog(*program, result.log.data());
+  while (!result.log.empty() &&
+         (result.log.back() == '\0' || result.log.back() == '\n')) {
+    result.log.pop_back();
+  }
+  if (compiled == NVRTC_ERROR_COMPILATION) return result;
+  if (compiled != NVRTC_SUCCESS) return NvrtcError(compiled, "compile");
+  size_t cubin_size = 0;
+  if (nvrtcResult r = nvrtcGetCUBINSize(*program, &cubin_size);
+      r != NVRTC_SUCCESS) {
+    return NvrtcError(r, "get cubin size");
+  }
+  result.cubin.resize(cubin_size);
+  if (nvrtcResult r = nvrtcGetCUBIN(*program, result.cubin.data());
+      r != NVRTC_SUCCESS) {
+    return NvrtcError(r, "get cubin");
+  }
+  result.ok = true;
+  return result;
+}
+
+}  // namespace evotune

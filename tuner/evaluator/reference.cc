@@ -1,0 +1,130 @@
+#include "tuner/evaluator/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace evotune {
+
+uint16_t FloatToHalfBits(float f, DType dtype) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  if (dtype == DType::kBf16) {
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN.
+    const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+    return static_cast<uint16_t>((x + rounding) >> 16);
+  }
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // Inf.
+  if (abs < 0x38800000u) {
+    // Subnormal half: scale so that the integer rounding is exact.
+    const float scaled = std::fabs(f) * 16777216.0f;  // 2^24.
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(
+                                            std::nearbyint(scaled)));
+  }
+  const uint32_t exponent = ((abs >> 23) - 112) << 10;
+  const uint32_t mantissa = abs & 0x7fffffu;
+  uint32_t h = exponent | (mantissa >> 13);
+  const uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float HalfBitsToFloat(uint16_t bits, DType dtype) {
+  uint32_t x;
+  if (dtype == DType::kBf16) {
+    x = static_cast<uint32_t>(bits) << 16;
+  } else {
+    const uint32_t sign = (bits & 0x8000u) << 16;
+    const uint32_t exponent = (bits >> 10) & 0x1fu;
+    const uint32_t mantissa = bits & 0x3ffu;
+    if (exponent == 0) {
+      const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+      return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 31) {
+      x = sign | 0x7f800000u | (mantissa << 13);
+    } else {
+      x = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    }
+  }
+  float f;
+  std::memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
+std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
+                                 const std::vector<float>& k,
+                                 const std::vector<float>& v,
+                                 const std::vector<RowIndex>& rows) {
+  const int64_t d = p.head_dim;
+  const int64_t group = p.heads / p.kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<float> out;
+  out.reserve(rows.size() * d);
+  std::vector<double> scores(p.seq_k);
+  std::vector<double> acc(d);
+  for (const RowIndex& r : rows) {
+    const float* qrow = &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d];
+    const int64_t kv_head = r.head / group;
+    const float* kbase = &k[(r.batch * p.kv_heads + kv_head) * p.seq_k * d];
+    const float* vbase = &v[(r.batch * p.kv_heads + kv_head) * p.seq_k * d];
+    int64_t visible = p.seq_k;
+    if (p.causal) {
+      visible = std::clamp<int64_t>(r.row + p.seq_k - p.seq_q + 1, 0, p.seq_k);
+    }
+    std::fill(acc.begin(), acc.end(), 0.0);
+    if (visible > 0) {
+      double max_score = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < visible; ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          s += static_cast<double>(qrow[c]) * kbase[j * d + c];
+        }
+        scores[j] = s * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < visible; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+      }
+      for (int64_t j = 0; j < visible; ++j) {
+        const double w = scores[j] / sum;
+        for (int64_t c = 0; c < d; ++c) acc[c] += w * vbase[j * d + c];
+      }
+    }
+    for (int64_t c = 0; c < d; ++c) out.push_back(static_cast<float>(acc[c]));
+  }
+  return out;
+}
+
+ErrorStats CompareRows(const std::vector<float>& got,
+                       const std::vector<float>& want) {
+  ErrorStats e;
+  double diff2 = 0, want2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = i < got.size() ? got[i] : std::nan("");
+    if (!std::isfinite(g)) {
+      e.max_abs = e.rel_l2 = std::numeric_limits<double>::infinity();
+      return e;
+    }
+    const double delta = g - want[i];
+    e.max_abs = std::max(e.max_abs, std::fabs(delta));
+    diff2 += delta * delta;
+    want2 += static_cast<double>(want[i]) * want[i];
+  }
+  e.rel_l2 = want2 > 0 ? std::sqrt(diff2 / want2) : std::sqrt(diff2);
+  return e;
+}
+
+Tolerance ToleranceFor(DType dtype) {
+  // fp16 output rounding alone is ~5e-4 relative and bf16 ~4e-3; kernels
+  // that round P to the input type before the PV product add about as much.
+  return dtype == DType::kBf16 ? Tolerance{5e-2, 2e-2} : Tolerance{1e-2, 4e-3};
+}
+
+}  // namespace evotune

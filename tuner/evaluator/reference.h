@@ -1,0 +1,52 @@
+// The independent reference the evaluator validates candidates against: a
+// plain fp32 attention on the host, written separately from the templates, and
+// the fp16/bf16 conversions it needs.
+#ifndef EVOTUNE_TUNER_EVALUATOR_REFERENCE_H_
+#define EVOTUNE_TUNER_EVALUATOR_REFERENCE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "tuner/space/problem.h"
+
+namespace evotune {
+
+// Round-to-nearest-even conversions of the 16-bit storage formats.
+uint16_t FloatToHalfBits(float f, DType dtype);
+float HalfBitsToFloat(uint16_t bits, DType dtype);
+
+// One output row: query row `row` of head `head` in batch `batch`.
+struct RowIndex {
+  int64_t batch = 0;
+  int64_t head = 0;
+  int64_t row = 0;
+};
+
+// Computes the given output rows (head_dim floats each, concatenated) from
+// contiguous bhsd inputs already converted to float. Follows the masking
+// rules documented on Problem; accumulates in double.
+std::vector<float> ReferenceRows(const Problem& problem,
+                                 const std::vector<float>& q,
+                                 const std::vector<float>& k,
+                                 const std::vector<float>& v,
+                                 const std::vector<RowIndex>& rows);
+
+// Error of `got` against `want` (same length): max |got - want| and
+// ||got - want||_2 / ||want||_2. NaN in got makes both infinite.
+struct ErrorStats {
+  double max_abs = 0;
+  double rel_l2 = 0;
+};
+ErrorStats CompareRows(const std::vector<float>& got,
+                       const std::vector<float>& want);
+
+// Acceptance thresholds per dtype (documented in README.md).
+struct Tolerance {
+  double max_abs;
+  double rel_l2;
+};
+Tolerance ToleranceFor(DType dtype);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_REFERENCE_H_

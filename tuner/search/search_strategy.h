@@ -1,0 +1,48 @@
+// SearchStrategy: decides which configs to evaluate next (ask/tell).
+//
+// No threads, no I/O, no clock: every decision follows from the constructor
+// arguments (including the seed) and the reported results, so a strategy is
+// deterministic and testable without a GPU. Budgets are enforced by the
+// caller; Done() means the strategy itself has nothing more to propose.
+#ifndef EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_
+#define EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/space/config.h"
+#include "tuner/space/trial.h"
+
+namespace evotune {
+
+class SearchStrategy {
+ public:
+  virtual ~SearchStrategy() = default;
+
+  // Up to n configs never proposed or reported before; fewer (or none) when
+  // the strategy has less to offer.
+  virtual std::vector<Config> Propose(int n) = 0;
+
+  // Results of evaluated configs, proposed by this strategy or not (a resumed
+  // job reports what the store already holds before proposing again).
+  virtual void Report(
+      const std::vector<std::pair<Config, TrialResult>>& results) = 0;
+
+  virtual bool Done() const = 0;
+};
+
+// Names accepted by MakeStrategy.
+const std::vector<std::string>& StrategyNames();
+
+// "random": uniform without replacement over `feasible`; "exhaustive": every
+// config of `feasible` in order. INVALID_ARGUMENT for an unknown name.
+absl::StatusOr<std::unique_ptr<SearchStrategy>> MakeStrategy(
+    const std::string& name, std::vector<Config> feasible, uint64_t seed);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_

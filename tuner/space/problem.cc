@@ -1,0 +1,138 @@
+#include "tuner/space/problem.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace evotune {
+namespace {
+
+absl::Status FieldError(absl::string_view prefix, absl::string_view field,
+                        absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(prefix, ".", field, ": ", message));
+}
+
+absl::Status CheckRange(absl::string_view prefix, absl::string_view field,
+                        int64_t value, int64_t max) {
+  if (value < 1 || value > max) {
+    return FieldError(prefix, field,
+                      absl::StrCat("must be in [1, ", max, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view DTypeName(DType dtype) {
+  return dtype == DType::kBf16 ? "bf16" : "fp16";
+}
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  if (name == "fp16") return DType::kFp16;
+  if (name == "bf16") return DType::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name, "\" (fp16 or bf16)"));
+}
+
+bool Problem::operator==(const Problem& o) const {
+  return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
+         seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
+         causal == o.causal && dtype == o.dtype;
+}
+
+absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
+  if (absl::Status s = CheckRange(prefix, "batch", p.batch, kMaxBatch);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(prefix, "heads", p.heads, kMaxHeads);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(prefix, "kv_heads", p.kv_heads, p.heads);
+      !s.ok()) {
+    return s;
+  }
+  if (p.heads % p.kv_heads != 0) {
+    return FieldError(prefix, "kv_heads",
+                      absl::StrCat("must divide heads (", p.heads, "), got ",
+                                   p.kv_heads));
+  }
+  if (absl::Status s = CheckRange(prefix, "seq_q", p.seq_q, kMaxSeqLen);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(prefix, "seq_k", p.seq_k, kMaxSeqLen);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(prefix, "head_dim", p.head_dim, kMaxHeadDim);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
+  const int64_t k_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
+  if (q_elems > kMaxTensorElements) {
+    return FieldError(prefix, "seq_q",
+                      absl::StrCat("batch*heads*seq_q*head_dim = ", q_elems,
+                                   " exceeds ", kMaxTensorElements));
+  }
+  if (k_elems > kMaxTensorElements) {
+    return FieldError(prefix, "seq_k",
+                      absl::StrCat("batch*kv_heads*seq_k*head_dim = ", k_elems,
+                                   " exceeds ", kMaxTensorElements));
+  }
+  return absl::OkStatus();
+}
+
+std::string ProblemKey(const Problem& p) {
+  return absl::StrCat("b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q",
+                      p.seq_q, "_k", p.seq_k, "_d", p.head_dim, "_",
+                      p.causal ? "causal" : "full", "_", DTypeName(p.dtype),
+                      "_bhsd");
+}
+
+absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
+  std::vector<absl::string_view> parts = absl::StrSplit(key, '_');
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed problem key \"", key, "\""));
+  };
+  if (parts.size() != 9 || parts[8] != "bhsd") return bad();
+  Problem p;
+  const std::pair<absl::string_view, int64_t*> numeric[] = {
+      {"b", &p.batch}, {"h", &p.heads},  {"kv", &p.kv_heads},
+      {"q", &p.seq_q}, {"k", &p.seq_k}, {"d", &p.head_dim}};
+  for (int i = 0; i < 6; ++i) {
+    absl::string_view part = parts[i];
+    if (!absl::ConsumePrefix(&part, numeric[i].first) ||
+        !absl::SimpleAtoi(part, numeric[i].second)) {
+      return bad();
+    }
+  }
+  if (parts[6] != "causal" && parts[6] != "full") return bad();
+  p.causal = parts[6] == "causal";
+  absl::StatusOr<DType> dtype = ParseDType(parts[7]);
+  if (!dtype.ok()) return bad();
+  p.dtype = *dtype;
+  return p;
+}
+
+double ProblemFlops(const Problem& p) {
+  double pairs = static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);
+  if (p.causal) {
+    // Query row i sees min(seq_k, max(0, i + seq_k - seq_q + 1)) keys.
+    pairs = 0;
+    for (int64_t i = 0; i < p.seq_q; ++i) {
+      pairs += static_cast<double>(
+          std::clamp<int64_t>(i + p.seq_k - p.seq_q + 1, 0, p.seq_k));
+    }
+  }
+  return 4.0 * static_cast<double>(p.batch * p.heads * p.head_dim) * pairs;
+}
+
+}  // namespace evotune

@@ -1,0 +1,64 @@
+// An attention problem and its canonical key.
+#ifndef EVOTUNE_TUNER_SPACE_PROBLEM_H_
+#define EVOTUNE_TUNER_SPACE_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace evotune {
+
+enum class DType { kFp16, kBf16 };
+
+// "fp16" or "bf16".
+absl::string_view DTypeName(DType dtype);
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+
+// softmax(Q K^T * head_dim^-0.5) V over contiguous [batch, heads, seq,
+// head_dim] tensors (layout "bhsd"). K and V have kv_heads heads; query head h
+// reads kv head h / (heads / kv_heads). With causal set, query row i sees keys
+// j <= i + seq_k - seq_q (the mask is aligned to the bottom-right corner, as in
+// FlashAttention 2); a row that sees no key outputs zeros.
+struct Problem {
+  int64_t batch = 1;
+  int64_t heads = 1;
+  int64_t kv_heads = 1;
+  int64_t seq_q = 1;
+  int64_t seq_k = 1;
+  int64_t head_dim = 64;
+  bool causal = false;
+  DType dtype = DType::kFp16;
+
+  bool operator==(const Problem& o) const;
+  bool operator!=(const Problem& o) const { return !(*this == o); }
+};
+
+// Documented limits of a problem's fields (inclusive).
+inline constexpr int64_t kMaxBatch = 4096;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxSeqLen = 1 << 20;
+inline constexpr int64_t kMaxHeadDim = 256;
+// Elements of one of Q, K, V or O, so that 32-bit element offsets suffice
+// within a head and the tensors fit a single GPU.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
+
+// Checks the fields against the limits above and each other. Errors are
+// INVALID_ARGUMENT and start with "<field_prefix>.<field>: ".
+absl::Status ValidateProblem(const Problem& problem,
+                             absl::string_view field_prefix = "problem");
+
+// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd". Two
+// problems have the same key exactly when they are equal.
+std::string ProblemKey(const Problem& problem);
+absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
+
+// Floating-point operations of one forward pass: 4 * B * H * Sq * Sk * D, for
+// causal problems only the unmasked part.
+double ProblemFlops(const Problem& problem);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_SPACE_PROBLEM_H_
