@@ -119,11 +119,18 @@ std::string DeviceCacheKey(const DeviceInfo& d) {
                       "\x1f", d.driver_version, "\x1f", d.nvrtc_version);
 }
 
-std::string TemplateIdList(const std::vector<int64_t>& ids) {
-  return absl::StrJoin(ids, ",");
-}
-
 }  // namespace
+
+std::string TopKSql(int n_templates) {
+  std::vector<std::string> marks(n_templates, "?");
+  // The trials_best index yields rows in median_us order for the (device,
+  // problem) prefix; the template filter is applied while scanning it.
+  return absl::StrCat(
+      "SELECT template_id, ", kTrialColumns,
+      " FROM trials INDEXED BY trials_best WHERE device_id = ? AND "
+      "problem_id = ? AND status = 1 AND template_id IN (",
+      absl::StrJoin(marks, ","), ") ORDER BY median_us LIMIT ?");
+}
 
 bool IsFinal(JobState state) {
   return state == JobState::kSucceeded || state == JobState::kFailed ||
@@ -496,16 +503,14 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
     by_id[*id] = &t;
   }
   if (template_ids.empty()) return out;
-  // The trials_best index yields rows in median_us order for the (device,
-  // problem) prefix; the template filter is applied while scanning it.
-  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
-      "SELECT template_id, ", kTrialColumns,
-      " FROM trials INDEXED BY trials_best WHERE device_id = ? AND "
-      "problem_id = ? AND status = 1 AND template_id IN (",
-      TemplateIdList(template_ids), ") ORDER BY median_us LIMIT ?"));
+  absl::StatusOr<Statement*> sel =
+      db->Prepare(TopKSql(static_cast<int>(template_ids.size())));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
-  (*sel)->Bind(1, *device_id).Bind(2, *problem_id).Bind(3, int64_t{k});
+  int index = 1;
+  (*sel)->Bind(index++, *device_id).Bind(index++, *problem_id);
+  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
+  (*sel)->Bind(index, int64_t{k});
   while (true) {
     absl::StatusOr<bool> row = (*sel)->Step();
     if (!row.ok()) return row.status();

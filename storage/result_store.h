@@ -85,6 +85,10 @@ struct RankedTrial {
   StoredTrial trial;
 };
 
+// The statement TopK runs for n templates (parameters: device id, problem id,
+// the n template ids, k), exposed so that tests and tools can EXPLAIN it.
+std::string TopKSql(int n_templates);
+
 class ResultStore {
  public:
   // Opens or creates the database at path and migrates it to kSchemaVersion.

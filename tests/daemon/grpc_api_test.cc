@@ -1,0 +1,378 @@
+// The API end to end in one process: GrpcTuner over a real server, a real
+// SQLite store on a temporary file and the synthetic evaluator.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tuner/daemon/grpc_service.h"
+#include "tuner/daemon/job_manager.h"
+#include "tuner/daemon/tuning_service.h"
+#include "tuner/evaluator/synthetic_evaluator.h"
+#include "tuner/search/search_strategy.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Counts evaluations, so tests can tell measured trials from stored ones.
+class CountingEvaluator : public Evaluator {
+ public:
+  explicit CountingEvaluator(std::atomic<int>* count)
+      : inner_(SyntheticEvaluator::Options{}), count_(count) {}
+  const DeviceInfo& device() const override { return inner_.device(); }
+  absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
+                                       const Config& c,
+                                       const Problem& p) override {
+    ++*count_;
+    return inner_.Evaluate(t, c, p);
+  }
+
+ private:
+  SyntheticEvaluator inner_;
+  std::atomic<int>* count_;
+};
+
+class Daemon {
+ public:
+  Daemon(const std::string& db, const std::string& token,
+         std::atomic<int>* evaluations, bool with_device = true) {
+    store_ = *ResultStore::Open(db);
+    std::unique_ptr<Evaluator> evaluator;
+    if (with_device) evaluator = std::make_unique<CountingEvaluator>(evaluations);
+    jobs_ = std::make_unique<JobManager>(
+        store_.get(), &TemplateRegistry::Builtin(), std::move(evaluator),
+        absl::UnavailableError("no CUDA device: none in this test"));
+    service_ = std::make_unique<TuningService>(
+        store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
+    grpc_ = std::make_unique<GrpcTuner>(service_.get(), token);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(grpc_.get());
+    server_ = builder.BuildAndStart();
+    EXPECT_TRUE(jobs_->Start().ok());
+    stub_ = v1::Tuner::NewStub(server_->InProcessChannel({}));
+  }
+  ~Daemon() {
+    server_->Shutdown();
+    jobs_->Shutdown();
+  }
+  v1::Tuner::Stub* stub() { return stub_.get(); }
+  ResultStore* store() { return store_.get(); }
+  JobManager* jobs() { return jobs_.get(); }
+
+ private:
+  std::unique_ptr<ResultStore> store_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<TuningService> service_;
+  std::unique_ptr<GrpcTuner> grpc_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Tuner::Stub> stub_;
+};
+
+v1::SubmitSearchRequest SeedRequest(int max_trials = 8) {
+  v1::SubmitSearchRequest r;
+  r.set_template_name("naive");
+  v1::Problem* p = r.mutable_problem();
+  p->set_batch(1);
+  p->set_heads(8);
+  p->set_kv_heads(8);
+  p->set_seq_q(512);
+  p->set_seq_k(512);
+  p->set_head_dim(64);
+  p->set_dtype(v1::DTYPE_FP16);
+  r.mutable_budget()->set_max_trials(max_trials);
+  r.mutable_budget()->set_max_seconds(600);
+  r.set_seed(3);
+  return r;
+}
+
+class GrpcApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("api_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    db_ = (dir_ / "evotune.db").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Watches to the end; returns the updates.
+  static std::vector<v1::JobUpdate> WatchAll(Daemon& d, const std::string& id,
+                                             uint64_t from = 0) {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    req.set_from_sequence(from);
+    auto reader = d.stub()->WatchJob(&ctx, req);
+    std::vector<v1::JobUpdate> out;
+    v1::JobUpdate u;
+    while (reader->Read(&u)) out.push_back(u);
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  std::string db_;
+  std::atomic<int> evaluations_{0};
+};
+
+TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
+  Daemon d(db_, "", &evaluations_);
+  struct Case {
+    std::string what;
+    std::function<void(v1::SubmitSearchRequest&)> mutate;
+    grpc::StatusCode code;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {"no template", [](auto& r) { r.clear_template_name(); },
+       grpc::INVALID_ARGUMENT, "template_name:"},
+      {"unknown template", [](auto& r) { r.set_template_name("flash9"); },
+       grpc::INVALID_ARGUMENT, "template_name:"},
+      {"no problem", [](auto& r) { r.clear_problem(); },
+       grpc::INVALID_ARGUMENT, "problem:"},
+      {"head_dim the template lacks",
+       [](auto& r) { r.mutable_problem()->set_head_dim(96); },
+       grpc::INVALID_ARGUMENT, "problem.head_dim:"},
+      {"kv_heads not dividing heads",
+       [](auto& r) { r.mutable_problem()->set_kv_heads(3); },
+       grpc::INVALID_ARGUMENT, "problem.kv_heads:"},
+      {"kv_heads above heads",
+       [](auto& r) { r.mutable_problem()->set_kv_heads(16); },
+       grpc::INVALID_ARGUMENT, "problem.kv_heads:"},
+      {"seq_q zero", [](auto& r) { r.mutable_problem()->set_seq_q(0); },
+       grpc::INVALID_ARGUMENT, "problem.seq_q:"},
+      {"seq_k above the limit",
+       [](auto& r) { r.mutable_problem()->set_seq_k(kMaxSeqLen + 1); },
+       grpc::INVALID_ARGUMENT, "problem.seq_k:"},
+      {"batch zero", [](auto& r) { r.mutable_problem()->set_batch(0); },
+       grpc::INVALID_ARGUMENT, "problem.batch:"},
+      {"heads zero", [](auto& r) { r.mutable_problem()->set_heads(0); },
+       grpc::INVALID_ARGUMENT, "problem.heads:"},
+      {"dtype unspecified",
+       [](auto& r) { r.mutable_problem()->set_dtype(v1::DTYPE_UNSPECIFIED); },
+       grpc::INVALID_ARGUMENT, "problem.dtype:"},
+      {"dtype out of enum",
+       [](auto& r) { r.mutable_problem()->set_dtype(static_cast<v1::DType>(7)); },
+       grpc::INVALID_ARGUMENT, "problem.dtype:"},
+      {"max_trials zero", [](auto& r) { r.mutable_budget()->set_max_trials(0); },
+       grpc::INVALID_ARGUMENT, "budget.max_trials:"},
+      {"max_seconds zero",
+       [](auto& r) { r.mutable_budget()->set_max_seconds(0); },
+       grpc::INVALID_ARGUMENT, "budget.max_seconds:"},
+      {"max_seconds negative",
+       [](auto& r) { r.mutable_budget()->set_max_seconds(-5); },
+       grpc::INVALID_ARGUMENT, "budget.max_seconds:"},
+      {"max_seconds NaN",
+       [](auto& r) { r.mutable_budget()->set_max_seconds(NAN); },
+       grpc::INVALID_ARGUMENT, "budget.max_seconds:"},
+      {"unknown strategy", [](auto& r) { r.set_strategy("annealing"); },
+       grpc::INVALID_ARGUMENT, "strategy:"},
+      {"other device", [](auto& r) { r.set_device("NVIDIA L4"); },
+       grpc::INVALID_ARGUMENT, "device:"},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitSearchRequest req = SeedRequest();
+    c.mutate(req);
+    grpc::ClientContext ctx;
+    v1::SubmitSearchResponse resp;
+    grpc::Status s = d.stub()->SubmitSearch(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), StartsWith(c.field)) << c.what;
+  }
+  EXPECT_EQ(*d.store()->CountTrials(), 0);
+  EXPECT_TRUE(d.store()->ListJobs(std::nullopt)->empty());
+
+  // Ids and other calls.
+  grpc::ClientContext c1;
+  v1::GetJobRequest get;
+  get.set_job_id("j000000000000");
+  v1::Job job;
+  EXPECT_EQ(d.stub()->GetJob(&c1, get, &job).error_code(), grpc::NOT_FOUND);
+  grpc::ClientContext c2;
+  get.clear_job_id();
+  EXPECT_EQ(d.stub()->GetJob(&c2, get, &job).error_code(),
+            grpc::INVALID_ARGUMENT);
+  grpc::ClientContext c3;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("nope");
+  EXPECT_EQ(d.stub()->CancelJob(&c3, cancel, &job).error_code(),
+            grpc::NOT_FOUND);
+  grpc::ClientContext c4;
+  v1::QueryBestRequest best;
+  *best.mutable_problem() = SeedRequest().problem();
+  best.set_k(1000);
+  v1::QueryBestResponse best_resp;
+  grpc::Status s = d.stub()->QueryBest(&c4, best, &best_resp);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("k:"));
+  grpc::ClientContext c5;
+  v1::ListJobsRequest list;
+  list.set_state(static_cast<v1::JobState>(42));
+  v1::ListJobsResponse list_resp;
+  s = d.stub()->ListJobs(&c5, list, &list_resp);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("state:"));
+  EXPECT_TRUE(d.store()->ListJobs(std::nullopt)->empty());
+}
+
+TEST_F(GrpcApiTest, WithoutADeviceSearchesAreRefusedPlainly) {
+  Daemon d(db_, "", &evaluations_, /*with_device=*/false);
+  grpc::ClientContext ctx;
+  v1::SubmitSearchResponse resp;
+  grpc::Status s = d.stub()->SubmitSearch(&ctx, SeedRequest(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), StartsWith("no CUDA device"));
+  EXPECT_TRUE(d.store()->ListJobs(std::nullopt)->empty());
+}
+
+TEST_F(GrpcApiTest, TokenIsRequiredWhenSet) {
+  Daemon d(db_, "s3cret", &evaluations_);
+  v1::ListTemplatesResponse resp;
+  grpc::ClientContext none;
+  EXPECT_EQ(d.stub()->ListTemplates(&none, {}, &resp).error_code(),
+            grpc::UNAUTHENTICATED);
+  grpc::ClientContext wrong;
+  wrong.AddMetadata("authorization", "Bearer s3cre");
+  EXPECT_EQ(d.stub()->ListTemplates(&wrong, {}, &resp).error_code(),
+            grpc::UNAUTHENTICATED);
+  grpc::ClientContext right;
+  right.AddMetadata("authorization", "Bearer s3cret");
+  EXPECT_TRUE(d.stub()->ListTemplates(&right, {}, &resp).ok());
+  ASSERT_GE(resp.templates_size(), 1);
+  EXPECT_EQ(resp.templates(0).name(), "naive");
+  EXPECT_EQ(resp.templates(0).source_hash().size(), 16u);
+  EXPECT_GE(resp.templates(0).params_size(), 2);
+}
+
+TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
+  Daemon d(db_, "", &evaluations_);
+  grpc::ClientContext ctx;
+  v1::SubmitSearchResponse submitted;
+  ASSERT_TRUE(d.stub()->SubmitSearch(&ctx, SeedRequest(12), &submitted).ok());
+
+  std::vector<v1::JobUpdate> updates = WatchAll(d, submitted.job_id());
+  ASSERT_GE(updates.size(), 2u);
+  EXPECT_FALSE(updates.front().has_event());  // Snapshot first.
+  EXPECT_EQ(updates.back().job().state(), v1::JOB_STATE_SUCCEEDED);
+  std::vector<uint64_t> seqs;
+  std::set<std::string> configs;
+  for (const v1::JobUpdate& u : updates) {
+    if (!u.has_event()) continue;
+    seqs.push_back(u.event().sequence());
+    std::string key;
+    for (const auto& p : u.event().trial().config().params()) {
+      key += p.name() + "=" + std::to_string(p.value()) + ",";
+    }
+    configs.insert(key);
+  }
+  ASSERT_EQ(seqs.size(), 12u);
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i + 1);
+  EXPECT_EQ(configs.size(), 12u);
+  EXPECT_EQ(evaluations_, 12);
+
+  // A client that reconnects after event 5 gets exactly 6..12.
+  std::vector<v1::JobUpdate> rest = WatchAll(d, submitted.job_id(), 5);
+  std::vector<uint64_t> rest_seqs;
+  for (const auto& u : rest) {
+    if (u.has_event()) rest_seqs.push_back(u.event().sequence());
+  }
+  EXPECT_EQ(rest_seqs, (std::vector<uint64_t>{6, 7, 8, 9, 10, 11, 12}));
+
+  grpc::ClientContext c2;
+  v1::QueryBestRequest best;
+  *best.mutable_problem() = SeedRequest().problem();
+  best.set_k(3);
+  v1::QueryBestResponse resp;
+  ASSERT_TRUE(d.stub()->QueryBest(&c2, best, &resp).ok());
+  EXPECT_FALSE(resp.transferred());
+  ASSERT_EQ(resp.results_size(), 3);
+  EXPECT_LE(resp.results(0).trial().latency().median_us(),
+            resp.results(1).trial().latency().median_us());
+  EXPECT_EQ(resp.results(0).trial().trial_id(),
+            updates.back().job().best().trial_id());
+
+  // A different shape of the same class is answered by transfer.
+  grpc::ClientContext c3;
+  best.mutable_problem()->set_seq_q(1000);
+  ASSERT_TRUE(d.stub()->QueryBest(&c3, best, &resp).ok());
+  EXPECT_TRUE(resp.transferred());
+  EXPECT_EQ(resp.source_problem().seq_q(), 512u);
+  EXPECT_GE(resp.results_size(), 1);
+
+  // Cancelling the finished job is refused and changes nothing.
+  grpc::ClientContext c4;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(submitted.job_id());
+  v1::Job job;
+  grpc::Status s = d.stub()->CancelJob(&c4, cancel, &job);
+  EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION);
+  EXPECT_EQ(d.store()->GetJob(submitted.job_id())->state,
+            JobState::kSucceeded);
+
+  // A second job on the same problem reuses what the store knows.
+  grpc::ClientContext c5;
+  v1::SubmitSearchResponse second;
+  v1::SubmitSearchRequest again = SeedRequest(12);
+  ASSERT_TRUE(d.stub()->SubmitSearch(&c5, again, &second).ok());
+  updates = WatchAll(d, second.job_id());
+  int cached = 0;
+  for (const auto& u : updates) cached += u.has_event() && u.event().cached();
+  EXPECT_EQ(cached, 12);  // Same seed, same configs: nothing re-measured.
+  EXPECT_EQ(evaluations_, 12);
+}
+
+TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
+  std::string job_id;
+  std::vector<std::string> before;
+  {
+    // A daemon that stopped after 5 trials of a 15-trial job, as a kill -9
+    // would leave it: state running, five events stored.
+    auto store = *ResultStore::Open(db_);
+    SyntheticEvaluator synthetic({});
+    JobRecord job;
+    job.job_id = "jresume";
+    job.template_name = "naive";
+    job.template_hash = TemplateRegistry::Builtin().Find("naive")->hash;
+    job.problem.heads = job.problem.kv_heads = 8;
+    job.problem.seq_q = job.problem.seq_k = 512;
+    job.max_trials = 15;
+    job.max_seconds = 600;
+    job.strategy = "random";
+    job.seed = 9;
+    job.device = synthetic.device();
+    ASSERT_TRUE(store->CreateJob(job).ok());
+    auto order = MakeStrategy("random",
+                              FeasibleConfigs(*TemplateRegistry::Builtin().Find("naive"),
+                                              job.problem, job.device.limits),
+                              job.seed);
+    for (const Config& c : (*order)->Propose(5)) {
+      ASSERT_TRUE(store->AppendJobTrial(job, c, TrialResult{TrialStatus::kOk, 5, 5, 5, 0, ""}, false, 1).ok());
+      before.push_back(ConfigKey(c));
+    }
+    ASSERT_TRUE(store->SetJobState("jresume", JobState::kRunning, "").ok());
+    job_id = job.job_id;
+  }
+  Daemon d(db_, "", &evaluations_);
+  std::vector<v1::JobUpdate> updates = WatchAll(d, job_id);
+  EXPECT_EQ(updates.back().job().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(updates.back().job().trials_done(), 15u);
+  EXPECT_EQ(evaluations_, 10);  // Only the ten missing trials were measured.
+  auto events = d.store()->ListJobEvents(job_id, 0, 100);
+  ASSERT_EQ(events->size(), 15u);
+  std::set<std::string> keys;
+  for (const JobEvent& e : *events) keys.insert(ConfigKey(e.trial.config));
+  EXPECT_EQ(keys.size(), 15u);
+  for (const std::string& k : before) EXPECT_EQ(keys.count(k), 1u);
+  EXPECT_EQ(*d.store()->CountTrials(), 15);
+}
+
+}  // namespace
+}  // namespace evotune

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# End to end: evotuned on a temporary directory and a free port, driven by the
+# evotune CLI. Submits and watches a job to completion, queries the best
+# config, then kills the daemon with SIGKILL in the middle of a second job,
+# restarts it and checks that the job finishes with no stored trial lost or
+# measured again.
+#
+#   daemon_cli_test.sh EVOTUNED EVOTUNE
+set -euo pipefail
+evotuned=$1
+evotune=$2
+work=$(mktemp -d)
+daemon_pid=""
+cleanup() {
+  [ -n "$daemon_pid" ] && kill -9 "$daemon_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; echo "--- daemon log" >&2; cat "$work"/daemon*.log >&2 || true; exit 1; }
+
+start_daemon() {  # start_daemon LOGNAME DELAY_MS
+  rm -f "$work/port"
+  "$evotuned" --db="$work/evotune.db" --listen=127.0.0.1:0 \
+    --port_file="$work/port" --evaluator=synthetic \
+    --synthetic_delay_ms="$2" --synthetic_log="$work/evaluations.log" \
+    --token=e2e-token 2>"$work/$1.log" &
+  daemon_pid=$!
+  for _ in $(seq 100); do
+    [ -s "$work/port" ] && break
+    sleep 0.1
+  done
+  [ -s "$work/port" ] || fail "daemon did not start"
+  address=127.0.0.1:$(cat "$work/port")
+}
+
+cli() { "$evotune" --address="$address" --token=e2e-token "$@"; }
+sql() { sqlite3 "$work/evotune.db" "$1"; }
+
+# --- 1. submit, watch to completion, query best.
+start_daemon daemon1 5
+job=$(cli submit --template_name=naive --max_trials=12 --seed=1)
+[[ $job =~ ^j[0-9a-f]{12}$ ]] || fail "bad job id '$job'"
+cli watch "$job" >"$work/watch1.out" || fail "watch exited non-zero"
+grep -q "succeeded: 12 trials" "$work/watch1.out" || fail "watch summary: $(tail -1 "$work/watch1.out")"
+cli best --template_name=naive --k=3 >"$work/best.out"
+grep -q "exact match" "$work/best.out" || fail "best: $(cat "$work/best.out")"
+[ "$(grep -c '^[123] ' "$work/best.out")" = 3 ] || fail "best rows: $(cat "$work/best.out")"
+cli --json best --k=1 | grep -q '"median_us"' || fail "best --json"
+# Errors are one line and a non-zero exit.
+if cli submit --template_name=naive --head_dim=96 2>"$work/err"; then fail "bad submit accepted"; fi
+[ "$(wc -l <"$work/err")" = 1 ] && grep -q "problem.head_dim" "$work/err" || fail "error: $(cat "$work/err")"
+if "$evotune" --address="$address" jobs 2>"$work/err"; then fail "call without token accepted"; fi
+grep -q "bearer token" "$work/err" || fail "auth error: $(cat "$work/err")"
+if cli cancel "$job" 2>"$work/err"; then fail "cancel of a finished job accepted"; fi
+grep -q "already succeeded" "$work/err" || fail "cancel error: $(cat "$work/err")"
+
+# --- 2. kill -9 in the middle of a job, restart, finish.
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
+start_daemon daemon2 100
+problem=b1_h8_kv8_q1024_k1024_d64_full_fp16_bhsd
+job2=$(cli submit --template_name=naive --seq_q=1024 --max_trials=25 --seed=2)
+for _ in $(seq 300); do
+  done_now=$(sql "SELECT trials_done FROM jobs WHERE id='$job2'")
+  [ "$done_now" -ge 8 ] && break
+  sleep 0.05
+done
+kill -9 "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null || true
+daemon_pid=""
+stored=$(sql "SELECT t.id || ' ' || t.config_key FROM job_trials jt JOIN trials t ON t.id = jt.trial_id WHERE jt.job_id='$job2' ORDER BY jt.seq")
+n_stored=$(printf '%s\n' "$stored" | grep -c . || true)
+[ "$n_stored" -ge 8 ] && [ "$n_stored" -lt 25 ] || fail "killed after $n_stored trials, wanted a job in progress"
+evaluated_before=$(wc -l <"$work/evaluations.log")
+
+start_daemon daemon3 5
+cli watch "$job2" >"$work/watch2.out" || fail "watch after restart: $(tail -2 "$work/watch2.out")"
+grep -q "succeeded: 25 trials" "$work/watch2.out" || fail "resumed job: $(tail -1 "$work/watch2.out")"
+
+# Every trial stored before the kill is still there, under the same id and
+# sequence number, and none was measured again after the restart.
+after=$(sql "SELECT t.id || ' ' || t.config_key FROM job_trials jt JOIN trials t ON t.id = jt.trial_id WHERE jt.job_id='$job2' ORDER BY jt.seq")
+[ "$(printf '%s\n' "$after" | head -n "$n_stored")" = "$stored" ] || fail "stored trials changed across the restart"
+[ "$(sql "SELECT COUNT(*), COUNT(DISTINCT trial_id), MIN(seq), MAX(seq) FROM job_trials WHERE job_id='$job2'")" = "25|25|1|25" ] ||
+  fail "job events not 1..25 over distinct trials"
+tail -n +"$((evaluated_before + 1))" "$work/evaluations.log" | grep " $problem " | awk '{print $3}' | sort >"$work/measured_after"
+printf '%s\n' "$stored" | awk '{print $2}' | sort >"$work/stored_before"
+[ -z "$(comm -12 "$work/measured_after" "$work/stored_before")" ] ||
+  fail "measured again after restart: $(comm -12 "$work/measured_after" "$work/stored_before")"
+[ "$(sql "SELECT COUNT(*) FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.key='$problem'")" = 25 ] ||
+  fail "trials of the problem are not exactly 25"
+cli jobs --state=succeeded | grep -q "$job2" || fail "jobs --state"
+echo "e2e: 2 passed, 0 failed"

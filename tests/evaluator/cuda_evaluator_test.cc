@@ -1,0 +1,95 @@
+// GPU test (ctest label "gpu"): skipped where no CUDA device is present.
+#include "tuner/evaluator/cuda_evaluator.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+class CudaEvaluatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(0);
+    if (!e.ok()) GTEST_SKIP() << e.status().message();
+    evaluator_ = *std::move(e);
+  }
+  std::unique_ptr<Evaluator> evaluator_;
+};
+
+TEST_F(CudaEvaluatorTest, NaiveIsCorrectAcrossShapes) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  std::mt19937 gen(42);
+  int checked = 0;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 17},
+                              {17, 1},
+                              {128, 129},
+                              {129, 128},
+                              {1000, 1000}}) {
+          Problem p;
+          p.batch = 2;
+          p.heads = 4;
+          p.kv_heads = 2;  // GQA.
+          p.seq_q = sq;
+          p.seq_k = sk;
+          p.head_dim = d;
+          p.causal = causal;
+          p.dtype = dtype;
+          std::vector<Config> feasible =
+              FeasibleConfigs(t, p, evaluator_->device().limits);
+          ASSERT_FALSE(feasible.empty());
+          const Config& c = feasible[gen() % feasible.size()];
+          absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+          ASSERT_TRUE(r.ok()) << r.status();
+          EXPECT_EQ(r->status, TrialStatus::kOk)
+              << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+          EXPECT_GT(r->median_us, 0);
+          EXPECT_LE(r->min_us, r->median_us);
+          EXPECT_LE(r->median_us, r->p90_us);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 40);
+}
+
+TEST_F(CudaEvaluatorTest, AWrongKernelIsIncorrectNotOk) {
+  KernelTemplate wrong = *TemplateRegistry::Builtin().Find("naive");
+  // Drop the softmax normalisation: the output is off by the row sum.
+  const std::string from = "row_sum > 0.f ? 1.f / row_sum : 0.f";
+  const size_t at = wrong.source.find(from);
+  ASSERT_NE(at, std::string::npos);
+  wrong.source.replace(at, from.size(), "1.f");
+  Problem p;
+  p.heads = p.kv_heads = 2;
+  p.seq_q = p.seq_k = 64;
+  absl::StatusOr<TrialResult> r =
+      evaluator_->Evaluate(wrong, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
+}
+
+TEST_F(CudaEvaluatorTest, AnUnwrittenRowIsCaught) {
+  KernelTemplate lazy = *TemplateRegistry::Builtin().Find("naive");
+  const std::string from = "if (!active) return;\n  evt_elem* o";
+  const size_t at = lazy.source.find(from);
+  ASSERT_NE(at, std::string::npos);
+  lazy.source.replace(at, from.size(),
+                      "if (!active || row == p.seq_q - 1) return;\n  evt_elem* o");
+  Problem p;
+  p.heads = p.kv_heads = 2;
+  p.seq_q = p.seq_k = 100;
+  absl::StatusOr<TrialResult> r =
+      evaluator_->Evaluate(lazy, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
+}
+
+}  // namespace
+}  // namespace evotune

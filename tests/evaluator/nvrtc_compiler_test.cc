@@ -1,0 +1,88 @@
+// Every config that the constraints allow compiles with NVRTC for the
+// architectures evotune targets. Runs without a GPU.
+#include "tuner/evaluator/nvrtc_compiler.h"
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+struct Arch {
+  std::string name;
+  DeviceLimits limits;
+};
+
+std::vector<Arch> Targets() {
+  // Per-block limits of the A100, L4 and H100.
+  return {{"sm_80", {166912, 1024}},
+          {"sm_89", {101376, 1024}},
+          {"sm_90", {232448, 1024}}};
+}
+
+struct Job {
+  const KernelTemplate* t;
+  Config config;
+  Problem problem;
+  std::string arch;
+};
+
+TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
+  std::vector<Job> jobs;
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    for (const Arch& arch : Targets()) {
+      // Each dtype and each head_dim at least once, alternating.
+      for (size_t i = 0; i < t.head_dims.size(); ++i) {
+        Problem p;
+        p.heads = p.kv_heads = 8;
+        p.seq_q = p.seq_k = 512;
+        p.head_dim = t.head_dims[i];
+        p.dtype = t.dtypes[i % t.dtypes.size()];
+        for (const Config& c : FeasibleConfigs(t, p, arch.limits)) {
+          jobs.push_back({&t, c, p, arch.name});
+        }
+      }
+    }
+  }
+  ASSERT_FALSE(jobs.empty());
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& j = jobs[i];
+      absl::StatusOr<CompileResult> r =
+          CompileTemplate(*j.t, j.config, j.problem, j.arch);
+      if (!r.ok() || !r->ok || r->cubin.empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back(j.t->name + " " + ConfigKey(j.config) + " " +
+                           ProblemKey(j.problem) + " " + j.arch + ": " +
+                           (r.ok() ? r->log : r.status().ToString()));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned n = std::max(2u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < n; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(failures, ::testing::IsEmpty());
+}
+
+TEST(NvrtcCompilerTest, ACompileErrorIsDataWithTheLog) {
+  KernelTemplate broken = *TemplateRegistry::Builtin().Find("naive");
+  broken.source += "\nthis is not C++;\n";
+  Problem p;
+  absl::StatusOr<CompileResult> r =
+      CompileTemplate(broken, {{"KV_TILE", 64}, {"WARPS", 4}}, p, "sm_90");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok);
+  EXPECT_THAT(r->log, ::testing::HasSubstr("error"));
+}
+
+}  // namespace
+}  // namespace evotune

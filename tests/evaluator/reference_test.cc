@@ -1,0 +1,85 @@
+#include "tuner/evaluator/reference.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+TEST(HalfConversionTest, RoundTripsEveryFiniteHalfAndBf16) {
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+      const float f = HalfBitsToFloat(static_cast<uint16_t>(bits), dtype);
+      if (!std::isfinite(f)) continue;
+      const uint16_t back = FloatToHalfBits(f, dtype);
+      // +0 and -0 are both fine for zero.
+      if (f == 0) continue;
+      ASSERT_EQ(back, bits) << "dtype " << static_cast<int>(dtype);
+    }
+  }
+  EXPECT_FLOAT_EQ(HalfBitsToFloat(0x3c00, DType::kFp16), 1.0f);
+  EXPECT_FLOAT_EQ(HalfBitsToFloat(0x3f80, DType::kBf16), 1.0f);
+  // Round to nearest even: 1 + 2^-11 is halfway between two halves.
+  EXPECT_EQ(FloatToHalfBits(1.0f + std::ldexp(1.0f, -11), DType::kFp16),
+            0x3c00);
+  EXPECT_EQ(FloatToHalfBits(1e6f, DType::kFp16), 0x7c00);  // Overflow.
+}
+
+Problem Tiny(int64_t seq_q, int64_t seq_k, bool causal) {
+  Problem p;
+  p.batch = 1;
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.seq_q = seq_q;
+  p.seq_k = seq_k;
+  p.head_dim = 4;
+  p.causal = causal;
+  return p;
+}
+
+TEST(ReferenceTest, OneKeyReturnsItsValueRow) {
+  Problem p = Tiny(3, 1, false);
+  std::vector<float> q(2 * 3 * 4, 0.3f), k(4, -1.f), v = {1, 2, 3, 4};
+  std::vector<float> out = ReferenceRows(p, q, k, v, {{0, 1, 2}});
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(ReferenceTest, MatchesAHandComputedSoftmax) {
+  Problem p = Tiny(1, 2, false);
+  // Scores: q.k0 = 2, q.k1 = 0; scale 1/sqrt(4) = 0.5 -> weights e^1, e^0.
+  std::vector<float> q = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> k = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> v = {1, 0, 0, 0, 0, 1, 0, 0};
+  std::vector<float> out = ReferenceRows(p, q, k, v, {{0, 0, 0}});
+  const double w0 = std::exp(1.0) / (std::exp(1.0) + 1.0);
+  EXPECT_NEAR(out[0], w0, 1e-6);
+  EXPECT_NEAR(out[1], 1 - w0, 1e-6);
+}
+
+TEST(ReferenceTest, CausalIsBottomRightAlignedAndEmptyRowsAreZero) {
+  Problem p = Tiny(3, 2, true);
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> q(2 * 3 * 4), k(2 * 4), v(2 * 4);
+  for (auto* t : {&q, &k, &v}) {
+    for (float& x : *t) x = u(gen);
+  }
+  // Row 0 sees no key (0 + 2 - 3 + 1 = 0), row 1 sees key 0, row 2 both.
+  std::vector<float> out = ReferenceRows(p, q, k, v, {{0, 0, 0}, {0, 0, 1}});
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(out[c], 0.f);
+    EXPECT_FLOAT_EQ(out[4 + c], v[c]);
+  }
+}
+
+TEST(CompareRowsTest, NaNFailsAndErrorsAreMeasured) {
+  EXPECT_TRUE(std::isinf(CompareRows({NAN, 1}, {1, 1}).max_abs));
+  ErrorStats e = CompareRows({1.5f, 0}, {1, 0});
+  EXPECT_DOUBLE_EQ(e.max_abs, 0.5);
+  EXPECT_DOUBLE_EQ(e.rel_l2, 0.5);
+}
+
+}  // namespace
+}  // namespace evotune

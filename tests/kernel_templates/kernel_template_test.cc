@@ -1,0 +1,78 @@
+#include "kernel_templates/kernel_template.h"
+
+#include "gtest/gtest.h"
+#include "kernel_templates/embedded_sources.h"
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+Problem SeedProblem() {
+  Problem p;
+  p.heads = p.kv_heads = 8;
+  p.seq_q = p.seq_k = 512;
+  p.head_dim = 64;
+  return p;
+}
+
+TEST(TemplateRegistryTest, EveryEmbeddedTemplateHasASpecAndAHash) {
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  ASSERT_EQ(registry.templates().size(), EmbeddedTemplates().size());
+  for (const KernelTemplate& t : registry.templates()) {
+    EXPECT_EQ(t.hash.size(), 16u) << t.name;
+    EXPECT_FALSE(t.source.empty()) << t.name;
+    EXPECT_GT(t.space.Size(), 1) << t.name;
+    EXPECT_FALSE(t.head_dims.empty()) << t.name;
+    EXPECT_EQ(registry.Find(t.name), &t);
+  }
+  EXPECT_NE(registry.Find("naive"), nullptr);
+  EXPECT_EQ(registry.Find("missing"), nullptr);
+}
+
+TEST(KernelTemplateTest, DeviceLimitsRejectBeforeCompiling) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  Problem p = SeedProblem();
+  p.head_dim = 128;
+  DeviceLimits l4;  // 99 KB per block.
+  l4.smem_per_block_bytes = 99 * 1024;
+  // 2 * 256 * 128 * 2 B = 128 KB of shared memory.
+  absl::Status s = CheckConfig(t, {{"KV_TILE", 256}, {"WARPS", 4}}, p, l4);
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  DeviceLimits h100;
+  h100.smem_per_block_bytes = 232448;
+  EXPECT_TRUE(CheckConfig(t, {{"KV_TILE", 256}, {"WARPS", 4}}, p, h100).ok());
+  DeviceLimits few_threads;
+  few_threads.max_threads_per_block = 256;
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      CheckConfig(t, {{"KV_TILE", 16}, {"WARPS", 16}}, p, few_threads)));
+  // Outside the space.
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      CheckConfig(t, {{"KV_TILE", 17}, {"WARPS", 4}}, p, h100)));
+
+  const std::vector<Config> on_l4 = FeasibleConfigs(t, p, l4);
+  const std::vector<Config> on_h100 = FeasibleConfigs(t, p, h100);
+  EXPECT_LT(on_l4.size(), on_h100.size());
+  for (const Config& c : on_l4) EXPECT_TRUE(CheckConfig(t, c, p, l4).ok());
+}
+
+TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  Problem p = SeedProblem();
+  p.head_dim = 80;
+  absl::Status s = CheckSupports(t, p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_EQ(s.message().rfind("problem.head_dim:", 0), 0u) << s;
+}
+
+TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
+  Problem p = SeedProblem();
+  p.dtype = DType::kBf16;
+  std::vector<std::string> defines =
+      CompileDefines({{"KV_TILE", 64}, {"WARPS", 4}}, p);
+  EXPECT_EQ(defines, (std::vector<std::string>{"-DKV_TILE=64", "-DWARPS=4",
+                                               "-DHEAD_DIM=64",
+                                               "-DEVT_BF16=1"}));
+}
+
+}  // namespace
+}  // namespace evotune

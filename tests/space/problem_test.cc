@@ -1,0 +1,85 @@
+#include "tuner/space/problem.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+
+Problem Seed() {
+  Problem p;
+  p.batch = 1;
+  p.heads = 8;
+  p.kv_heads = 8;
+  p.seq_q = 512;
+  p.seq_k = 512;
+  p.head_dim = 64;
+  return p;
+}
+
+TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
+  Problem p = Seed();
+  EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
+  std::vector<Problem> variants(8, p);
+  variants[0].batch = 2;
+  variants[1].heads = 16;
+  variants[2].kv_heads = 4;
+  variants[3].seq_q = 511;
+  variants[4].seq_k = 513;
+  variants[5].head_dim = 128;
+  variants[6].causal = true;
+  variants[7].dtype = DType::kBf16;
+  for (const Problem& v : variants) {
+    EXPECT_NE(ProblemKey(v), ProblemKey(p));
+    absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, v);
+  }
+  EXPECT_FALSE(ParseProblemKey("b1_h8").ok());
+  EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp32_bhsd").ok());
+}
+
+TEST(ProblemTest, ValidationNamesTheField) {
+  struct Case {
+    std::function<void(Problem&)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](Problem& p) { p.batch = 0; }, "problem.batch"},
+      {[](Problem& p) { p.heads = kMaxHeads + 1; }, "problem.heads"},
+      {[](Problem& p) { p.kv_heads = 3; }, "problem.kv_heads"},
+      {[](Problem& p) { p.kv_heads = 16; }, "problem.kv_heads"},
+      {[](Problem& p) { p.seq_q = 0; }, "problem.seq_q"},
+      {[](Problem& p) { p.seq_k = kMaxSeqLen + 1; }, "problem.seq_k"},
+      {[](Problem& p) { p.head_dim = 0; }, "problem.head_dim"},
+      {[](Problem& p) {
+         p.batch = 4096;
+         p.seq_q = 1 << 20;
+       },
+       "problem.seq_q"},
+  };
+  for (const Case& c : cases) {
+    Problem p = Seed();
+    c.mutate(p);
+    absl::Status s = ValidateProblem(p);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << c.field;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.field + ":"));
+  }
+  EXPECT_TRUE(ValidateProblem(Seed()).ok());
+}
+
+TEST(ProblemTest, FlopsCountOnlyVisiblePairsWhenCausal) {
+  Problem p = Seed();
+  EXPECT_DOUBLE_EQ(ProblemFlops(p), 4.0 * 8 * 64 * 512 * 512);
+  p.causal = true;
+  EXPECT_DOUBLE_EQ(ProblemFlops(p), 4.0 * 8 * 64 * (512.0 * 513 / 2));
+  // Bottom-right alignment: with seq_q > seq_k the first rows see nothing.
+  p.seq_q = 4;
+  p.seq_k = 2;
+  EXPECT_DOUBLE_EQ(ProblemFlops(p), 4.0 * 8 * 64 * (0 + 0 + 1 + 2));
+}
+
+}  // namespace
+}  // namespace evotune

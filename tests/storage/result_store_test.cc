@@ -1,0 +1,324 @@
+#include "storage/result_store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class ResultStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("store_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "evotune.db").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<ResultStore> OpenStore() {
+    absl::StatusOr<std::unique_ptr<ResultStore>> store =
+        ResultStore::Open(path_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  // Runs SQL on a raw connection of our own.
+  void RawExec(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+
+  static TrialScope Scope(int64_t seq = 512) {
+    TrialScope s;
+    s.device.name = "Test GPU";
+    s.device.cc_major = 9;
+    s.device.driver_version = "1.0";
+    s.device.nvrtc_version = "13.0";
+    s.template_name = "naive";
+    s.template_hash = "abc";
+    s.problem.heads = s.problem.kv_heads = 8;
+    s.problem.seq_q = s.problem.seq_k = seq;
+    return s;
+  }
+
+  static TrialResult Ok(double us) {
+    TrialResult r;
+    r.median_us = us;
+    r.min_us = us * 0.9;
+    r.p90_us = us * 1.1;
+    r.cv = 0.02;
+    return r;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(ResultStoreTest, MigratesAnEmptyDatabase) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), kSchemaVersion);
+  EXPECT_EQ(*store->CountTrials(), 0);
+  store.reset();
+  // Opening again is a no-op.
+  store = OpenStore();
+  EXPECT_EQ(*store->SchemaVersion(), kSchemaVersion);
+}
+
+TEST_F(ResultStoreTest, MigratesVersionOneKeepingItsRows) {
+  // The schema as version 1 of evotune wrote it, with one trial.
+  RawExec(R"sql(
+CREATE TABLE devices(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+  cc_major INTEGER NOT NULL, cc_minor INTEGER NOT NULL,
+  driver_version TEXT NOT NULL, nvrtc_version TEXT NOT NULL,
+  UNIQUE(name, cc_major, cc_minor, driver_version, nvrtc_version));
+CREATE TABLE templates(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+  source_hash TEXT NOT NULL, UNIQUE(name, source_hash));
+CREATE TABLE problems(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE,
+  batch INTEGER NOT NULL, heads INTEGER NOT NULL, kv_heads INTEGER NOT NULL,
+  seq_q INTEGER NOT NULL, seq_k INTEGER NOT NULL, head_dim INTEGER NOT NULL,
+  causal INTEGER NOT NULL, dtype TEXT NOT NULL, layout TEXT NOT NULL);
+CREATE TABLE trials(id INTEGER PRIMARY KEY, device_id INTEGER NOT NULL,
+  template_id INTEGER NOT NULL, problem_id INTEGER NOT NULL,
+  config_key TEXT NOT NULL, status INTEGER NOT NULL, median_us REAL NOT NULL,
+  min_us REAL NOT NULL, p90_us REAL NOT NULL, error TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  UNIQUE(device_id, template_id, problem_id, config_key));
+CREATE TABLE jobs(id TEXT PRIMARY KEY, template_name TEXT NOT NULL,
+  template_hash TEXT NOT NULL, problem_key TEXT NOT NULL,
+  max_trials INTEGER NOT NULL, max_seconds REAL NOT NULL,
+  strategy TEXT NOT NULL, seed INTEGER NOT NULL, device_id INTEGER NOT NULL,
+  state INTEGER NOT NULL, error TEXT NOT NULL, trials_done INTEGER NOT NULL,
+  elapsed_seconds REAL NOT NULL, created_at INTEGER NOT NULL,
+  finished_at INTEGER NOT NULL);
+CREATE TABLE job_trials(job_id TEXT NOT NULL, seq INTEGER NOT NULL,
+  trial_id INTEGER NOT NULL, cached INTEGER NOT NULL,
+  PRIMARY KEY(job_id, seq)) WITHOUT ROWID;
+INSERT INTO devices VALUES(1, 'Test GPU', 9, 0, '1.0', '13.0');
+INSERT INTO templates VALUES(1, 'naive', 'abc');
+INSERT INTO problems VALUES(1, 'b1_h8_kv8_q512_k512_d64_full_fp16_bhsd',
+  1, 8, 8, 512, 512, 64, 0, 'fp16', 'bhsd');
+INSERT INTO trials VALUES(1, 1, 1, 1, 'A=1', 1, 5.0, 4.5, 5.5, '', 0);
+PRAGMA user_version = 1;
+)sql");
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), kSchemaVersion);
+  auto top = store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
+  ASSERT_TRUE(top.ok()) << top.status();
+  ASSERT_EQ(top->size(), 1u);
+  EXPECT_EQ(ConfigKey((*top)[0].trial.config), "A=1");
+  EXPECT_DOUBLE_EQ((*top)[0].trial.result.median_us, 5.0);
+  EXPECT_DOUBLE_EQ((*top)[0].trial.result.cv, 0.0);  // New column, default.
+}
+
+TEST_F(ResultStoreTest, RefusesANewerSchema) {
+  RawExec("CREATE TABLE x(a); PRAGMA user_version = 99;");
+  auto store = ResultStore::Open(path_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(store.status()));
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("99"));
+}
+
+TEST_F(ResultStoreTest, InsertIsIdempotentOnTheTrialKey) {
+  auto store = OpenStore();
+  auto first = store->InsertTrial(Scope(), {{"A", 1}}, Ok(5));
+  ASSERT_TRUE(first.ok());
+  // Same key, different result: the stored row wins and nothing duplicates.
+  auto second = store->InsertTrial(Scope(), {{"A", 1}}, Ok(1));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->trial_id, first->trial_id);
+  EXPECT_DOUBLE_EQ(second->result.median_us, 5);
+  EXPECT_EQ(*store->CountTrials(), 1);
+  // Any field of the key makes a new trial.
+  TrialScope other = Scope();
+  other.device.driver_version = "2.0";
+  ASSERT_TRUE(store->InsertTrial(other, {{"A", 1}}, Ok(5)).ok());
+  other = Scope();
+  other.template_hash = "def";
+  ASSERT_TRUE(store->InsertTrial(other, {{"A", 1}}, Ok(5)).ok());
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 1}}, Ok(5)).ok());
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 2}}, Ok(5)).ok());
+  EXPECT_EQ(*store->CountTrials(), 5);
+  auto found = store->FindTrial(Scope(), {{"A", 2}});
+  ASSERT_TRUE(found.ok());
+  EXPECT_TRUE(found->has_value());
+  EXPECT_FALSE(store->FindTrial(Scope(), {{"A", 3}})->has_value());
+}
+
+TEST_F(ResultStoreTest, TopKOrdersByMedianAndSkipsFailuresAndOldVersions) {
+  auto store = OpenStore();
+  std::vector<std::pair<Config, TrialResult>> trials;
+  for (int i = 0; i < 20; ++i) {
+    trials.push_back({{{"A", i}}, Ok(100.0 - i * 3 + (i % 2) * 7)});
+  }
+  TrialResult bad;
+  bad.status = TrialStatus::kIncorrect;
+  trials.push_back({{{"A", 99}}, bad});  // Median 0, must never rank.
+  ASSERT_TRUE(store->BulkInsertTrials(Scope(), trials).ok());
+  TrialScope old = Scope();
+  old.template_hash = "old";
+  ASSERT_TRUE(store->InsertTrial(old, {{"A", 1000}}, Ok(0.5)).ok());
+
+  auto top = store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
+  ASSERT_TRUE(top.ok()) << top.status();
+  ASSERT_EQ(top->size(), 5u);
+  for (size_t i = 1; i < top->size(); ++i) {
+    EXPECT_LE((*top)[i - 1].trial.result.median_us,
+              (*top)[i].trial.result.median_us);
+  }
+  std::vector<double> all;
+  for (auto& [c, r] : trials) {
+    if (r.status == TrialStatus::kOk) all.push_back(r.median_us);
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_DOUBLE_EQ((*top)[0].trial.result.median_us, all[0]);
+  EXPECT_DOUBLE_EQ((*top)[4].trial.result.median_us, all[4]);
+  EXPECT_EQ((*top)[0].template_hash, "abc");
+}
+
+TEST_F(ResultStoreTest, TopKIsOneIndexedLookupWithoutTemporaryBTree) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 1}}, Ok(5)).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  for (int n : {1, 3}) {
+    sqlite3_stmt* stmt = nullptr;
+    const std::string sql = "EXPLAIN QUERY PLAN " + TopKSql(n);
+    ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    std::string plan;
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      plan += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
+      plan += "\n";
+    }
+    sqlite3_finalize(stmt);
+    EXPECT_THAT(plan, HasSubstr("USING INDEX trials_best")) << plan;
+    EXPECT_THAT(plan, Not(HasSubstr("TEMP B-TREE"))) << plan;
+    EXPECT_THAT(plan, Not(HasSubstr("SCAN trials\n"))) << plan;
+  }
+  sqlite3_close(db);
+}
+
+TEST_F(ResultStoreTest, NearestTunedProblemMatchesShapeClass) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 1}}, Ok(5)).ok());
+  ASSERT_TRUE(store->InsertTrial(Scope(8192), {{"A", 1}}, Ok(5)).ok());
+  TrialScope causal = Scope(600);
+  causal.problem.causal = true;
+  ASSERT_TRUE(store->InsertTrial(causal, {{"A", 1}}, Ok(5)).ok());
+  auto nearest = store->NearestTunedProblem(Scope().device, Scope(600).problem,
+                                            {{"naive", "abc"}});
+  ASSERT_TRUE(nearest.ok());
+  ASSERT_TRUE(nearest->has_value());
+  EXPECT_EQ((*nearest)->seq_q, 1024);  // Not the causal one, though closer.
+  EXPECT_FALSE((*nearest)->causal);
+}
+
+TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
+  auto store = OpenStore();
+  JobRecord job;
+  job.job_id = "j1";
+  job.template_name = "naive";
+  job.template_hash = "abc";
+  job.problem = Scope().problem;
+  job.max_trials = 10;
+  job.max_seconds = 60;
+  job.strategy = "random";
+  job.device = Scope().device;
+  ASSERT_TRUE(store->CreateJob(job).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(store->CreateJob(job)));
+  for (int i = 0; i < 3; ++i) {
+    auto e = store->AppendJobTrial(job, {{"A", i}}, Ok(10 - i), false, i);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->sequence, i + 1);
+  }
+  auto events = store->ListJobEvents("j1", 1, 100);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].sequence, 2);
+  auto got = store->GetJob("j1");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->trials_done, 3);
+  EXPECT_DOUBLE_EQ(got->elapsed_seconds, 2);
+  EXPECT_EQ(got->problem, job.problem);
+  EXPECT_DOUBLE_EQ((*store->JobBest("j1"))->result.median_us, 8);
+  ASSERT_TRUE(store->SetJobState("j1", JobState::kSucceeded, "").ok());
+  EXPECT_GT(store->GetJob("j1")->finished_unix_s, 0);
+  EXPECT_EQ((*store->ListJobs(JobState::kSucceeded)).size(), 1u);
+  EXPECT_EQ((*store->ListJobs(JobState::kQueued)).size(), 0u);
+  EXPECT_TRUE(absl::IsNotFound(store->GetJob("nope").status()));
+}
+
+TEST_F(ResultStoreTest, ReadersNeverWaitForAnOpenWriteTransaction) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 1}}, Ok(5)).ok());
+  // Another connection holds the write lock with uncommitted changes.
+  sqlite3* writer = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &writer), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(writer,
+                         "BEGIN IMMEDIATE; UPDATE trials SET median_us = 1;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  const absl::Time start = absl::Now();
+  auto top = store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 1);
+  ASSERT_TRUE(top.ok()) << top.status();
+  // The reader sees the last committed state, not the pending update, and
+  // did not sit out the 5 s busy timeout.
+  EXPECT_DOUBLE_EQ((*top)[0].trial.result.median_us, 5);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  sqlite3_exec(writer, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(writer);
+}
+
+TEST_F(ResultStoreTest, WriterProceedsWhileReadersRead) {
+  auto store = OpenStore();
+  std::vector<std::pair<Config, TrialResult>> trials;
+  for (int i = 0; i < 200; ++i) trials.push_back({{{"A", i}}, Ok(i + 1)});
+  ASSERT_TRUE(store->BulkInsertTrials(Scope(), trials).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0}, read_errors{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        auto top =
+            store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 3);
+        if (!top.ok() || top->empty() || (*top)[0].trial.result.median_us != 1) {
+          ++read_errors;
+        }
+        ++reads;
+      }
+    });
+  }
+  for (int i = 200; i < 300; ++i) {
+    ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", i}}, Ok(i + 1)).ok());
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(read_errors, 0);
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(*store->CountTrials(), 300);
+}
+
+}  // namespace
+}  // namespace evotune
