@@ -14,9 +14,6 @@
 namespace evotune {
 namespace {
 
-using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,
-                                      CUdriverProcAddressQueryResult*);
-
 absl::Status NoDevice(absl::string_view why) {
   return absl::UnavailableError(absl::StrCat("no CUDA device: ", why));
 }
@@ -28,24 +25,20 @@ absl::StatusOr<const CudaDriver*> Load() {
     return NoDevice(absl::StrCat("the NVIDIA driver library is not loadable (",
                                  err ? err : "libcuda.so.1", ")"));
   }
-  auto get_proc =
-      reinterpret_cast<GetProcAddressFn>(dlsym(lib, "cuGetProcAddress_v2"));
-  if (get_proc == nullptr) {
-    return NoDevice("the NVIDIA driver is too old (no cuGetProcAddress_v2)");
-  }
   auto* d = new CudaDriver;
   absl::Status missing;
-  auto resolve = [&](auto& fn, const char* name) {
-    void* p = nullptr;
-    CUdriverProcAddressQueryResult found;
-    if (get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
-                 &found) != CUDA_SUCCESS ||
-        p == nullptr) {
-      missing = NoDevice(absl::StrCat("driver lacks ", name));
-    }
+  // Each entry point is looked up under the symbol that cuda.h maps its name
+  // to (cuMemAlloc -> cuMemAlloc_v2, ...), so its ABI is exactly the declared
+  // one. cuGetProcAddress by base name would hand out the newest version
+  // instead (cuCtxSynchronize -> cuCtxSynchronize_v2, which takes a context).
+  auto resolve = [&](auto& fn, const char* symbol) {
+    void* p = dlsym(lib, symbol);
+    if (p == nullptr) missing = NoDevice(absl::StrCat("driver lacks ", symbol));
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
   };
-#define EVOTUNE_RESOLVE(name) resolve(d->name, #name)
+#define EVOTUNE_SYMBOL(name) #name
+#define EVOTUNE_EXPANDED_SYMBOL(name) EVOTUNE_SYMBOL(name)
+#define EVOTUNE_RESOLVE(name) resolve(d->name, EVOTUNE_EXPANDED_SYMBOL(name))
   EVOTUNE_RESOLVE(cuInit);
   EVOTUNE_RESOLVE(cuDriverGetVersion);
   EVOTUNE_RESOLVE(cuGetErrorString);
@@ -76,6 +69,8 @@ absl::StatusOr<const CudaDriver*> Load() {
   EVOTUNE_RESOLVE(cuEventSynchronize);
   EVOTUNE_RESOLVE(cuEventElapsedTime);
 #undef EVOTUNE_RESOLVE
+#undef EVOTUNE_EXPANDED_SYMBOL
+#undef EVOTUNE_SYMBOL
   if (!missing.ok()) {
     delete d;
     return missing;

@@ -13,8 +13,8 @@
 
 namespace evotune {
 
-// Entry points resolved through cuGetProcAddress for the ABI of the headers
-// this was built with. Immutable once loaded; the driver itself is
+// Entry points looked up under the symbols cuda.h maps their names to, so
+// each has the ABI declared there. Immutable once loaded; the driver is
 // thread-safe.
 struct CudaDriver {
 #define EVOTUNE_CU_FN(name) decltype(&::name) name = nullptr
