@@ -16,9 +16,9 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
   }
   if (std::find(t.dtypes.begin(), t.dtypes.end(), problem.dtype) ==
       t.dtypes.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("problem.dtype: template ", t.name, " does not support ",
-                     DTypeName(problem.dtype)));
+    return absl::InvalidArgumentError(absl::StrCat("problem.dtype: template ",
+                                                   t.name, " does not support ",
+                                                   DTypeName(problem.dtype)));
   }
   return absl::OkStatus();
 }

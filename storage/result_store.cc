@@ -210,8 +210,8 @@ absl::Status ResultStore::Migrate() {
                                               v + 1, ": ", st.message()));
     }
   }
-  if (absl::Status st = writer_->Exec(
-          absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
+  if (absl::Status st =
+          writer_->Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
       !st.ok()) {
     return st;
   }
@@ -244,8 +244,7 @@ absl::StatusOr<int> ResultStore::SchemaVersion() {
   return static_cast<int>((*s)->Int(0));
 }
 
-absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db,
-                                              const DeviceInfo& d,
+absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db, const DeviceInfo& d,
                                               bool create) {
   const std::string key = DeviceCacheKey(d);
   {
@@ -258,7 +257,8 @@ absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db,
         "INSERT OR IGNORE INTO devices(name, cc_major, cc_minor, "
         "driver_version, nvrtc_version) VALUES(?, ?, ?, ?, ?)");
     if (!ins.ok()) return ins.status();
-    (*ins)->Bind(1, d.name)
+    (*ins)
+        ->Bind(1, d.name)
         .Bind(2, int64_t{d.cc_major})
         .Bind(3, int64_t{d.cc_minor})
         .Bind(4, d.driver_version)
@@ -277,7 +277,8 @@ absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db,
       .Bind(5, d.nvrtc_version);
   absl::StatusOr<bool> row = (*s)->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("unknown device ", d.name));
+  if (!*row)
+    return absl::NotFoundError(absl::StrCat("unknown device ", d.name));
   const int64_t id = (*s)->Int(0);
   absl::MutexLock lock(&ids_mu_);
   ids_[key] = id;
@@ -301,14 +302,15 @@ absl::StatusOr<int64_t> ResultStore::TemplateId(SqliteDb* db,
     (*ins)->Bind(1, name).Bind(2, hash);
     if (absl::Status s = (*ins)->Run(); !s.ok()) return s;
   }
-  absl::StatusOr<Statement*> s =
-      db->Prepare("SELECT id FROM templates WHERE name = ? AND source_hash = ?");
+  absl::StatusOr<Statement*> s = db->Prepare(
+      "SELECT id FROM templates WHERE name = ? AND source_hash = ?");
   if (!s.ok()) return s.status();
   ScopedReset reset(*s);
   (*s)->Bind(1, name).Bind(2, hash);
   absl::StatusOr<bool> row = (*s)->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("unknown template ", name));
+  if (!*row)
+    return absl::NotFoundError(absl::StrCat("unknown template ", name));
   const int64_t id = (*s)->Int(0);
   absl::MutexLock lock(&ids_mu_);
   ids_[key] = id;
@@ -330,7 +332,8 @@ absl::StatusOr<int64_t> ResultStore::ProblemId(SqliteDb* db, const Problem& p,
         "seq_k, head_dim, causal, dtype, layout) "
         "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, 'bhsd')");
     if (!ins.ok()) return ins.status();
-    (*ins)->Bind(1, problem_key)
+    (*ins)
+        ->Bind(1, problem_key)
         .Bind(2, p.batch)
         .Bind(3, p.heads)
         .Bind(4, p.kv_heads)
@@ -355,9 +358,8 @@ absl::StatusOr<int64_t> ResultStore::ProblemId(SqliteDb* db, const Problem& p,
   return id;
 }
 
-absl::StatusOr<StoredTrial> ResultStore::InsertTrial(const TrialScope& scope,
-                                                     const Config& config,
-                                                     const TrialResult& result) {
+absl::StatusOr<StoredTrial> ResultStore::InsertTrial(
+    const TrialScope& scope, const Config& config, const TrialResult& result) {
   absl::MutexLock lock(&writer_mu_);
   Transaction txn(writer_.get());
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
@@ -385,7 +387,8 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
       "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!ins.ok()) return ins.status();
   const bool ok = r.status == TrialStatus::kOk;
-  (*ins)->Bind(1, *device_id)
+  (*ins)
+      ->Bind(1, *device_id)
       .Bind(2, *template_id)
       .Bind(3, *problem_id)
       .Bind(4, config_key)
@@ -404,7 +407,8 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
       "? AND config_key = ?"));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
-  (*sel)->Bind(1, *device_id)
+  (*sel)
+      ->Bind(1, *device_id)
       .Bind(2, *template_id)
       .Bind(3, *problem_id)
       .Bind(4, config_key);
@@ -434,7 +438,8 @@ absl::StatusOr<std::optional<StoredTrial>> ResultStore::FindTrial(
       "? AND config_key = ?"));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
-  (*sel)->Bind(1, *device_id)
+  (*sel)
+      ->Bind(1, *device_id)
       .Bind(2, *template_id)
       .Bind(3, *problem_id)
       .Bind(4, ConfigKey(config));
@@ -627,7 +632,8 @@ absl::Status ResultStore::CreateJob(const JobRecord& job) {
       "state, error, trials_done, elapsed_seconds, created_at, finished_at) "
       "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, 0)");
   if (!ins.ok()) return ins.status();
-  (*ins)->Bind(1, job.job_id)
+  (*ins)
+      ->Bind(1, job.job_id)
       .Bind(2, job.template_name)
       .Bind(3, job.template_hash)
       .Bind(4, ProblemKey(job.problem))
@@ -697,7 +703,8 @@ absl::StatusOr<JobRecord> ResultStore::GetJob(const std::string& job_id) {
   (*sel)->Bind(1, job_id);
   absl::StatusOr<bool> row = (*sel)->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("job_id: no job ", job_id));
+  if (!*row)
+    return absl::NotFoundError(absl::StrCat("job_id: no job ", job_id));
   return ReadJob(*sel);
 }
 
@@ -705,9 +712,9 @@ absl::StatusOr<std::vector<JobRecord>> ResultStore::ListJobs(
     std::optional<JobState> state) {
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
-  absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
-      kJobSelect, state ? "WHERE j.state = ? " : "",
-      "ORDER BY j.created_at DESC, j.rowid DESC"));
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(
+      absl::StrCat(kJobSelect, state ? "WHERE j.state = ? " : "",
+                   "ORDER BY j.created_at DESC, j.rowid DESC"));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   if (state) (*sel)->Bind(1, int64_t{static_cast<int>(*state)});
@@ -723,8 +730,7 @@ absl::StatusOr<std::vector<JobRecord>> ResultStore::ListJobs(
   return out;
 }
 
-absl::Status ResultStore::SetJobState(const std::string& job_id,
-                                      JobState state,
+absl::Status ResultStore::SetJobState(const std::string& job_id, JobState state,
                                       const std::string& error) {
   absl::MutexLock lock(&writer_mu_);
   absl::StatusOr<Statement*> upd = writer_->Prepare(
@@ -742,9 +748,11 @@ absl::Status ResultStore::SetJobState(const std::string& job_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(
-    const JobRecord& job, const Config& config, const TrialResult& result,
-    bool cached, double elapsed_seconds) {
+absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(const JobRecord& job,
+                                                     const Config& config,
+                                                     const TrialResult& result,
+                                                     bool cached,
+                                                     double elapsed_seconds) {
   absl::MutexLock lock(&writer_mu_);
   SqliteDb* db = writer_.get();
   Transaction txn(db);

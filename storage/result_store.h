@@ -157,8 +157,7 @@ class ResultStore {
                                           bool cached, double elapsed_seconds);
   // Events with sequence > after, at most `limit`, in order.
   absl::StatusOr<std::vector<JobEvent>> ListJobEvents(const std::string& job_id,
-                                                      int64_t after,
-                                                      int limit);
+                                                      int64_t after, int limit);
   // The fastest OK trial among the job's events.
   absl::StatusOr<std::optional<StoredTrial>> JobBest(const std::string& job_id);
 

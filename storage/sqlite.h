@@ -21,7 +21,8 @@ class Statement;
 // One connection. Not thread-safe: use it from one thread at a time.
 class SqliteDb {
  public:
-  static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(
+      const std::string& path);
   ~SqliteDb();
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;

@@ -42,19 +42,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     block_end = min(p.seq_k, max(0, last_row + shift + 1));
   }
 
-  const evt_elem* q = static_cast<const evt_elem*>(p.q) +
-                      b * p.q_batch_stride + h * p.q_head_stride;
-  const evt_elem* k = static_cast<const evt_elem*>(p.k) +
-                      b * p.k_batch_stride + kvh * p.k_head_stride;
-  const evt_elem* v = static_cast<const evt_elem*>(p.v) +
-                      b * p.v_batch_stride + kvh * p.v_head_stride;
+  const evt_elem* q = static_cast<const evt_elem*>(p.q) + b * p.q_batch_stride +
+                      h * p.q_head_stride;
+  const evt_elem* k = static_cast<const evt_elem*>(p.k) + b * p.k_batch_stride +
+                      kvh * p.k_head_stride;
+  const evt_elem* v = static_cast<const evt_elem*>(p.v) + b * p.v_batch_stride +
+                      kvh * p.v_head_stride;
 
   float q_reg[kPerLane];
   float acc[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    q_reg[i] = active ? evt_to_float(q[row * p.q_row_stride + lane + 32 * i])
-                      : 0.f;
+    q_reg[i] =
+        active ? evt_to_float(q[row * p.q_row_stride + lane + 32 * i]) : 0.f;
     acc[i] = 0.f;
   }
   float row_max = -__int_as_float(0x7f800000);  // -inf

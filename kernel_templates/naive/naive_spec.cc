@@ -13,7 +13,9 @@ KernelTemplate MakeNaiveTemplate(std::string source, std::string hash) {
   t.hash = std::move(hash);
   t.space = ParamSpace({
       {"WARPS", {1, 2, 4, 8, 16}, "query rows (one warp each) per block"},
-      {"KV_TILE", {16, 32, 64, 128, 256}, "keys staged in shared memory per step"},
+      {"KV_TILE",
+       {16, 32, 64, 128, 256},
+       "keys staged in shared memory per step"},
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};

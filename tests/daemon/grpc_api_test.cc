@@ -26,8 +26,7 @@ class CountingEvaluator : public Evaluator {
   explicit CountingEvaluator(std::atomic<int>* count)
       : inner_(SyntheticEvaluator::Options{}), count_(count) {}
   const DeviceInfo& device() const override { return inner_.device(); }
-  absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
-                                       const Config& c,
+  absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t, const Config& c,
                                        const Problem& p) override {
     ++*count_;
     return inner_.Evaluate(t, c, p);
@@ -44,7 +43,8 @@ class Daemon {
          std::atomic<int>* evaluations, bool with_device = true) {
     store_ = *ResultStore::Open(db);
     std::unique_ptr<Evaluator> evaluator;
-    if (with_device) evaluator = std::make_unique<CountingEvaluator>(evaluations);
+    if (with_device)
+      evaluator = std::make_unique<CountingEvaluator>(evaluations);
     jobs_ = std::make_unique<JobManager>(
         store_.get(), &TemplateRegistry::Builtin(), std::move(evaluator),
         absl::UnavailableError("no CUDA device: none in this test"));
@@ -136,8 +136,8 @@ TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
        grpc::INVALID_ARGUMENT, "template_name:"},
       {"unknown template", [](auto& r) { r.set_template_name("flash9"); },
        grpc::INVALID_ARGUMENT, "template_name:"},
-      {"no problem", [](auto& r) { r.clear_problem(); },
-       grpc::INVALID_ARGUMENT, "problem:"},
+      {"no problem", [](auto& r) { r.clear_problem(); }, grpc::INVALID_ARGUMENT,
+       "problem:"},
       {"head_dim the template lacks",
        [](auto& r) { r.mutable_problem()->set_head_dim(96); },
        grpc::INVALID_ARGUMENT, "problem.head_dim:"},
@@ -160,9 +160,12 @@ TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
        [](auto& r) { r.mutable_problem()->set_dtype(v1::DTYPE_UNSPECIFIED); },
        grpc::INVALID_ARGUMENT, "problem.dtype:"},
       {"dtype out of enum",
-       [](auto& r) { r.mutable_problem()->set_dtype(static_cast<v1::DType>(7)); },
+       [](auto& r) {
+         r.mutable_problem()->set_dtype(static_cast<v1::DType>(7));
+       },
        grpc::INVALID_ARGUMENT, "problem.dtype:"},
-      {"max_trials zero", [](auto& r) { r.mutable_budget()->set_max_trials(0); },
+      {"max_trials zero",
+       [](auto& r) { r.mutable_budget()->set_max_trials(0); },
        grpc::INVALID_ARGUMENT, "budget.max_trials:"},
       {"max_seconds zero",
        [](auto& r) { r.mutable_budget()->set_max_seconds(0); },
@@ -314,8 +317,7 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
   v1::Job job;
   grpc::Status s = d.stub()->CancelJob(&c4, cancel, &job);
   EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION);
-  EXPECT_EQ(d.store()->GetJob(submitted.job_id())->state,
-            JobState::kSucceeded);
+  EXPECT_EQ(d.store()->GetJob(submitted.job_id())->state, JobState::kSucceeded);
 
   // A second job on the same problem reuses what the store knows.
   grpc::ClientContext c5;
@@ -349,12 +351,17 @@ TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
     job.seed = 9;
     job.device = synthetic.device();
     ASSERT_TRUE(store->CreateJob(job).ok());
-    auto order = MakeStrategy("random",
-                              FeasibleConfigs(*TemplateRegistry::Builtin().Find("naive"),
-                                              job.problem, job.device.limits),
-                              job.seed);
+    auto order =
+        MakeStrategy("random",
+                     FeasibleConfigs(*TemplateRegistry::Builtin().Find("naive"),
+                                     job.problem, job.device.limits),
+                     job.seed);
     for (const Config& c : (*order)->Propose(5)) {
-      ASSERT_TRUE(store->AppendJobTrial(job, c, TrialResult{TrialStatus::kOk, 5, 5, 5, 0, ""}, false, 1).ok());
+      ASSERT_TRUE(store
+                      ->AppendJobTrial(
+                          job, c, TrialResult{TrialStatus::kOk, 5, 5, 5, 0, ""},
+                          false, 1)
+                      .ok());
       before.push_back(ConfigKey(c));
     }
     ASSERT_TRUE(store->SetJobState("jresume", JobState::kRunning, "").ok());

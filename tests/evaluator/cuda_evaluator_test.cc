@@ -80,8 +80,9 @@ TEST_F(CudaEvaluatorTest, AnUnwrittenRowIsCaught) {
   const std::string from = "if (!active) return;\n  evt_elem* o";
   const size_t at = lazy.source.find(from);
   ASSERT_NE(at, std::string::npos);
-  lazy.source.replace(at, from.size(),
-                      "if (!active || row == p.seq_q - 1) return;\n  evt_elem* o");
+  lazy.source.replace(
+      at, from.size(),
+      "if (!active || row == p.seq_q - 1) return;\n  evt_elem* o");
   Problem p;
   p.heads = p.kv_heads = 2;
   p.seq_q = p.seq_k = 100;

@@ -69,9 +69,9 @@ TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
   p.dtype = DType::kBf16;
   std::vector<std::string> defines =
       CompileDefines({{"KV_TILE", 64}, {"WARPS", 4}}, p);
-  EXPECT_EQ(defines, (std::vector<std::string>{"-DKV_TILE=64", "-DWARPS=4",
-                                               "-DHEAD_DIM=64",
-                                               "-DEVT_BF16=1"}));
+  EXPECT_EQ(defines,
+            (std::vector<std::string>{"-DKV_TILE=64", "-DWARPS=4",
+                                      "-DHEAD_DIM=64", "-DEVT_BF16=1"}));
 }
 
 }  // namespace

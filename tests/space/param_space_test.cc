@@ -30,8 +30,8 @@ TEST(ParamSpaceTest, EnumeratesTheProductOnce) {
     keys.insert(ConfigKey(c));
   }
   EXPECT_EQ(keys.size(), 6u);
-  EXPECT_EQ(space.params()[0].name, "A");         // Sorted by name.
-  EXPECT_EQ(space.params()[1].values[0], 1);       // Values sorted.
+  EXPECT_EQ(space.params()[0].name, "A");     // Sorted by name.
+  EXPECT_EQ(space.params()[1].values[0], 1);  // Values sorted.
 }
 
 TEST(ParamSpaceTest, ContainsNamesTheOffendingParameter) {

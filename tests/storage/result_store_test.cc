@@ -123,7 +123,8 @@ PRAGMA user_version = 1;
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(*store->SchemaVersion(), kSchemaVersion);
-  auto top = store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
+  auto top =
+      store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
   ASSERT_TRUE(top.ok()) << top.status();
   ASSERT_EQ(top->size(), 1u);
   EXPECT_EQ(ConfigKey((*top)[0].trial.config), "A=1");
@@ -178,7 +179,8 @@ TEST_F(ResultStoreTest, TopKOrdersByMedianAndSkipsFailuresAndOldVersions) {
   old.template_hash = "old";
   ASSERT_TRUE(store->InsertTrial(old, {{"A", 1000}}, Ok(0.5)).ok());
 
-  auto top = store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
+  auto top =
+      store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
   ASSERT_TRUE(top.ok()) << top.status();
   ASSERT_EQ(top->size(), 5u);
   for (size_t i = 1; i < top->size(); ++i) {
@@ -275,12 +277,13 @@ TEST_F(ResultStoreTest, ReadersNeverWaitForAnOpenWriteTransaction) {
   // Another connection holds the write lock with uncommitted changes.
   sqlite3* writer = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &writer), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(writer,
-                         "BEGIN IMMEDIATE; UPDATE trials SET median_us = 1;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(writer, "BEGIN IMMEDIATE; UPDATE trials SET median_us = 1;",
+                   nullptr, nullptr, nullptr),
+      SQLITE_OK);
   const absl::Time start = absl::Now();
-  auto top = store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 1);
+  auto top =
+      store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 1);
   ASSERT_TRUE(top.ok()) << top.status();
   // The reader sees the last committed state, not the pending update, and
   // did not sit out the 5 s busy timeout.
@@ -303,7 +306,8 @@ TEST_F(ResultStoreTest, WriterProceedsWhileReadersRead) {
       while (!stop) {
         auto top =
             store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 3);
-        if (!top.ok() || top->empty() || (*top)[0].trial.result.median_us != 1) {
+        if (!top.ok() || top->empty() ||
+            (*top)[0].trial.result.median_us != 1) {
           ++read_errors;
         }
         ++reads;

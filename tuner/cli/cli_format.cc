@@ -93,7 +93,8 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+      if (i + 1 < row.size())
+        line += std::string(widths[i] - row[i].size() + 2, ' ');
     }
     absl::StrAppend(&out, line, "\n");
   }
@@ -102,15 +103,14 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 
 std::string FormatJob(const v1::Job& job) {
   std::string out = absl::StrCat(
-      "job       ", job.job_id(), "\n",
-      "state     ", StateName(job.state()),
+      "job       ", job.job_id(), "\n", "state     ", StateName(job.state()),
       job.error().empty() ? "" : absl::StrCat(" (", job.error(), ")"), "\n",
       "template  ", job.template_name(), " @", job.template_hash(), "\n",
-      "problem   ", FormatProblem(job.problem()), "\n",
-      "device    ", FormatDevice(job.device()), "\n",
-      "strategy  ", job.strategy(), " (seed ", job.seed(), ")\n",
-      "progress  ", job.trials_done(), " of ", job.budget().max_trials(),
-      " trials, ", FormatDuration(job.elapsed_seconds()), " of ",
+      "problem   ", FormatProblem(job.problem()), "\n", "device    ",
+      FormatDevice(job.device()), "\n", "strategy  ", job.strategy(), " (seed ",
+      job.seed(), ")\n", "progress  ", job.trials_done(), " of ",
+      job.budget().max_trials(), " trials, ",
+      FormatDuration(job.elapsed_seconds()), " of ",
       FormatDuration(job.budget().max_seconds()), "\n");
   if (job.has_best()) {
     absl::StrAppend(&out, "best      ", FormatLatency(job.best()), "  ",
@@ -132,14 +132,17 @@ std::string FormatJobsTable(const v1::ListJobsResponse& jobs) {
 }
 
 std::string FormatBest(const v1::QueryBestResponse& best) {
-  std::string out = absl::StrCat("device   ", FormatDevice(best.device()), "\n");
+  std::string out =
+      absl::StrCat("device   ", FormatDevice(best.device()), "\n");
   if (best.results().empty()) {
-    absl::StrAppend(&out, "no tuned result for this problem or a similar one\n");
+    absl::StrAppend(&out,
+                    "no tuned result for this problem or a similar one\n");
     return out;
   }
   if (best.transferred()) {
-    absl::StrAppend(&out, "no exact match: transferred from the nearest tuned problem ",
-                    FormatProblem(best.source_problem()), "\n");
+    absl::StrAppend(
+        &out, "no exact match: transferred from the nearest tuned problem ",
+        FormatProblem(best.source_problem()), "\n");
   } else {
     absl::StrAppend(&out, "exact match\n");
   }
@@ -164,13 +167,15 @@ std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {
   for (const v1::TemplateInfo& t : templates.templates()) {
     std::vector<std::string> dims, dtypes;
     for (uint32_t d : t.head_dims()) dims.push_back(absl::StrCat(d));
-    for (int d : t.dtypes()) dtypes.push_back(d == v1::DTYPE_BF16 ? "bf16" : "fp16");
+    for (int d : t.dtypes())
+      dtypes.push_back(d == v1::DTYPE_BF16 ? "bf16" : "fp16");
     absl::StrAppend(&out, t.name(), " @", t.source_hash(), "\n  ",
-                    t.description(), "\n  head_dim {", absl::StrJoin(dims, ", "),
-                    "}, dtype {", absl::StrJoin(dtypes, ", "), "}\n");
+                    t.description(), "\n  head_dim {",
+                    absl::StrJoin(dims, ", "), "}, dtype {",
+                    absl::StrJoin(dtypes, ", "), "}\n");
     for (const v1::ParamSpec& p : t.params()) {
-      absl::StrAppend(&out, "  ", p.name(), " {", absl::StrJoin(p.values(), ", "),
-                      "}: ", p.help(), "\n");
+      absl::StrAppend(&out, "  ", p.name(), " {",
+                      absl::StrJoin(p.values(), ", "), "}: ", p.help(), "\n");
     }
     for (const std::string& c : t.constraints()) {
       absl::StrAppend(&out, "  requires ", c, "\n");

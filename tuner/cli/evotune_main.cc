@@ -139,8 +139,9 @@ bool FillProblem(v1::Problem* p, std::string* error) {
                    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q),
                    seq_k, absl::GetFlag(FLAGS_head_dim)}) {
     if (flag < 0) {
-      *error = "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim "
-               "must not be negative";
+      *error =
+          "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim "
+          "must not be negative";
       return false;
     }
   }
@@ -150,7 +151,8 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   } else if (dtype == "bf16") {
     p->set_dtype(v1::DTYPE_BF16);
   } else {
-    *error = absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)");
+    *error =
+        absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)");
     return false;
   }
   return true;
@@ -245,8 +247,8 @@ int Main(const std::vector<char*>& args) {
 
   if (command == "templates") {
     v1::ListTemplatesResponse resp;
-    grpc::Status s = client.stub()->ListTemplates(client.Context(true).get(),
-                                                  {}, &resp);
+    grpc::Status s =
+        client.stub()->ListTemplates(client.Context(true).get(), {}, &resp);
     if (!s.ok()) return FailRpc(client, s);
     if (json) {
       PrintJson(resp);
@@ -284,7 +286,8 @@ int Main(const std::vector<char*>& args) {
   }
   if (command == "job" || command == "cancel") {
     std::string id;
-    if (!need_id(&id)) return Fail(absl::StrCat("usage: evotune ", command, " JOB"));
+    if (!need_id(&id))
+      return Fail(absl::StrCat("usage: evotune ", command, " JOB"));
     v1::Job resp;
     grpc::Status s;
     if (command == "job") {
@@ -313,9 +316,9 @@ int Main(const std::vector<char*>& args) {
       for (char c : state) upper += static_cast<char>(std::toupper(c));
       if (!v1::JobState_Parse(upper, &value) ||
           value == v1::JOB_STATE_UNSPECIFIED) {
-        return Fail(absl::StrCat(
-            "--state: unknown state \"", state,
-            "\" (queued, running, succeeded, failed, cancelled)"));
+        return Fail(
+            absl::StrCat("--state: unknown state \"", state,
+                         "\" (queued, running, succeeded, failed, cancelled)"));
       }
       req.set_state(value);
     }

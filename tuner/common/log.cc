@@ -11,9 +11,10 @@ namespace evotune {
 namespace {
 
 void Write(absl::string_view level, absl::string_view message) {
-  const std::string line = absl::StrCat(
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ ", absl::Now(), absl::UTCTimeZone()),
-      level, " ", message, "\n");
+  const std::string line =
+      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ ", absl::Now(),
+                                    absl::UTCTimeZone()),
+                   level, " ", message, "\n");
   // One fwrite per line keeps lines from different threads whole.
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);

@@ -8,7 +8,7 @@ namespace evotune {
 GrpcTuner::GrpcTuner(TuningService* service, std::string token)
     : service_(service), token_(std::move(token)) {}
 
-grpc::Status GrpcTuner::Authorize(const grpc::ServerContext* ctx) const {
+grpc::Status GrpcTuner::Authorize(const grpc::ServerContextBase* ctx) const {
   if (token_.empty()) return grpc::Status::OK;
   const auto& metadata = ctx->client_metadata();
   auto it = metadata.find("authorization");
@@ -21,8 +21,8 @@ grpc::Status GrpcTuner::Authorize(const grpc::ServerContext* ctx) const {
   // Compare without an early exit so timing reveals nothing of the token.
   unsigned char diff = got.size() != expected.size();
   for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>(
-        (i < got.size() ? got.data()[i] : 0) ^ expected[i]);
+    diff |= static_cast<unsigned char>((i < got.size() ? got.data()[i] : 0) ^
+                                       expected[i]);
   }
   if (diff != 0) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
@@ -95,16 +95,20 @@ grpc::Status GrpcTuner::CancelJob(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcTuner::QueryBest(grpc::ServerContext* ctx,
-                                  const v1::QueryBestRequest* req,
-                                  v1::QueryBestResponse* resp) {
-  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
-  absl::StatusOr<BestQuery> query = BestQueryFromProto(*req);
-  if (!query.ok()) return ToGrpcStatus(query.status());
-  absl::StatusOr<BestAnswer> answer = service_->QueryBest(*query);
-  if (!answer.ok()) return ToGrpcStatus(answer.status());
-  *resp = BestToProto(*answer);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* GrpcTuner::QueryBest(grpc::CallbackServerContext* ctx,
+                                               const v1::QueryBestRequest* req,
+                                               v1::QueryBestResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+    absl::StatusOr<BestQuery> query = BestQueryFromProto(*req);
+    if (!query.ok()) return ToGrpcStatus(query.status());
+    absl::StatusOr<BestAnswer> answer = service_->QueryBest(*query);
+    if (!answer.ok()) return ToGrpcStatus(answer.status());
+    *resp = BestToProto(*answer);
+    return grpc::Status::OK;
+  }());
+  return reactor;
 }
 
 grpc::Status GrpcTuner::ListTemplates(grpc::ServerContext* ctx,

@@ -86,9 +86,8 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& job_id) {
       absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
       if (!job.ok()) return job.status();
       if (IsFinal(job->state)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("job_id: job ", job_id, " already ",
-                         JobStateName(job->state)));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job_id: job ", job_id, " already ", JobStateName(job->state)));
       }
       queue_.erase(std::remove(queue_.begin(), queue_.end(), job_id),
                    queue_.end());
@@ -155,8 +154,8 @@ void JobManager::RunJob(const std::string& job_id) {
   if (IsFinal(job->state)) return;
   if (evaluator_ == nullptr || !evaluator_->device().SameKey(job->device)) {
     // Left queued: a daemon on the job's device can run it.
-    LogError(absl::StrCat("job ", job_id, " is for device \"",
-                          job->device.name, "\", not this daemon's; skipped"));
+    LogError(absl::StrCat("job ", job_id, " is for device \"", job->device.name,
+                          "\", not this daemon's; skipped"));
     return;
   }
   if (absl::Status s = store_->SetJobState(job_id, JobState::kRunning, "");
@@ -181,23 +180,25 @@ void JobManager::RunJob(const std::string& job_id) {
   } else if (stopping) {
     final_state = JobState::kQueued;  // Resumes at the next start.
   }
-  if (absl::Status s = store_->SetJobState(
-          job_id, final_state, status.ok() ? "" : std::string(status.message()));
+  if (absl::Status s =
+          store_->SetJobState(job_id, final_state,
+                              status.ok() ? "" : std::string(status.message()));
       !s.ok()) {
     LogError(absl::StrCat("job ", job_id, ": ", s.ToString()));
   }
-  LogInfo(absl::StrCat("job ", job_id, " ", JobStateName(final_state),
-                       status.ok() ? "" : absl::StrCat(": ", status.message())));
+  LogInfo(
+      absl::StrCat("job ", job_id, " ", JobStateName(final_state),
+                   status.ok() ? "" : absl::StrCat(": ", status.message())));
   Notify();
 }
 
 absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
   const KernelTemplate* t = templates_->Find(job.template_name);
   if (t == nullptr || t->hash != job.template_hash) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "template ", job.template_name, " version ", job.template_hash,
-        " is not in this build (it has ",
-        t ? t->hash : std::string("no such template"), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("template ", job.template_name, " version ",
+                     job.template_hash, " is not in this build (it has ",
+                     t ? t->hash : std::string("no such template"), ")"));
   }
   const DeviceInfo& device = evaluator_->device();
   absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
@@ -205,11 +206,12 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
   if (!strategy.ok()) return strategy.status();
 
   // Resume: the strategy learns what this job already has.
-  absl::StatusOr<std::vector<JobEvent>> done = store_->ListJobEvents(
-      job.job_id, 0, std::numeric_limits<int>::max());
+  absl::StatusOr<std::vector<JobEvent>> done =
+      store_->ListJobEvents(job.job_id, 0, std::numeric_limits<int>::max());
   if (!done.ok()) return done.status();
   std::vector<std::pair<Config, TrialResult>> known;
-  for (const JobEvent& e : *done) known.push_back({e.trial.config, e.trial.result});
+  for (const JobEvent& e : *done)
+    known.push_back({e.trial.config, e.trial.result});
   (*strategy)->Report(known);
   int64_t trials_done = static_cast<int64_t>(done->size());
 

@@ -23,8 +23,8 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
-          prefix, ".dtype: required, DTYPE_FP16 or DTYPE_BF16 (got ",
-          p.dtype(), ")"));
+          prefix, ".dtype: required, DTYPE_FP16 or DTYPE_BF16 (got ", p.dtype(),
+          ")"));
   }
   return out;
 }

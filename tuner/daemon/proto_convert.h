@@ -26,8 +26,7 @@ v1::Job JobToProto(const JobView& view);
 v1::TemplateInfo TemplateToProto(const KernelTemplate& t);
 v1::QueryBestResponse BestToProto(const BestAnswer& answer);
 
-absl::StatusOr<SearchRequest> SearchFromProto(
-    const v1::SubmitSearchRequest& r);
+absl::StatusOr<SearchRequest> SearchFromProto(const v1::SubmitSearchRequest& r);
 absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r);
 // INVALID_ARGUMENT naming "state" for a value outside the enum.
 absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state);

@@ -77,9 +77,9 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
                      "\", not \"", r.device, "\""));
   }
   if (FeasibleConfigs(**t, r.problem, device->limits).empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "problem: no config of template ", r.template_name,
-        " fits this problem on ", device->name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem: no config of template ", r.template_name,
+                     " fits this problem on ", device->name));
   }
   return absl::OkStatus();
 }
@@ -146,10 +146,9 @@ absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
   if (!query.template_name.empty()) {
     const KernelTemplate* t = templates_->Find(query.template_name);
     if (t == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("template_name: unknown template \"",
-                       query.template_name, "\" (one of ",
-                       TemplateNames(*templates_), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "template_name: unknown template \"", query.template_name,
+          "\" (one of ", TemplateNames(*templates_), ")"));
     }
     templates.push_back({t->name, t->hash});
   } else {
@@ -209,9 +208,8 @@ absl::Status TuningService::WatchJob(
   };
   int64_t last = static_cast<int64_t>(from_sequence);
   if (last > 0) {
-    absl::StatusOr<std::vector<JobEvent>> seen =
-        store_->ListJobEvents(job_id, 0, static_cast<int>(std::min<int64_t>(
-                                             last, kMaxTrialsLimit)));
+    absl::StatusOr<std::vector<JobEvent>> seen = store_->ListJobEvents(
+        job_id, 0, static_cast<int>(std::min<int64_t>(last, kMaxTrialsLimit)));
     if (!seen.ok()) return seen.status();
     for (const JobEvent& e : *seen) consider(e.trial);
   }

@@ -135,8 +135,8 @@ absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal) {
   }
   DeviceInfo info;
   char name[256] = {};
-  if (absl::Status s =
-          d.Check(d.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
+  if (absl::Status s = d.Check(d.cuDeviceGetName(name, sizeof(name), dev),
+                               "cuDeviceGetName");
       !s.ok()) {
     return s;
   }

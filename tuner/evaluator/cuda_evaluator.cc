@@ -58,14 +58,14 @@ class CudaEvaluator : public Evaluator {
                                        const Config& config,
                                        const Problem& problem) override {
     if (!broken_.ok()) return broken_;
-    if (absl::Status s = d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    if (absl::Status s =
+            d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
         !s.ok()) {
       return s;
     }
     if (absl::Status s = CheckConfig(t, config, problem, info_.limits);
         !s.ok()) {
-      return Rejected(TrialStatus::kResourceRejected,
-                      std::string(s.message()));
+      return Rejected(TrialStatus::kResourceRejected, std::string(s.message()));
     }
     absl::StatusOr<CompileResult> compiled = CompileTemplate(
         t, config, problem, ArchName(info_.cc_major, info_.cc_minor));
@@ -85,9 +85,8 @@ class CudaEvaluator : public Evaluator {
   }
 
  private:
-  absl::StatusOr<TrialResult> Run(const KernelTemplate& t,
-                                  const Config& config, const Problem& p,
-                                  CUmodule module) {
+  absl::StatusOr<TrialResult> Run(const KernelTemplate& t, const Config& config,
+                                  const Problem& p, CUmodule module) {
     CUfunction fn;
     if (absl::Status s = d_->Check(
             d_->cuModuleGetFunction(&fn, module, t.kernel_name.c_str()),
@@ -100,18 +99,18 @@ class CudaEvaluator : public Evaluator {
     d_->cuFuncGetAttribute(&local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
                            fn);
     if (local_bytes > 0) {
-      return Rejected(TrialStatus::kResourceRejected,
-                      absl::StrCat("spills: ", local_bytes,
-                                   " B of local memory per thread (", regs,
-                                   " registers)"));
+      return Rejected(
+          TrialStatus::kResourceRejected,
+          absl::StrCat("spills: ", local_bytes,
+                       " B of local memory per thread (", regs, " registers)"));
     }
     const LaunchGeometry g = t.geometry(config, p);
     if (g.smem_bytes > 48 * 1024) {
-      if (absl::Status s = d_->Check(
-              d_->cuFuncSetAttribute(
-                  fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                  static_cast<int>(g.smem_bytes)),
-              "cuFuncSetAttribute");
+      if (absl::Status s =
+              d_->Check(d_->cuFuncSetAttribute(
+                            fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            static_cast<int>(g.smem_bytes)),
+                        "cuFuncSetAttribute");
           !s.ok()) {
         return Rejected(TrialStatus::kResourceRejected,
                         std::string(s.message()));
@@ -137,8 +136,10 @@ class CudaEvaluator : public Evaluator {
     fill(hv, fv, 0.5f);
 
     DeviceBuffer q(d_), k(d_), v(d_), o(d_);
-    for (auto [buf, n] : {std::pair{&q, q_elems}, {&k, kv_elems},
-                          {&v, kv_elems}, {&o, q_elems}}) {
+    for (auto [buf, n] : {std::pair{&q, q_elems},
+                          {&k, kv_elems},
+                          {&v, kv_elems},
+                          {&o, q_elems}}) {
       if (absl::Status s = buf->Allocate(n * 2); !s.ok()) return s;
     }
     if (absl::Status s = d_->Check(
@@ -173,10 +174,9 @@ class CudaEvaluator : public Evaluator {
         static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
     void* args[] = {&params};
     auto launch = [&]() {
-      return d_->cuLaunchKernel(fn, g.grid[0], g.grid[1], g.grid[2],
-                                g.block_threads, 1, 1,
-                                static_cast<unsigned>(g.smem_bytes), nullptr,
-                                args, nullptr);
+      return d_->cuLaunchKernel(
+          fn, g.grid[0], g.grid[1], g.grid[2], g.block_threads, 1, 1,
+          static_cast<unsigned>(g.smem_bytes), nullptr, args, nullptr);
     };
 
     // Correctness.
@@ -234,8 +234,8 @@ class CudaEvaluator : public Evaluator {
         {p.batch - 1, p.heads - 1, p.seq_q - 1},
         {0, p.heads - 1, std::min<int64_t>(p.seq_q - 1, 17)},
     };
-    std::uniform_int_distribution<int64_t> b(0, p.batch - 1),
-        h(0, p.heads - 1), r(0, p.seq_q - 1);
+    std::uniform_int_distribution<int64_t> b(0, p.batch - 1), h(0, p.heads - 1),
+        r(0, p.seq_q - 1);
     const int64_t total = p.batch * p.heads * p.seq_q;
     const int64_t n = std::min<int64_t>(kCheckedRows, total);
     while (static_cast<int64_t>(rows.size()) < n) {
@@ -274,7 +274,8 @@ class CudaEvaluator : public Evaluator {
     absl::Status s = time_launches(3, &us);
     int per_sample = 1;
     if (s.ok()) {
-      per_sample = static_cast<int>(std::ceil(kMinSampleUs / std::max(us / 3, 0.5)));
+      per_sample =
+          static_cast<int>(std::ceil(kMinSampleUs / std::max(us / 3, 0.5)));
       per_sample = std::clamp(per_sample, 1, 10000);
     }
     std::vector<double> samples;

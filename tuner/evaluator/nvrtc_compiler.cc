@@ -41,10 +41,10 @@ absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
   }
   std::unique_ptr<nvrtcProgram, ProgramDeleter> program(new nvrtcProgram());
   const std::string file_name = t.name + ".cu";
-  if (nvrtcResult r = nvrtcCreateProgram(
-          program.get(), t.source.c_str(), file_name.c_str(),
-          static_cast<int>(header_sources.size()), header_sources.data(),
-          header_names.data());
+  if (nvrtcResult r =
+          nvrtcCreateProgram(program.get(), t.source.c_str(), file_name.c_str(),
+                             static_cast<int>(header_sources.size()),
+                             header_sources.data(), header_names.data());
       r != NVRTC_SUCCESS) {
     return NvrtcError(r, "create program");
   }

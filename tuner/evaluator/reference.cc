@@ -22,8 +22,8 @@ uint16_t FloatToHalfBits(float f, DType dtype) {
   if (abs < 0x38800000u) {
     // Subnormal half: scale so that the integer rounding is exact.
     const float scaled = std::fabs(f) * 16777216.0f;  // 2^24.
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(
-                                            std::nearbyint(scaled)));
+    return static_cast<uint16_t>(sign |
+                                 static_cast<uint32_t>(std::nearbyint(scaled)));
   }
   const uint32_t exponent = ((abs >> 23) - 112) << 10;
   const uint32_t mantissa = abs & 0x7fffffu;
@@ -68,7 +68,8 @@ std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
   std::vector<double> scores(p.seq_k);
   std::vector<double> acc(d);
   for (const RowIndex& r : rows) {
-    const float* qrow = &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d];
+    const float* qrow =
+        &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d];
     const int64_t kv_head = r.head / group;
     const float* kbase = &k[(r.batch * p.kv_heads + kv_head) * p.seq_k * d];
     const float* vbase = &v[(r.batch * p.kv_heads + kv_head) * p.seq_k * d];

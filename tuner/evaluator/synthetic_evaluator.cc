@@ -59,7 +59,8 @@ absl::StatusOr<TrialResult> SyntheticEvaluator::Evaluate(
     double bowl = 0;
     for (const auto& [name, value] : config) {
       const double centre = 2.0 + static_cast<double>(StableHash(name) % 6);
-      const double x = std::log2(static_cast<double>(std::max<int64_t>(value, 1)));
+      const double x =
+          std::log2(static_cast<double>(std::max<int64_t>(value, 1)));
       bowl += 0.05 * (x - centre) * (x - centre);
     }
     const double work_us = 1.0 + ProblemFlops(problem) / 2e8;

@@ -58,9 +58,9 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
     return s;
   }
   if (p.heads % p.kv_heads != 0) {
-    return FieldError(prefix, "kv_heads",
-                      absl::StrCat("must divide heads (", p.heads, "), got ",
-                                   p.kv_heads));
+    return FieldError(
+        prefix, "kv_heads",
+        absl::StrCat("must divide heads (", p.heads, "), got ", p.kv_heads));
   }
   if (absl::Status s = CheckRange(prefix, "seq_q", p.seq_q, kMaxSeqLen);
       !s.ok()) {
@@ -105,7 +105,7 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   if (parts.size() != 9 || parts[8] != "bhsd") return bad();
   Problem p;
   const std::pair<absl::string_view, int64_t*> numeric[] = {
-      {"b", &p.batch}, {"h", &p.heads},  {"kv", &p.kv_heads},
+      {"b", &p.batch}, {"h", &p.heads}, {"kv", &p.kv_heads},
       {"q", &p.seq_q}, {"k", &p.seq_k}, {"d", &p.head_dim}};
   for (int i = 0; i < 6; ++i) {
     absl::string_view part = parts[i];

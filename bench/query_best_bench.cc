@@ -1,0 +1,175 @@
+// QueryBest under load: fills a store with synthetic trials, then sends
+// QueryBest requests to a running evotuned at a fixed rate (open loop: each
+// request's latency counts from when it was due, so a slow server cannot hide
+// its queueing) and prints latency percentiles.
+//
+//   query_best_bench --db=PATH --trials=1000000 --populate_only
+//   query_best_bench --db=PATH --address=127.0.0.1:PORT --rate=5000
+//   --seconds=20
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "evotune/v1/evotune.grpc.pb.h"
+#include "kernel_templates/template_registry.h"
+#include "storage/result_store.h"
+#include "tuner/daemon/proto_convert.h"
+#include "tuner/evaluator/synthetic_evaluator.h"
+
+ABSL_FLAG(std::string, db, "", "database to fill (and that evotuned serves)");
+ABSL_FLAG(int64_t, trials, 1000000, "trials to have in the store");
+ABSL_FLAG(int, configs_per_problem, 100, "trials per problem");
+ABSL_FLAG(bool, populate_only, false, "fill the store and exit");
+ABSL_FLAG(std::string, address, "", "evotuned address");
+ABSL_FLAG(double, rate, 5000, "requests per second");
+ABSL_FLAG(double, seconds, 20, "duration of the load");
+ABSL_FLAG(int, threads, 4, "client connections");
+
+namespace evotune {
+namespace {
+
+Problem ProblemNumber(int64_t i) {
+  Problem p;
+  p.batch = 1 + i % 16;
+  p.heads = 8;
+  p.kv_heads = 8;
+  p.seq_q = 64 + (i / 16);
+  p.seq_k = p.seq_q;
+  p.head_dim = 64;
+  return p;
+}
+
+int Populate(ResultStore& store, int64_t want, int per_problem) {
+  const int64_t have = *store.CountTrials();
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  SyntheticEvaluator synthetic({});
+  std::mt19937_64 gen(1);
+  std::uniform_real_distribution<double> us(5, 500);
+  const absl::Time start = absl::Now();
+  for (int64_t problem = have / per_problem; problem * per_problem < want;
+       ++problem) {
+    std::vector<std::pair<Config, TrialResult>> batch;
+    for (int c = 0; c < per_problem; ++c) {
+      TrialResult r;
+      r.median_us = us(gen);
+      r.min_us = r.median_us * 0.97;
+      r.p90_us = r.median_us * 1.04;
+      r.cv = 0.02;
+      if (c % 10 == 9) r.status = TrialStatus::kIncorrect;
+      batch.push_back({{{"C", c}}, r});
+    }
+    absl::Status s = store.BulkInsertTrials(
+        {synthetic.device(), t.name, t.hash, ProblemNumber(problem)}, batch);
+    if (!s.ok()) {
+      std::fprintf(stderr, "populate: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::printf("store holds %lld trials (filled in %.1f s)\n",
+              static_cast<long long>(*store.CountTrials()),
+              absl::ToDoubleSeconds(absl::Now() - start));
+  return 0;
+}
+
+// One sender thread issues each request when it is due through the callback
+// API, so a slow answer never delays the next request (open loop).
+int Load(int64_t problems) {
+  const double rate = absl::GetFlag(FLAGS_rate);
+  const int64_t total =
+      static_cast<int64_t>(rate * absl::GetFlag(FLAGS_seconds));
+  const int channels = absl::GetFlag(FLAGS_threads);
+  std::vector<std::unique_ptr<v1::Tuner::Stub>> stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stubs.push_back(v1::Tuner::NewStub(
+        grpc::CreateCustomChannel(absl::GetFlag(FLAGS_address),
+                                  grpc::InsecureChannelCredentials(), args)));
+  }
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::QueryBestRequest req;
+    v1::QueryBestResponse resp;
+    absl::Time due, sent;
+  };
+  std::vector<double> from_due(total), from_sent(total);
+  std::atomic<int64_t> errors{0}, wrong{0}, finished{0};
+  std::vector<std::unique_ptr<Call>> calls(total);
+  std::mt19937_64 gen(1);
+  const absl::Time start = absl::Now() + absl::Milliseconds(200);
+  for (int64_t i = 0; i < total; ++i) {
+    auto call = std::make_unique<Call>();
+    *call->req.mutable_problem() =
+        ProblemToProto(ProblemNumber(gen() % problems));
+    call->req.set_template_name("naive");
+    call->req.set_k(5);
+    call->ctx.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(30));
+    call->due = start + absl::Seconds(i / rate);
+    absl::SleepFor(call->due - absl::Now());
+    call->sent = absl::Now();
+    Call* c = call.get();
+    calls[i] = std::move(call);
+    stubs[i % channels]->async()->QueryBest(
+        &c->ctx, &c->req, &c->resp, [&, c, i](grpc::Status s) {
+          const absl::Time done = absl::Now();
+          from_due[i] = absl::ToDoubleMicroseconds(done - c->due);
+          from_sent[i] = absl::ToDoubleMicroseconds(done - c->sent);
+          if (!s.ok()) ++errors;
+          if (s.ok() &&
+              (c->resp.results_size() != 5 || c->resp.transferred())) {
+            ++wrong;
+          }
+          ++finished;
+        });
+  }
+  while (finished < total) absl::SleepFor(absl::Milliseconds(1));
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  auto report = [](const char* what, std::vector<double> all) {
+    std::sort(all.begin(), all.end());
+    auto pct = [&](double q) {
+      return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))];
+    };
+    std::printf("%s us: p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n",
+                what, pct(0.5), pct(0.9), pct(0.99), pct(0.999), all.back());
+  };
+  std::printf(
+      "requests %lld  achieved %.0f req/s  errors %lld  wrong answers %lld\n",
+      static_cast<long long>(total), total / wall,
+      static_cast<long long>(errors.load()),
+      static_cast<long long>(wrong.load()));
+  report("latency from due ", from_due);
+  report("latency from sent", from_sent);
+  return errors == 0 && wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace evotune
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string db = absl::GetFlag(FLAGS_db);
+  if (db.empty()) {
+    std::fprintf(stderr, "query_best_bench: --db is required\n");
+    return 2;
+  }
+  const int per_problem = absl::GetFlag(FLAGS_configs_per_problem);
+  const int64_t problems = absl::GetFlag(FLAGS_trials) / per_problem;
+  if (absl::GetFlag(FLAGS_populate_only)) {
+    auto store = evotune::ResultStore::Open(db);
+    if (!store.ok()) {
+      std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+      return 1;
+    }
+    return evotune::Populate(**store, absl::GetFlag(FLAGS_trials), per_problem);
+  }
+  return evotune::Load(problems);
+}
