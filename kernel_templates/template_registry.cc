@@ -13,6 +13,7 @@ using SpecFactory = std::function<KernelTemplate(std::string, std::string)>;
 
 const std::map<std::string, SpecFactory>& SpecFactories() {
   static const auto* factories = new std::map<std::string, SpecFactory>{
+      {"flash_fwd", MakeFlashFwdTemplate},
       {"naive", MakeNaiveTemplate},
   };
   return *factories;

@@ -29,6 +29,7 @@ class TemplateRegistry {
 // Specs of the built-in templates (each in kernel_templates/<name>/), given
 // the embedded source and its hash.
 KernelTemplate MakeNaiveTemplate(std::string source, std::string hash);
+KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash);
 
 }  // namespace evotune
 

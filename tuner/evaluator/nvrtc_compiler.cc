@@ -52,6 +52,7 @@ absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
   options.push_back(absl::StrCat("--gpu-architecture=", arch));
   options.push_back("-std=c++17");
   options.push_back("--device-as-default-execution-space");
+  options.push_back("--ptxas-options=-v");
   std::vector<const char*> option_ptrs;
   for (const std::string& o : options) option_ptrs.push_back(o.c_str());
 

@@ -1,0 +1,51 @@
+// Parameter space and launch geometry of
+// kernel_templates/flash_fwd/flash_fwd.cu.
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+
+KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
+  KernelTemplate t;
+  t.name = "flash_fwd";
+  t.description =
+      "FlashAttention-2-style forward: mma.sync m16n8k16 with ldmatrix, "
+      "cp.async K/V pipeline, swizzled shared memory, online softmax in "
+      "registers with fp32 accumulation.";
+  t.source = std::move(source);
+  t.hash = std::move(hash);
+  t.space = ParamSpace({
+      {"BLOCK_M", {16, 32, 64, 128}, "query rows per block"},
+      {"BLOCK_N", {32, 64, 128}, "keys per K/V tile"},
+      {"NUM_WARPS", {1, 2, 4, 8}, "warps per block, split along BLOCK_M"},
+      {"STAGES", {1, 2, 3}, "K/V tiles in flight in shared memory"},
+      {"Q_IN_REGS", {0, 1}, "keep Q fragments in registers for the pass"},
+  });
+  t.head_dims = {64, 128};
+  t.dtypes = {DType::kFp16, DType::kBf16};
+  t.constraints = {
+      {"BLOCK_M % (16 * NUM_WARPS) == 0",
+       [](const Config& c, const Problem&) {
+         return c.at("BLOCK_M") % (16 * c.at("NUM_WARPS")) == 0;
+       }},
+      {"BLOCK_M <= 32 * NUM_WARPS",
+       [](const Config& c, const Problem&) {
+         return c.at("BLOCK_M") <= 32 * c.at("NUM_WARPS");
+       }},
+      {"HEAD_DIM % 16 == 0",
+       [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
+  };
+  t.geometry = [](const Config& c, const Problem& p) {
+    const int64_t block_m = c.at("BLOCK_M");
+    LaunchGeometry g;
+    g.grid[0] = static_cast<int>((p.seq_q + block_m - 1) / block_m);
+    g.grid[1] = static_cast<int>(p.heads);
+    g.grid[2] = static_cast<int>(p.batch);
+    g.block_threads = static_cast<int>(32 * c.at("NUM_WARPS"));
+    g.smem_bytes =
+        (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2;
+    return g;
+  };
+  return t;
+}
+
+}  // namespace evotune
