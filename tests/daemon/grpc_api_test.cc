@@ -249,10 +249,16 @@ TEST_F(GrpcApiTest, TokenIsRequiredWhenSet) {
   grpc::ClientContext right;
   right.AddMetadata("authorization", "Bearer s3cret");
   EXPECT_TRUE(d.stub()->ListTemplates(&right, {}, &resp).ok());
-  ASSERT_GE(resp.templates_size(), 1);
-  EXPECT_EQ(resp.templates(0).name(), "naive");
-  EXPECT_EQ(resp.templates(0).source_hash().size(), 16u);
-  EXPECT_GE(resp.templates(0).params_size(), 2);
+  ASSERT_EQ(resp.templates_size(),
+            static_cast<int>(TemplateRegistry::Builtin().templates().size()));
+  std::set<std::string> names;
+  for (const v1::TemplateInfo& t : resp.templates()) {
+    names.insert(t.name());
+    EXPECT_EQ(t.source_hash().size(), 16u);
+    EXPECT_GE(t.params_size(), 2);
+    EXPECT_GE(t.constraints_size(), 1);
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"flash_fwd", "naive"}));
 }
 
 TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {

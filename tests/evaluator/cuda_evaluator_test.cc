@@ -13,7 +13,7 @@ namespace {
 class CudaEvaluatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(0);
+    absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator({});
     if (!e.ok()) GTEST_SKIP() << e.status().message();
     evaluator_ = *std::move(e);
   }

@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,12 @@ ABSL_FLAG(std::string, evaluator, "cuda",
           "deterministic stand-in for machines without one (results are "
           "stored under a device named \"synthetic (not a GPU)\")");
 ABSL_FLAG(int, gpu, 0, "ordinal of the CUDA device to tune on");
+ABSL_FLAG(std::string, cache_dir, "",
+          "compiled-kernel cache (default: $XDG_CACHE_HOME/evotune/cubins, or "
+          "~/.cache/evotune/cubins); \"none\" disables it");
+ABSL_FLAG(int, compile_threads, 0,
+          "background NVRTC compile threads (0: half the CPU cores, at least "
+          "1)");
 ABSL_FLAG(int, synthetic_delay_ms, 0,
           "synthetic evaluator: milliseconds per evaluation");
 ABSL_FLAG(std::string, synthetic_log, "",
@@ -48,16 +55,14 @@ ABSL_FLAG(std::string, port_file, "",
 namespace evotune {
 namespace {
 
-std::string DefaultDbPath() {
-  const char* state = std::getenv("XDG_STATE_HOME");
-  std::filesystem::path dir;
-  if (state != nullptr && *state != '\0') {
-    dir = state;
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = std::filesystem::path(home ? home : ".") / ".local" / "state";
+// $<xdg_variable>/evotune, or ~/<fallback>/evotune.
+std::filesystem::path XdgDir(const char* xdg_variable, const char* fallback) {
+  const char* value = std::getenv(xdg_variable);
+  if (value != nullptr && *value != '\0') {
+    return std::filesystem::path(value) / "evotune";
   }
-  return (dir / "evotune" / "evotune.db").string();
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home ? home : ".") / fallback / "evotune";
 }
 
 absl::StatusOr<std::unique_ptr<Evaluator>> MakeEvaluator() {
@@ -68,7 +73,22 @@ absl::StatusOr<std::unique_ptr<Evaluator>> MakeEvaluator() {
     options.log_path = absl::GetFlag(FLAGS_synthetic_log);
     return std::make_unique<SyntheticEvaluator>(options);
   }
-  if (kind == "cuda") return MakeCudaEvaluator(absl::GetFlag(FLAGS_gpu));
+  if (kind == "cuda") {
+    CudaEvaluatorOptions options;
+    options.ordinal = absl::GetFlag(FLAGS_gpu);
+    options.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+    if (options.cache_dir.empty()) {
+      options.cache_dir = (XdgDir("XDG_CACHE_HOME", ".cache") / "cubins").string();
+    } else if (options.cache_dir == "none") {
+      options.cache_dir.clear();
+    }
+    options.compile_threads = absl::GetFlag(FLAGS_compile_threads);
+    if (options.compile_threads <= 0) {
+      options.compile_threads =
+          std::max(1u, std::thread::hardware_concurrency() / 2);
+    }
+    return MakeCudaEvaluator(options);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "--evaluator: unknown evaluator \"", kind, "\" (cuda or synthetic)"));
 }
@@ -82,7 +102,9 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::string db_path = absl::GetFlag(FLAGS_db);
-  if (db_path.empty()) db_path = DefaultDbPath();
+  if (db_path.empty()) {
+    db_path = (XdgDir("XDG_STATE_HOME", ".local/state") / "evotune.db").string();
+  }
   std::error_code ec;
   std::filesystem::create_directories(
       std::filesystem::path(db_path).parent_path(), ec);

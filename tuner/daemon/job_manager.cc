@@ -9,6 +9,12 @@
 #include "tuner/search/search_strategy.h"
 
 namespace evotune {
+namespace {
+
+// Configs proposed ahead of the one being evaluated.
+constexpr int kLookahead = 8;
+
+}  // namespace
 
 JobManager::JobManager(ResultStore* store, const TemplateRegistry* templates,
                        std::unique_ptr<Evaluator> evaluator,
@@ -222,6 +228,7 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
   auto elapsed = [&] {
     return base_seconds + absl::ToDoubleSeconds(absl::Now() - start);
   };
+  std::deque<Config> pending;
   while (trials_done < job.max_trials && elapsed() < job.max_seconds) {
     {
       absl::MutexLock lock(&mu_);
@@ -231,9 +238,23 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
         return absl::OkStatus();
       }
     }
-    std::vector<Config> next = (*strategy)->Propose(1);
-    if (next.empty()) break;  // The strategy has covered its space.
-    const Config& config = next.front();
+    if (pending.empty()) {
+      // Propose a few ahead, so that the evaluator can compile them while
+      // it measures the first.
+      const int n = static_cast<int>(
+          std::min<int64_t>(kLookahead, job.max_trials - trials_done));
+      std::vector<Config> to_measure;
+      for (Config& c : (*strategy)->Propose(n)) {
+        absl::StatusOr<std::optional<StoredTrial>> known =
+            store_->FindTrial(scope, c);
+        if (known.ok() && !known->has_value()) to_measure.push_back(c);
+        pending.push_back(std::move(c));
+      }
+      if (pending.empty()) break;  // The strategy has covered its space.
+      evaluator_->Prefetch(*t, to_measure, job.problem);
+    }
+    const Config config = std::move(pending.front());
+    pending.pop_front();
 
     absl::StatusOr<std::optional<StoredTrial>> stored =
         store_->FindTrial(scope, config);

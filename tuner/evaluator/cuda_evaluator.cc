@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernel_templates/common/attention_params.cuh"
+#include "tuner/evaluator/cubin_cache.h"
 #include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/evaluator/reference.h"
@@ -48,11 +49,24 @@ TrialResult Rejected(TrialStatus status, std::string why) {
 
 class CudaEvaluator : public Evaluator {
  public:
-  CudaEvaluator(const CudaDriver* d, CUdevice dev, CUcontext ctx,
-                DeviceInfo info)
-      : d_(d), dev_(dev), ctx_(ctx), info_(std::move(info)) {}
+  CudaEvaluator(const CudaDriver* d, CUcontext ctx, DeviceInfo info,
+                const CudaEvaluatorOptions& options)
+      : d_(d),
+        ctx_(ctx),
+        info_(std::move(info)),
+        cubins_(options.cache_dir, ArchName(info_.cc_major, info_.cc_minor),
+                options.compile_threads) {}
 
   const DeviceInfo& device() const override { return info_; }
+
+  void Prefetch(const KernelTemplate& t, const std::vector<Config>& configs,
+                const Problem& problem) override {
+    for (const Config& c : configs) {
+      if (CheckConfig(t, c, problem, info_.limits).ok()) {
+        cubins_.Prefetch(t, c, problem);
+      }
+    }
+  }
 
   absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
                                        const Config& config,
@@ -67,8 +81,7 @@ class CudaEvaluator : public Evaluator {
         !s.ok()) {
       return Rejected(TrialStatus::kResourceRejected, std::string(s.message()));
     }
-    absl::StatusOr<CompileResult> compiled = CompileTemplate(
-        t, config, problem, ArchName(info_.cc_major, info_.cc_minor));
+    absl::StatusOr<CompileResult> compiled = cubins_.Get(t, config, problem);
     if (!compiled.ok()) return compiled.status();
     if (!compiled->ok) {
       return Rejected(TrialStatus::kCompileError, compiled->log);
@@ -123,11 +136,22 @@ class CudaEvaluator : public Evaluator {
     const size_t kv_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
     std::vector<uint16_t> hq(q_elems), hk(kv_elems), hv(kv_elems);
     std::vector<float> fq(q_elems), fk(kv_elems), fv(kv_elems);
-    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    // splitmix64, four 16-bit draws per step: inputs of the largest
+    // problems take tens of milliseconds, not seconds.
+    uint64_t state = rng_();
     auto fill = [&](std::vector<uint16_t>& h, std::vector<float>& f,
                     float offset) {
+      uint64_t bits = 0;
       for (size_t i = 0; i < h.size(); ++i) {
-        h[i] = FloatToHalfBits(uni(rng_) + offset, p.dtype);
+        if (i % 4 == 0) {
+          uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+          bits = z ^ (z >> 31);
+        }
+        const float u = static_cast<float>(bits & 0xffff) * (2.f / 65535.f) - 1.f;
+        bits >>= 16;
+        h[i] = FloatToHalfBits(u + offset, p.dtype);
         f[i] = HalfBitsToFloat(h[i], p.dtype);
       }
     };
@@ -303,21 +327,23 @@ class CudaEvaluator : public Evaluator {
   }
 
   const CudaDriver* d_;
-  CUdevice dev_;
   CUcontext ctx_;
   DeviceInfo info_;
+  CubinCache cubins_;
   std::mt19937_64 rng_{std::random_device{}()};
   absl::Status broken_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(int ordinal) {
-  absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(ordinal);
+absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(
+    const CudaEvaluatorOptions& options) {
+  absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(options.ordinal);
   if (!info.ok()) return info.status();
   const CudaDriver* d = *CudaDriver::Get();
   CUdevice dev;
-  if (absl::Status s = d->Check(d->cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  if (absl::Status s =
+          d->Check(d->cuDeviceGet(&dev, options.ordinal), "cuDeviceGet");
       !s.ok()) {
     return s;
   }
@@ -328,7 +354,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(int ordinal) {
     return s;
   }
   return std::unique_ptr<Evaluator>(
-      new CudaEvaluator(d, dev, ctx, *std::move(info)));
+      new CudaEvaluator(d, ctx, *std::move(info), options));
 }
 
 }  // namespace evotune

@@ -4,7 +4,8 @@
 //
 // Gates, in order (each outcome is a TrialStatus):
 //   1. constraints (space, shared memory, threads)   -> resource_rejected
-//   2. NVRTC compile                                 -> compile_error
+//   2. NVRTC compile (cached on disk, prefetched on
+//      a thread pool)                               -> compile_error
 //   3. load; registers and local memory read back;
 //      a config that spills is rejected              -> resource_rejected
 //   4. correctness: output poisoned with NaN, inputs
@@ -18,14 +19,25 @@
 #define EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "tuner/evaluator/evaluator.h"
 
 namespace evotune {
 
+struct CudaEvaluatorOptions {
+  int ordinal = 0;
+  // Where compiled kernels are kept between runs; empty keeps them in
+  // memory only.
+  std::string cache_dir;
+  // Background compile threads for Prefetch.
+  int compile_threads = 4;
+};
+
 // UNAVAILABLE "no CUDA device: ..." when the driver or device is missing.
-absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(int ordinal);
+absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(
+    const CudaEvaluatorOptions& options);
 
 }  // namespace evotune
 

@@ -2,6 +2,8 @@
 #ifndef EVOTUNE_TUNER_EVALUATOR_EVALUATOR_H_
 #define EVOTUNE_TUNER_EVALUATOR_EVALUATOR_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "kernel_templates/kernel_template.h"
 #include "tuner/space/config.h"
@@ -25,6 +27,12 @@ class Evaluator {
   virtual absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
                                                const Config& config,
                                                const Problem& problem) = 0;
+
+  // A hint that these configs will be evaluated soon, so that work which
+  // needs no GPU (compiling) can start in the background. Optional.
+  virtual void Prefetch(const KernelTemplate& t,
+                        const std::vector<Config>& configs,
+                        const Problem& problem) {}
 };
 
 }  // namespace evotune
