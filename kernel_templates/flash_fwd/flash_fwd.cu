@@ -67,6 +67,13 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
   return row * kD + ((chunk ^ (row & 7)) << 3);
 }
 
+// The rows a lane hands to ldmatrix are all congruent to the lane mod 8, so
+// their swizzled chunk depends on the lane and the logical chunk only: the
+// element offset of `chunk` within such a row.
+__device__ __forceinline__ int LaneChunk(int chunk, int lane) {
+  return (chunk ^ (lane & 7)) << 3;
+}
+
 __device__ __forceinline__ void CpAsync16(unsigned dst, const void* src,
                                           bool valid) {
   // A source size of 0 fills the 16 bytes with zeros (masked tails).
@@ -161,7 +168,10 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const int b = blockIdx.z;
   const int h = blockIdx.y;
   const int kvh = h / (p.heads / p.kv_heads);
-  const int q0 = blockIdx.x * kM;
+  // Last query blocks first: with a causal mask they see the most keys, so
+  // the longest blocks start first (and the order does not matter otherwise).
+  const int q_block = gridDim.x - 1 - blockIdx.x;
+  const int q0 = q_block * kM;
   const int shift = p.seq_k - p.seq_q;  // Causal: row i sees j <= i + shift.
 
   const evt_elem* q = static_cast<const evt_elem*>(p.q) + b * p.q_batch_stride +
@@ -190,6 +200,17 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 
   const int warp_row0 = warp * 16 * kMTiles;
+  // Per-lane parts of the ldmatrix addresses, fixed for the whole pass.
+  const unsigned q_lane =
+      SmemAddress(q_tile) +
+      2 * (warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kD;
+  const unsigned k_base = SmemAddress(k_tiles);
+  const unsigned v_base = SmemAddress(v_tiles);
+  const int k_row = ((lane % 8) + (lane / 16) * 8) * kD;
+  const int v_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
+  int v_chunk[4];
+#pragma unroll
+  for (int d = 0; d < 4; ++d) v_chunk[d] = LaneChunk(d * 2 + lane / 16, lane);
   unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
@@ -231,15 +252,15 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks) {
-          const int row =
-              warp_row0 + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
           LdMatrixX4(q_frag[mt][ks],
-                     SmemAddress(q_tile + Swizzled(row, ks * 2 + lane / 16)));
+                     q_lane + 2 * (mt * 16 * kD +
+                                   LaneChunk(ks * 2 + lane / 16, lane)));
         }
       }
     }
-    const evt_elem* k_tile = k_tiles + stage * kN * kD;
-    const evt_elem* v_tile = v_tiles + stage * kN * kD;
+    // Shared-memory byte addresses of this lane's ldmatrix rows.
+    const unsigned k_lane = k_base + 2 * (stage * kN * kD + k_row);
+    const unsigned v_lane = v_base + 2 * (stage * kN * kD + v_row);
     const int kv0 = j * kN;
 
     // S = Q K^T for this tile.
@@ -252,7 +273,10 @@ extern "C" __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < 4; ++i) s_acc[mt][nt][i] = 0.f;
       }
     }
-#pragma unroll
+    // With Q in shared memory nothing is indexed by ks, so the loop stays
+    // rolled: fully unrolled, ptxas keeps too many fragments in flight and
+    // spills at HEAD_DIM 128.
+#pragma unroll(kQInRegs ? kKSteps : 1)
     for (int ks = 0; ks < kKSteps; ++ks) {
       unsigned qf[kMTiles][4];
 #pragma unroll
@@ -261,18 +285,17 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int i = 0; i < 4; ++i) qf[mt][i] = q_frag[mt][ks][i];
         } else {
-          const int row =
-              warp_row0 + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
           LdMatrixX4(qf[mt],
-                     SmemAddress(q_tile + Swizzled(row, ks * 2 + lane / 16)));
+                     q_lane + 2 * (mt * 16 * kD +
+                                   LaneChunk(ks * 2 + lane / 16, lane)));
         }
       }
+      const unsigned k_ks =
+          k_lane + 2 * LaneChunk(ks * 2 + (lane / 8) % 2, lane);
 #pragma unroll
       for (int kb = 0; kb < kN / 16; ++kb) {
         unsigned kf[4];
-        const int key = kb * 16 + (lane % 8) + (lane / 16) * 8;
-        LdMatrixX4(
-            kf, SmemAddress(k_tile + Swizzled(key, ks * 2 + (lane / 8) % 2)));
+        LdMatrixX4(kf, k_ks + 2 * kb * 16 * kD);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Mma(s_acc[mt][2 * kb], qf[mt], kf[0], kf[1]);
@@ -285,16 +308,23 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     const bool need_mask =
         kv0 + kN > p.seq_k || (p.causal && kv0 + kN - 1 > q0 + shift);
     if (need_mask) {
+      // Element (nt, i) of a row holds key kv0 + c + nt * 8 + (i & 1), with
+      // c = (lane % 4) * 2: compare the compile-time part against per-row
+      // limits, so no per-element index lives in a register.
+      const int c = kv0 + (lane % 4) * 2;
+      const int key_limit = p.seq_k - c;  // Keys at or past it are masked.
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
+        for (int half = 0; half < 2; ++half) {
+          const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+          const int limit =
+              p.causal ? min(key_limit, row + shift + 1 - c) : key_limit;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int key = kv0 + nt * 8 + (lane % 4) * 2 + (i & 1);
-            const int row = q0 + warp_row0 + mt * 16 + lane / 4 + (i / 2) * 8;
-            if (key >= p.seq_k || (p.causal && key > row + shift)) {
-              s_acc[mt][nt][i] = NegInf();
+          for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              if (nt * 8 + i >= limit) s_acc[mt][nt][2 * half + i] = NegInf();
             }
           }
         }
@@ -353,9 +383,9 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int dp = 0; dp < kD / 16; ++dp) {
         unsigned vf[4];
-        const int key = t * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        // Chunks 8..15 differ from 0..7 by a constant under the swizzle.
         LdMatrixX4Trans(
-            vf, SmemAddress(v_tile + Swizzled(key, dp * 2 + lane / 16)));
+            vf, v_lane + 2 * (t * 16 * kD + (dp / 4) * 64 + v_chunk[dp % 4]));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Mma(o_acc[mt][2 * dp], pf[mt], vf[0], vf[1]);

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# On a GPU machine: tunes every problem of a benchmark suite with evotuned,
+# exports each problem's best config and times it side by side with PyTorch
+# SDPA (bench/sdpa_compare.py).
+#
+#   bench/run_sweep.sh BUNDLE SHAPES_JSON OUT_DIR [TRIALS] [TEMPLATE] [STRATEGY]
+#
+# BUNDLE holds evotuned, evotune and export_kernel (../shared/tools/gpu-bundle).
+set -uo pipefail
+b=$1
+shapes=$2
+out=$3
+trials=${4:-48}
+template=${5:-flash_fwd}
+strategy=${6:-random}
+work=$(mktemp -d)
+mkdir -p "$work/kernels"
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+"$b/run" evotuned --db="$out/sweep.db" --listen=127.0.0.1:0 \
+  --port_file="$work/port" --cache_dir="$work/cubins" 2>"$out/evotuned.log" &
+pid=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
+
+python3 - "$shapes" >"$work/problems" <<'PY'
+import json, sys
+for p in json.load(open(sys.argv[1]))["problems"]:
+    print(p["name"], f"--batch={p['batch']} --heads={p['heads']} "
+          f"--kv_heads={p['kv_heads']} --seq_q={p['seq_q']} "
+          f"--seq_k={p['seq_k']} --head_dim={p['head_dim']} "
+          f"--causal={str(p['causal']).lower()} --dtype={p['dtype']}")
+PY
+
+echo "[" >"$work/plan.json"
+sep=""
+while read -r name flags; do
+  start=$(date +%s)
+  job=$("$b/run" evotune submit --template_name="$template" $flags \
+    --max_trials="$trials" --strategy="$strategy" --seed=1) || continue
+  "$b/run" evotune watch "$job" >"$work/watch-$name.log" 2>&1
+  echo "$name: $(tail -1 "$work/watch-$name.log") ($(( $(date +%s) - start )) s)"
+  "$b/run" evotune --json best --template_name="$template" $flags --k=1 >"$work/best.json"
+  read -r config problem < <(python3 - "$work/best.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]["trial"]
+p = json.load(open(sys.argv[1]))["source_problem"]
+print(",".join(f"{x['name']}={x.get('value', 0)}" for x in r["config"]["params"]),
+      f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}_k{p['seq_k']}"
+      f"_d{p['head_dim']}_{'causal' if p.get('causal') else 'full'}_"
+      f"{'bf16' if p['dtype'] == 'DTYPE_BF16' else 'fp16'}_bhsd")
+PY
+)
+  "$b/run" export_kernel --template_name="$template" --config="$config" \
+    --problem="$problem" --out="$work/kernels/$name" || continue
+  printf '%s{"name": "%s", "cubin": "%s", "meta": "%s"}\n' "$sep" "$name" \
+    "$work/kernels/$name.cubin" "$work/kernels/$name.json" >>"$work/plan.json"
+  sep=","
+done <"$work/problems"
+echo "]" >>"$work/plan.json"
+kill -TERM $pid
+wait $pid
+PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py "$work/plan.json" \
+  --json "$out/compare.json" | tee "$out/compare.txt"

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Times evotune kernels side by side with PyTorch SDPA, in one process.
+
+For every entry of a plan (JSON list of {"name", "cubin", "meta"} where meta
+is the .json that bench/export_kernel writes), on the same random inputs:
+  - checks the evotune kernel against an fp32 SDPA reference (and reports
+    SDPA flash's own error on the same inputs for scale);
+  - times the evotune kernel, SDPA's flash backend and SDPA's cuDNN backend
+    the same way: a CUDA graph of REPEAT back-to-back calls, replayed
+    REPLAYS times, each replay timed with CUDA events; the median per call.
+Prints a table (us, TFLOP/s, ratios) and writes it as JSON if asked.
+
+  python3 bench/sdpa_compare.py PLAN.json [--json OUT.json]
+"""
+import argparse
+import ctypes
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+REPEAT = 20
+REPLAYS = 50
+
+_cuda = ctypes.CDLL("libcuda.so.1")
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+class AttentionParams(ctypes.Structure):
+    """kernel_templates/common/attention_params.cuh, field for field."""
+    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
+                ("v", ctypes.c_void_p), ("o", ctypes.c_void_p)] + [
+                    (n, ctypes.c_longlong) for n in (
+                        "q_batch_stride", "q_head_stride", "q_row_stride",
+                        "k_batch_stride", "k_head_stride", "k_row_stride",
+                        "v_batch_stride", "v_head_stride", "v_row_stride",
+                        "o_batch_stride", "o_head_stride", "o_row_stride")
+                ] + [(n, ctypes.c_int) for n in (
+                    "batch", "heads", "kv_heads", "seq_q", "seq_k", "causal")
+                     ] + [("scale_log2", ctypes.c_float)]
+
+
+def check(result, what):
+    if result != 0:
+        raise RuntimeError(f"{what} failed with CUDA error {result}")
+
+
+def parse_problem(key):
+    parts = key.split("_")
+    num = lambda s, prefix: int(s[len(prefix):])
+    return dict(batch=num(parts[0], "b"), heads=num(parts[1], "h"),
+                kv_heads=num(parts[2], "kv"), seq_q=num(parts[3], "q"),
+                seq_k=num(parts[4], "k"), head_dim=num(parts[5], "d"),
+                causal=parts[6] == "causal",
+                dtype=torch.bfloat16 if parts[7] == "bf16" else torch.float16)
+
+
+class EvotuneKernel:
+    def __init__(self, cubin_path, meta):
+        self.meta = meta
+        data = open(cubin_path, "rb").read()
+        self._data = ctypes.create_string_buffer(data, len(data))
+        self.module = ctypes.c_void_p()
+        check(_cuda.cuModuleLoadData(ctypes.byref(self.module), self._data),
+              "cuModuleLoadData")
+        self.function = ctypes.c_void_p()
+        check(_cuda.cuModuleGetFunction(ctypes.byref(self.function),
+                                        self.module,
+                                        meta["kernel"].encode()),
+              "cuModuleGetFunction")
+        if meta["smem"] > 48 * 1024:
+            check(_cuda.cuFuncSetAttribute(
+                self.function,
+                _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                meta["smem"]), "cuFuncSetAttribute")
+
+    def __call__(self, q, k, v, o, causal):
+        p = AttentionParams()
+        p.q, p.k, p.v, p.o = (t.data_ptr() for t in (q, k, v, o))
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+            b, h, s, _ = t.stride()
+            setattr(p, f"{name}_batch_stride", b)
+            setattr(p, f"{name}_head_stride", h)
+            setattr(p, f"{name}_row_stride", s)
+        p.batch, p.heads, p.seq_q = q.shape[0], q.shape[1], q.shape[2]
+        p.kv_heads, p.seq_k = k.shape[1], k.shape[2]
+        p.causal = int(causal)
+        p.scale_log2 = 1.4426950408889634 / q.shape[3] ** 0.5
+        self._params = p  # Alive until the launch was enqueued.
+        args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(p),
+                                                 ctypes.c_void_p))
+        g = self.meta["grid"]
+        check(_cuda.cuLaunchKernel(
+            self.function, g[0], g[1], g[2], self.meta["block"], 1, 1,
+            self.meta["smem"],
+            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), args,
+            None), "cuLaunchKernel")
+
+
+def time_us(fn):
+    """Median GPU time per call over CUDA-graph replays."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()  # Warm-up, outside the graph.
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(REPEAT):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(REPLAYS):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / REPEAT)
+    return statistics.median(samples)
+
+
+def rel_l2(got, want):
+    return ((got.float() - want).norm() / want.norm()).item()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("plan")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    plan = json.load(open(args.plan))
+    torch.manual_seed(0)
+    rows = []
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for entry in plan:
+        meta = json.load(open(entry["meta"]))
+        pr = parse_problem(meta["problem"])
+        # SDPA's causal mask is top-left aligned; evotune's bottom-right. They
+        # agree when seq_q == seq_k, which the comparison requires.
+        assert not pr["causal"] or pr["seq_q"] == pr["seq_k"]
+        shape_q = (pr["batch"], pr["heads"], pr["seq_q"], pr["head_dim"])
+        shape_kv = (pr["batch"], pr["kv_heads"], pr["seq_k"], pr["head_dim"])
+        q = torch.randn(shape_q, device="cuda", dtype=pr["dtype"])
+        k = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"])
+        v = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"]) + 0.5
+        gqa = pr["kv_heads"] != pr["heads"]
+        kernel = EvotuneKernel(entry["cubin"], meta)
+        o = torch.full_like(q, float("nan"))
+        kernel(q, k, v, o, pr["causal"])
+        torch.cuda.synchronize()
+        ref = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=pr["causal"],
+            enable_gqa=gqa)
+        ours_err = rel_l2(o, ref)
+        finite = bool(torch.isfinite(o).all())
+        result = {"name": entry["name"], "problem": meta["problem"],
+                  "config": meta["config"], "template": meta["template"],
+                  "rel_err": ours_err, "finite": finite}
+        result["us"] = time_us(lambda: kernel(q, k, v, o, pr["causal"]))
+        for backend, label in ((SDPBackend.FLASH_ATTENTION, "flash"),
+                               (SDPBackend.CUDNN_ATTENTION, "cudnn")):
+            try:
+                with sdpa_kernel(backend):
+                    out = F.scaled_dot_product_attention(
+                        q, k, v, is_causal=pr["causal"], enable_gqa=gqa)
+                    result[f"{label}_err"] = rel_l2(out, ref)
+                    result[f"{label}_us"] = time_us(
+                        lambda: F.scaled_dot_product_attention(
+                            q, k, v, is_causal=pr["causal"], enable_gqa=gqa))
+            except RuntimeError as e:  # Backend unavailable for this shape.
+                result[f"{label}_us"] = None
+                result[f"{label}_error"] = str(e).splitlines()[0]
+        flops = 4.0 * pr["batch"] * pr["heads"] * pr["seq_q"] * pr["seq_k"] * \
+            pr["head_dim"] / (2 if pr["causal"] else 1)
+        result["tflops"] = flops / result["us"] / 1e6
+        rows.append(result)
+
+    header = (f"{'problem':<12} {'evotune us':>10} {'TFLOP/s':>8} "
+              f"{'flash us':>9} {'cudnn us':>9} {'flash/ours':>10} "
+              f"{'cudnn/ours':>10} {'rel err':>8} {'flash err':>9}  config")
+    print(header)
+    fmt = lambda x: "-" if x is None else f"{x:.2f}"
+    for r in rows:
+        fl, cu = r.get("flash_us"), r.get("cudnn_us")
+        fl_ratio = None if fl is None else fl / r["us"]
+        cu_ratio = None if cu is None else cu / r["us"]
+        flash_err = r.get("flash_err", float("nan"))
+        note = "" if r["finite"] else "  NON-FINITE OUTPUT"
+        print(f"{r['name']:<12} {r['us']:>10.2f} {r['tflops']:>8.1f} "
+              f"{fmt(fl):>9} {fmt(cu):>9} {fmt(fl_ratio):>10} "
+              f"{fmt(cu_ratio):>10} {r['rel_err']:>8.1e} {flash_err:>9.1e}"
+              f"  {r['template']} {r['config']}{note}")
+    if args.json:
+        json.dump(rows, open(args.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
