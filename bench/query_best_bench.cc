@@ -47,6 +47,15 @@ Problem ProblemNumber(int64_t i) {
   return p;
 }
 
+// True when the store has trials, but none of the current template version.
+bool IsStale(ResultStore& store) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  SyntheticEvaluator synthetic({});
+  absl::StatusOr<std::vector<RankedTrial>> top =
+      store.TopK(synthetic.device(), ProblemNumber(0), {{t.name, t.hash}}, 1);
+  return *store.CountTrials() > 0 && top.ok() && top->empty();
+}
+
 int Populate(ResultStore& store, int64_t want, int per_problem) {
   const int64_t have = *store.CountTrials();
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
@@ -165,6 +174,15 @@ int main(int argc, char** argv) {
   const int64_t problems = absl::GetFlag(FLAGS_trials) / per_problem;
   if (absl::GetFlag(FLAGS_populate_only)) {
     auto store = evotune::ResultStore::Open(db);
+    if (store.ok() && evotune::IsStale(**store)) {
+      // Trials are keyed on the template version: after a template change
+      // the old store answers nothing, so start a new one.
+      store->reset();
+      for (const char* suffix : {"", "-wal", "-shm"}) {
+        std::remove((db + suffix).c_str());
+      }
+      store = evotune::ResultStore::Open(db);
+    }
     if (!store.ok()) {
       std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
       return 1;

@@ -84,6 +84,18 @@ CREATE INDEX trials_best ON trials(device_id, problem_id, median_us)
   WHERE status = 1;
 CREATE INDEX jobs_by_state ON jobs(state, created_at);
 )sql",
+    // 2 -> 3: which problems have OK results, so that transfer to the
+    // nearest tuned problem does not scan trials.
+    R"sql(
+CREATE TABLE tuned_problems(
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  template_id INTEGER NOT NULL REFERENCES templates(id),
+  problem_id INTEGER NOT NULL REFERENCES problems(id),
+  PRIMARY KEY(device_id, template_id, problem_id)) WITHOUT ROWID;
+INSERT OR IGNORE INTO tuned_problems
+  SELECT DISTINCT device_id, template_id, problem_id FROM trials
+  WHERE status = 1;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
@@ -400,6 +412,14 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
       .Bind(10, r.error)
       .Bind(11, NowUnixSeconds());
   if (absl::Status s = (*ins)->Run(); !s.ok()) return s;
+  if (ok) {
+    absl::StatusOr<Statement*> tuned = db->Prepare(
+        "INSERT OR IGNORE INTO tuned_problems(device_id, template_id, "
+        "problem_id) VALUES(?, ?, ?)");
+    if (!tuned.ok()) return tuned.status();
+    (*tuned)->Bind(1, *device_id).Bind(2, *template_id).Bind(3, *problem_id);
+    if (absl::Status s = (*tuned)->Run(); !s.ok()) return s;
+  }
 
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
       "SELECT ", kTrialColumns,
@@ -531,26 +551,35 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     const DeviceInfo& device, const Problem& problem,
     const std::vector<std::pair<std::string, std::string>>& templates) {
-  std::vector<std::string> keys;
-  {
-    absl::StatusOr<Reader> r = AcquireReader();
-    if (!r.ok()) return r.status();
-    absl::StatusOr<Statement*> sel = r->db()->Prepare(
-        "SELECT key FROM problems WHERE head_dim = ? AND dtype = ? AND "
-        "causal = ?");
-    if (!sel.ok()) return sel.status();
-    ScopedReset reset(*sel);
-    (*sel)
-        ->Bind(1, problem.head_dim)
-        .Bind(2, DTypeName(problem.dtype))
-        .Bind(3, int64_t{problem.causal});
-    while (true) {
-      absl::StatusOr<bool> row = (*sel)->Step();
-      if (!row.ok()) return row.status();
-      if (!*row) break;
-      keys.push_back((*sel)->Text(0));
-    }
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
+  absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
+  if (absl::IsNotFound(device_id.status())) return std::nullopt;
+  if (!device_id.ok()) return device_id.status();
+  std::vector<int64_t> template_ids;
+  for (const auto& t : templates) {
+    absl::StatusOr<int64_t> id = TemplateId(db, t.first, t.second, false);
+    if (absl::IsNotFound(id.status())) continue;
+    if (!id.ok()) return id.status();
+    template_ids.push_back(*id);
   }
+  if (template_ids.empty()) return std::nullopt;
+  std::vector<std::string> marks(template_ids.size(), "?");
+  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
+      "SELECT DISTINCT p.key FROM tuned_problems tp JOIN problems p ON p.id = "
+      "tp.problem_id WHERE tp.device_id = ? AND tp.template_id IN (",
+      absl::StrJoin(marks, ","),
+      ") AND p.head_dim = ? AND p.dtype = ? AND p.causal = ?"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  int index = 1;
+  (*sel)->Bind(index++, *device_id);
+  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
+  (*sel)
+      ->Bind(index++, problem.head_dim)
+      .Bind(index++, DTypeName(problem.dtype))
+      .Bind(index, int64_t{problem.causal});
   auto distance = [&](const Problem& p) {
     double d = 0;
     for (auto [a, b] : {std::pair{p.batch, problem.batch},
@@ -565,18 +594,18 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
   };
   std::optional<Problem> best;
   double best_distance = std::numeric_limits<double>::infinity();
-  for (const std::string& key : keys) {
-    absl::StatusOr<Problem> p = ParseProblemKey(key);
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<Problem> p = ParseProblemKey((*sel)->Text(0));
     if (!p.ok()) return absl::DataLossError(p.status().message());
     if (*p == problem) continue;
     const double d = distance(*p);
-    if (d >= best_distance) continue;
-    absl::StatusOr<std::vector<RankedTrial>> top =
-        TopK(device, *p, templates, 1);
-    if (!top.ok()) return top.status();
-    if (top->empty()) continue;
-    best = *p;
-    best_distance = d;
+    if (d < best_distance) {
+      best = *p;
+      best_distance = d;
+    }
   }
   return best;
 }

@@ -26,7 +26,7 @@
 namespace evotune {
 
 // The schema version that Open() migrates to.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // Values are stored and match evotune.v1.JobState: never renumber them.
 enum class JobState {

@@ -30,6 +30,10 @@
 //   Q_IN_REGS  1: Q fragments stay in registers for the whole pass; 0: they
 //              are re-read from shared memory for every K tile, which frees
 //              registers for larger tiles.
+//   MIN_BLOCKS blocks per SM the register allocation must allow
+//              (__launch_bounds__): 1 lets a thread use up to 255 registers,
+//              more caps them at 65536 / (threads * MIN_BLOCKS) so that
+//              blocks can share an SM.
 // Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
 //
 // Grid: (ceil(seq_q / BLOCK_M), heads, batch); block: NUM_WARPS * 32 threads;
@@ -156,7 +160,7 @@ __device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     attention_fwd(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(128) evt_elem smem[];
   evt_elem* q_tile = smem;

@@ -19,6 +19,9 @@ KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
       {"NUM_WARPS", {1, 2, 4, 8}, "warps per block, split along BLOCK_M"},
       {"STAGES", {1, 2, 3}, "K/V tiles in flight in shared memory"},
       {"Q_IN_REGS", {0, 1}, "keep Q fragments in registers for the pass"},
+      {"MIN_BLOCKS",
+       {1, 2},
+       "resident blocks per SM to allocate registers for"},
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
@@ -30,6 +33,13 @@ KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
       {"BLOCK_M <= 32 * NUM_WARPS",
        [](const Config& c, const Problem&) {
          return c.at("BLOCK_M") <= 32 * c.at("NUM_WARPS");
+       }},
+      // Otherwise the register cap 65536 / (threads * MIN_BLOCKS) is above
+      // 255 and the config duplicates MIN_BLOCKS == 1.
+      {"MIN_BLOCKS == 1 || 32 * NUM_WARPS * MIN_BLOCKS > 256",
+       [](const Config& c, const Problem&) {
+         return c.at("MIN_BLOCKS") == 1 ||
+                32 * c.at("NUM_WARPS") * c.at("MIN_BLOCKS") > 256;
        }},
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},

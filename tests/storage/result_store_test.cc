@@ -130,6 +130,14 @@ PRAGMA user_version = 1;
   EXPECT_EQ(ConfigKey((*top)[0].trial.config), "A=1");
   EXPECT_DOUBLE_EQ((*top)[0].trial.result.median_us, 5.0);
   EXPECT_DOUBLE_EQ((*top)[0].trial.result.cv, 0.0);  // New column, default.
+  // The tuned-problem index was backfilled from the old trials.
+  Problem other = Scope().problem;
+  other.seq_q = 600;
+  auto nearest =
+      store->NearestTunedProblem(Scope().device, other, {{"naive", "abc"}});
+  ASSERT_TRUE(nearest.ok()) << nearest.status();
+  ASSERT_TRUE(nearest->has_value());
+  EXPECT_EQ((*nearest)->seq_q, 512);
 }
 
 TEST_F(ResultStoreTest, RefusesANewerSchema) {

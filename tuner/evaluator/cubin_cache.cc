@@ -139,7 +139,8 @@ bool CubinCache::ReadFile(const std::string& key, CompileResult* out) const {
 void CubinCache::WriteFile(const std::string& key,
                            const CompileResult& r) const {
   if (dir_.empty()) return;
-  const std::filesystem::path path = std::filesystem::path(dir_) / (key + ".cubin");
+  const std::filesystem::path path =
+      std::filesystem::path(dir_) / (key + ".cubin");
   // Write then rename, so that a reader never sees half a file.
   const std::filesystem::path tmp =
       path.string() + ".tmp" + std::to_string(::getpid()) + "-" +

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "tuner/evaluator/cubin_cache.h"
 #include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
+#include "tuner/evaluator/random_inputs.h"
 #include "tuner/evaluator/reference.h"
 
 namespace evotune {
@@ -21,6 +24,12 @@ namespace {
 constexpr int kTimingSamples = 15;
 constexpr double kMinSampleUs = 100.0;
 constexpr int kCheckedRows = 192;
+constexpr int kCheckedHeads = 4;
+constexpr float kVOffset = 0.5f;
+
+struct InputSeeds {
+  uint64_t q, k, v;
+};
 
 // Device memory owned by one evaluation's problem.
 class DeviceBuffer {
@@ -130,35 +139,13 @@ class CudaEvaluator : public Evaluator {
       }
     }
 
-    // Fresh random inputs for every candidate; V has a nonzero mean so that
-    // a dropped term shows.
+    // Fresh random inputs for every candidate, generated on the GPU; V has a
+    // nonzero mean so that a dropped term shows.
     const size_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
     const size_t kv_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
-    std::vector<uint16_t> hq(q_elems), hk(kv_elems), hv(kv_elems);
-    std::vector<float> fq(q_elems), fk(kv_elems), fv(kv_elems);
-    // splitmix64, four 16-bit draws per step: inputs of the largest
-    // problems take tens of milliseconds, not seconds.
-    uint64_t state = rng_();
-    auto fill = [&](std::vector<uint16_t>& h, std::vector<float>& f,
-                    float offset) {
-      uint64_t bits = 0;
-      for (size_t i = 0; i < h.size(); ++i) {
-        if (i % 4 == 0) {
-          uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-          bits = z ^ (z >> 31);
-        }
-        const float u = static_cast<float>(bits & 0xffff) * (2.f / 65535.f) - 1.f;
-        bits >>= 16;
-        h[i] = FloatToHalfBits(u + offset, p.dtype);
-        f[i] = HalfBitsToFloat(h[i], p.dtype);
-      }
-    };
-    fill(hq, fq, 0.f);
-    fill(hk, fk, 0.f);
-    fill(hv, fv, 0.5f);
-
+    const uint64_t seed = rng_();
+    const InputSeeds seeds{seed, seed ^ 0x5555555555555555ull,
+                           seed ^ 0xaaaaaaaaaaaaaaaaull};
     DeviceBuffer q(d_), k(d_), v(d_), o(d_);
     for (auto [buf, n] : {std::pair{&q, q_elems},
                           {&k, kv_elems},
@@ -166,13 +153,13 @@ class CudaEvaluator : public Evaluator {
                           {&o, q_elems}}) {
       if (absl::Status s = buf->Allocate(n * 2); !s.ok()) return s;
     }
-    if (absl::Status s = d_->Check(
-            d_->cuMemcpyHtoD(q.get(), hq.data(), q_elems * 2), "copy Q");
-        !s.ok()) {
-      return s;
+    for (auto [buf, n, s, offset] : {std::tuple{&q, q_elems, seeds.q, 0.f},
+                                     {&k, kv_elems, seeds.k, 0.f},
+                                     {&v, kv_elems, seeds.v, kVOffset}}) {
+      if (absl::Status st = Fill(buf->get(), n, s, offset, p.dtype); !st.ok()) {
+        return st;
+      }
     }
-    d_->cuMemcpyHtoD(k.get(), hk.data(), kv_elems * 2);
-    d_->cuMemcpyHtoD(v.get(), hv.data(), kv_elems * 2);
     const uint16_t nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;
     d_->cuMemsetD16(o.get(), nan_bits, q_elems);
 
@@ -229,7 +216,7 @@ class CudaEvaluator : public Evaluator {
       }
     }
     std::vector<RowIndex> rows = SampleRows(p);
-    std::vector<float> want = ReferenceRows(p, fq, fk, fv, rows);
+    std::vector<float> want = Reference(p, seeds, rows);
     std::vector<float> got;
     got.reserve(want.size());
     for (const RowIndex& r : rows) {
@@ -251,21 +238,98 @@ class CudaEvaluator : public Evaluator {
     return Time(launch);
   }
 
-  // First and last rows of every edge, plus random ones.
+  // Rows of at most kCheckedHeads (batch, head) pairs: the first and the
+  // last head always, and in each head its first and last row, row 17 and
+  // random ones. Few heads keep the reference's K/V small.
   std::vector<RowIndex> SampleRows(const Problem& p) {
-    std::vector<RowIndex> rows = {
-        {0, 0, 0},
-        {p.batch - 1, p.heads - 1, p.seq_q - 1},
-        {0, p.heads - 1, std::min<int64_t>(p.seq_q - 1, 17)},
-    };
     std::uniform_int_distribution<int64_t> b(0, p.batch - 1), h(0, p.heads - 1),
         r(0, p.seq_q - 1);
-    const int64_t total = p.batch * p.heads * p.seq_q;
-    const int64_t n = std::min<int64_t>(kCheckedRows, total);
-    while (static_cast<int64_t>(rows.size()) < n) {
-      rows.push_back({b(rng_), h(rng_), r(rng_)});
+    std::vector<std::pair<int64_t, int64_t>> heads = {
+        {0, 0}, {p.batch - 1, p.heads - 1}};
+    while (static_cast<int>(heads.size()) < kCheckedHeads) {
+      heads.push_back({b(rng_), h(rng_)});
+    }
+    std::sort(heads.begin(), heads.end());
+    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+    std::vector<RowIndex> rows;
+    const int64_t per_head = std::min<int64_t>(
+        kCheckedRows / static_cast<int64_t>(heads.size()), p.seq_q);
+    for (auto [batch, head] : heads) {
+      std::vector<int64_t> picked = {0, p.seq_q - 1,
+                                     std::min<int64_t>(17, p.seq_q - 1)};
+      while (static_cast<int64_t>(picked.size()) < per_head) {
+        picked.push_back(r(rng_));
+      }
+      for (int64_t row : picked) rows.push_back({batch, head, row});
     }
     return rows;
+  }
+
+  // The reference output of `rows`, from inputs recomputed on the host.
+  std::vector<float> Reference(const Problem& p, const InputSeeds& seeds,
+                               const std::vector<RowIndex>& rows) {
+    const int64_t d = p.head_dim;
+    auto element = [&](uint64_t seed, uint64_t index, float offset) {
+      return HalfBitsToFloat(RandomInputBits(seed, index, offset, p.dtype),
+                             p.dtype);
+    };
+    std::map<std::pair<int64_t, int64_t>,
+             std::pair<std::vector<float>, std::vector<float>>>
+        kv_heads;
+    std::vector<float> out(rows.size() * d);
+    std::vector<float> q_row(d);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const RowIndex& r = rows[i];
+      const int64_t kvh = r.head / (p.heads / p.kv_heads);
+      auto& [k, v] = kv_heads[{r.batch, kvh}];
+      if (k.empty()) {
+        const uint64_t base = (r.batch * p.kv_heads + kvh) * p.seq_k * d;
+        k.resize(p.seq_k * d);
+        v.resize(p.seq_k * d);
+        for (int64_t j = 0; j < p.seq_k * d; ++j) {
+          k[j] = element(seeds.k, base + j, 0.f);
+          v[j] = element(seeds.v, base + j, kVOffset);
+        }
+      }
+      const uint64_t q_base =
+          ((r.batch * p.heads + r.head) * p.seq_q + r.row) * d;
+      for (int64_t c = 0; c < d; ++c)
+        q_row[c] = element(seeds.q, q_base + c, 0.f);
+      ReferenceRow(p, r.row, q_row.data(), k.data(), v.data(), &out[i * d]);
+    }
+    return out;
+  }
+
+  absl::Status Fill(CUdeviceptr out, uint64_t n, uint64_t seed, float offset,
+                    DType dtype) {
+    if (fill_ == nullptr) {
+      if (absl::Status s = LoadFillKernel(); !s.ok()) return s;
+    }
+    unsigned long long count = n, seed_arg = seed;
+    int bf16 = dtype == DType::kBf16 ? 1 : 0;
+    void* args[] = {&out, &count, &seed_arg, &offset, &bf16};
+    const unsigned blocks =
+        static_cast<unsigned>(std::clamp<uint64_t>((n + 255) / 256, 1, 8192));
+    return d_->Check(d_->cuLaunchKernel(fill_, blocks, 1, 1, 256, 1, 1, 0,
+                                        nullptr, args, nullptr),
+                     "random fill");
+  }
+
+  absl::Status LoadFillKernel() {
+    absl::StatusOr<std::string> cubin =
+        CompileSource(kRandomFillSource, "random_fill.cu",
+                      ArchName(info_.cc_major, info_.cc_minor));
+    if (!cubin.ok()) return cubin.status();
+    fill_cubin_ = *std::move(cubin);
+    if (absl::Status s =
+            d_->Check(d_->cuModuleLoadData(&fill_module_, fill_cubin_.data()),
+                      "load random fill");
+        !s.ok()) {
+      return s;
+    }
+    return d_->Check(
+        d_->cuModuleGetFunction(&fill_, fill_module_, "evotune_random_fill"),
+        "random fill function");
   }
 
   template <typename Launch>
@@ -331,6 +395,9 @@ class CudaEvaluator : public Evaluator {
   DeviceInfo info_;
   CubinCache cubins_;
   std::mt19937_64 rng_{std::random_device{}()};
+  std::string fill_cubin_;
+  CUmodule fill_module_ = nullptr;
+  CUfunction fill_ = nullptr;
   absl::Status broken_;
 };
 

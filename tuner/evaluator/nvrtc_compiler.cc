@@ -29,30 +29,26 @@ std::string ArchName(int cc_major, int cc_minor) {
   return absl::StrCat("sm_", cc_major, cc_minor);
 }
 
-absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
-                                              const Config& config,
-                                              const Problem& problem,
-                                              const std::string& arch) {
+namespace {
+
+absl::StatusOr<CompileResult> Compile(const std::string& source,
+                                      const std::string& file_name,
+                                      const std::vector<EmbeddedFile>& headers,
+                                      const std::vector<std::string>& options) {
   std::vector<const char*> header_sources;
   std::vector<const char*> header_names;
-  for (const EmbeddedFile& h : EmbeddedHeaders()) {
+  for (const EmbeddedFile& h : headers) {
     header_sources.push_back(h.source);
     header_names.push_back(h.name);
   }
   std::unique_ptr<nvrtcProgram, ProgramDeleter> program(new nvrtcProgram());
-  const std::string file_name = t.name + ".cu";
   if (nvrtcResult r =
-          nvrtcCreateProgram(program.get(), t.source.c_str(), file_name.c_str(),
+          nvrtcCreateProgram(program.get(), source.c_str(), file_name.c_str(),
                              static_cast<int>(header_sources.size()),
                              header_sources.data(), header_names.data());
       r != NVRTC_SUCCESS) {
     return NvrtcError(r, "create program");
   }
-  std::vector<std::string> options = CompileDefines(config, problem);
-  options.push_back(absl::StrCat("--gpu-architecture=", arch));
-  options.push_back("-std=c++17");
-  options.push_back("--device-as-default-execution-space");
-  options.push_back("--ptxas-options=-v");
   std::vector<const char*> option_ptrs;
   for (const std::string& o : options) option_ptrs.push_back(o.c_str());
 
@@ -81,6 +77,35 @@ absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
   }
   result.ok = true;
   return result;
+}
+
+std::vector<std::string> BaseOptions(const std::string& arch) {
+  return {absl::StrCat("--gpu-architecture=", arch), "-std=c++17",
+          "--device-as-default-execution-space", "--ptxas-options=-v"};
+}
+
+}  // namespace
+
+absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
+                                              const Config& config,
+                                              const Problem& problem,
+                                              const std::string& arch) {
+  std::vector<std::string> options = CompileDefines(config, problem);
+  for (std::string& o : BaseOptions(arch)) options.push_back(std::move(o));
+  return Compile(t.source, t.name + ".cu", EmbeddedHeaders(), options);
+}
+
+absl::StatusOr<std::string> CompileSource(const std::string& source,
+                                          const std::string& file_name,
+                                          const std::string& arch) {
+  absl::StatusOr<CompileResult> r =
+      Compile(source, file_name, {}, BaseOptions(arch));
+  if (!r.ok()) return r.status();
+  if (!r->ok) {
+    return absl::InternalError(
+        absl::StrCat("compiling ", file_name, ":\n", r->log));
+  }
+  return std::move(r->cubin);
 }
 
 }  // namespace evotune

@@ -26,6 +26,12 @@ absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
                                               const Problem& problem,
                                               const std::string& arch);
 
+// Compiles a self-contained source (no template, no headers) to a cubin; a
+// compile error is INTERNAL with the log. For the evaluator's own kernels.
+absl::StatusOr<std::string> CompileSource(const std::string& source,
+                                          const std::string& file_name,
+                                          const std::string& arch);
+
 }  // namespace evotune
 
 #endif  // EVOTUNE_TUNER_EVALUATOR_NVRTC_COMPILER_H_

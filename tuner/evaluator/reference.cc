@@ -56,49 +56,53 @@ float HalfBitsToFloat(uint16_t bits, DType dtype) {
   return f;
 }
 
+void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
+                  const float* k_head, const float* v_head, float* out) {
+  const int64_t d = p.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  int64_t visible = p.seq_k;
+  if (p.causal) {
+    visible = std::clamp<int64_t>(row + p.seq_k - p.seq_q + 1, 0, p.seq_k);
+  }
+  std::vector<double> acc(d, 0.0);
+  if (visible > 0) {
+    std::vector<double> scores(visible);
+    double max_score = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < visible; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        s += static_cast<double>(q_row[c]) * k_head[j * d + c];
+      }
+      scores[j] = s * scale;
+      max_score = std::max(max_score, scores[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      scores[j] = std::exp(scores[j] - max_score);
+      sum += scores[j];
+    }
+    for (int64_t j = 0; j < visible; ++j) {
+      const double w = scores[j] / sum;
+      for (int64_t c = 0; c < d; ++c) acc[c] += w * v_head[j * d + c];
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(acc[c]);
+}
+
 std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
                                  const std::vector<float>& k,
                                  const std::vector<float>& v,
                                  const std::vector<RowIndex>& rows) {
   const int64_t d = p.head_dim;
   const int64_t group = p.heads / p.kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<float> out;
-  out.reserve(rows.size() * d);
-  std::vector<double> scores(p.seq_k);
-  std::vector<double> acc(d);
-  for (const RowIndex& r : rows) {
-    const float* qrow =
-        &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d];
+  std::vector<float> out(rows.size() * d);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowIndex& r = rows[i];
     const int64_t kv_head = r.head / group;
-    const float* kbase = &k[(r.batch * p.kv_heads + kv_head) * p.seq_k * d];
-    const float* vbase = &v[(r.batch * p.kv_heads + kv_head) * p.seq_k * d];
-    int64_t visible = p.seq_k;
-    if (p.causal) {
-      visible = std::clamp<int64_t>(r.row + p.seq_k - p.seq_q + 1, 0, p.seq_k);
-    }
-    std::fill(acc.begin(), acc.end(), 0.0);
-    if (visible > 0) {
-      double max_score = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < visible; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < d; ++c) {
-          s += static_cast<double>(qrow[c]) * kbase[j * d + c];
-        }
-        scores[j] = s * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < visible; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      for (int64_t j = 0; j < visible; ++j) {
-        const double w = scores[j] / sum;
-        for (int64_t c = 0; c < d; ++c) acc[c] += w * vbase[j * d + c];
-      }
-    }
-    for (int64_t c = 0; c < d; ++c) out.push_back(static_cast<float>(acc[c]));
+    const int64_t kv = (r.batch * p.kv_heads + kv_head) * p.seq_k * d;
+    ReferenceRow(p, r.row,
+                 &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d],
+                 &k[kv], &v[kv], &out[i * d]);
   }
   return out;
 }

@@ -22,6 +22,11 @@ struct RowIndex {
   int64_t row = 0;
 };
 
+// One output row (head_dim floats into `out`) of query row `row`, given that
+// row of Q and the [seq_k][head_dim] K and V of its kv head.
+void ReferenceRow(const Problem& problem, int64_t row, const float* q_row,
+                  const float* k_head, const float* v_head, float* out);
+
 // Computes the given output rows (head_dim floats each, concatenated) from
 // contiguous bhsd inputs already converted to float. Follows the masking
 // rules documented on Problem; accumulates in double.
