@@ -337,6 +337,59 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
   EXPECT_EQ(evaluations_, 12);
 }
 
+TEST_F(GrpcApiTest, EvaluateConfigMeasuresOnceAndValidatesTheConfig) {
+  Daemon d(db_, "", &evaluations_);
+  auto request = [](std::vector<std::pair<std::string, int64_t>> params) {
+    v1::EvaluateConfigRequest r;
+    r.set_template_name("naive");
+    *r.mutable_problem() = SeedRequest().problem();
+    for (const auto& [name, value] : params) {
+      v1::ParamValue* p = r.mutable_config()->add_params();
+      p->set_name(name);
+      p->set_value(value);
+    }
+    return r;
+  };
+  v1::EvaluateConfigResponse first, second;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub()
+                    ->EvaluateConfig(
+                        &ctx, request({{"KV_TILE", 64}, {"WARPS", 4}}), &first)
+                    .ok());
+  }
+  EXPECT_FALSE(first.cached());
+  EXPECT_EQ(evaluations_, 1);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub()
+                    ->EvaluateConfig(
+                        &ctx, request({{"WARPS", 4}, {"KV_TILE", 64}}), &second)
+                    .ok());
+  }
+  EXPECT_TRUE(second.cached());
+  EXPECT_EQ(second.trial().trial_id(), first.trial().trial_id());
+  EXPECT_EQ(evaluations_, 1);
+  if (first.trial().status() == v1::TRIAL_STATUS_OK) {
+    EXPECT_GT(first.tflops(), 0);
+  }
+
+  const std::vector<std::vector<std::pair<std::string, int64_t>>> bad = {
+      {{"KV_TILE", 63}, {"WARPS", 4}},                   // Not in the space.
+      {{"KV_TILE", 64}},                                 // Missing WARPS.
+      {{"KV_TILE", 64}, {"WARPS", 4}, {"BLOCK_M", 64}},  // Unknown name.
+      {{"KV_TILE", 64}, {"KV_TILE", 32}, {"WARPS", 4}},  // Given twice.
+  };
+  for (const auto& params : bad) {
+    grpc::ClientContext ctx;
+    v1::EvaluateConfigResponse resp;
+    grpc::Status s = d.stub()->EvaluateConfig(&ctx, request(params), &resp);
+    EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), StartsWith("config:"));
+  }
+  EXPECT_EQ(*d.store()->CountTrials(), 1);
+}
+
 TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
   std::string job_id;
   std::vector<std::string> before;

@@ -47,6 +47,9 @@ cli best --template_name=naive --k=3 >"$work/best.out"
 grep -q "exact match" "$work/best.out" || fail "best: $(cat "$work/best.out")"
 [ "$(grep -c '^[123] ' "$work/best.out")" = 3 ] || fail "best rows: $(cat "$work/best.out")"
 cli --json best --k=1 | grep -q '"median_us"' || fail "best --json"
+cli bench --template_name=naive --config=KV_TILE=64,WARPS=4 >"$work/bench.out" || true
+grep -q "^trial .*measured now" "$work/bench.out" || grep -q "^trial .*from the store" "$work/bench.out" ||
+  fail "bench: $(cat "$work/bench.out")"
 # Errors are one line and a non-zero exit.
 if cli submit --template_name=naive --head_dim=96 2>"$work/err"; then fail "bad submit accepted"; fi
 [ "$(wc -l <"$work/err")" = 1 ] && grep -q "problem.head_dim" "$work/err" || fail "error: $(cat "$work/err")"

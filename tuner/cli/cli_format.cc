@@ -184,6 +184,36 @@ std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {
   return out;
 }
 
+std::string FormatEvaluation(const v1::EvaluateConfigRequest& request,
+                             const v1::EvaluateConfigResponse& response) {
+  const v1::Trial& t = response.trial();
+  std::string out = absl::StrCat(
+      "template  ", request.template_name(), " @", response.template_hash(),
+      "\n", "config    ", FormatConfig(t.config()), "\n", "problem   ",
+      FormatProblem(request.problem()), "\n", "device    ",
+      FormatDevice(response.device()), "\n");
+  if (t.status() == v1::TRIAL_STATUS_OK) {
+    absl::StrAppend(&out,
+                    "check     passed (validated against the reference on "
+                    "fresh random inputs)\n");
+    const v1::Latency& l = t.latency();
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("latency   median %.2f us, min %.2f us, p90 %.2f us, "
+                        "cv %.1f%%, %.1f TFLOP/s\n",
+                        l.median_us(), l.min_us(), l.p90_us(), 100 * l.cv(),
+                        response.tflops()));
+  } else {
+    absl::StrAppend(&out, "check     ", TrialStatusLabel(t.status()), ": ",
+                    t.error(), "\n");
+  }
+  absl::StrAppend(&out, "trial     ", t.trial_id(),
+                  response.cached() ? " (from the store, not measured again)"
+                                    : " (measured now)",
+                  "\n");
+  return out;
+}
+
 std::string FormatProgress(const v1::Job& job, int width) {
   const double budget = std::max<uint32_t>(job.budget().max_trials(), 1);
   const double done = job.trials_done();

@@ -26,6 +26,11 @@ std::string FormatJobsTable(const v1::ListJobsResponse& jobs);
 std::string FormatBest(const v1::QueryBestResponse& best);
 std::string FormatTemplates(const v1::ListTemplatesResponse& templates);
 
+// The outcome of `evotune bench`: status (and why, when not OK), latency
+// statistics and rate.
+std::string FormatEvaluation(const v1::EvaluateConfigRequest& request,
+                             const v1::EvaluateConfigResponse& response);
+
 // One progress line: bar, trials done of budget, best so far, elapsed, ETA.
 std::string FormatProgress(const v1::Job& job, int width);
 

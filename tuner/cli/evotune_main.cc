@@ -19,6 +19,7 @@
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
+#include "tuner/space/config.h"
 
 ABSL_FLAG(std::string, address, "",
           "daemon address (default: $EVOTUNE_ADDRESS or 127.0.0.1:7433)");
@@ -45,6 +46,8 @@ ABSL_FLAG(uint64_t, seed, 1, "submit: seed of the search");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
 // Others.
 ABSL_FLAG(int, k, 5, "best: how many configs");
+ABSL_FLAG(std::string, config, "",
+          "bench: the config to run, NAME=value,... (see `evotune templates`)");
 ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
 ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
 ABSL_FLAG(double, reconnect_s, 120,
@@ -62,7 +65,9 @@ constexpr char kUsage[] =
     "  evotune [flags] job JOB\n"
     "  evotune [flags] jobs [--state=running]\n"
     "  evotune [flags] cancel JOB\n"
-    "  evotune [flags] best [--template_name=T] [problem] [--k=5]\n\n"
+    "  evotune [flags] best [--template_name=T] [problem] [--k=5]\n"
+    "  evotune [flags] bench --template_name=T --config=NAME=v,... "
+    "[problem]\n\n"
     "problem flags: --batch --heads --kv_heads --seq_q --seq_k --head_dim "
     "--causal --dtype (default: the seed problem B=1 H=8 S=512 D=64 fp16)\n"
     "Errors print one line and exit non-zero. --json prints JSON.";
@@ -350,6 +355,33 @@ int Main(const std::vector<char*>& args) {
       std::cout << FormatBest(resp);
     }
     return 0;
+  }
+  if (command == "bench") {
+    v1::EvaluateConfigRequest req;
+    std::string error;
+    if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
+    req.set_template_name(absl::GetFlag(FLAGS_template_name));
+    req.set_device(absl::GetFlag(FLAGS_device));
+    absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
+    if (!config.ok()) {
+      return Fail(absl::StrCat("--config: ", config.status().message()));
+    }
+    for (const auto& [name, value] : *config) {
+      v1::ParamValue* p = req.mutable_config()->add_params();
+      p->set_name(name);
+      p->set_value(value);
+    }
+    v1::EvaluateConfigResponse resp;
+    // Compiling and measuring can take a while on a busy daemon.
+    auto ctx = client.Context(false);
+    grpc::Status s = client.stub()->EvaluateConfig(ctx.get(), req, &resp);
+    if (!s.ok()) return FailRpc(client, s);
+    if (json) {
+      PrintJson(resp);
+    } else {
+      std::cout << FormatEvaluation(req, resp);
+    }
+    return resp.trial().status() == v1::TRIAL_STATUS_OK ? 0 : 1;
   }
   return Fail(absl::StrCat("unknown command \"", command, "\"\n", kUsage));
 }

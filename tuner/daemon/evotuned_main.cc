@@ -78,7 +78,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> MakeEvaluator() {
     options.ordinal = absl::GetFlag(FLAGS_gpu);
     options.cache_dir = absl::GetFlag(FLAGS_cache_dir);
     if (options.cache_dir.empty()) {
-      options.cache_dir = (XdgDir("XDG_CACHE_HOME", ".cache") / "cubins").string();
+      options.cache_dir =
+          (XdgDir("XDG_CACHE_HOME", ".cache") / "cubins").string();
     } else if (options.cache_dir == "none") {
       options.cache_dir.clear();
     }
@@ -103,7 +104,8 @@ int Run() {
 
   std::string db_path = absl::GetFlag(FLAGS_db);
   if (db_path.empty()) {
-    db_path = (XdgDir("XDG_STATE_HOME", ".local/state") / "evotune.db").string();
+    db_path =
+        (XdgDir("XDG_STATE_HOME", ".local/state") / "evotune.db").string();
   }
   std::error_code ec;
   std::filesystem::create_directories(

@@ -121,4 +121,16 @@ grpc::Status GrpcTuner::ListTemplates(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcTuner::EvaluateConfig(grpc::ServerContext* ctx,
+                                       const v1::EvaluateConfigRequest* req,
+                                       v1::EvaluateConfigResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<EvaluateRequest> request = EvaluateFromProto(*req);
+  if (!request.ok()) return ToGrpcStatus(request.status());
+  absl::StatusOr<EvaluateAnswer> answer = service_->EvaluateConfig(*request);
+  if (!answer.ok()) return ToGrpcStatus(answer.status());
+  *resp = EvaluateToProto(*answer);
+  return grpc::Status::OK;
+}
+
 }  // namespace evotune

@@ -39,6 +39,9 @@ class GrpcTuner final
   grpc::Status ListTemplates(grpc::ServerContext* ctx,
                              const v1::ListTemplatesRequest* req,
                              v1::ListTemplatesResponse* resp) override;
+  grpc::Status EvaluateConfig(grpc::ServerContext* ctx,
+                              const v1::EvaluateConfigRequest* req,
+                              v1::EvaluateConfigResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".

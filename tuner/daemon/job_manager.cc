@@ -109,6 +109,27 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& job_id) {
   return store_->GetJob(job_id);
 }
 
+absl::StatusOr<StoredTrial> JobManager::EvaluateOne(const KernelTemplate& t,
+                                                    const Config& config,
+                                                    const Problem& problem,
+                                                    bool* cached) {
+  absl::StatusOr<DeviceInfo> device = Device();
+  if (!device.ok()) return device.status();
+  const TrialScope scope{*device, t.name, t.hash, problem};
+  absl::StatusOr<std::optional<StoredTrial>> stored =
+      store_->FindTrial(scope, config);
+  if (!stored.ok()) return stored.status();
+  *cached = stored->has_value();
+  if (*cached) return **stored;
+  absl::StatusOr<TrialResult> measured;
+  {
+    absl::MutexLock gpu(&evaluator_mu_);
+    measured = evaluator_->Evaluate(t, config, problem);
+  }
+  if (!measured.ok()) return measured.status();
+  return store_->InsertTrial(scope, config, *measured);
+}
+
 uint64_t JobManager::version() const {
   absl::MutexLock lock(&mu_);
   return version_;
@@ -264,8 +285,11 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
     if (cached) {
       result = (*stored)->result;
     } else {
-      absl::StatusOr<TrialResult> measured =
-          evaluator_->Evaluate(*t, config, job.problem);
+      absl::StatusOr<TrialResult> measured;
+      {
+        absl::MutexLock gpu(&evaluator_mu_);
+        measured = evaluator_->Evaluate(*t, config, job.problem);
+      }
       if (!measured.ok()) return measured.status();
       result = *std::move(measured);
     }

@@ -52,6 +52,13 @@ class JobManager {
   // FAILED_PRECONDITION when it already finished, NOT_FOUND when unknown.
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
 
+  // Evaluates one config outside any job (the store answers if it already
+  // holds the result) and stores it. Waits for the trial a running job is
+  // measuring. `cached` says whether the store answered.
+  absl::StatusOr<StoredTrial> EvaluateOne(const KernelTemplate& t,
+                                          const Config& config,
+                                          const Problem& problem, bool* cached);
+
   // A counter that grows whenever a job changes (new trial, new state).
   uint64_t version() const;
   // Blocks until version() != seen or the timeout passes.
@@ -69,6 +76,8 @@ class JobManager {
   const std::unique_ptr<Evaluator> evaluator_;
   const absl::Status no_device_;
 
+  // Serializes use of the evaluator (one GPU, not thread-safe).
+  absl::Mutex evaluator_mu_;
   mutable absl::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::string running_ ABSL_GUARDED_BY(mu_);

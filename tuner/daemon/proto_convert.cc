@@ -168,6 +168,36 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
   return out;
 }
 
+absl::StatusOr<EvaluateRequest> EvaluateFromProto(
+    const v1::EvaluateConfigRequest& r) {
+  EvaluateRequest out;
+  out.template_name = r.template_name();
+  out.device = r.device();
+  for (const v1::ParamValue& p : r.config().params()) {
+    if (!out.config.emplace(p.name(), p.value()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: parameter ", p.name(), " given twice"));
+    }
+  }
+  if (!r.has_problem()) {
+    return absl::InvalidArgumentError("problem: required");
+  }
+  absl::StatusOr<Problem> problem = ProblemFromProto(r.problem());
+  if (!problem.ok()) return problem.status();
+  out.problem = *problem;
+  return out;
+}
+
+v1::EvaluateConfigResponse EvaluateToProto(const EvaluateAnswer& answer) {
+  v1::EvaluateConfigResponse out;
+  *out.mutable_device() = DeviceToProto(answer.device);
+  out.set_template_hash(answer.template_hash);
+  *out.mutable_trial() = TrialToProto(answer.trial);
+  out.set_cached(answer.cached);
+  out.set_tflops(answer.tflops);
+  return out;
+}
+
 absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state) {
   if (state == v1::JOB_STATE_UNSPECIFIED) return std::optional<JobState>();
   if (state < 1 || state > 5) {

@@ -28,6 +28,9 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer);
 
 absl::StatusOr<SearchRequest> SearchFromProto(const v1::SubmitSearchRequest& r);
 absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r);
+absl::StatusOr<EvaluateRequest> EvaluateFromProto(
+    const v1::EvaluateConfigRequest& r);
+v1::EvaluateConfigResponse EvaluateToProto(const EvaluateAnswer& answer);
 // INVALID_ARGUMENT naming "state" for a value outside the enum.
 absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state);
 

@@ -37,20 +37,41 @@ TuningService::TuningService(ResultStore* store,
                              JobManager* jobs)
     : store_(store), templates_(templates), jobs_(jobs) {}
 
-absl::Status TuningService::ValidateSearch(const SearchRequest& r,
-                                           const KernelTemplate** t) {
-  if (r.template_name.empty()) {
+absl::StatusOr<const KernelTemplate*> TuningService::ValidateTemplate(
+    const std::string& template_name, const Problem& problem) {
+  if (template_name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "template_name: required (one of ", TemplateNames(*templates_), ")"));
   }
-  *t = templates_->Find(r.template_name);
-  if (*t == nullptr) {
+  const KernelTemplate* t = templates_->Find(template_name);
+  if (t == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("template_name: unknown template \"", r.template_name,
+        absl::StrCat("template_name: unknown template \"", template_name,
                      "\" (one of ", TemplateNames(*templates_), ")"));
   }
-  if (absl::Status s = ValidateProblem(r.problem); !s.ok()) return s;
-  if (absl::Status s = CheckSupports(**t, r.problem); !s.ok()) return s;
+  if (absl::Status s = ValidateProblem(problem); !s.ok()) return s;
+  if (absl::Status s = CheckSupports(*t, problem); !s.ok()) return s;
+  return t;
+}
+
+absl::StatusOr<DeviceInfo> TuningService::LocalDevice(
+    const std::string& device_name) {
+  absl::StatusOr<DeviceInfo> device = jobs_->Device();
+  if (!device.ok()) return device.status();
+  if (!device_name.empty() && device_name != device->name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: this daemon tunes on \"", device->name,
+                     "\", not \"", device_name, "\""));
+  }
+  return device;
+}
+
+absl::Status TuningService::ValidateSearch(const SearchRequest& r,
+                                           const KernelTemplate** t) {
+  absl::StatusOr<const KernelTemplate*> tmpl =
+      ValidateTemplate(r.template_name, r.problem);
+  if (!tmpl.ok()) return tmpl.status();
+  *t = *tmpl;
   if (r.max_trials < 1 || r.max_trials > kMaxTrialsLimit) {
     return absl::InvalidArgumentError(
         absl::StrCat("budget.max_trials: must be in [1, ", kMaxTrialsLimit,
@@ -69,13 +90,8 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
         absl::StrCat("strategy: unknown strategy \"", r.strategy, "\" (one of ",
                      absl::StrJoin(names, ", "), ")"));
   }
-  absl::StatusOr<DeviceInfo> device = jobs_->Device();
+  absl::StatusOr<DeviceInfo> device = LocalDevice(r.device);
   if (!device.ok()) return device.status();
-  if (!r.device.empty() && r.device != device->name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device: this daemon tunes on \"", device->name,
-                     "\", not \"", r.device, "\""));
-  }
   if (FeasibleConfigs(**t, r.problem, device->limits).empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("problem: no config of template ", r.template_name,
@@ -187,6 +203,33 @@ absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
     }
   }
   answer.results = *std::move(top);
+  return answer;
+}
+
+absl::StatusOr<EvaluateAnswer> TuningService::EvaluateConfig(
+    const EvaluateRequest& request) {
+  absl::StatusOr<const KernelTemplate*> t =
+      ValidateTemplate(request.template_name, request.problem);
+  if (!t.ok()) return t.status();
+  absl::StatusOr<DeviceInfo> device = LocalDevice(request.device);
+  if (!device.ok()) return device.status();
+  absl::Status fits =
+      CheckConfig(**t, request.config, request.problem, device->limits);
+  if (absl::IsInvalidArgument(fits)) {
+    return absl::InvalidArgumentError(absl::StrCat("config: ", fits.message()));
+  }
+  EvaluateAnswer answer;
+  absl::StatusOr<StoredTrial> trial =
+      jobs_->EvaluateOne(**t, request.config, request.problem, &answer.cached);
+  if (!trial.ok()) return trial.status();
+  answer.device = *device;
+  answer.template_hash = (*t)->hash;
+  answer.trial = *std::move(trial);
+  if (answer.trial.result.status == TrialStatus::kOk &&
+      answer.trial.result.median_us > 0) {
+    answer.tflops =
+        ProblemFlops(request.problem) / (answer.trial.result.median_us * 1e6);
+  }
   return answer;
 }
 

@@ -53,6 +53,21 @@ struct BestQuery {
   int k = 1;
 };
 
+struct EvaluateRequest {
+  std::string template_name;
+  Config config;
+  Problem problem;
+  std::string device;  // Empty means the daemon's device.
+};
+
+struct EvaluateAnswer {
+  DeviceInfo device;
+  std::string template_hash;
+  StoredTrial trial;
+  bool cached = false;
+  double tflops = 0;  // Set when the trial is OK.
+};
+
 struct BestAnswer {
   DeviceInfo device;
   bool transferred = false;
@@ -71,6 +86,10 @@ class TuningService {
   absl::StatusOr<std::vector<JobView>> ListJobs(std::optional<JobState> state);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id);
   absl::StatusOr<BestAnswer> QueryBest(const BestQuery& query);
+  // A config outside the template's space or breaking its constraints is
+  // INVALID_ARGUMENT naming "config"; one that exceeds the device's limits is
+  // evaluated and comes back as resource_rejected.
+  absl::StatusOr<EvaluateAnswer> EvaluateConfig(const EvaluateRequest& request);
   const TemplateRegistry& templates() const { return *templates_; }
 
   // Streams a snapshot, then every event with sequence > from_sequence as it
@@ -84,6 +103,11 @@ class TuningService {
  private:
   absl::Status ValidateSearch(const SearchRequest& request,
                               const KernelTemplate** t);
+  // template_name, the problem and whether the template supports it.
+  absl::StatusOr<const KernelTemplate*> ValidateTemplate(
+      const std::string& template_name, const Problem& problem);
+  // The daemon's device, which `device_name` (when set) must name.
+  absl::StatusOr<DeviceInfo> LocalDevice(const std::string& device_name);
 
   ResultStore* const store_;
   const TemplateRegistry* const templates_;
