@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# On a GPU machine: measures every feasible config of a template on every
+# problem of a benchmark suite (exhaustive jobs through evotuned) and writes
+# one CSV of the whole landscape, for replay by search tests and benchmarks.
+#
+#   bench/record_landscapes.sh BUNDLE SHAPES_JSON OUT_CSV COMMIT [TEMPLATE]
+set -uo pipefail
+b=$1
+shapes=$2
+out=$3
+commit=$4
+template=${5:-flash_fwd}
+work=$(mktemp -d)
+
+"$b/run" evotuned --db="$work/db" --listen=127.0.0.1:0 \
+  --port_file="$work/port" --cache_dir="$work/cubins" 2>"$work/log" &
+pid=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
+
+python3 - "$shapes" >"$work/problems" <<'PY'
+import json, sys
+for p in json.load(open(sys.argv[1]))["problems"]:
+    print(p["name"], f"--batch={p['batch']} --heads={p['heads']} "
+          f"--kv_heads={p['kv_heads']} --seq_q={p['seq_q']} "
+          f"--seq_k={p['seq_k']} --head_dim={p['head_dim']} "
+          f"--causal={str(p['causal']).lower()} --dtype={p['dtype']}")
+PY
+while read -r name flags; do
+  job=$("$b/run" evotune submit --template_name="$template" $flags \
+    --strategy=exhaustive --max_trials=100000) || continue
+  "$b/run" evotune watch "$job" | tail -1 | sed "s/^/$name: /"
+done <"$work/problems"
+kill -TERM $pid
+wait $pid
+
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+python3 - "$work/db" "$shapes" "$out" "$gpu" "$commit" "$template" <<'PY'
+import csv, datetime, json, sqlite3, sys
+db, shapes, out, gpu, commit, template = sys.argv[1:]
+names = {}
+for p in json.load(open(shapes))["problems"]:
+    key = (f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}"
+           f"_k{p['seq_k']}_d{p['head_dim']}_"
+           f"{'causal' if p['causal'] else 'full'}_{p['dtype']}_bhsd")
+    names[key] = p["name"]
+status = {1: "ok", 2: "compile_error", 3: "resource_rejected",
+          4: "incorrect", 5: "timeout", 6: "crashed"}
+rows = sqlite3.connect(db).execute(
+    "SELECT p.key, tp.source_hash, t.config_key, t.status, t.median_us, "
+    "t.min_us, t.p90_us, t.cv FROM trials t JOIN problems p ON "
+    "p.id = t.problem_id JOIN templates tp ON tp.id = t.template_id "
+    "WHERE tp.name = ? ORDER BY p.key, t.config_key", (template,)).fetchall()
+with open(out, "w", newline="") as f:
+    f.write(f"# evotune landscape: every feasible {template} config per problem\n")
+    f.write(f"# gpu: {gpu}\n# date: {datetime.date.today()}\n")
+    f.write(f"# commit: {commit}\n# template hash: {rows[0][1] if rows else '?'}\n")
+    w = csv.writer(f)
+    w.writerow(["problem", "problem_key", "config", "status", "median_us",
+                "min_us", "p90_us", "cv"])
+    for key, _, config, st, med, mn, p90, cv in rows:
+        w.writerow([names.get(key, key), key, config, status[st],
+                    f"{med:.3f}", f"{mn:.3f}", f"{p90:.3f}", f"{cv:.4f}"])
+print(f"{len(rows)} trials written to {out}")
+PY
