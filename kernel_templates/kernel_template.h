@@ -39,6 +39,9 @@ struct KernelTemplate {
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
   std::vector<Constraint> constraints;
+  // Configs known to do well, tried first by searches (those a problem or
+  // device cannot run are skipped).
+  std::vector<Config> defaults;
   std::function<LaunchGeometry(const Config&, const Problem&)> geometry;
 };
 

@@ -44,6 +44,16 @@ KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
   };
+  // FlashAttention 2's choices (128x64 tiles for head_dim 128, 128x128 for
+  // 64, four warps) and a smaller tile for problems with few query blocks.
+  auto config = [](int64_t m, int64_t n, int64_t warps, int64_t stages,
+                   int64_t q_in_regs) {
+    return Config{{"BLOCK_M", m},           {"BLOCK_N", n},
+                  {"MIN_BLOCKS", 1},        {"NUM_WARPS", warps},
+                  {"Q_IN_REGS", q_in_regs}, {"STAGES", stages}};
+  };
+  t.defaults = {config(128, 64, 4, 2, 0), config(128, 128, 4, 2, 0),
+                config(128, 128, 8, 3, 1), config(64, 128, 4, 2, 1)};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = c.at("BLOCK_M");
     LaunchGeometry g;

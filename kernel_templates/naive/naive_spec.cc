@@ -23,6 +23,7 @@ KernelTemplate MakeNaiveTemplate(std::string source, std::string hash) {
       {"HEAD_DIM % 32 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 32 == 0; }},
   };
+  t.defaults = {{{"KV_TILE", 64}, {"WARPS", 4}}};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t warps = c.at("WARPS");
     LaunchGeometry g;

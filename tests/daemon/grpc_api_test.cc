@@ -410,11 +410,13 @@ TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
     job.seed = 9;
     job.device = synthetic.device();
     ASSERT_TRUE(store->CreateJob(job).ok());
-    auto order =
-        MakeStrategy("random",
-                     FeasibleConfigs(*TemplateRegistry::Builtin().Find("naive"),
-                                     job.problem, job.device.limits),
-                     job.seed);
+    const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+    auto order = MakeStrategy(
+        "random",
+        SearchInputs{naive.space,
+                     FeasibleConfigs(naive, job.problem, job.device.limits),
+                     {}},
+        job.seed);
     for (const Config& c : (*order)->Propose(5)) {
       ASSERT_TRUE(store
                       ->AppendJobTrial(

@@ -25,8 +25,8 @@ class CudaEvaluatorTest : public ::testing::Test {
 // output with a float64-accumulated host reference.
 TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
   const std::vector<std::pair<int64_t, int64_t>> lengths = {
-      {1, 17}, {17, 1}, {128, 129}, {129, 128}, {1000, 4096}, {4096, 1000},
-      {1000, 1000}};
+      {1, 17},      {17, 1},      {128, 129},  {129, 128},
+      {1000, 4096}, {4096, 1000}, {1000, 1000}};
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
     std::mt19937 gen(42);
     int checked = 0;

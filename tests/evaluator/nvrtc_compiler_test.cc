@@ -6,13 +6,12 @@
 // kSamplePerCell configs; EVOTUNE_COMPILE_ALL=1 compiles every one.
 #include "tuner/evaluator/nvrtc_compiler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include <algorithm>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,10 +7,15 @@
 namespace evotune {
 namespace {
 
-std::vector<Config> Space(int n) {
-  std::vector<Config> out;
-  for (int i = 0; i < n; ++i) out.push_back({{"X", i}});
-  return out;
+SearchInputs Space(int n) {
+  SearchInputs inputs;
+  std::vector<int64_t> values;
+  for (int i = 0; i < n; ++i) {
+    inputs.feasible.push_back({{"X", i}});
+    values.push_back(i);
+  }
+  inputs.space = ParamSpace({{"X", values, ""}});
+  return inputs;
 }
 
 std::vector<std::string> Drain(SearchStrategy& s) {

@@ -41,7 +41,8 @@ ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
 // Search (submit).
 ABSL_FLAG(int, max_trials, 50, "submit: trial budget");
 ABSL_FLAG(double, max_seconds, 3600, "submit: time budget in seconds");
-ABSL_FLAG(std::string, strategy, "random", "submit: random or exhaustive");
+ABSL_FLAG(std::string, strategy, "evolutionary",
+          "submit: evolutionary, random or exhaustive");
 ABSL_FLAG(uint64_t, seed, 1, "submit: seed of the search");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
 // Others.

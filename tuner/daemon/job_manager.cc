@@ -13,6 +13,8 @@ namespace {
 
 // Configs proposed ahead of the one being evaluated.
 constexpr int kLookahead = 8;
+// Best configs of the nearest tuned problem that seed a search.
+constexpr int kTransferredSeeds = 6;
 
 }  // namespace
 
@@ -130,6 +132,26 @@ absl::StatusOr<StoredTrial> JobManager::EvaluateOne(const KernelTemplate& t,
   return store_->InsertTrial(scope, config, *measured);
 }
 
+std::vector<Config> JobManager::SeedConfigs(const KernelTemplate& t,
+                                            const Problem& problem) {
+  std::vector<Config> seeds;
+  const DeviceInfo& device = evaluator_->device();
+  const std::vector<std::pair<std::string, std::string>> versions = {
+      {t.name, t.hash}};
+  // The best configs of the nearest problem already tuned on this device.
+  absl::StatusOr<std::optional<Problem>> nearest =
+      store_->NearestTunedProblem(device, problem, versions);
+  if (nearest.ok() && nearest->has_value()) {
+    absl::StatusOr<std::vector<RankedTrial>> top =
+        store_->TopK(device, **nearest, versions, kTransferredSeeds);
+    if (top.ok()) {
+      for (const RankedTrial& r : *top) seeds.push_back(r.trial.config);
+    }
+  }
+  seeds.insert(seeds.end(), t.defaults.begin(), t.defaults.end());
+  return seeds;
+}
+
 uint64_t JobManager::version() const {
   absl::MutexLock lock(&mu_);
   return version_;
@@ -229,7 +251,10 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
   }
   const DeviceInfo& device = evaluator_->device();
   absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
-      job.strategy, FeasibleConfigs(*t, job.problem, device.limits), job.seed);
+      job.strategy,
+      SearchInputs{t->space, FeasibleConfigs(*t, job.problem, device.limits),
+                   SeedConfigs(*t, job.problem)},
+      job.seed);
   if (!strategy.ok()) return strategy.status();
 
   // Resume: the strategy learns what this job already has.

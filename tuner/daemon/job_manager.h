@@ -70,6 +70,10 @@ class JobManager {
   void RunJob(const std::string& job_id);
   absl::Status RunTrials(JobRecord& job, bool& cancelled);
   void Notify();
+  // Configs a search tries first: the best of the nearest problem tuned on
+  // this device, then the template's defaults.
+  std::vector<Config> SeedConfigs(const KernelTemplate& t,
+                                  const Problem& problem);
 
   ResultStore* const store_;
   const TemplateRegistry* const templates_;

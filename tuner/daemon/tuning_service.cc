@@ -83,7 +83,8 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
         absl::StrCat("budget.max_seconds: must be in (0, ", kMaxSecondsLimit,
                      "], got ", r.max_seconds));
   }
-  const std::string strategy = r.strategy.empty() ? "random" : r.strategy;
+  const std::string strategy =
+      r.strategy.empty() ? kDefaultStrategy : r.strategy;
   const std::vector<std::string>& names = StrategyNames();
   if (std::find(names.begin(), names.end(), strategy) == names.end()) {
     return absl::InvalidArgumentError(
@@ -110,7 +111,7 @@ absl::StatusOr<JobRecord> TuningService::SubmitSearch(
   job.problem = request.problem;
   job.max_trials = request.max_trials;
   job.max_seconds = request.max_seconds;
-  job.strategy = request.strategy.empty() ? "random" : request.strategy;
+  job.strategy = request.strategy.empty() ? kDefaultStrategy : request.strategy;
   job.seed = request.seed;
   // A collision of 48 random bits is unlikely; try again if it happens.
   for (int attempt = 0;; ++attempt) {

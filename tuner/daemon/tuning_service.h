@@ -24,13 +24,14 @@ namespace evotune {
 inline constexpr int64_t kMaxTrialsLimit = 1000000;
 inline constexpr double kMaxSecondsLimit = 30 * 24 * 3600.0;
 inline constexpr int kMaxTopK = 100;
+inline constexpr char kDefaultStrategy[] = "evolutionary";
 
 struct SearchRequest {
   std::string template_name;
   Problem problem;
   int64_t max_trials = 0;
   double max_seconds = 0;
-  std::string strategy;  // Empty means "random".
+  std::string strategy;  // Empty means kDefaultStrategy.
   uint64_t seed = 0;
   std::string device;  // Empty means the daemon's device.
 };

@@ -2,9 +2,6 @@
 
 #include <random>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-
 namespace evotune {
 
 ListStrategy::ListStrategy(std::vector<Config> order)
@@ -48,26 +45,6 @@ bool ListStrategy::Done() const {
     if (seen_.count(ConfigKey(order_[i])) == 0) return false;
   }
   return true;
-}
-
-const std::vector<std::string>& StrategyNames() {
-  static const auto* names =
-      new std::vector<std::string>{"random", "exhaustive"};
-  return *names;
-}
-
-absl::StatusOr<std::unique_ptr<SearchStrategy>> MakeStrategy(
-    const std::string& name, std::vector<Config> feasible, uint64_t seed) {
-  if (name == "random") {
-    return std::make_unique<ListStrategy>(
-        ListStrategy::Shuffled(std::move(feasible), seed));
-  }
-  if (name == "exhaustive") {
-    return std::make_unique<ListStrategy>(std::move(feasible));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("strategy: unknown strategy \"", name, "\" (one of ",
-                   absl::StrJoin(StrategyNames(), ", "), ")"));
 }
 
 }  // namespace evotune

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "tuner/space/config.h"
+#include "tuner/space/param_space.h"
 #include "tuner/space/trial.h"
 
 namespace evotune {
@@ -35,13 +36,24 @@ class SearchStrategy {
   virtual bool Done() const = 0;
 };
 
+// What a strategy searches: the space, its configs that pass every
+// constraint on the target device (a strategy never proposes another one),
+// and configs worth trying first (the best of similar problems, the
+// template's defaults), best first.
+struct SearchInputs {
+  ParamSpace space;
+  std::vector<Config> feasible;
+  std::vector<Config> seeds;
+};
+
 // Names accepted by MakeStrategy.
 const std::vector<std::string>& StrategyNames();
 
-// "random": uniform without replacement over `feasible`; "exhaustive": every
-// config of `feasible` in order. INVALID_ARGUMENT for an unknown name.
+// "evolutionary" (EvolutionaryStrategy), "random" (uniform without
+// replacement), "exhaustive" (every feasible config in order).
+// INVALID_ARGUMENT naming "strategy" for an unknown name.
 absl::StatusOr<std::unique_ptr<SearchStrategy>> MakeStrategy(
-    const std::string& name, std::vector<Config> feasible, uint64_t seed);
+    const std::string& name, SearchInputs inputs, uint64_t seed);
 
 }  // namespace evotune
 

@@ -1,0 +1,162 @@
+#include "tuner/search/evolutionary_strategy.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace evotune {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kChildAttempts = 32;
+constexpr int kRepairSteps = 12;
+
+}  // namespace
+
+EvolutionaryStrategy::EvolutionaryStrategy(SearchInputs inputs, uint64_t seed,
+                                           EvolutionOptions options)
+    : inputs_(std::move(inputs)),
+      options_(options),
+      gen_(seed),
+      best_(kInf),
+      best_at_generation_start_(kInf) {
+  for (const Config& c : inputs_.feasible) feasible_keys_.insert(ConfigKey(c));
+  std::set<std::string> queued;
+  for (const Config& c : inputs_.seeds) {
+    const std::string key = ConfigKey(c);
+    if (feasible_keys_.count(key) > 0 && queued.insert(key).second) {
+      first_generation_.push_back(c);
+    }
+  }
+}
+
+uint64_t EvolutionaryStrategy::Below(uint64_t n) { return gen_() % n; }
+
+double EvolutionaryStrategy::Unit() {
+  return static_cast<double>(gen_() >> 11) * 0x1.0p-53;
+}
+
+bool EvolutionaryStrategy::Usable(const Config& c) const {
+  const std::string key = ConfigKey(c);
+  return feasible_keys_.count(key) > 0 && seen_.count(key) == 0;
+}
+
+std::optional<Config> EvolutionaryStrategy::RandomUnseen() {
+  const size_t n = inputs_.feasible.size();
+  if (seen_.size() >= feasible_keys_.size() || n == 0) return std::nullopt;
+  // Start at a random point and walk: always terminates, stays uniform
+  // enough while most of the space is unseen.
+  const size_t start = static_cast<size_t>(Below(n));
+  for (size_t i = 0; i < n; ++i) {
+    const Config& c = inputs_.feasible[(start + i) % n];
+    if (seen_.count(ConfigKey(c)) == 0) return c;
+  }
+  return std::nullopt;
+}
+
+const Config& EvolutionaryStrategy::Tournament() {
+  const size_t pool = std::min<size_t>(ranked_.size(), options_.parents);
+  size_t winner = static_cast<size_t>(Below(pool));
+  for (int i = 1; i < options_.tournament; ++i) {
+    winner = std::min(winner, static_cast<size_t>(Below(pool)));
+  }
+  return ranked_[winner].second;  // Lower index = better fitness.
+}
+
+Config EvolutionaryStrategy::Mutate(Config c) {
+  for (const Param& p : inputs_.space.params()) {
+    const int64_t n = static_cast<int64_t>(p.values.size());
+    if (n < 2) continue;
+    const double r = Unit();
+    auto it = std::find(p.values.begin(), p.values.end(), c[p.name]);
+    int64_t index = it == p.values.end() ? 0 : it - p.values.begin();
+    if (r < options_.reset_prob) {
+      index = static_cast<int64_t>(Below(n));
+    } else if (r < options_.reset_prob + options_.step_prob) {
+      index += Below(2) == 0 ? -1 : 1;
+      index = std::clamp<int64_t>(index, 0, n - 1);
+    }
+    c[p.name] = p.values[index];
+  }
+  return c;
+}
+
+std::optional<Config> EvolutionaryStrategy::Repair(Config c) {
+  for (int step = 0; step <= kRepairSteps; ++step) {
+    if (Usable(c)) return c;
+    // One neighbouring step on a random parameter.
+    const std::vector<Param>& params = inputs_.space.params();
+    const Param& p = params[Below(params.size())];
+    const int64_t n = static_cast<int64_t>(p.values.size());
+    auto it = std::find(p.values.begin(), p.values.end(), c[p.name]);
+    int64_t index = it == p.values.end() ? 0 : it - p.values.begin();
+    index = std::clamp<int64_t>(index + (Below(2) == 0 ? -1 : 1), 0, n - 1);
+    c[p.name] = p.values[index];
+  }
+  return std::nullopt;
+}
+
+std::optional<Config> EvolutionaryStrategy::Child() {
+  for (int attempt = 0; attempt < kChildAttempts; ++attempt) {
+    const Config& a = Tournament();
+    const Config& b = Tournament();
+    Config child;
+    for (const Param& p : inputs_.space.params()) {
+      child[p.name] = Below(2) == 0 ? a.at(p.name) : b.at(p.name);
+    }
+    if (std::optional<Config> repaired = Repair(Mutate(std::move(child)))) {
+      return repaired;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<Config> EvolutionaryStrategy::Propose(int n) {
+  std::vector<Config> out;
+  while (static_cast<int>(out.size()) < n) {
+    std::optional<Config> next;
+    while (!next && !first_generation_.empty()) {
+      Config c = std::move(first_generation_.front());
+      first_generation_.pop_front();
+      if (Usable(c)) next = std::move(c);
+    }
+    const bool breeding =
+        ranked_.size() >= 2 && ranked_[1].first < kInf &&
+        seen_.size() >= static_cast<size_t>(options_.population);
+    if (!next && breeding) next = Child();
+    if (!next) next = RandomUnseen();
+    if (!next) break;
+    seen_.insert(ConfigKey(*next));
+    out.push_back(*std::move(next));
+  }
+  return out;
+}
+
+void EvolutionaryStrategy::Report(
+    const std::vector<std::pair<Config, TrialResult>>& results) {
+  for (const auto& [config, result] : results) {
+    seen_.insert(ConfigKey(config));
+    const double fitness =
+        result.status == TrialStatus::kOk ? result.median_us : kInf;
+    auto at =
+        std::upper_bound(ranked_.begin(), ranked_.end(), fitness,
+                         [](double f, const std::pair<double, Config>& e) {
+                           return f < e.first;
+                         });
+    ranked_.insert(at, {fitness, config});
+    best_ = std::min(best_, fitness);
+    if (++reported_this_generation_ >= options_.population) {
+      reported_this_generation_ = 0;
+      ++generation_;
+      const bool gained =
+          best_ < best_at_generation_start_ * (1.0 - options_.min_gain);
+      stalled_ = gained ? 0 : stalled_ + 1;
+      best_at_generation_start_ = best_;
+    }
+  }
+}
+
+bool EvolutionaryStrategy::Done() const {
+  return seen_.size() >= feasible_keys_.size() || stalled_ >= options_.patience;
+}
+
+}  // namespace evotune

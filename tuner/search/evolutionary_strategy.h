@@ -1,0 +1,85 @@
+// EvolutionaryStrategy: a steady-state genetic search over a template's
+// parameter space.
+//
+//   - The first generation is the seeds (best configs of similar problems,
+//     the template's defaults), then random feasible configs.
+//   - Each child takes every parameter from one of two parents (uniform
+//     crossover); parents win a tournament among the best `parents`
+//     evaluated configs (elitism: the best are never lost), failures rank
+//     last.
+//   - Mutation steps a parameter to a neighbouring value (parameters are
+//     ordered) or, more rarely, resets it to a random value.
+//   - A child outside the feasible set, or already seen, is repaired by
+//     neighbouring steps and otherwise replaced by a random unseen feasible
+//     config: nothing infeasible or repeated is ever proposed.
+//   - Done when every feasible config was seen, or when `patience`
+//     generations in a row improved the best latency by less than
+//     `min_gain`.
+// Deterministic under a seed: its random draws come from std::mt19937_64,
+// whose sequence the standard fixes, without library distributions.
+#ifndef EVOTUNE_TUNER_SEARCH_EVOLUTIONARY_STRATEGY_H_
+#define EVOTUNE_TUNER_SEARCH_EVOLUTIONARY_STRATEGY_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tuner/search/search_strategy.h"
+
+namespace evotune {
+
+struct EvolutionOptions {
+  int population = 12;       // Configs per generation.
+  int parents = 6;           // Breeding pool: the best evaluated configs.
+  int tournament = 2;        // Contestants per parent choice.
+  double step_prob = 0.35;   // Per parameter: move to a neighbouring value.
+  double reset_prob = 0.08;  // Per parameter: draw a random value.
+  int patience = 8;          // Generations without gain before Done().
+  double min_gain = 0.002;   // Relative improvement that counts as gain.
+};
+
+class EvolutionaryStrategy : public SearchStrategy {
+ public:
+  EvolutionaryStrategy(SearchInputs inputs, uint64_t seed,
+                       EvolutionOptions options);
+
+  std::vector<Config> Propose(int n) override;
+  void Report(
+      const std::vector<std::pair<Config, TrialResult>>& results) override;
+  bool Done() const override;
+
+  int generation() const { return generation_; }
+
+ private:
+  uint64_t Below(uint64_t n);          // Uniform in [0, n).
+  double Unit();                       // Uniform in [0, 1).
+  bool Usable(const Config& c) const;  // Feasible and not seen.
+  std::optional<Config> RandomUnseen();
+  std::optional<Config> Child();
+  std::optional<Config> Repair(Config c);
+  const Config& Tournament();
+  Config Mutate(Config c);
+
+  const SearchInputs inputs_;
+  const EvolutionOptions options_;
+  std::mt19937_64 gen_;
+  std::set<std::string> feasible_keys_;
+  std::set<std::string> seen_;  // Proposed or reported.
+  std::deque<Config> first_generation_;
+  // Evaluated configs by fitness (median latency; failures +inf), best first.
+  std::vector<std::pair<double, Config>> ranked_;
+  int reported_this_generation_ = 0;
+  int generation_ = 0;
+  int stalled_ = 0;
+  double best_ = 0;
+  double best_at_generation_start_ = 0;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_SEARCH_EVOLUTIONARY_STRATEGY_H_
