@@ -94,4 +94,28 @@ printf '%s\n' "$stored" | awk '{print $2}' | sort >"$work/stored_before"
 [ "$(sql "SELECT COUNT(*) FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.key='$problem'")" = 25 ] ||
   fail "trials of the problem are not exactly 25"
 cli jobs --state=succeeded | grep -q "$job2" || fail "jobs --state"
-echo "e2e: 2 passed, 0 failed"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
+daemon_pid=""
+
+# --- 3. simulation mode: a search over a landscape recorded on the H100.
+landscape=$(dirname "$0")/../data/flash_fwd_landscapes_h100.csv
+rm -f "$work/port"
+"$evotuned" --db="$work/sim.db" --listen=127.0.0.1:0 --port_file="$work/port" \
+  --simulate="$landscape" 2>"$work/daemon-sim.log" &
+daemon_pid=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+address=127.0.0.1:$(cat "$work/port")
+"$evotune" --address="$address" submit --template_name=flash_fwd --max_trials=30 \
+  --watch >"$work/sim.out" || fail "simulated search: $(tail -2 "$work/sim.out")"
+# The exhaustive optimum of the seed problem in the recording.
+optimum=$(grep '^seed,' "$landscape" | grep ',ok,' | awk -F'",' '{print $2}' |
+  cut -d, -f2 | sort -g | head -1)
+found=$(tail -1 "$work/sim.out" | sed -n 's/.*best \([0-9.]*\) us.*/\1/p')
+awk -v f="$found" -v o="$optimum" 'BEGIN { exit !(f <= o * 1.05) }' ||
+  fail "simulated search found $found us, optimum $optimum us"
+if "$evotune" --address="$address" submit --template_name=naive 2>"$work/err"; then
+  fail "naive accepted by a flash_fwd replay"
+fi
+grep -q "template_name: this daemon replays" "$work/err" || fail "replay error: $(cat "$work/err")"
+echo "e2e: 3 passed, 0 failed"

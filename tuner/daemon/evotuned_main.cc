@@ -24,6 +24,7 @@
 #include "tuner/daemon/job_manager.h"
 #include "tuner/daemon/tuning_service.h"
 #include "tuner/evaluator/cuda_evaluator.h"
+#include "tuner/evaluator/replay_evaluator.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7433",
@@ -38,6 +39,10 @@ ABSL_FLAG(std::string, evaluator, "cuda",
           "cuda: compile, validate and time on the GPU; synthetic: a "
           "deterministic stand-in for machines without one (results are "
           "stored under a device named \"synthetic (not a GPU)\")");
+ABSL_FLAG(std::string, simulate, "",
+          "answer trials from this recorded landscape (CSV from "
+          "bench/record_landscapes.sh) instead of a GPU; implies "
+          "--evaluator=replay");
 ABSL_FLAG(int, gpu, 0, "ordinal of the CUDA device to tune on");
 ABSL_FLAG(std::string, cache_dir, "",
           "compiled-kernel cache (default: $XDG_CACHE_HOME/evotune/cubins, or "
@@ -67,6 +72,15 @@ std::filesystem::path XdgDir(const char* xdg_variable, const char* fallback) {
 
 absl::StatusOr<std::unique_ptr<Evaluator>> MakeEvaluator() {
   const std::string kind = absl::GetFlag(FLAGS_evaluator);
+  if (const std::string file = absl::GetFlag(FLAGS_simulate); !file.empty()) {
+    absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
+        ReplayEvaluator::Load(file);
+    if (!replay.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--simulate: ", replay.status().message()));
+    }
+    return std::unique_ptr<Evaluator>(*std::move(replay));
+  }
   if (kind == "synthetic") {
     SyntheticEvaluator::Options options;
     options.delay = absl::Milliseconds(absl::GetFlag(FLAGS_synthetic_delay_ms));

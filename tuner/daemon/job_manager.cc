@@ -68,6 +68,13 @@ absl::StatusOr<DeviceInfo> JobManager::Device() const {
   return evaluator_->device();
 }
 
+absl::Status JobManager::CanEvaluate(const KernelTemplate& t) const {
+  if (evaluator_ == nullptr) {
+    return absl::FailedPreconditionError(no_device_.message());
+  }
+  return evaluator_->CanEvaluate(t);
+}
+
 absl::StatusOr<JobRecord> JobManager::Submit(JobRecord job) {
   absl::StatusOr<DeviceInfo> device = Device();
   if (!device.ok()) return device.status();

@@ -44,6 +44,8 @@ class JobManager {
   // The device jobs run on; FAILED_PRECONDITION "no CUDA device: ..." when
   // there is none.
   absl::StatusOr<DeviceInfo> Device() const;
+  // Whether the evaluator can run template `t` (see Evaluator::CanEvaluate).
+  absl::Status CanEvaluate(const KernelTemplate& t) const;
 
   // Stores a new queued job (fields already validated) and queues it.
   absl::StatusOr<JobRecord> Submit(JobRecord job);

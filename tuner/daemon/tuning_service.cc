@@ -93,6 +93,7 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
   }
   absl::StatusOr<DeviceInfo> device = LocalDevice(r.device);
   if (!device.ok()) return device.status();
+  if (absl::Status s = jobs_->CanEvaluate(**t); !s.ok()) return s;
   if (FeasibleConfigs(**t, r.problem, device->limits).empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("problem: no config of template ", r.template_name,
@@ -214,6 +215,7 @@ absl::StatusOr<EvaluateAnswer> TuningService::EvaluateConfig(
   if (!t.ok()) return t.status();
   absl::StatusOr<DeviceInfo> device = LocalDevice(request.device);
   if (!device.ok()) return device.status();
+  if (absl::Status s = jobs_->CanEvaluate(**t); !s.ok()) return s;
   absl::Status fits =
       CheckConfig(**t, request.config, request.problem, device->limits);
   if (absl::IsInvalidArgument(fits)) {

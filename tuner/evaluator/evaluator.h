@@ -28,6 +28,12 @@ class Evaluator {
                                                const Config& config,
                                                const Problem& problem) = 0;
 
+  // OK when this evaluator can evaluate template `t`; otherwise
+  // INVALID_ARGUMENT saying why (a replay holds one template only).
+  virtual absl::Status CanEvaluate(const KernelTemplate& t) const {
+    return absl::OkStatus();
+  }
+
   // A hint that these configs will be evaluated soon, so that work which
   // needs no GPU (compiling) can start in the background. Optional.
   virtual void Prefetch(const KernelTemplate& t,

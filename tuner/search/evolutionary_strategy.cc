@@ -110,6 +110,26 @@ std::optional<Config> EvolutionaryStrategy::Child() {
   return std::nullopt;
 }
 
+std::optional<Config> EvolutionaryStrategy::NeighbourOfBest() {
+  // Half the time the very best, otherwise another good config: the best
+  // alone can sit in a basin that its neighbours do not leave.
+  const Config& best = Below(2) == 0 ? ranked_.front().second : Tournament();
+  std::vector<Config> candidates;
+  for (const Param& p : inputs_.space.params()) {
+    auto it = std::find(p.values.begin(), p.values.end(), best.at(p.name));
+    if (it == p.values.end()) continue;
+    for (int step : {-1, 1}) {
+      const int64_t index = (it - p.values.begin()) + step;
+      if (index < 0 || index >= static_cast<int64_t>(p.values.size())) continue;
+      Config c = best;
+      c[p.name] = p.values[index];
+      if (Usable(c)) candidates.push_back(std::move(c));
+    }
+  }
+  if (candidates.empty()) return std::nullopt;
+  return candidates[Below(candidates.size())];
+}
+
 std::vector<Config> EvolutionaryStrategy::Propose(int n) {
   std::vector<Config> out;
   while (static_cast<int>(out.size()) < n) {
@@ -122,6 +142,9 @@ std::vector<Config> EvolutionaryStrategy::Propose(int n) {
     const bool breeding =
         ranked_.size() >= 2 && ranked_[1].first < kInf &&
         seen_.size() >= static_cast<size_t>(options_.population);
+    if (!next && breeding && Unit() < options_.local_prob) {
+      next = NeighbourOfBest();
+    }
     if (!next && breeding) next = Child();
     if (!next) next = RandomUnseen();
     if (!next) break;

@@ -9,6 +9,9 @@
 //     last.
 //   - Mutation steps a parameter to a neighbouring value (parameters are
 //     ordered) or, more rarely, resets it to a random value.
+//   - A share of the children are untried neighbours of the best config
+//     (one parameter one step away): a local search that makes sure the
+//     best point's surroundings are seen early.
 //   - A child outside the feasible set, or already seen, is repaired by
 //     neighbouring steps and otherwise replaced by a random unseen feasible
 //     config: nothing infeasible or repeated is ever proposed.
@@ -34,11 +37,12 @@
 namespace evotune {
 
 struct EvolutionOptions {
-  int population = 12;       // Configs per generation.
+  int population = 8;        // Configs per generation.
   int parents = 6;           // Breeding pool: the best evaluated configs.
   int tournament = 2;        // Contestants per parent choice.
   double step_prob = 0.35;   // Per parameter: move to a neighbouring value.
   double reset_prob = 0.08;  // Per parameter: draw a random value.
+  double local_prob = 0.65;  // Per child: a neighbour of the best instead.
   int patience = 8;          // Generations without gain before Done().
   double min_gain = 0.002;   // Relative improvement that counts as gain.
 };
@@ -61,6 +65,7 @@ class EvolutionaryStrategy : public SearchStrategy {
   bool Usable(const Config& c) const;  // Feasible and not seen.
   std::optional<Config> RandomUnseen();
   std::optional<Config> Child();
+  std::optional<Config> NeighbourOfBest();
   std::optional<Config> Repair(Config c);
   const Config& Tournament();
   Config Mutate(Config c);

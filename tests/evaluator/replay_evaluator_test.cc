@@ -1,0 +1,75 @@
+#include "tuner/evaluator/replay_evaluator.h"
+
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char kLandscape[] = EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv";
+
+TEST(ReplayEvaluatorTest, AnswersFromTheRecording) {
+  auto replay = ReplayEvaluator::Load(kLandscape);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  const ReplayEvaluator& r = **replay;
+  EXPECT_EQ(r.template_name(), "flash_fwd");
+  EXPECT_THAT(r.device().name, HasSubstr("replay of NVIDIA H100"));
+  ASSERT_EQ(r.landscape().size(), 8u);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  for (const auto& [key, results] : r.landscape()) {
+    EXPECT_EQ(results.size(), 144u) << key;
+    Problem p = *ParseProblemKey(key);
+    // Every feasible config of the template was recorded.
+    for (const Config& c : FeasibleConfigs(t, p, r.device().limits)) {
+      EXPECT_EQ(results.count(ConfigKey(c)), 1u) << key << " " << ConfigKey(c);
+    }
+    const auto& [config_key, recorded] = *results.begin();
+    absl::StatusOr<TrialResult> got =
+        (*replay)->Evaluate(t, *ParseConfigKey(config_key), p);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->status, recorded.status);
+    EXPECT_DOUBLE_EQ(got->median_us, recorded.median_us);
+  }
+}
+
+TEST(ReplayEvaluatorTest, RefusesWhatWasNotRecorded) {
+  auto replay = ReplayEvaluator::Load(kLandscape);
+  ASSERT_TRUE(replay.ok());
+  const KernelTemplate& flash = *TemplateRegistry::Builtin().Find("flash_fwd");
+  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+  Problem seed;
+  seed.heads = seed.kv_heads = 8;
+  seed.seq_q = seed.seq_k = 512;
+  Problem other = seed;
+  other.seq_q = 333;
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      (*replay)->Evaluate(flash, flash.defaults[0], other).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      (*replay)->Evaluate(naive, naive.defaults[0], seed).status()));
+  Config unknown = flash.defaults[0];
+  unknown["BLOCK_M"] = 999;
+  absl::StatusOr<TrialResult> r = (*replay)->Evaluate(flash, unknown, seed);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, TrialStatus::kResourceRejected);
+}
+
+TEST(ReplayEvaluatorTest, MalformedFilesNameTheLine) {
+  const std::string path = ::testing::TempDir() + "/bad_landscape.csv";
+  std::ofstream(path) << "# evotune landscape: every feasible flash_fwd x\n"
+                         "problem,problem_key,config,status,median_us,min_us,"
+                         "p90_us,cv\n"
+                         "seed,b1_h8_kv8_q512_k512_d64_full_fp16_bhsd,\"A=1\","
+                         "ok,abc,1,1,0\n";
+  auto replay = ReplayEvaluator::Load(path);
+  EXPECT_TRUE(absl::IsInvalidArgument(replay.status()));
+  EXPECT_THAT(std::string(replay.status().message()), HasSubstr(":3:"));
+  EXPECT_TRUE(absl::IsNotFound(ReplayEvaluator::Load("/nonexistent").status()));
+}
+
+}  // namespace
+}  // namespace evotune

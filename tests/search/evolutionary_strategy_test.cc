@@ -1,0 +1,124 @@
+// The evolutionary strategy on real landscapes of flash_fwd recorded on the
+// H100 (tests/data), answered by the replay evaluator.
+#include "tuner/search/evolutionary_strategy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "kernel_templates/template_registry.h"
+#include "tuner/evaluator/replay_evaluator.h"
+
+namespace evotune {
+namespace {
+
+const char kLandscape[] = EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv";
+
+// Runs a strategy for `budget` trials; returns the configs in proposal order
+// and the best latency found.
+std::pair<std::vector<std::string>, double> RunSearch(SearchStrategy& s,
+                                                      Evaluator& e,
+                                                      const KernelTemplate& t,
+                                                      const Problem& p,
+                                                      int budget) {
+  std::vector<std::string> order;
+  double best = std::numeric_limits<double>::infinity();
+  while (static_cast<int>(order.size()) < budget && !s.Done()) {
+    std::vector<Config> next = s.Propose(4);
+    if (next.empty()) break;
+    for (const Config& c : next) {
+      if (static_cast<int>(order.size()) >= budget) break;
+      TrialResult r = *e.Evaluate(t, c, p);
+      if (r.status == TrialStatus::kOk) best = std::min(best, r.median_us);
+      order.push_back(ConfigKey(c));
+      s.Report({{c, r}});
+    }
+  }
+  return {order, best};
+}
+
+class EvolutionaryOnLandscapes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto replay = ReplayEvaluator::Load(kLandscape);
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    replay_ = *std::move(replay);
+  }
+  SearchInputs Inputs(const Problem& p) const {
+    return {t_.space, FeasibleConfigs(t_, p, replay_->device().limits),
+            t_.defaults};
+  }
+  const KernelTemplate& t_ = *TemplateRegistry::Builtin().Find("flash_fwd");
+  std::unique_ptr<ReplayEvaluator> replay_;
+};
+
+TEST_F(EvolutionaryOnLandscapes, FindsWithinFivePercentInAFifthOfTheSpace) {
+  for (const auto& [key, results] : replay_->landscape()) {
+    const Problem p = *ParseProblemKey(key);
+    double optimum = std::numeric_limits<double>::infinity();
+    for (const auto& [config, r] : results) {
+      if (r.status == TrialStatus::kOk)
+        optimum = std::min(optimum, r.median_us);
+    }
+    SearchInputs inputs = Inputs(p);
+    const int budget =
+        static_cast<int>(std::ceil(0.2 * inputs.feasible.size()));
+    EvolutionaryStrategy s(std::move(inputs), /*seed=*/1, EvolutionOptions{});
+    auto [order, best] = RunSearch(s, *replay_, t_, p, budget);
+    EXPECT_LE(best, optimum * 1.05)
+        << key << ": best " << best << " us after " << order.size()
+        << " trials, optimum " << optimum << " us";
+  }
+}
+
+TEST_F(EvolutionaryOnLandscapes, SameSeedSameRun) {
+  const Problem p = *ParseProblemKey(replay_->landscape().begin()->first);
+  EvolutionaryStrategy a(Inputs(p), 7, EvolutionOptions{});
+  EvolutionaryStrategy b(Inputs(p), 7, EvolutionOptions{});
+  EvolutionaryStrategy c(Inputs(p), 8, EvolutionOptions{});
+  auto run_a = RunSearch(a, *replay_, t_, p, 60).first;
+  EXPECT_EQ(run_a, RunSearch(b, *replay_, t_, p, 60).first);
+  EXPECT_NE(run_a, RunSearch(c, *replay_, t_, p, 60).first);
+}
+
+// A toy space where most combinations are infeasible: over many seeds and a
+// whole run, every proposal is feasible and none repeats.
+TEST(EvolutionaryStrategyTest, RepairNeverYieldsAnInfeasibleOrRepeatedConfig) {
+  ParamSpace space({{"A", {1, 2, 3, 4, 5, 6, 7, 8}, ""},
+                    {"B", {1, 2, 3, 4, 5, 6, 7, 8}, ""},
+                    {"C", {0, 1, 2}, ""}});
+  std::vector<Config> feasible;
+  std::set<std::string> feasible_keys;
+  for (const Config& c : space.Enumerate()) {
+    // About a sixth of the space: A divides B and C matches B's parity.
+    if (c.at("B") % c.at("A") == 0 && c.at("C") % 2 == c.at("B") % 2) {
+      feasible.push_back(c);
+      feasible_keys.insert(ConfigKey(c));
+    }
+  }
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    EvolutionaryStrategy s({space, feasible, {{{"A", 3}, {"B", 5}, {"C", 0}}}},
+                           seed, EvolutionOptions{});
+    std::set<std::string> seen;
+    while (!s.Done()) {
+      std::vector<Config> next = s.Propose(3);
+      if (next.empty()) break;
+      for (const Config& c : next) {
+        const std::string key = ConfigKey(c);
+        ASSERT_EQ(feasible_keys.count(key), 1u)
+            << "seed " << seed << ": " << key;
+        ASSERT_TRUE(seen.insert(key).second) << "seed " << seed << ": " << key;
+        TrialResult r;
+        // A smooth landscape with a failing corner.
+        r.status = c.at("A") == 8 ? TrialStatus::kIncorrect : TrialStatus::kOk;
+        r.median_us = 1 + std::abs(c.at("A") - 2) + std::abs(c.at("B") - 6);
+        s.Report({{c, r}});
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace evotune

@@ -1,0 +1,53 @@
+// ReplayEvaluator: answers from a recorded landscape (a CSV as
+// bench/record_landscapes.sh writes it) instead of a GPU, so that searches
+// can be compared and the service exercised on real measurements anywhere.
+//
+// Results are keyed on a device named after the recording ("replay of
+// <GPU> (<template>@<recorded hash>)"), so they never mix with live
+// measurements, nor with another recording.
+#ifndef EVOTUNE_TUNER_EVALUATOR_REPLAY_EVALUATOR_H_
+#define EVOTUNE_TUNER_EVALUATOR_REPLAY_EVALUATOR_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tuner/evaluator/evaluator.h"
+
+namespace evotune {
+
+// Recorded results: problem key -> config key -> result.
+using Landscape = std::map<std::string, std::map<std::string, TrialResult>>;
+
+class ReplayEvaluator : public Evaluator {
+ public:
+  // INVALID_ARGUMENT naming the line for a malformed file.
+  static absl::StatusOr<std::unique_ptr<ReplayEvaluator>> Load(
+      const std::string& path);
+
+  const DeviceInfo& device() const override { return device_; }
+
+  // FAILED_PRECONDITION for another template or a problem that was not
+  // recorded; a config that was not recorded is resource_rejected (the
+  // recording covers every config feasible on its GPU).
+  absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
+                                       const Config& config,
+                                       const Problem& problem) override;
+
+  absl::Status CanEvaluate(const KernelTemplate& t) const override;
+
+  const std::string& template_name() const { return template_name_; }
+  const Landscape& landscape() const { return landscape_; }
+
+ private:
+  ReplayEvaluator() = default;
+
+  DeviceInfo device_;
+  std::string template_name_;
+  Landscape landscape_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_REPLAY_EVALUATOR_H_
