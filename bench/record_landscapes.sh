@@ -5,6 +5,7 @@
 #
 #   bench/record_landscapes.sh BUNDLE SHAPES_JSON OUT_CSV COMMIT [TEMPLATE]
 set -uo pipefail
+source "$(dirname "$0")/suite_lib.sh"
 b=$1
 shapes=$2
 out=$3
@@ -12,20 +13,9 @@ commit=$4
 template=${5:-flash_fwd}
 work=$(mktemp -d)
 
-"$b/run" evotuned --db="$work/db" --listen=127.0.0.1:0 \
-  --port_file="$work/port" --cache_dir="$work/cubins" 2>"$work/log" &
-pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
-
-python3 - "$shapes" >"$work/problems" <<'PY'
-import json, sys
-for p in json.load(open(sys.argv[1]))["problems"]:
-    print(p["name"], f"--batch={p['batch']} --heads={p['heads']} "
-          f"--kv_heads={p['kv_heads']} --seq_q={p['seq_q']} "
-          f"--seq_k={p['seq_k']} --head_dim={p['head_dim']} "
-          f"--causal={str(p['causal']).lower()} --dtype={p['dtype']}")
-PY
+start_evotuned "$b" "$work" "$work/db" "$work/log"
+pid=$EVOTUNED_PID
+suite_problems "$shapes" >"$work/problems"
 while read -r name flags; do
   job=$("$b/run" evotune submit --template_name="$template" $flags \
     --strategy=exhaustive --max_trials=100000) || continue

@@ -7,6 +7,7 @@
 #
 # BUNDLE holds evotuned, evotune and export_kernel (../shared/tools/gpu-bundle).
 set -uo pipefail
+source "$(dirname "$0")/suite_lib.sh"
 b=$1
 shapes=$2
 out=$3
@@ -17,20 +18,9 @@ work=$(mktemp -d)
 mkdir -p "$work/kernels"
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-"$b/run" evotuned --db="$out/sweep.db" --listen=127.0.0.1:0 \
-  --port_file="$work/port" --cache_dir="$work/cubins" 2>"$out/evotuned.log" &
-pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
-
-python3 - "$shapes" >"$work/problems" <<'PY'
-import json, sys
-for p in json.load(open(sys.argv[1]))["problems"]:
-    print(p["name"], f"--batch={p['batch']} --heads={p['heads']} "
-          f"--kv_heads={p['kv_heads']} --seq_q={p['seq_q']} "
-          f"--seq_k={p['seq_k']} --head_dim={p['head_dim']} "
-          f"--causal={str(p['causal']).lower()} --dtype={p['dtype']}")
-PY
+start_evotuned "$b" "$work" "$out/sweep.db" "$out/evotuned.log"
+pid=$EVOTUNED_PID
+suite_problems "$shapes" >"$work/problems"
 
 echo "[" >"$work/plan.json"
 sep=""

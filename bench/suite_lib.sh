@@ -1,0 +1,26 @@
+# Shared by the GPU-machine benchmark scripts; source it.
+
+# start_evotuned BUNDLE WORK_DIR DB LOG: starts evotuned (CUDA evaluator,
+# cubin cache under WORK_DIR) on a free port, exports EVOTUNE_ADDRESS and sets
+# EVOTUNED_PID.
+start_evotuned() {
+  local bundle=$1 work=$2 db=$3 log=$4
+  rm -f "$work/port"
+  "$bundle/run" evotuned --db="$db" --listen=127.0.0.1:0 \
+    --port_file="$work/port" --cache_dir="$work/cubins" 2>"$log" &
+  EVOTUNED_PID=$!
+  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
+}
+
+# suite_problems SHAPES_JSON: one line per problem, "NAME evotune-flags".
+suite_problems() {
+  python3 - "$1" <<'PY'
+import json, sys
+for p in json.load(open(sys.argv[1]))["problems"]:
+    print(p["name"], f"--batch={p['batch']} --heads={p['heads']} "
+          f"--kv_heads={p['kv_heads']} --seq_q={p['seq_q']} "
+          f"--seq_k={p['seq_k']} --head_dim={p['head_dim']} "
+          f"--causal={str(p['causal']).lower()} --dtype={p['dtype']}")
+PY
+}
