@@ -96,11 +96,17 @@ INSERT OR IGNORE INTO tuned_problems
   SELECT DISTINCT device_id, template_id, problem_id FROM trials
   WHERE status = 1;
 )sql",
+    // 3 -> 4: how many timing samples stand behind a latency (quick or full
+    // timing); 0 for rows from before.
+    R"sql(
+ALTER TABLE trials ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
 constexpr char kTrialColumns[] =
-    "id, config_key, status, median_us, min_us, p90_us, cv, error, created_at";
+    "id, config_key, status, median_us, min_us, p90_us, cv, error, created_at, "
+    "samples";
 
 int64_t NowUnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
@@ -123,6 +129,7 @@ absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first = 0) {
   t.result.cv = s->Double(first + 6);
   t.result.error = s->Text(first + 7);
   t.created_unix_s = s->Int(first + 8);
+  t.result.samples = static_cast<int>(s->Int(first + 9));
   return t;
 }
 
@@ -395,8 +402,8 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
 
   absl::StatusOr<Statement*> ins = db->Prepare(
       "INSERT OR IGNORE INTO trials(device_id, template_id, problem_id, "
-      "config_key, status, median_us, min_us, p90_us, cv, error, created_at) "
-      "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "config_key, status, median_us, min_us, p90_us, cv, error, created_at, "
+      "samples) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!ins.ok()) return ins.status();
   const bool ok = r.status == TrialStatus::kOk;
   (*ins)
@@ -410,7 +417,8 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
       .Bind(8, ok ? r.p90_us : 0.0)
       .Bind(9, ok ? r.cv : 0.0)
       .Bind(10, r.error)
-      .Bind(11, NowUnixSeconds());
+      .Bind(11, NowUnixSeconds())
+      .Bind(12, int64_t{ok ? r.samples : 0});
   if (absl::Status s = (*ins)->Run(); !s.ok()) return s;
   if (ok) {
     absl::StatusOr<Statement*> tuned = db->Prepare(
@@ -829,7 +837,8 @@ absl::StatusOr<std::vector<JobEvent>> ResultStore::ListJobEvents(
   if (!r.ok()) return r.status();
   absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
       "SELECT jt.seq, jt.cached, t.id, t.config_key, t.status, t.median_us, "
-      "t.min_us, t.p90_us, t.cv, t.error, t.created_at FROM job_trials jt "
+      "t.min_us, t.p90_us, t.cv, t.error, t.created_at, t.samples FROM "
+      "job_trials jt "
       "JOIN trials t ON t.id = jt.trial_id WHERE jt.job_id = ? AND jt.seq > ? "
       "ORDER BY jt.seq LIMIT ?"));
   if (!sel.ok()) return sel.status();
@@ -853,7 +862,8 @@ absl::StatusOr<std::optional<StoredTrial>> ResultStore::JobBest(
   if (!r.ok()) return r.status();
   absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
       "SELECT t.id, t.config_key, t.status, t.median_us, t.min_us, t.p90_us, "
-      "t.cv, t.error, t.created_at FROM job_trials jt JOIN trials t ON t.id = "
+      "t.cv, t.error, t.created_at, t.samples FROM job_trials jt JOIN trials t "
+      "ON t.id = "
       "jt.trial_id WHERE jt.job_id = ? AND t.status = 1 ORDER BY t.median_us "
       "LIMIT 1"));
   if (!sel.ok()) return sel.status();

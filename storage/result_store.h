@@ -26,7 +26,7 @@
 namespace evotune {
 
 // The schema version that Open() migrates to.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // Values are stored and match evotune.v1.JobState: never renumber them.
 enum class JobState {

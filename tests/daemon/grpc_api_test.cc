@@ -31,6 +31,12 @@ class CountingEvaluator : public Evaluator {
     ++*count_;
     return inner_.Evaluate(t, c, p);
   }
+  absl::StatusOr<TrialResult> QuickEvaluate(const KernelTemplate& t,
+                                            const Config& c,
+                                            const Problem& p) override {
+    ++*count_;
+    return inner_.QuickEvaluate(t, c, p);
+  }
 
  private:
   SyntheticEvaluator inner_;
@@ -285,7 +291,8 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
   ASSERT_EQ(seqs.size(), 12u);
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i + 1);
   EXPECT_EQ(configs.size(), 12u);
-  EXPECT_EQ(evaluations_, 12);
+  const int evaluations_after_first_job = evaluations_;
+  EXPECT_GE(evaluations_after_first_job, 12);
 
   // A client that reconnects after event 5 gets exactly 6..12.
   std::vector<v1::JobUpdate> rest = WatchAll(d, submitted.job_id(), 5);
@@ -334,7 +341,38 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
   int cached = 0;
   for (const auto& u : updates) cached += u.has_event() && u.event().cached();
   EXPECT_EQ(cached, 12);  // Same seed, same configs: nothing re-measured.
-  EXPECT_EQ(evaluations_, 12);
+  EXPECT_EQ(evaluations_, evaluations_after_first_job);
+}
+
+TEST_F(GrpcApiTest, OnlyCandidatesThatCouldEnterTheEliteAreTimedFully) {
+  Daemon d(db_, "", &evaluations_);
+  grpc::ClientContext ctx;
+  v1::SubmitSearchResponse submitted;
+  v1::SubmitSearchRequest req = SeedRequest(25);
+  req.set_strategy("random");
+  ASSERT_TRUE(d.stub()->SubmitSearch(&ctx, req, &submitted).ok());
+  WatchAll(d, submitted.job_id());
+  auto events = d.store()->ListJobEvents(submitted.job_id(), 0, 100);
+  ASSERT_TRUE(events.ok());
+  std::vector<StoredTrial> ok;
+  int quick = 0, full = 0;
+  for (const JobEvent& e : *events) {
+    if (e.trial.result.status != TrialStatus::kOk) continue;
+    ok.push_back(e.trial);
+    quick += e.trial.result.samples == kQuickTimingSamples;
+    full += e.trial.result.samples == kFullTimingSamples;
+  }
+  EXPECT_EQ(quick + full, static_cast<int>(ok.size()));
+  EXPECT_GT(quick, 0);  // Some candidates were not worth a full timing...
+  std::sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) {
+    return a.result.median_us < b.result.median_us;
+  });
+  for (size_t i = 0; i < std::min<size_t>(5, ok.size()); ++i) {
+    // ...but the fastest always were.
+    EXPECT_EQ(ok[i].result.samples, kFullTimingSamples) << i;
+  }
+  // One quick evaluation per trial, plus one full one per fully timed trial.
+  EXPECT_EQ(evaluations_, 25 + full);
 }
 
 TEST_F(GrpcApiTest, EvaluateConfigMeasuresOnceAndValidatesTheConfig) {
@@ -359,7 +397,11 @@ TEST_F(GrpcApiTest, EvaluateConfigMeasuresOnceAndValidatesTheConfig) {
                     .ok());
   }
   EXPECT_FALSE(first.cached());
-  EXPECT_EQ(evaluations_, 1);
+  EXPECT_EQ(evaluations_, 1);  // Full timing directly.
+  EXPECT_EQ(first.trial().latency().samples(),
+            first.trial().status() == v1::TRIAL_STATUS_OK
+                ? static_cast<uint32_t>(kFullTimingSamples)
+                : 0u);
   {
     grpc::ClientContext ctx;
     ASSERT_TRUE(d.stub()
@@ -420,7 +462,8 @@ TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
     for (const Config& c : (*order)->Propose(5)) {
       ASSERT_TRUE(store
                       ->AppendJobTrial(
-                          job, c, TrialResult{TrialStatus::kOk, 5, 5, 5, 0, ""},
+                          job, c,
+                          TrialResult{TrialStatus::kOk, 5, 5, 5, 0, 15, ""},
                           false, 1)
                       .ok());
       before.push_back(ConfigKey(c));
@@ -432,7 +475,14 @@ TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
   std::vector<v1::JobUpdate> updates = WatchAll(d, job_id);
   EXPECT_EQ(updates.back().job().state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(updates.back().job().trials_done(), 15u);
-  EXPECT_EQ(evaluations_, 10);  // Only the ten missing trials were measured.
+  // Only the ten missing trials were measured (each once quickly, some also
+  // fully).
+  auto all = d.store()->ListJobEvents(job_id, 0, 100);
+  int full = 0;
+  for (const JobEvent& e : *all) {
+    if (e.sequence > 5 && e.trial.result.samples == kFullTimingSamples) ++full;
+  }
+  EXPECT_EQ(evaluations_, 10 + full);
   auto events = d.store()->ListJobEvents(job_id, 0, 100);
   ASSERT_EQ(events->size(), 15u);
   std::set<std::string> keys;

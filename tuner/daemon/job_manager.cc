@@ -16,6 +16,34 @@ constexpr int kLookahead = 8;
 // Best configs of the nearest tuned problem that seed a search.
 constexpr int kTransferredSeeds = 6;
 
+// Multi-fidelity: every correct candidate is timed quickly; only one that
+// could enter the job's elite (its kEliteSize fastest fully timed configs,
+// with a margin for the quick timing's noise) is timed fully.
+constexpr int kEliteSize = 5;
+constexpr double kEliteMargin = 1.10;
+
+class Elite {
+ public:
+  bool Admits(double median_us) const {
+    return static_cast<int>(fastest_.size()) < kEliteSize ||
+           median_us <= fastest_.back() * kEliteMargin;
+  }
+  void Add(const TrialResult& r) {
+    // Rows from before timing fidelity was recorded count as full.
+    if (r.status != TrialStatus::kOk ||
+        (r.samples != 0 && r.samples < kFullTimingSamples)) {
+      return;
+    }
+    fastest_.insert(
+        std::upper_bound(fastest_.begin(), fastest_.end(), r.median_us),
+        r.median_us);
+    if (static_cast<int>(fastest_.size()) > kEliteSize) fastest_.pop_back();
+  }
+
+ private:
+  std::vector<double> fastest_;  // Ascending, at most kEliteSize.
+};
+
 }  // namespace
 
 JobManager::JobManager(ResultStore* store, const TemplateRegistry* templates,
@@ -269,8 +297,11 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
       store_->ListJobEvents(job.job_id, 0, std::numeric_limits<int>::max());
   if (!done.ok()) return done.status();
   std::vector<std::pair<Config, TrialResult>> known;
-  for (const JobEvent& e : *done)
+  Elite elite;
+  for (const JobEvent& e : *done) {
     known.push_back({e.trial.config, e.trial.result});
+    elite.Add(e.trial.result);
+  }
   (*strategy)->Report(known);
   int64_t trials_done = static_cast<int64_t>(done->size());
 
@@ -320,7 +351,11 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
       absl::StatusOr<TrialResult> measured;
       {
         absl::MutexLock gpu(&evaluator_mu_);
-        measured = evaluator_->Evaluate(*t, config, job.problem);
+        measured = evaluator_->QuickEvaluate(*t, config, job.problem);
+        if (measured.ok() && measured->status == TrialStatus::kOk &&
+            elite.Admits(measured->median_us)) {
+          measured = evaluator_->Evaluate(*t, config, job.problem);
+        }
       }
       if (!measured.ok()) return measured.status();
       result = *std::move(measured);
@@ -329,6 +364,7 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
         store_->AppendJobTrial(job, config, result, cached, elapsed());
     if (!event.ok()) return event.status();
     (*strategy)->Report({{config, result}});
+    elite.Add(result);
     trials_done = event->sequence;
     Notify();
   }

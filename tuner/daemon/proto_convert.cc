@@ -73,6 +73,7 @@ v1::Trial TrialToProto(const StoredTrial& t) {
     l->set_min_us(t.result.min_us);
     l->set_p90_us(t.result.p90_us);
     l->set_cv(t.result.cv);
+    l->set_samples(t.result.samples);
   }
   out.set_error(t.result.error);
   out.set_created_unix_s(t.created_unix_s);

@@ -21,7 +21,6 @@
 namespace evotune {
 namespace {
 
-constexpr int kTimingSamples = 15;
 constexpr double kMinSampleUs = 100.0;
 constexpr int kCheckedRows = 192;
 constexpr int kCheckedHeads = 4;
@@ -80,6 +79,18 @@ class CudaEvaluator : public Evaluator {
   absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
                                        const Config& config,
                                        const Problem& problem) override {
+    return Run(t, config, problem, kFullTimingSamples);
+  }
+
+  absl::StatusOr<TrialResult> QuickEvaluate(const KernelTemplate& t,
+                                            const Config& config,
+                                            const Problem& problem) override {
+    return Run(t, config, problem, kQuickTimingSamples);
+  }
+
+ private:
+  absl::StatusOr<TrialResult> Run(const KernelTemplate& t, const Config& config,
+                                  const Problem& problem, int samples) {
     if (!broken_.ok()) return broken_;
     if (absl::Status s =
             d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
@@ -101,14 +112,15 @@ class CudaEvaluator : public Evaluator {
       return Rejected(TrialStatus::kCompileError,
                       d_->Check(r, "cuModuleLoadData").ToString());
     }
-    absl::StatusOr<TrialResult> result = Run(t, config, problem, module);
+    absl::StatusOr<TrialResult> result =
+        RunModule(t, config, problem, module, samples);
     d_->cuModuleUnload(module);
     return result;
   }
 
- private:
-  absl::StatusOr<TrialResult> Run(const KernelTemplate& t, const Config& config,
-                                  const Problem& p, CUmodule module) {
+  absl::StatusOr<TrialResult> RunModule(const KernelTemplate& t,
+                                        const Config& config, const Problem& p,
+                                        CUmodule module, int samples) {
     CUfunction fn;
     if (absl::Status s = d_->Check(
             d_->cuModuleGetFunction(&fn, module, t.kernel_name.c_str()),
@@ -235,7 +247,7 @@ class CudaEvaluator : public Evaluator {
                           err.max_abs, tol.max_abs, err.rel_l2, tol.rel_l2,
                           static_cast<int>(rows.size())));
     }
-    return Time(launch);
+    return Time(launch, samples);
   }
 
   // Rows of at most kCheckedHeads (batch, head) pairs: the first and the
@@ -333,7 +345,7 @@ class CudaEvaluator : public Evaluator {
   }
 
   template <typename Launch>
-  absl::StatusOr<TrialResult> Time(const Launch& launch) {
+  absl::StatusOr<TrialResult> Time(const Launch& launch, int sample_count) {
     CUevent start, stop;
     d_->cuEventCreate(&start, CU_EVENT_DEFAULT);
     d_->cuEventCreate(&stop, CU_EVENT_DEFAULT);
@@ -367,7 +379,7 @@ class CudaEvaluator : public Evaluator {
       per_sample = std::clamp(per_sample, 1, 10000);
     }
     std::vector<double> samples;
-    for (int i = 0; s.ok() && i < kTimingSamples; ++i) {
+    for (int i = 0; s.ok() && i < sample_count; ++i) {
       s = time_launches(per_sample, &us);
       samples.push_back(us / per_sample);
     }
@@ -379,6 +391,7 @@ class CudaEvaluator : public Evaluator {
     std::sort(samples.begin(), samples.end());
     TrialResult r;
     r.status = TrialStatus::kOk;
+    r.samples = static_cast<int>(samples.size());
     r.median_us = samples[samples.size() / 2];
     r.min_us = samples.front();
     r.p90_us = samples[(samples.size() * 9) / 10];

@@ -17,6 +17,11 @@ namespace evotune {
 // evaluator itself cannot work (no device, out of device memory for the
 // inputs, ...) and the job should stop. Implementations need not be
 // thread-safe: callers evaluate one candidate at a time per evaluator.
+// Timing samples of a full and of a quick evaluation. A search times every
+// correct candidate quickly and only those that could enter its elite fully.
+inline constexpr int kFullTimingSamples = 15;
+inline constexpr int kQuickTimingSamples = 3;
+
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
@@ -24,9 +29,18 @@ class Evaluator {
   // The device results are keyed on. Stable for the evaluator's lifetime.
   virtual const DeviceInfo& device() const = 0;
 
+  // Every gate, then kFullTimingSamples timing samples.
   virtual absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
                                                const Config& config,
                                                const Problem& problem) = 0;
+
+  // The same gates with only kQuickTimingSamples samples (a lower-fidelity
+  // latency). By default a full evaluation.
+  virtual absl::StatusOr<TrialResult> QuickEvaluate(const KernelTemplate& t,
+                                                    const Config& config,
+                                                    const Problem& problem) {
+    return Evaluate(t, config, problem);
+  }
 
   // OK when this evaluator can evaluate template `t`; otherwise
   // INVALID_ARGUMENT saying why (a replay holds one template only).

@@ -91,6 +91,8 @@ absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
     }
     if (result.status != TrialStatus::kOk) {
       result.error = "recorded as " + f[3];
+    } else {
+      result.samples = kFullTimingSamples;  // Recorded by full evaluations.
     }
     absl::StatusOr<Config> config = ParseConfigKey(f[2]);
     absl::StatusOr<Problem> problem = ParseProblemKey(f[1]);

@@ -36,6 +36,10 @@ class SyntheticEvaluator : public Evaluator {
   absl::StatusOr<TrialResult> Evaluate(const KernelTemplate& t,
                                        const Config& config,
                                        const Problem& problem) override;
+  // The same latency, marked as a quick measurement.
+  absl::StatusOr<TrialResult> QuickEvaluate(const KernelTemplate& t,
+                                            const Config& config,
+                                            const Problem& problem) override;
 
  private:
   Options options_;

@@ -34,6 +34,7 @@ struct TrialResult {
   double min_us = 0;
   double p90_us = 0;
   double cv = 0;  // Coefficient of variation of the timing samples.
+  int samples = 0;  // Timing samples behind the latencies.
   std::string error;
 };
 
