@@ -10,8 +10,10 @@
 namespace evotune {
 
 std::string FormatProblem(const v1::Problem& p) {
+  // kv_heads 0 in a request means kv_heads = heads.
+  const uint32_t kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
   return absl::StrFormat("B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s", p.batch(),
-                         p.heads(), p.kv_heads(), p.seq_q(), p.seq_k(),
+                         p.heads(), kv_heads, p.seq_q(), p.seq_k(),
                          p.head_dim(), p.causal() ? "causal" : "non-causal",
                          p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16");
 }
