@@ -1,7 +1,5 @@
 // evotuned: the evotune tuning daemon.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -22,6 +20,7 @@
 #include "tuner/common/log.h"
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/job_manager.h"
+#include "tuner/daemon/server.h"
 #include "tuner/daemon/tuning_service.h"
 #include "tuner/evaluator/cuda_evaluator.h"
 #include "tuner/evaluator/replay_evaluator.h"
@@ -160,19 +159,14 @@ int Run() {
   TuningService service(store->get(), &templates, &jobs);
   GrpcTuner grpc_service(&service, token);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&grpc_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    LogError(absl::StrCat("evotuned: cannot listen on ",
-                          absl::GetFlag(FLAGS_listen)));
+  absl::StatusOr<BuiltServer> built =
+      BuildServer(absl::GetFlag(FLAGS_listen), &grpc_service);
+  if (!built.ok()) {
+    LogError(absl::StrCat("evotuned: ", built.status().message()));
     return 1;
   }
+  std::unique_ptr<grpc::Server> server = std::move(built->server);
+  const int port = built->port;
   if (absl::Status s = jobs.Start(); !s.ok()) {
     LogError(absl::StrCat("evotuned: ", s.message()));
     return 1;

@@ -1,0 +1,123 @@
+// Stock gRPC tooling can talk to the daemon's server: health checking answers
+// SERVING and server reflection lists the Tuner service. Both are called by
+// method name with hand-encoded protobuf bytes, as a generic client would.
+#include "tuner/daemon/server.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+
+#include "gtest/gtest.h"
+#include "tuner/daemon/grpc_service.h"
+#include "tuner/daemon/job_manager.h"
+#include "tuner/daemon/tuning_service.h"
+#include "tuner/evaluator/synthetic_evaluator.h"
+
+namespace evotune {
+namespace {
+
+grpc::ByteBuffer Bytes(const std::string& s) {
+  grpc::Slice slice(s);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string String(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("server_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    store_ = *ResultStore::Open((dir_ / "evotune.db").string());
+    jobs_ = std::make_unique<JobManager>(
+        store_.get(), &TemplateRegistry::Builtin(),
+        std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
+        absl::OkStatus());
+    service_ = std::make_unique<TuningService>(
+        store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
+    grpc_ = std::make_unique<GrpcTuner>(service_.get(), "");
+    absl::StatusOr<BuiltServer> built = BuildServer("127.0.0.1:0", grpc_.get());
+    ASSERT_TRUE(built.ok()) << built.status();
+    server_ = std::move(built->server);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
+                                   grpc::InsecureChannelCredentials());
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<ResultStore> store_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<TuningService> service_;
+  std::unique_ptr<GrpcTuner> grpc_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(ServerTest, HealthCheckAnswersServing) {
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request = Bytes(""), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response,
+                 [&done](grpc::Status s) { done.set_value(s); });
+  grpc::Status status = done.get_future().get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // HealthCheckResponse{status: SERVING}: field 1, varint 1.
+  EXPECT_EQ(String(response), std::string("\x08\x01", 2));
+}
+
+TEST_F(ServerTest, ReflectionListsTheTunerService) {
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = stub.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  auto step = [&cq](intptr_t tag) {
+    void* got = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&got, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(got), tag);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(step(1));
+  // ServerReflectionRequest{list_services: ""}: field 7, length 0.
+  call->Write(Bytes(std::string("\x3a\x00", 2)), reinterpret_cast<void*>(2));
+  ASSERT_TRUE(step(2));
+  call->WritesDone(reinterpret_cast<void*>(3));
+  ASSERT_TRUE(step(3));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(step(4));
+  const std::string bytes = String(response);
+  EXPECT_NE(bytes.find("evotune.v1.Tuner"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+}  // namespace
+}  // namespace evotune
