@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds evotune, starts evotuned on its SQLite store and tunes the seed
-# problem (B=1 H=8 S=512 D=64 fp16) on the first GPU, then prints the best
+# problem (B=1 H=8 S=512 D=64 fp16) with flash_fwd on the first GPU (an
+# evolutionary search of 40 trials), then prints the best
 # configs. Extra arguments go to `evotune submit` (e.g. --max_trials=10).
 #
 # Environment: EVOTUNE_ADDRESS (default 127.0.0.1:7433), EVOTUNE_DB (default
@@ -27,8 +28,8 @@ if ! "$bin/evotune" templates >/dev/null 2>&1; then
   grep -h "device:\|no CUDA device" "$log" | sed 's/^[^ ]* [IE] /  /' || true
 fi
 
-if ! job=$("$bin/evotune" submit --template_name=naive --batch=1 --heads=8 \
-    --seq_q=512 --head_dim=64 --dtype=fp16 --max_trials=25 "$@" 2>&1); then
+if ! job=$("$bin/evotune" submit --template_name=flash_fwd --batch=1 --heads=8 \
+    --seq_q=512 --head_dim=64 --dtype=fp16 --max_trials=40 "$@" 2>&1); then
   case "$job" in
     *"no CUDA device"*)
       echo "This machine has no usable NVIDIA GPU, so nothing can be tuned here:" >&2
