@@ -102,5 +102,27 @@ TEST_F(CudaEvaluatorTest, AnUnwrittenRowIsCaught) {
   EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
 }
 
+// Output that changes from run to run by less than the tolerance (as a race
+// on a rarely contended value would) passes the reference comparison but
+// not the repeat gate.
+TEST_F(CudaEvaluatorTest, OutputThatChangesBetweenRunsIsCaught) {
+  KernelTemplate flaky = *TemplateRegistry::Builtin().Find("naive");
+  const std::string from = "evt_from_float(acc[i] * inv)";
+  const size_t at = flaky.source.find(from);
+  ASSERT_NE(at, std::string::npos);
+  flaky.source.replace(
+      at, from.size(),
+      "evt_from_float(acc[i] * inv + ((clock() >> 4) & 1) * 2e-3f)");
+  Problem p;
+  p.heads = p.kv_heads = 4;
+  p.seq_q = p.seq_k = 1000;
+  absl::StatusOr<TrialResult> r =
+      evaluator_->Evaluate(flaky, {{"KV_TILE", 64}, {"WARPS", 4}}, p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
+  EXPECT_NE(r->error.find("differs between runs"), std::string::npos)
+      << r->error;
+}
+
 }  // namespace
 }  // namespace evotune

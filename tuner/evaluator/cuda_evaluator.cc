@@ -24,6 +24,8 @@ namespace {
 constexpr double kMinSampleUs = 100.0;
 constexpr int kCheckedRows = 192;
 constexpr int kCheckedHeads = 4;
+// Extra runs on the same inputs whose output must match bit for bit.
+constexpr int kRepeatRuns = 2;
 constexpr float kVOffset = 0.5f;
 
 struct InputSeeds {
@@ -225,6 +227,31 @@ class CudaEvaluator : public Evaluator {
             TrialStatus::kIncorrect,
             absl::StrCat("output element ", i,
                          " is NaN or infinite (unwritten or overflowed)"));
+      }
+    }
+    // A race shows as output that changes between runs on the same inputs:
+    // run again on a re-poisoned output and require the same bits.
+    for (int repeat = 0; repeat < kRepeatRuns; ++repeat) {
+      d_->cuMemsetD16(o.get(), nan_bits, q_elems);
+      if (CUresult r = launch(); r != CUDA_SUCCESS) {
+        return Rejected(TrialStatus::kResourceRejected,
+                        d_->Check(r, "launch").ToString());
+      }
+      std::vector<uint16_t> again(q_elems);
+      if (absl::Status s = d_->Check(
+              d_->cuMemcpyDtoH(again.data(), o.get(), q_elems * 2), "copy O");
+          !s.ok()) {
+        broken_ = s;
+        return Rejected(TrialStatus::kCrashed, s.ToString());
+      }
+      if (again != ho) {
+        size_t first = 0;
+        while (again[first] == ho[first]) ++first;
+        return Rejected(
+            TrialStatus::kIncorrect,
+            absl::StrCat("output differs between runs on the same inputs "
+                         "(first at element ",
+                         first, "): a race"));
       }
     }
     std::vector<RowIndex> rows = SampleRows(p);

@@ -9,7 +9,8 @@
 //   3. load; registers and local memory read back;
 //      a config that spills is rejected              -> resource_rejected
 //   4. correctness: output poisoned with NaN, inputs
-//      random and nonzero, every element finite and
+//      random and nonzero, every element finite, the
+//      same bits on two more runs (races), and
 //      sampled rows within tolerance of the reference -> incorrect
 //   5. timing: warm-up, then >= 10 samples of enough back-to-back launches
 //      to last >= 100 us each; median, min, p90 and CV per launch.
