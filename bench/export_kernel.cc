@@ -34,9 +34,12 @@ int Run() {
       TemplateRegistry::Builtin().Find(absl::GetFlag(FLAGS_template_name));
   if (t == nullptr) return Fail("--template_name: unknown template");
   absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
-  if (!config.ok()) return Fail(absl::StrCat("--config: ", config.status().message()));
-  absl::StatusOr<Problem> problem = ParseProblemKey(absl::GetFlag(FLAGS_problem));
-  if (!problem.ok()) return Fail(absl::StrCat("--problem: ", problem.status().message()));
+  if (!config.ok())
+    return Fail(absl::StrCat("--config: ", config.status().message()));
+  absl::StatusOr<Problem> problem =
+      ParseProblemKey(absl::GetFlag(FLAGS_problem));
+  if (!problem.ok())
+    return Fail(absl::StrCat("--problem: ", problem.status().message()));
   if (absl::GetFlag(FLAGS_out).empty()) return Fail("--out is required");
   DeviceLimits unlimited;
   unlimited.smem_per_block_bytes = 1 << 30;

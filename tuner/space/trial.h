@@ -33,7 +33,7 @@ struct TrialResult {
   double median_us = 0;
   double min_us = 0;
   double p90_us = 0;
-  double cv = 0;  // Coefficient of variation of the timing samples.
+  double cv = 0;    // Coefficient of variation of the timing samples.
   int samples = 0;  // Timing samples behind the latencies.
   std::string error;
 };
