@@ -56,10 +56,11 @@ int Run() {
   std::ofstream(out + ".json") << absl::StrFormat(
       "{\"template\": \"%s\", \"hash\": \"%s\", \"config\": \"%s\", "
       "\"problem\": \"%s\", \"kernel\": \"%s\", \"grid\": [%d, %d, %d], "
-      "\"block\": %d, \"smem\": %d}\n",
+      "\"block\": %d, \"smem\": %d, \"workspace_floats\": %d, "
+      "\"counters\": %d}\n",
       t->name, t->hash, ConfigKey(*config), ProblemKey(*problem),
       t->kernel_name, g.grid[0], g.grid[1], g.grid[2], g.block_threads,
-      g.smem_bytes);
+      g.smem_bytes, g.workspace_floats, g.counters);
   return 0;
 }
 

@@ -39,7 +39,9 @@ class AttentionParams(ctypes.Structure):
                         "o_batch_stride", "o_head_stride", "o_row_stride")
                 ] + [(n, ctypes.c_int) for n in (
                     "batch", "heads", "kv_heads", "seq_q", "seq_k", "causal")
-                     ] + [("scale_log2", ctypes.c_float)]
+                     ] + [("scale_log2", ctypes.c_float),
+                          ("workspace", ctypes.c_void_p),
+                          ("counters", ctypes.c_void_p)]
 
 
 def check(result, what):
@@ -70,6 +72,14 @@ class EvotuneKernel:
                                         self.module,
                                         meta["kernel"].encode()),
               "cuModuleGetFunction")
+        # Scratch the template asks for; counters start (and stay) at zero.
+        self.workspace = self.counters = None
+        if meta.get("workspace_floats", 0) > 0:
+            self.workspace = torch.empty(meta["workspace_floats"],
+                                         dtype=torch.float32, device="cuda")
+        if meta.get("counters", 0) > 0:
+            self.counters = torch.zeros(meta["counters"], dtype=torch.int32,
+                                        device="cuda")
         if meta["smem"] > 48 * 1024:
             check(_cuda.cuFuncSetAttribute(
                 self.function,
@@ -88,6 +98,8 @@ class EvotuneKernel:
         p.kv_heads, p.seq_k = k.shape[1], k.shape[2]
         p.causal = int(causal)
         p.scale_log2 = 1.4426950408889634 / q.shape[3] ** 0.5
+        p.workspace = self.workspace.data_ptr() if self.workspace is not None else None
+        p.counters = self.counters.data_ptr() if self.counters is not None else None
         self._params = p  # Alive until the launch was enqueued.
         args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(p),
                                                  ctypes.c_void_p))

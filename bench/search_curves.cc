@@ -84,8 +84,10 @@ int Run() {
       if (r.status == TrialStatus::kOk)
         optimum = std::min(optimum, r.median_us);
     }
-    const std::vector<Config> feasible =
-        FeasibleConfigs(t, p, (*replay)->device().limits);
+    std::vector<Config> feasible;
+    for (const Config& c : FeasibleConfigs(t, p, (*replay)->device().limits)) {
+      if ((*replay)->Covers(t, c, p)) feasible.push_back(c);
+    }
     // The evolutionary search as jobs run it (seeded with the template's
     // defaults), the same without seeds, and random search.
     double medians[3];

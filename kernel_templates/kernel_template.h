@@ -20,6 +20,10 @@ struct LaunchGeometry {
   int grid[3] = {1, 1, 1};
   int block_threads = 32;
   int64_t smem_bytes = 0;  // Dynamic shared memory.
+  // Scratch the launcher provides (AttentionParams::workspace, ::counters):
+  // fp32 values and zero-initialised ints.
+  int64_t workspace_floats = 0;
+  int64_t counters = 0;
 };
 
 // A constraint between parameters and the problem: `expression` is the

@@ -20,6 +20,11 @@ struct AttentionParams {
   int causal;
   // softmax scale * log2(e): scores are exponentiated with exp2.
   float scale_log2;
+  // Scratch of the size the template asks for (KernelTemplate::workspace):
+  // fp32 values, and counters that are zero before the first launch and
+  // that every launch leaves zero. Null when the template asks for none.
+  float* workspace;
+  int* counters;
 };
 
 #endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_

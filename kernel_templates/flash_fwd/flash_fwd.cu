@@ -30,13 +30,18 @@
 //   Q_IN_REGS  1: Q fragments stay in registers for the whole pass; 0: they
 //              are re-read from shared memory for every K tile, which frees
 //              registers for larger tiles.
+//   KV_SPLITS  blocks that share one query block's keys (split-KV, for
+//              problems with few heads x query blocks): each computes its
+//              range of key tiles, and the last to finish combines them
+//              through an fp32 workspace.
 //   MIN_BLOCKS blocks per SM the register allocation must allow
 //              (__launch_bounds__): 1 lets a thread use up to 255 registers,
 //              more caps them at 65536 / (threads * MIN_BLOCKS) so that
 //              blocks can share an SM.
 // Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
 //
-// Grid: (ceil(seq_q / BLOCK_M), heads, batch); block: NUM_WARPS * 32 threads;
+// Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
+// NUM_WARPS * 32 threads;
 // dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 B.
 #include "attention_params.cuh"
 #include "dtype.cuh"
@@ -49,6 +54,7 @@ constexpr int kD = HEAD_DIM;
 constexpr int kWarps = NUM_WARPS;
 constexpr int kStages = STAGES;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
+constexpr int kSplits = KV_SPLITS;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMTiles = kM / (16 * kWarps);  // 16-row MMA tiles per warp.
 constexpr int kChunks = kD / 8;              // 16-byte chunks per row.
@@ -150,6 +156,13 @@ __device__ __forceinline__ unsigned Pack(float lo, float hi) {
   return d;
 }
 
+// A load that bypasses L1: other blocks wrote these values.
+__device__ __forceinline__ float LoadGlobalCg(const float* p) {
+  float x;
+  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(x) : "l"(p));
+  return x;
+}
+
 __device__ __forceinline__ float Exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -174,7 +187,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int kvh = h / (p.heads / p.kv_heads);
   // Last query blocks first: with a causal mask they see the most keys, so
   // the longest blocks start first (and the order does not matter otherwise).
-  const int q_block = gridDim.x - 1 - blockIdx.x;
+  const int q_blocks = gridDim.x / kSplits;
+  const int q_block = q_blocks - 1 - blockIdx.x / kSplits;
+  const int split = blockIdx.x % kSplits;
   const int q0 = q_block * kM;
   const int shift = p.seq_k - p.seq_q;  // Causal: row i sees j <= i + shift.
 
@@ -191,14 +206,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     const int last_row = min(p.seq_q - 1, q0 + kM - 1);
     kv_end = min(p.seq_k, max(0, last_row + shift + 1));
   }
-  const int num_blocks = (kv_end + kN - 1) / kN;
+  // This block's share of the key tiles: a contiguous range per split.
+  const int all_blocks = (kv_end + kN - 1) / kN;
+  const int per_split = (all_blocks + kSplits - 1) / kSplits;
+  const int block0 = split * per_split;
+  const int num_blocks = max(0, min(all_blocks, block0 + per_split) - block0);
 
   // Stage Q; its group completes with the first K/V tile's.
   LoadTile<kM>(q_tile, q, p.q_row_stride, q0, p.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_blocks) {
-      LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride, s * kN, p.seq_k);
-      LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride, s * kN, p.seq_k);
+      LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride, (block0 + s) * kN,
+                   p.seq_k);
+      LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride, (block0 + s) * kN,
+                   p.seq_k);
     }
     CpAsyncCommit();
   }
@@ -233,8 +254,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int j = 0; j < num_blocks; ++j) {
     const int stage = j % kStages;
     if (kStages == 1) {
-      LoadTile<kN>(k_tiles, k, p.k_row_stride, j * kN, p.seq_k);
-      LoadTile<kN>(v_tiles, v, p.v_row_stride, j * kN, p.seq_k);
+      LoadTile<kN>(k_tiles, k, p.k_row_stride, (block0 + j) * kN, p.seq_k);
+      LoadTile<kN>(v_tiles, v, p.v_row_stride, (block0 + j) * kN, p.seq_k);
       CpAsyncCommit();
     }
     CpAsyncWait<(kStages >= 2 ? kStages - 2 : 0)>();
@@ -244,10 +265,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       const int next = j + kStages - 1;
       if (next < num_blocks) {
         const int s = next % kStages;
-        LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride, next * kN,
-                     p.seq_k);
-        LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride, next * kN,
-                     p.seq_k);
+        LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride,
+                     (block0 + next) * kN, p.seq_k);
+        LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride,
+                     (block0 + next) * kN, p.seq_k);
       }
       CpAsyncCommit();
     }
@@ -265,7 +286,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     // Shared-memory byte addresses of this lane's ldmatrix rows.
     const unsigned k_lane = k_base + 2 * (stage * kN * kD + k_row);
     const unsigned v_lane = v_base + 2 * (stage * kN * kD + v_row);
-    const int kv0 = j * kN;
+    const int kv0 = (block0 + j) * kN;
 
     // S = Q K^T for this tile.
     float s_acc[kMTiles][kNTiles][4];
@@ -401,25 +422,99 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  // Normalise and store; rows past seq_q are never written.
   evt_elem* o =
       static_cast<evt_elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  if constexpr (kSplits == 1) {
+    // Normalise and store; rows past seq_q are never written.
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = row_sum[mt][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
-      if (row >= p.seq_q) continue;
-      evt_elem* out = o + row * p.o_row_stride + (lane % 4) * 2;
+      for (int half = 0; half < 2; ++half) {
+        float sum = row_sum[mt][half];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+        if (row >= p.seq_q) continue;
+        evt_elem* out = o + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        *reinterpret_cast<unsigned*>(out + dt * 8) = Pack(
-            o_acc[mt][dt][2 * half] * inv, o_acc[mt][dt][2 * half + 1] * inv);
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          *reinterpret_cast<unsigned*>(out + dt * 8) = Pack(
+              o_acc[mt][dt][2 * half] * inv, o_acc[mt][dt][2 * half + 1] * inv);
+        }
       }
+    }
+  } else {
+    // Split-KV: store this split's unnormalised rows with their max and sum
+    // (fp32), and let the block that finishes last combine the splits.
+    // Workspace: partial O [batch*heads][splits][q_rows][head_dim], then
+    // (max, sum) [batch*heads][splits][q_rows][2]; q_rows = q_blocks * kM.
+    const long long head = static_cast<long long>(b) * p.heads + h;
+    const long long q_rows = static_cast<long long>(q_blocks) * kM;
+    float* part_o = p.workspace;
+    float* part_ml =
+        p.workspace + p.batch * p.heads * (long long)kSplits * q_rows * kD;
+    const long long mine = (head * kSplits + split) * q_rows;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float sum = row_sum[mt][half];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+        float* out = part_o + (mine + row) * kD + (lane % 4) * 2;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          out[dt * 8] = o_acc[mt][dt][2 * half];
+          out[dt * 8 + 1] = o_acc[mt][dt][2 * half + 1];
+        }
+        if (lane % 4 == 0) {
+          part_ml[(mine + row) * 2] = row_max[mt][half];
+          part_ml[(mine + row) * 2 + 1] = sum;
+        }
+      }
+    }
+    // Publish, then count this split in; the last one combines.
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+      int* counter = p.counters + head * q_blocks + q_block;
+      last = atomicAdd(counter, 1) == kSplits - 1;
+      if (last) *counter = 0;  // Ready for the next launch.
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < kM * kD / 2; idx += kThreads) {
+      const int row = q0 + idx / (kD / 2);
+      const int col = (idx % (kD / 2)) * 2;
+      if (row >= p.seq_q) continue;
+      float m[kSplits], l[kSplits];
+      float mx = NegInf();
+#pragma unroll
+      for (int s = 0; s < kSplits; ++s) {
+        const long long at = ((head * kSplits + s) * q_rows + row) * 2;
+        m[s] = LoadGlobalCg(part_ml + at);
+        l[s] = LoadGlobalCg(part_ml + at + 1);
+        mx = fmaxf(mx, m[s]);
+      }
+      float total = 0.f, acc0 = 0.f, acc1 = 0.f;
+      if (mx != NegInf()) {
+#pragma unroll
+        for (int s = 0; s < kSplits; ++s) {
+          const float w = Exp2(m[s] - mx);
+          const float* src =
+              part_o + ((head * kSplits + s) * q_rows + row) * kD + col;
+          total += l[s] * w;
+          acc0 += LoadGlobalCg(src) * w;
+          acc1 += LoadGlobalCg(src + 1) * w;
+        }
+      }
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      *reinterpret_cast<unsigned*>(o + row * p.o_row_stride + col) =
+          Pack(acc0 * inv, acc1 * inv);
     }
   }
 }

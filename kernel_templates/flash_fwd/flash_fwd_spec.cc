@@ -19,6 +19,7 @@ KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
       {"NUM_WARPS", {1, 2, 4, 8}, "warps per block, split along BLOCK_M"},
       {"STAGES", {1, 2, 3}, "K/V tiles in flight in shared memory"},
       {"Q_IN_REGS", {0, 1}, "keep Q fragments in registers for the pass"},
+      {"KV_SPLITS", {1, 2, 4}, "blocks sharing one query block's keys"},
       {"MIN_BLOCKS",
        {1, 2},
        "resident blocks per SM to allocate registers for"},
@@ -48,21 +49,32 @@ KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
   // 64, four warps) and a smaller tile for problems with few query blocks.
   auto config = [](int64_t m, int64_t n, int64_t warps, int64_t stages,
                    int64_t q_in_regs) {
-    return Config{{"BLOCK_M", m},           {"BLOCK_N", n},
-                  {"MIN_BLOCKS", 1},        {"NUM_WARPS", warps},
-                  {"Q_IN_REGS", q_in_regs}, {"STAGES", stages}};
+    return Config{{"BLOCK_M", m},       {"BLOCK_N", n},
+                  {"KV_SPLITS", 1},     {"MIN_BLOCKS", 1},
+                  {"NUM_WARPS", warps}, {"Q_IN_REGS", q_in_regs},
+                  {"STAGES", stages}};
   };
+  Config split = config(64, 128, 4, 3, 1);
+  split["KV_SPLITS"] = 2;
   t.defaults = {config(128, 64, 4, 2, 0), config(128, 128, 4, 2, 0),
-                config(128, 128, 8, 3, 1), config(64, 128, 4, 2, 1)};
+                config(128, 128, 8, 3, 1), config(64, 128, 4, 2, 1), split};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = c.at("BLOCK_M");
+    const int64_t splits = c.at("KV_SPLITS");
+    const int64_t q_blocks = (p.seq_q + block_m - 1) / block_m;
     LaunchGeometry g;
-    g.grid[0] = static_cast<int>((p.seq_q + block_m - 1) / block_m);
+    g.grid[0] = static_cast<int>(q_blocks * splits);
     g.grid[1] = static_cast<int>(p.heads);
     g.grid[2] = static_cast<int>(p.batch);
     g.block_threads = static_cast<int>(32 * c.at("NUM_WARPS"));
     g.smem_bytes =
         (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2;
+    if (splits > 1) {
+      const int64_t heads = p.batch * p.heads;
+      g.workspace_floats =
+          heads * splits * q_blocks * block_m * (p.head_dim + 2);
+      g.counters = heads * q_blocks;
+    }
     return g;
   };
   return t;

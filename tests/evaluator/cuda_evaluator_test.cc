@@ -69,6 +69,41 @@ TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
   }
 }
 
+// Split-KV: every split count, including splits that get no key tile
+// (seq_k 1, causal rows that see few keys), with its workspace reused by the
+// repeat and timing launches.
+TEST_F(CudaEvaluatorTest, SplitKvIsCorrect) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  for (int64_t splits : {2, 4}) {
+    for (DType dtype : {DType::kFp16, DType::kBf16}) {
+      for (int64_t d : {64, 128}) {
+        for (bool causal : {false, true}) {
+          for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
+                   {1, 1}, {17, 1000}, {1000, 17}, {512, 512}, {129, 4096}}) {
+            Problem p;
+            p.batch = 1;
+            p.heads = 8;
+            p.kv_heads = 2;
+            p.seq_q = sq;
+            p.seq_k = sk;
+            p.head_dim = d;
+            p.causal = causal;
+            p.dtype = dtype;
+            Config c = {{"BLOCK_M", 64},       {"BLOCK_N", 64},
+                        {"KV_SPLITS", splits}, {"MIN_BLOCKS", 1},
+                        {"NUM_WARPS", 4},      {"Q_IN_REGS", 0},
+                        {"STAGES", 2}};
+            absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+            ASSERT_TRUE(r.ok()) << r.status();
+            EXPECT_EQ(r->status, TrialStatus::kOk)
+                << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaEvaluatorTest, AWrongKernelIsIncorrectNotOk) {
   KernelTemplate wrong = *TemplateRegistry::Builtin().Find("naive");
   // Drop the softmax normalisation: the output is off by the row sum.

@@ -46,9 +46,13 @@ class EvolutionaryOnLandscapes : public ::testing::Test {
     ASSERT_TRUE(replay.ok()) << replay.status();
     replay_ = *std::move(replay);
   }
+  // The feasible configs the recording covers, seeded with the defaults.
   SearchInputs Inputs(const Problem& p) const {
-    return {t_.space, FeasibleConfigs(t_, p, replay_->device().limits),
-            t_.defaults};
+    std::vector<Config> feasible;
+    for (const Config& c : FeasibleConfigs(t_, p, replay_->device().limits)) {
+      if (replay_->Covers(t_, c, p)) feasible.push_back(c);
+    }
+    return {t_.space, feasible, t_.defaults};
   }
   const KernelTemplate& t_ = *TemplateRegistry::Builtin().Find("flash_fwd");
   std::unique_ptr<ReplayEvaluator> replay_;

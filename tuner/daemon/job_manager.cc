@@ -285,10 +285,17 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
                      t ? t->hash : std::string("no such template"), ")"));
   }
   const DeviceInfo& device = evaluator_->device();
+  std::vector<Config> feasible =
+      FeasibleConfigs(*t, job.problem, device.limits);
+  feasible.erase(std::remove_if(feasible.begin(), feasible.end(),
+                                [&](const Config& c) {
+                                  return !evaluator_->Covers(*t, c,
+                                                             job.problem);
+                                }),
+                 feasible.end());
   absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
       job.strategy,
-      SearchInputs{t->space, FeasibleConfigs(*t, job.problem, device.limits),
-                   SeedConfigs(*t, job.problem)},
+      SearchInputs{t->space, std::move(feasible), SeedConfigs(*t, job.problem)},
       job.seed);
   if (!strategy.ok()) return strategy.status();
 

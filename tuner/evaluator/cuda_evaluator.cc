@@ -197,6 +197,21 @@ class CudaEvaluator : public Evaluator {
     params.causal = p.causal ? 1 : 0;
     params.scale_log2 =
         static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
+    // Scratch the template asks for: counters start at zero and every
+    // launch leaves them at zero.
+    DeviceBuffer workspace(d_), counters(d_);
+    if (g.workspace_floats > 0) {
+      if (absl::Status s = workspace.Allocate(g.workspace_floats * 4);
+          !s.ok()) {
+        return s;
+      }
+      params.workspace = reinterpret_cast<float*>(workspace.get());
+    }
+    if (g.counters > 0) {
+      if (absl::Status s = counters.Allocate(g.counters * 4); !s.ok()) return s;
+      d_->cuMemsetD16(counters.get(), 0, g.counters * 2);
+      params.counters = reinterpret_cast<int*>(counters.get());
+    }
     void* args[] = {&params};
     auto launch = [&]() {
       return d_->cuLaunchKernel(

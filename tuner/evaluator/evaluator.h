@@ -48,6 +48,13 @@ class Evaluator {
     return absl::OkStatus();
   }
 
+  // Whether this evaluator can answer for `config` (a replay only for what
+  // was recorded). Searches draw from the feasible configs it covers.
+  virtual bool Covers(const KernelTemplate& t, const Config& config,
+                      const Problem& problem) const {
+    return true;
+  }
+
   // A hint that these configs will be evaluated soon, so that work which
   // needs no GPU (compiling) can start in the background. Optional.
   virtual void Prefetch(const KernelTemplate& t,

@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
     absl::StatusOr<Problem> problem = ParseProblemKey(f[1]);
     if (!config.ok() || !problem.ok())
       return bad("malformed config or problem");
+    for (const auto& [name, value] : *config) r->recorded_params_.insert(name);
     r->landscape_[f[1]][ConfigKey(*config)] = result;
   }
   if (r->landscape_.empty()) {
@@ -125,25 +126,47 @@ absl::Status ReplayEvaluator::CanEvaluate(const KernelTemplate& t) const {
                    template_name_, " only"));
 }
 
+const TrialResult* ReplayEvaluator::Find(const KernelTemplate& t,
+                                         const Config& config,
+                                         const Problem& problem) const {
+  auto p = landscape_.find(ProblemKey(problem));
+  if (p == landscape_.end()) return nullptr;
+  Config recorded;
+  for (const auto& [name, value] : config) {
+    if (recorded_params_.count(name) > 0) {
+      recorded[name] = value;
+      continue;
+    }
+    const Param* param = t.space.Find(name);
+    if (param == nullptr || param->values.empty() ||
+        value != param->values.front()) {
+      return nullptr;
+    }
+  }
+  auto c = p->second.find(ConfigKey(recorded));
+  return c == p->second.end() ? nullptr : &c->second;
+}
+
+bool ReplayEvaluator::Covers(const KernelTemplate& t, const Config& config,
+                             const Problem& problem) const {
+  return t.name == template_name_ && Find(t, config, problem) != nullptr;
+}
+
 absl::StatusOr<TrialResult> ReplayEvaluator::Evaluate(const KernelTemplate& t,
                                                       const Config& config,
                                                       const Problem& problem) {
   if (absl::Status s = CanEvaluate(t); !s.ok()) {
     return absl::FailedPreconditionError(s.message());
   }
-  auto p = landscape_.find(ProblemKey(problem));
-  if (p == landscape_.end()) {
+  if (landscape_.count(ProblemKey(problem)) == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "problem ", ProblemKey(problem), " is not in the replayed landscape"));
   }
-  auto c = p->second.find(ConfigKey(config));
-  if (c == p->second.end()) {
-    TrialResult r;
-    r.status = TrialStatus::kResourceRejected;
-    r.error = "not in the replayed landscape";
-    return r;
-  }
-  return c->second;
+  if (const TrialResult* r = Find(t, config, problem)) return *r;
+  TrialResult r;
+  r.status = TrialStatus::kResourceRejected;
+  r.error = "not in the replayed landscape";
+  return r;
 }
 
 }  // namespace evotune

@@ -5,11 +5,16 @@
 // Results are keyed on a device named after the recording ("replay of
 // <GPU> (<template>@<recorded hash>)"), so they never mix with live
 // measurements, nor with another recording.
+//
+// A template may have gained parameters since the recording. A parameter the
+// recording lacks matches only at its first (smallest) value, which by the
+// templates' rule reproduces the kernel from before the parameter existed.
 #ifndef EVOTUNE_TUNER_EVALUATOR_REPLAY_EVALUATOR_H_
 #define EVOTUNE_TUNER_EVALUATOR_REPLAY_EVALUATOR_H_
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -36,15 +41,21 @@ class ReplayEvaluator : public Evaluator {
                                        const Problem& problem) override;
 
   absl::Status CanEvaluate(const KernelTemplate& t) const override;
+  bool Covers(const KernelTemplate& t, const Config& config,
+              const Problem& problem) const override;
 
   const std::string& template_name() const { return template_name_; }
   const Landscape& landscape() const { return landscape_; }
 
  private:
   ReplayEvaluator() = default;
+  // The recorded result for `config`, or null.
+  const TrialResult* Find(const KernelTemplate& t, const Config& config,
+                          const Problem& problem) const;
 
   DeviceInfo device_;
   std::string template_name_;
+  std::set<std::string> recorded_params_;
   Landscape landscape_;
 };
 

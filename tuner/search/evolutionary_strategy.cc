@@ -20,6 +20,20 @@ EvolutionaryStrategy::EvolutionaryStrategy(SearchInputs inputs, uint64_t seed,
       best_(kInf),
       best_at_generation_start_(kInf) {
   for (const Config& c : inputs_.feasible) feasible_keys_.insert(ConfigKey(c));
+  // Mutation moves only along values some feasible config takes: a
+  // parameter that constraints (or a recording) pin is left alone.
+  std::vector<Param> active;
+  for (const Param& p : inputs_.space.params()) {
+    std::set<int64_t> values;
+    for (const Config& c : inputs_.feasible) {
+      auto it = c.find(p.name);
+      if (it != c.end()) values.insert(it->second);
+    }
+    if (values.size() > 1) {
+      active.push_back({p.name, {values.begin(), values.end()}, p.help});
+    }
+  }
+  active_ = ParamSpace(std::move(active));
   std::set<std::string> queued;
   for (const Config& c : inputs_.seeds) {
     const std::string key = ConfigKey(c);
@@ -63,7 +77,7 @@ const Config& EvolutionaryStrategy::Tournament() {
 }
 
 Config EvolutionaryStrategy::Mutate(Config c) {
-  for (const Param& p : inputs_.space.params()) {
+  for (const Param& p : active_.params()) {
     const int64_t n = static_cast<int64_t>(p.values.size());
     if (n < 2) continue;
     const double r = Unit();
@@ -84,7 +98,8 @@ std::optional<Config> EvolutionaryStrategy::Repair(Config c) {
   for (int step = 0; step <= kRepairSteps; ++step) {
     if (Usable(c)) return c;
     // One neighbouring step on a random parameter.
-    const std::vector<Param>& params = inputs_.space.params();
+    const std::vector<Param>& params = active_.params();
+    if (params.empty()) return std::nullopt;
     const Param& p = params[Below(params.size())];
     const int64_t n = static_cast<int64_t>(p.values.size());
     auto it = std::find(p.values.begin(), p.values.end(), c[p.name]);
@@ -115,7 +130,7 @@ std::optional<Config> EvolutionaryStrategy::NeighbourOfBest() {
   // alone can sit in a basin that its neighbours do not leave.
   const Config& best = Below(2) == 0 ? ranked_.front().second : Tournament();
   std::vector<Config> candidates;
-  for (const Param& p : inputs_.space.params()) {
+  for (const Param& p : active_.params()) {
     auto it = std::find(p.values.begin(), p.values.end(), best.at(p.name));
     if (it == p.values.end()) continue;
     for (int step : {-1, 1}) {

@@ -72,6 +72,7 @@ class EvolutionaryStrategy : public SearchStrategy {
 
   const SearchInputs inputs_;
   const EvolutionOptions options_;
+  ParamSpace active_;  // Parameters with more than one feasible value.
   std::mt19937_64 gen_;
   std::set<std::string> feasible_keys_;
   std::set<std::string> seen_;  // Proposed or reported.
