@@ -156,13 +156,6 @@ __device__ __forceinline__ unsigned Pack(float lo, float hi) {
   return d;
 }
 
-// A load that bypasses L1: other blocks wrote these values.
-__device__ __forceinline__ float LoadGlobalCg(const float* p) {
-  float x;
-  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(x) : "l"(p));
-  return x;
-}
-
 __device__ __forceinline__ float Exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -487,34 +480,53 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int idx = threadIdx.x; idx < kM * kD / 2; idx += kThreads) {
-      const int row = q0 + idx / (kD / 2);
-      const int col = (idx % (kD / 2)) * 2;
+    // Eight columns per thread and step, loads issued together: this runs
+    // on the critical path of the whole launch.
+    constexpr int kVec = 8;
+    for (int idx = threadIdx.x; idx < kM * kD / kVec; idx += kThreads) {
+      const int row = q0 + idx / (kD / kVec);
+      const int col = (idx % (kD / kVec)) * kVec;
       if (row >= p.seq_q) continue;
       float m[kSplits], l[kSplits];
-      float mx = NegInf();
+      float4 lo[kSplits], hi[kSplits];
 #pragma unroll
       for (int s = 0; s < kSplits; ++s) {
-        const long long at = ((head * kSplits + s) * q_rows + row) * 2;
-        m[s] = LoadGlobalCg(part_ml + at);
-        l[s] = LoadGlobalCg(part_ml + at + 1);
-        mx = fmaxf(mx, m[s]);
+        const long long at = (head * kSplits + s) * q_rows + row;
+        const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml) + at);
+        m[s] = ml.x;
+        l[s] = ml.y;
+        const float4* src =
+            reinterpret_cast<const float4*>(part_o + at * kD + col);
+        lo[s] = __ldcg(src);
+        hi[s] = __ldcg(src + 1);
       }
-      float total = 0.f, acc0 = 0.f, acc1 = 0.f;
+      float mx = NegInf();
+#pragma unroll
+      for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
+      float total = 0.f;
+      float acc[kVec] = {};
       if (mx != NegInf()) {
 #pragma unroll
         for (int s = 0; s < kSplits; ++s) {
           const float w = Exp2(m[s] - mx);
-          const float* src =
-              part_o + ((head * kSplits + s) * q_rows + row) * kD + col;
           total += l[s] * w;
-          acc0 += LoadGlobalCg(src) * w;
-          acc1 += LoadGlobalCg(src + 1) * w;
+          acc[0] += lo[s].x * w;
+          acc[1] += lo[s].y * w;
+          acc[2] += lo[s].z * w;
+          acc[3] += lo[s].w * w;
+          acc[4] += hi[s].x * w;
+          acc[5] += hi[s].y * w;
+          acc[6] += hi[s].z * w;
+          acc[7] += hi[s].w * w;
         }
       }
       const float inv = total > 0.f ? 1.f / total : 0.f;
-      *reinterpret_cast<unsigned*>(o + row * p.o_row_stride + col) =
-          Pack(acc0 * inv, acc1 * inv);
+      uint4 packed;
+      packed.x = Pack(acc[0] * inv, acc[1] * inv);
+      packed.y = Pack(acc[2] * inv, acc[3] * inv);
+      packed.z = Pack(acc[4] * inv, acc[5] * inv);
+      packed.w = Pack(acc[6] * inv, acc[7] * inv);
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = packed;
     }
   }
 }
