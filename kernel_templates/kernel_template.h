@@ -39,6 +39,9 @@ struct KernelTemplate {
   std::string source;  // CUDA C++; includes the shared headers by file name.
   std::string hash;    // Version: changes whenever source or a header does.
   std::string kernel_name = "attention_fwd";
+  // A parameter added to an existing template must reproduce the old kernel
+  // at its first (smallest) value: recordings made before it existed are
+  // replayed as that value.
   ParamSpace space;
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
