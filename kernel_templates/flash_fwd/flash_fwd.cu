@@ -156,6 +156,12 @@ __device__ __forceinline__ unsigned Pack(float lo, float hi) {
   return d;
 }
 
+// Sum over the four lanes of a quad, which share an accumulator row.
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 __device__ __forceinline__ float Exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -423,9 +429,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float sum = row_sum[mt][half];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float sum = QuadSum(row_sum[mt][half]);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
         if (row >= p.seq_q) continue;
@@ -452,9 +456,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float sum = row_sum[mt][half];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float sum = QuadSum(row_sum[mt][half]);
         const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
         float* out = part_o + (mine + row) * kD + (lane % 4) * 2;
 #pragma unroll
