@@ -114,6 +114,12 @@ optimum=$(grep '^seed,' "$landscape" | grep ',ok,' | awk -F'",' '{print $2}' |
 found=$(tail -1 "$work/sim.out" | sed -n 's/.*best \([0-9.]*\) us.*/\1/p')
 awk -v f="$found" -v o="$optimum" 'BEGIN { exit !(f <= o * 1.05) }' ||
   fail "simulated search found $found us, optimum $optimum us"
+# A search stops when it converges, before its trial budget.
+"$evotune" --address="$address" submit --template_name=flash_fwd --causal \
+  --max_trials=100000 --watch >"$work/sim2.out" || fail "converging search failed"
+trials=$(tail -1 "$work/sim2.out" | sed -n 's/.*succeeded: \([0-9]*\) trials.*/\1/p')
+[ -n "$trials" ] && [ "$trials" -lt 144 ] ||
+  fail "search did not stop on convergence: $(tail -1 "$work/sim2.out")"
 if "$evotune" --address="$address" submit --template_name=naive 2>"$work/err"; then
   fail "naive accepted by a flash_fwd replay"
 fi

@@ -330,6 +330,8 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
       }
     }
     if (pending.empty()) {
+      // Covered its space, or converged.
+      if ((*strategy)->Done()) break;
       // Propose a few ahead, so that the evaluator can compile them while
       // it measures the first.
       const int n = static_cast<int>(
