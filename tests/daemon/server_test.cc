@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "tuner/daemon/grpc_service.h"
+#include "tuner/daemon/in_process_runner.h"
 #include "tuner/daemon/job_manager.h"
 #include "tuner/daemon/tuning_service.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
@@ -40,14 +41,16 @@ class ServerTest : public ::testing::Test {
            ("server_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     store_ = *ResultStore::Open((dir_ / "evotune.db").string());
-    jobs_ = std::make_unique<JobManager>(
-        store_.get(), &TemplateRegistry::Builtin(),
+    runner_ = std::make_unique<InProcessRunner>(
         std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
-        absl::OkStatus());
+        &TemplateRegistry::Builtin());
+    jobs_ = std::make_unique<JobManager>(
+        store_.get(), &TemplateRegistry::Builtin(), runner_.get());
     service_ = std::make_unique<TuningService>(
         store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
     grpc_ = std::make_unique<GrpcTuner>(service_.get(), "");
-    absl::StatusOr<BuiltServer> built = BuildServer("127.0.0.1:0", grpc_.get());
+    absl::StatusOr<BuiltServer> built =
+        BuildServer("127.0.0.1:0", {grpc_.get()});
     ASSERT_TRUE(built.ok()) << built.status();
     server_ = std::move(built->server);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
@@ -60,6 +63,7 @@ class ServerTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   std::unique_ptr<ResultStore> store_;
+  std::unique_ptr<TrialRunner> runner_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TuningService> service_;
   std::unique_ptr<GrpcTuner> grpc_;

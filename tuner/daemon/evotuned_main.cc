@@ -9,22 +9,28 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/common/log.h"
+#include "tuner/common/xdg.h"
 #include "tuner/daemon/grpc_service.h"
+#include "tuner/daemon/in_process_runner.h"
 #include "tuner/daemon/job_manager.h"
 #include "tuner/daemon/server.h"
+#include "tuner/daemon/supervisor.h"
 #include "tuner/daemon/tuning_service.h"
-#include "tuner/evaluator/cuda_evaluator.h"
+#include "tuner/daemon/worker_pool.h"
+#include "tuner/daemon/worker_service.h"
 #include "tuner/evaluator/replay_evaluator.h"
-#include "tuner/evaluator/synthetic_evaluator.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7433",
           "address to serve gRPC on; port 0 picks a free port");
@@ -35,76 +41,82 @@ ABSL_FLAG(std::string, token, "",
           "bearer token every call must carry (default: $EVOTUNE_TOKEN; "
           "empty disables authentication)");
 ABSL_FLAG(std::string, evaluator, "cuda",
-          "cuda: compile, validate and time on the GPU; synthetic: a "
-          "deterministic stand-in for machines without one (results are "
-          "stored under a device named \"synthetic (not a GPU)\")");
+          "what local workers evaluate with: cuda (compile, validate and time "
+          "on the GPU) or synthetic (a deterministic stand-in for machines "
+          "without one; results are stored under a device named \"synthetic "
+          "(not a GPU)\")");
 ABSL_FLAG(std::string, simulate, "",
           "answer trials from this recorded landscape (CSV from "
-          "bench/record_landscapes.sh) instead of a GPU; implies "
-          "--evaluator=replay");
-ABSL_FLAG(int, gpu, 0, "ordinal of the CUDA device to tune on");
+          "bench/record_landscapes.sh) inside the daemon instead of running "
+          "workers");
+ABSL_FLAG(int, workers, -1,
+          "local worker processes to run: -1 runs one per GPU, 0 none (remote "
+          "workers only)");
+ABSL_FLAG(std::string, worker_binary, "",
+          "the evotune-worker executable (default: next to evotuned)");
+ABSL_FLAG(std::string, worker_flags, "",
+          "extra flags for local workers, separated by spaces");
 ABSL_FLAG(std::string, cache_dir, "",
-          "compiled-kernel cache (default: $XDG_CACHE_HOME/evotune/cubins, or "
-          "~/.cache/evotune/cubins); \"none\" disables it");
+          "local workers' compiled-kernel cache (default: "
+          "$XDG_CACHE_HOME/evotune/cubins); \"none\" disables it");
 ABSL_FLAG(int, compile_threads, 0,
-          "background NVRTC compile threads (0: half the CPU cores, at least "
-          "1)");
+          "background NVRTC compile threads per local worker (0: half the "
+          "CPU cores)");
 ABSL_FLAG(int, synthetic_delay_ms, 0,
           "synthetic evaluator: milliseconds per evaluation");
 ABSL_FLAG(std::string, synthetic_log, "",
           "synthetic evaluator: append one line per evaluation to this file");
+ABSL_FLAG(double, trial_slack_s, 20,
+          "a trial's deadline is 4x the slowest recent trial of its device "
+          "and template plus this many seconds; past it the worker is killed "
+          "and the trial recorded as timeout");
+ABSL_FLAG(double, lease_timeout_s, 5,
+          "a worker silent this long is presumed dead and its trial goes to "
+          "another one");
 ABSL_FLAG(std::string, port_file, "",
           "write the port actually listened on to this file once serving");
 
 namespace evotune {
 namespace {
 
-// $<xdg_variable>/evotune, or ~/<fallback>/evotune.
-std::filesystem::path XdgDir(const char* xdg_variable, const char* fallback) {
-  const char* value = std::getenv(xdg_variable);
-  if (value != nullptr && *value != '\0') {
-    return std::filesystem::path(value) / "evotune";
+// Flags every local worker gets.
+std::vector<std::string> WorkerFlags(int port) {
+  std::string host = "127.0.0.1";
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (absl::StartsWith(listen, "[") || absl::StartsWith(listen, "ipv6:")) {
+    host = "[::1]";
   }
-  const char* home = std::getenv("HOME");
-  return std::filesystem::path(home ? home : ".") / fallback / "evotune";
+  std::vector<std::string> flags = {
+      absl::StrCat("--daemon=", host, ":", port),
+      absl::StrCat("--evaluator=", absl::GetFlag(FLAGS_evaluator))};
+  if (const std::string dir = absl::GetFlag(FLAGS_cache_dir); !dir.empty()) {
+    flags.push_back(absl::StrCat("--cache_dir=", dir));
+  }
+  if (int n = absl::GetFlag(FLAGS_compile_threads); n > 0) {
+    flags.push_back(absl::StrCat("--compile_threads=", n));
+  }
+  if (int ms = absl::GetFlag(FLAGS_synthetic_delay_ms); ms > 0) {
+    flags.push_back(absl::StrCat("--synthetic_delay_ms=", ms));
+  }
+  if (const std::string log = absl::GetFlag(FLAGS_synthetic_log);
+      !log.empty()) {
+    flags.push_back(absl::StrCat("--synthetic_log=", log));
+  }
+  for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_worker_flags),
+                                            ' ', absl::SkipEmpty())) {
+    flags.emplace_back(f);
+  }
+  return flags;
 }
 
-absl::StatusOr<std::unique_ptr<Evaluator>> MakeEvaluator() {
-  const std::string kind = absl::GetFlag(FLAGS_evaluator);
-  if (const std::string file = absl::GetFlag(FLAGS_simulate); !file.empty()) {
-    absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
-        ReplayEvaluator::Load(file);
-    if (!replay.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--simulate: ", replay.status().message()));
-    }
-    return std::unique_ptr<Evaluator>(*std::move(replay));
+std::string WorkerBinary() {
+  if (std::string flag = absl::GetFlag(FLAGS_worker_binary); !flag.empty()) {
+    return flag;
   }
-  if (kind == "synthetic") {
-    SyntheticEvaluator::Options options;
-    options.delay = absl::Milliseconds(absl::GetFlag(FLAGS_synthetic_delay_ms));
-    options.log_path = absl::GetFlag(FLAGS_synthetic_log);
-    return std::make_unique<SyntheticEvaluator>(options);
-  }
-  if (kind == "cuda") {
-    CudaEvaluatorOptions options;
-    options.ordinal = absl::GetFlag(FLAGS_gpu);
-    options.cache_dir = absl::GetFlag(FLAGS_cache_dir);
-    if (options.cache_dir.empty()) {
-      options.cache_dir =
-          (XdgDir("XDG_CACHE_HOME", ".cache") / "cubins").string();
-    } else if (options.cache_dir == "none") {
-      options.cache_dir.clear();
-    }
-    options.compile_threads = absl::GetFlag(FLAGS_compile_threads);
-    if (options.compile_threads <= 0) {
-      options.compile_threads =
-          std::max(1u, std::thread::hardware_concurrency() / 2);
-    }
-    return MakeCudaEvaluator(options);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--evaluator: unknown evaluator \"", kind, "\" (cuda or synthetic)"));
+  std::error_code ec;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / "evotune-worker").string();
 }
 
 int Run() {
@@ -130,43 +142,92 @@ int Run() {
     return 1;
   }
 
-  std::unique_ptr<Evaluator> evaluator;
-  absl::Status no_device;
-  absl::StatusOr<std::unique_ptr<Evaluator>> made = MakeEvaluator();
-  if (absl::IsInvalidArgument(made.status())) {
-    LogError(absl::StrCat("evotuned: ", made.status().message()));
-    return 2;
-  }
-  if (made.ok()) {
-    evaluator = *std::move(made);
-    const DeviceInfo& d = evaluator->device();
-    LogInfo(absl::StrCat("device: ", d.name, " (sm_", d.cc_major, d.cc_minor,
-                         ", driver ", d.driver_version, ", NVRTC ",
-                         d.nvrtc_version, ")"));
-  } else {
-    no_device = made.status();
-    LogError(absl::StrCat(no_device.message(),
-                          "; serving queries only, searches are refused"));
-  }
-
   std::string token = absl::GetFlag(FLAGS_token);
   if (token.empty() && std::getenv("EVOTUNE_TOKEN") != nullptr) {
     token = std::getenv("EVOTUNE_TOKEN");
   }
-
   const TemplateRegistry& templates = TemplateRegistry::Builtin();
-  JobManager jobs(store->get(), &templates, std::move(evaluator), no_device);
+
+  // Trials run in worker processes, or for a simulation in the daemon.
+  std::unique_ptr<TrialRunner> runner;
+  WorkerPool* pool = nullptr;
+  if (const std::string file = absl::GetFlag(FLAGS_simulate); !file.empty()) {
+    absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
+        ReplayEvaluator::Load(file);
+    if (!replay.ok()) {
+      LogError(
+          absl::StrCat("evotuned: --simulate: ", replay.status().message()));
+      return 2;
+    }
+    runner = std::make_unique<InProcessRunner>(*std::move(replay), &templates);
+  } else {
+    const std::string kind = absl::GetFlag(FLAGS_evaluator);
+    if (kind != "cuda" && kind != "synthetic") {
+      LogError(absl::StrCat("evotuned: --evaluator: unknown evaluator \"", kind,
+                            "\" (cuda or synthetic)"));
+      return 2;
+    }
+    WorkerPool::Options options;
+    options.deadline_slack =
+        absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_trial_slack_s)));
+    options.lease_timeout =
+        absl::Seconds(std::max(0.5, absl::GetFlag(FLAGS_lease_timeout_s)));
+    options.heartbeat = std::min(absl::Seconds(1), options.lease_timeout / 4);
+    auto made = std::make_unique<WorkerPool>(options);
+    pool = made.get();
+    // Results that workers finished for an earlier daemon are still results.
+    ResultStore* db = store->get();
+    pool->SetOrphanSink([db, &templates](const TrialTask& task,
+                                         const TrialResult& result) {
+      const KernelTemplate* t = templates.Find(task.template_name);
+      if (t == nullptr || t->hash != task.template_hash) return;
+      const TrialScope scope{task.device, task.template_name,
+                             task.template_hash, task.problem};
+      if (absl::StatusOr<StoredTrial> s =
+              db->InsertTrial(scope, task.config, result);
+          !s.ok()) {
+        LogError(absl::StrCat("storing a late result: ", s.status().message()));
+      }
+    });
+    runner = std::move(made);
+  }
+
+  JobManager jobs(store->get(), &templates, runner.get());
   TuningService service(store->get(), &templates, &jobs);
   GrpcTuner grpc_service(&service, token);
+  std::unique_ptr<GrpcWorkerPool> worker_service;
+  std::vector<grpc::Service*> services = {&grpc_service};
+  if (pool != nullptr) {
+    worker_service = std::make_unique<GrpcWorkerPool>(pool, token);
+    services.push_back(worker_service.get());
+  }
 
   absl::StatusOr<BuiltServer> built =
-      BuildServer(absl::GetFlag(FLAGS_listen), &grpc_service);
+      BuildServer(absl::GetFlag(FLAGS_listen), services);
   if (!built.ok()) {
     LogError(absl::StrCat("evotuned: ", built.status().message()));
     return 1;
   }
   std::unique_ptr<grpc::Server> server = std::move(built->server);
   const int port = built->port;
+  std::unique_ptr<Supervisor> supervisor;
+  if (pool != nullptr) {
+    Supervisor::Options options;
+    options.worker_binary = WorkerBinary();
+    options.worker_flags = WorkerFlags(port);
+    options.token = token;
+    options.workers = absl::GetFlag(FLAGS_workers);
+    if (absl::GetFlag(FLAGS_evaluator) != "cuda") {
+      // Stand-in workers use no GPU: one unless told otherwise.
+      if (options.workers < 0) options.workers = 1;
+      options.visible_devices.assign(std::max(options.workers, 0), "");
+    }
+    supervisor = std::make_unique<Supervisor>(options, pool);
+    if (absl::Status s = supervisor->Start(); !s.ok()) {
+      LogError(absl::StrCat("evotuned: ", s.message()));
+      return 1;
+    }
+  }
   if (absl::Status s = jobs.Start(); !s.ok()) {
     LogError(absl::StrCat("evotuned: ", s.message()));
     return 1;
@@ -184,10 +245,12 @@ int Run() {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LogInfo(absl::StrCat("signal ", signal_number, ": shutting down"));
-  // Streams get a few seconds to end; the trial in progress is finished and
-  // stored, and a running job goes back to queued.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Running jobs go back to queued (trials in flight are measured again after
+  // a restart), workers stop, and streams get a few seconds to end.
   jobs.Shutdown();
+  if (pool != nullptr) pool->Close();
+  supervisor.reset();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   LogInfo("evotuned stopped");
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "tuner/daemon/grpc_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "tuner/daemon/auth.h"
 #include "tuner/daemon/proto_convert.h"
 
 namespace evotune {
@@ -9,26 +10,7 @@ GrpcTuner::GrpcTuner(TuningService* service, std::string token)
     : service_(service), token_(std::move(token)) {}
 
 grpc::Status GrpcTuner::Authorize(const grpc::ServerContextBase* ctx) const {
-  if (token_.empty()) return grpc::Status::OK;
-  const auto& metadata = ctx->client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "authorization: a bearer token is required");
-  }
-  const std::string expected = absl::StrCat("Bearer ", token_);
-  const grpc::string_ref got = it->second;
-  // Compare without an early exit so timing reveals nothing of the token.
-  unsigned char diff = got.size() != expected.size();
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>((i < got.size() ? got.data()[i] : 0) ^
-                                       expected[i]);
-  }
-  if (diff != 0) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "authorization: wrong bearer token");
-  }
-  return grpc::Status::OK;
+  return CheckBearerToken(ctx, token_);
 }
 
 grpc::Status GrpcTuner::SubmitSearch(grpc::ServerContext* ctx,

@@ -2,17 +2,21 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "tuner/common/log.h"
+#include "tuner/evaluator/evaluator.h"
 #include "tuner/search/search_strategy.h"
 
 namespace evotune {
 namespace {
 
-// Configs proposed ahead of the one being evaluated.
-constexpr int kLookahead = 8;
+// Trials queued beyond those the device's workers run at once, so that they
+// can be compiled ahead.
+constexpr int kQueuedAhead = 4;
 // Best configs of the nearest tuned problem that seed a search.
 constexpr int kTransferredSeeds = 6;
 
@@ -44,15 +48,24 @@ class Elite {
   std::vector<double> fastest_;  // Ascending, at most kEliteSize.
 };
 
+// Completions of one job's trials, filled by runner callbacks on any thread.
+// Shared with the callbacks, which may outlive the job's run: once abandoned,
+// results that still arrive are stored without the job.
+struct Inbox {
+  struct Arrival {
+    uint64_t id;
+    absl::StatusOr<TrialResult> result;
+  };
+  absl::Mutex mu;
+  std::deque<Arrival> arrived ABSL_GUARDED_BY(mu);
+  bool abandoned ABSL_GUARDED_BY(mu) = false;
+};
+
 }  // namespace
 
 JobManager::JobManager(ResultStore* store, const TemplateRegistry* templates,
-                       std::unique_ptr<Evaluator> evaluator,
-                       absl::Status no_device)
-    : store_(store),
-      templates_(templates),
-      evaluator_(std::move(evaluator)),
-      no_device_(std::move(no_device)) {}
+                       TrialRunner* runner)
+    : store_(store), templates_(templates), runner_(runner) {}
 
 JobManager::~JobManager() { Shutdown(); }
 
@@ -75,7 +88,9 @@ absl::Status JobManager::Start() {
       queue_.push_back(job.job_id);
     }
   }
-  runner_ = std::thread([this] { RunLoop(); });
+  for (int i = 0; i < kMaxRunningJobs; ++i) {
+    threads_.emplace_back([this] { RunLoop(); });
+  }
   return absl::OkStatus();
 }
 
@@ -86,27 +101,20 @@ void JobManager::Shutdown() {
     ++version_;
     changed_.SignalAll();
   }
-  if (runner_.joinable()) runner_.join();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
 }
 
-absl::StatusOr<DeviceInfo> JobManager::Device() const {
-  if (evaluator_ == nullptr) {
-    return absl::FailedPreconditionError(no_device_.message());
-  }
-  return evaluator_->device();
+absl::StatusOr<DeviceInfo> JobManager::Device(const std::string& name) const {
+  return runner_->FindDevice(name);
 }
 
-absl::Status JobManager::CanEvaluate(const KernelTemplate& t) const {
-  if (evaluator_ == nullptr) {
-    return absl::FailedPreconditionError(no_device_.message());
-  }
-  return evaluator_->CanEvaluate(t);
+absl::Status JobManager::CanEvaluate(const DeviceInfo& device,
+                                     const KernelTemplate& t) const {
+  return runner_->CanEvaluate(device, t);
 }
 
 absl::StatusOr<JobRecord> JobManager::Submit(JobRecord job) {
-  absl::StatusOr<DeviceInfo> device = Device();
-  if (!device.ok()) return device.status();
-  job.device = *device;
   job.state = JobState::kQueued;
   job.created_unix_s = absl::ToUnixSeconds(absl::Now());
   if (absl::Status s = store_->CreateJob(job); !s.ok()) return s;
@@ -120,12 +128,14 @@ absl::StatusOr<JobRecord> JobManager::Submit(JobRecord job) {
 absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& job_id) {
   {
     absl::MutexLock lock(&mu_);
-    if (running_ == job_id) {
-      cancel_running_ = true;
-      // The runner stops after the trial in progress and marks the job.
-      while (running_ == job_id) changed_.Wait(&mu_);
+    if (auto it = running_.find(job_id); it != running_.end()) {
+      it->second = true;
+      ++version_;
+      changed_.SignalAll();
+      // The job's thread stops at once and marks the job.
+      while (running_.count(job_id) != 0) changed_.Wait(&mu_);
     } else {
-      // Read under the lock: the runner cannot start or finish it meanwhile.
+      // Read under the lock: no job thread can start or finish it meanwhile.
       absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
       if (!job.ok()) return job.status();
       if (IsFinal(job->state)) {
@@ -146,31 +156,33 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& job_id) {
   return store_->GetJob(job_id);
 }
 
-absl::StatusOr<StoredTrial> JobManager::EvaluateOne(const KernelTemplate& t,
+absl::StatusOr<StoredTrial> JobManager::EvaluateOne(const DeviceInfo& device,
+                                                    const KernelTemplate& t,
                                                     const Config& config,
                                                     const Problem& problem,
                                                     bool* cached) {
-  absl::StatusOr<DeviceInfo> device = Device();
-  if (!device.ok()) return device.status();
-  const TrialScope scope{*device, t.name, t.hash, problem};
+  const TrialScope scope{device, t.name, t.hash, problem};
   absl::StatusOr<std::optional<StoredTrial>> stored =
       store_->FindTrial(scope, config);
   if (!stored.ok()) return stored.status();
   *cached = stored->has_value();
   if (*cached) return **stored;
-  absl::StatusOr<TrialResult> measured;
-  {
-    absl::MutexLock gpu(&evaluator_mu_);
-    measured = evaluator_->Evaluate(t, config, problem);
-  }
-  if (!measured.ok()) return measured.status();
-  return store_->InsertTrial(scope, config, *measured);
+  auto measured = std::make_shared<absl::StatusOr<TrialResult>>();
+  auto done = std::make_shared<absl::Notification>();
+  runner_->Start(TrialTask{device, t.name, t.hash, config, problem, false},
+                 [measured, done](absl::StatusOr<TrialResult> r) {
+                   *measured = std::move(r);
+                   done->Notify();
+                 });
+  done->WaitForNotification();
+  if (!measured->ok()) return measured->status();
+  return store_->InsertTrial(scope, config, **measured);
 }
 
 std::vector<Config> JobManager::SeedConfigs(const KernelTemplate& t,
+                                            const DeviceInfo& device,
                                             const Problem& problem) {
   std::vector<Config> seeds;
-  const DeviceInfo& device = evaluator_->device();
   const std::vector<std::pair<std::string, std::string>> versions = {
       {t.name, t.hash}};
   // The best configs of the nearest problem already tuned on this device.
@@ -206,9 +218,37 @@ void JobManager::Notify() {
   changed_.SignalAll();
 }
 
+bool JobManager::ShouldStop(const std::string& job_id, bool* cancelled) const {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(job_id);
+  *cancelled = it != running_.end() && it->second;
+  return stopping_ || *cancelled;
+}
+
+std::optional<std::pair<std::string, DeviceInfo>> JobManager::TakeRunnable() {
+  std::deque<std::string> queued;
+  {
+    absl::MutexLock lock(&mu_);
+    queued = queue_;
+  }
+  for (const std::string& id : queued) {
+    absl::StatusOr<JobRecord> job = store_->GetJob(id);
+    if (!job.ok()) continue;
+    absl::StatusOr<DeviceInfo> device = runner_->FindDevice(job->device.name);
+    if (!device.ok() || !device->SameKey(job->device)) continue;
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), id);
+    if (it == queue_.end()) continue;  // Taken or cancelled meanwhile.
+    queue_.erase(it);
+    running_[id] = false;
+    return std::make_pair(id, *device);
+  }
+  return std::nullopt;
+}
+
 void JobManager::RunLoop() {
   while (true) {
-    std::string job_id;
+    uint64_t seen;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -216,32 +256,30 @@ void JobManager::RunLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      job_id = queue_.front();
-      queue_.pop_front();
-      running_ = job_id;
-      cancel_running_ = false;
+      seen = version_;
     }
-    RunJob(job_id);
+    std::optional<std::pair<std::string, DeviceInfo>> next = TakeRunnable();
+    if (!next.has_value()) {
+      // No worker for any queued job's device yet: look again on a change or
+      // in a second (workers register without bumping the version).
+      WaitForChange(seen, absl::Seconds(1));
+      continue;
+    }
+    RunJob(next->first, next->second);
     absl::MutexLock lock(&mu_);
-    running_.clear();
+    running_.erase(next->first);
     ++version_;
     changed_.SignalAll();
   }
 }
 
-void JobManager::RunJob(const std::string& job_id) {
+void JobManager::RunJob(const std::string& job_id, const DeviceInfo& device) {
   absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
   if (!job.ok()) {
     LogError(absl::StrCat("job ", job_id, ": ", job.status().ToString()));
     return;
   }
   if (IsFinal(job->state)) return;
-  if (evaluator_ == nullptr || !evaluator_->device().SameKey(job->device)) {
-    // Left queued: a daemon on the job's device can run it.
-    LogError(absl::StrCat("job ", job_id, " is for device \"", job->device.name,
-                          "\", not this daemon's; skipped"));
-    return;
-  }
   if (absl::Status s = store_->SetJobState(job_id, JobState::kRunning, "");
       !s.ok()) {
     LogError(absl::StrCat("job ", job_id, ": ", s.ToString()));
@@ -250,33 +288,33 @@ void JobManager::RunJob(const std::string& job_id) {
   Notify();
 
   bool cancelled = false;
-  const absl::Status status = RunTrials(*job, cancelled);
+  const absl::Status status = RunTrials(*job, device, cancelled);
   bool stopping;
   {
     absl::MutexLock lock(&mu_);
     stopping = stopping_;
   }
   JobState final_state = JobState::kSucceeded;
-  if (!status.ok()) {
-    final_state = JobState::kFailed;
-  } else if (cancelled) {
+  if (cancelled) {
     final_state = JobState::kCancelled;
   } else if (stopping) {
     final_state = JobState::kQueued;  // Resumes at the next start.
+  } else if (!status.ok()) {
+    final_state = JobState::kFailed;
   }
-  if (absl::Status s =
-          store_->SetJobState(job_id, final_state,
-                              status.ok() ? "" : std::string(status.message()));
+  const bool failed = final_state == JobState::kFailed;
+  if (absl::Status s = store_->SetJobState(
+          job_id, final_state, failed ? std::string(status.message()) : "");
       !s.ok()) {
     LogError(absl::StrCat("job ", job_id, ": ", s.ToString()));
   }
-  LogInfo(
-      absl::StrCat("job ", job_id, " ", JobStateName(final_state),
-                   status.ok() ? "" : absl::StrCat(": ", status.message())));
+  LogInfo(absl::StrCat("job ", job_id, " ", JobStateName(final_state),
+                       failed ? absl::StrCat(": ", status.message()) : ""));
   Notify();
 }
 
-absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
+absl::Status JobManager::RunTrials(JobRecord& job, const DeviceInfo& device,
+                                   bool& cancelled) {
   const KernelTemplate* t = templates_->Find(job.template_name);
   if (t == nullptr || t->hash != job.template_hash) {
     return absl::FailedPreconditionError(
@@ -284,19 +322,18 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
                      job.template_hash, " is not in this build (it has ",
                      t ? t->hash : std::string("no such template"), ")"));
   }
-  const DeviceInfo& device = evaluator_->device();
   std::vector<Config> feasible =
       FeasibleConfigs(*t, job.problem, device.limits);
   feasible.erase(std::remove_if(feasible.begin(), feasible.end(),
                                 [&](const Config& c) {
-                                  return !evaluator_->Covers(*t, c,
-                                                             job.problem);
+                                  return !runner_->Covers(*t, c, job.problem);
                                 }),
                  feasible.end());
-  absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
-      job.strategy,
-      SearchInputs{t->space, std::move(feasible), SeedConfigs(*t, job.problem)},
-      job.seed);
+  absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy =
+      MakeStrategy(job.strategy,
+                   SearchInputs{t->space, std::move(feasible),
+                                SeedConfigs(*t, device, job.problem)},
+                   job.seed);
   if (!strategy.ok()) return strategy.status();
 
   // Resume: the strategy learns what this job already has.
@@ -319,65 +356,143 @@ absl::Status JobManager::RunTrials(JobRecord& job, bool& cancelled) {
   auto elapsed = [&] {
     return base_seconds + absl::ToDoubleSeconds(absl::Now() - start);
   };
-  std::deque<Config> pending;
-  while (trials_done < job.max_trials && elapsed() < job.max_seconds) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return absl::OkStatus();
-      if (cancel_running_) {
-        cancelled = true;
-        return absl::OkStatus();
-      }
-    }
-    if (pending.empty()) {
-      // Covered its space, or converged.
-      if ((*strategy)->Done()) break;
-      // Propose a few ahead, so that the evaluator can compile them while
-      // it measures the first.
-      const int n = static_cast<int>(
-          std::min<int64_t>(kLookahead, job.max_trials - trials_done));
-      std::vector<Config> to_measure;
-      for (Config& c : (*strategy)->Propose(n)) {
-        absl::StatusOr<std::optional<StoredTrial>> known =
-            store_->FindTrial(scope, c);
-        if (known.ok() && !known->has_value()) to_measure.push_back(c);
-        pending.push_back(std::move(c));
-      }
-      if (pending.empty()) break;  // The strategy has covered its space.
-      evaluator_->Prefetch(*t, to_measure, job.problem);
-    }
-    const Config config = std::move(pending.front());
-    pending.pop_front();
 
-    absl::StatusOr<std::optional<StoredTrial>> stored =
-        store_->FindTrial(scope, config);
-    if (!stored.ok()) return stored.status();
-    TrialResult result;
-    const bool cached = stored->has_value();
-    if (cached) {
-      result = (*stored)->result;
-    } else {
-      absl::StatusOr<TrialResult> measured;
-      {
-        absl::MutexLock gpu(&evaluator_mu_);
-        measured = evaluator_->QuickEvaluate(*t, config, job.problem);
-        if (measured.ok() && measured->status == TrialStatus::kOk &&
-            elite.Admits(measured->median_us)) {
-          measured = evaluator_->Evaluate(*t, config, job.problem);
+  auto inbox = std::make_shared<Inbox>();
+  struct Flight {
+    Config config;
+    uint64_t runner_id = 0;
+  };
+  std::map<uint64_t, Flight> in_flight;  // By launch number.
+  uint64_t launches = 0;
+  ResultStore* store = store_;
+  auto launch = [&](const Config& config, bool quick) {
+    const uint64_t key = ++launches;
+    in_flight[key].config = config;
+    auto box = inbox;
+    in_flight[key].runner_id = runner_->Start(
+        TrialTask{device, t->name, t->hash, config, job.problem, quick},
+        [box, key, store, scope, config](absl::StatusOr<TrialResult> r) {
+          absl::MutexLock lock(&box->mu);
+          if (box->abandoned) {
+            // A finished measurement is kept even when nobody waits for it.
+            if (r.ok()) (void)store->InsertTrial(scope, config, *r);
+            return;
+          }
+          box->arrived.push_back({key, std::move(r)});
+        });
+  };
+  // Stored results go straight to the job; the rest is launched.
+  std::deque<Config> pending;
+  bool exhausted = false;
+  absl::Status failure;
+  while (true) {
+    if (ShouldStop(job.job_id, &cancelled)) break;
+    const bool budget_left =
+        trials_done < job.max_trials && elapsed() < job.max_seconds;
+    // Keep the workers busy: launch until enough trials are in flight.
+    const int target = runner_->Parallelism(device) + kQueuedAhead;
+    while (budget_left && !exhausted &&
+           static_cast<int>(in_flight.size()) < target &&
+           trials_done + static_cast<int64_t>(in_flight.size()) <
+               job.max_trials) {
+      if (pending.empty()) {
+        if ((*strategy)->Done()) {  // Covered its space, or converged.
+          exhausted = true;
+          break;
+        }
+        const int n = static_cast<int>(std::min<int64_t>(
+            target, job.max_trials - trials_done -
+                        static_cast<int64_t>(in_flight.size())));
+        for (Config& c : (*strategy)->Propose(n)) pending.push_back(c);
+        if (pending.empty()) {
+          exhausted = true;
+          break;
         }
       }
-      if (!measured.ok()) return measured.status();
-      result = *std::move(measured);
+      const Config config = std::move(pending.front());
+      pending.pop_front();
+      absl::StatusOr<std::optional<StoredTrial>> stored =
+          store_->FindTrial(scope, config);
+      if (!stored.ok()) {
+        failure = stored.status();
+        break;
+      }
+      if (stored->has_value()) {
+        absl::StatusOr<JobEvent> event = store_->AppendJobTrial(
+            job, config, (*stored)->result, /*cached=*/true, elapsed());
+        if (!event.ok()) {
+          failure = event.status();
+          break;
+        }
+        (*strategy)->Report({{config, (*stored)->result}});
+        elite.Add((*stored)->result);
+        trials_done = event->sequence;
+        Notify();
+        continue;
+      }
+      launch(config, /*quick=*/true);
     }
-    absl::StatusOr<JobEvent> event =
-        store_->AppendJobTrial(job, config, result, cached, elapsed());
-    if (!event.ok()) return event.status();
+    if (!failure.ok()) break;
+    if (in_flight.empty()) {
+      if (!budget_left || exhausted) break;
+      if (trials_done >= job.max_trials) break;
+      continue;
+    }
+    // Wait for a result (or a reason to stop).
+    std::optional<Inbox::Arrival> arrival;
+    {
+      absl::MutexLock lock(&inbox->mu);
+      auto has = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(inbox->mu) {
+        return !inbox->arrived.empty();
+      };
+      inbox->mu.AwaitWithTimeout(absl::Condition(&has),
+                                 absl::Milliseconds(200));
+      if (!inbox->arrived.empty()) {
+        arrival = std::move(inbox->arrived.front());
+        inbox->arrived.pop_front();
+      }
+    }
+    if (!arrival.has_value()) continue;
+    const Config config = in_flight.at(arrival->id).config;
+    in_flight.erase(arrival->id);
+    if (!arrival->result.ok()) {
+      if (ShouldStop(job.job_id, &cancelled)) break;
+      failure = arrival->result.status();
+      break;
+    }
+    TrialResult result = *std::move(arrival->result);
+    // Multi-fidelity: a quick timing that could enter the elite is redone
+    // fully before it counts.
+    if (result.status == TrialStatus::kOk &&
+        result.samples < kFullTimingSamples && elite.Admits(result.median_us)) {
+      launch(config, /*quick=*/false);
+      continue;
+    }
+    absl::StatusOr<JobEvent> event = store_->AppendJobTrial(
+        job, config, result, /*cached=*/false, elapsed());
+    if (!event.ok()) {
+      failure = event.status();
+      break;
+    }
     (*strategy)->Report({{config, result}});
     elite.Add(result);
     trials_done = event->sequence;
     Notify();
   }
-  return absl::OkStatus();
+  // Whatever is still in flight is abandoned: queued trials are withdrawn,
+  // running ones store their result when it comes.
+  {
+    absl::MutexLock lock(&inbox->mu);
+    inbox->abandoned = true;
+    for (Inbox::Arrival& a : inbox->arrived) {
+      if (a.result.ok() && in_flight.count(a.id) != 0) {
+        (void)store_->InsertTrial(scope, in_flight.at(a.id).config, *a.result);
+      }
+    }
+  }
+  for (const auto& [key, flight] : in_flight)
+    runner_->Withdraw(flight.runner_id);
+  return failure;
 }
 
 }  // namespace evotune

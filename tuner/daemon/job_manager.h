@@ -1,5 +1,10 @@
-// JobManager: runs search jobs one at a time against the evaluator, storing
-// every trial as it finishes.
+// JobManager: runs search jobs, storing every trial as it finishes.
+//
+// Up to kMaxRunningJobs jobs run at once, each on its own thread; a job keeps
+// as many trials in flight as its device has workers (plus a few queued ahead,
+// so that workers can compile them early). Trials run through a TrialRunner:
+// GPU worker processes in evotuned, an in-process evaluator in simulations and
+// tests.
 //
 // A job's progress lives in the store only: after a crash or kill -9, Start()
 // picks up every unfinished job, reports its stored trials to a fresh
@@ -10,9 +15,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -21,43 +30,49 @@
 #include "absl/time/time.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
-#include "tuner/evaluator/evaluator.h"
+#include "tuner/daemon/trial_runner.h"
 
 namespace evotune {
 
 class JobManager {
  public:
-  // `evaluator` may be null when the daemon has no usable device; then
-  // `no_device` says why and Submit refuses. store and templates must outlive
-  // the manager.
+  // Jobs that run at once.
+  static constexpr int kMaxRunningJobs = 4;
+
+  // store, templates and runner must outlive the manager.
   JobManager(ResultStore* store, const TemplateRegistry* templates,
-             std::unique_ptr<Evaluator> evaluator, absl::Status no_device);
+             TrialRunner* runner);
   ~JobManager();
 
   // Queues the unfinished jobs of the store (oldest first) and starts the
-  // runner thread.
+  // job threads.
   absl::Status Start();
-  // Stops after the trial in progress; a running job goes back to queued and
-  // resumes at the next Start(). Idempotent.
+  // Stops every job at once; trials in flight are abandoned (results that
+  // still arrive are stored), a running job goes back to queued and resumes
+  // at the next Start(). Idempotent.
   void Shutdown();
 
-  // The device jobs run on; FAILED_PRECONDITION "no CUDA device: ..." when
-  // there is none.
-  absl::StatusOr<DeviceInfo> Device() const;
-  // Whether the evaluator can run template `t` (see Evaluator::CanEvaluate).
-  absl::Status CanEvaluate(const KernelTemplate& t) const;
+  // The device named `name` (empty: the default one); see
+  // TrialRunner::FindDevice.
+  absl::StatusOr<DeviceInfo> Device(const std::string& name) const;
+  // Whether `device` can run template `t`.
+  absl::Status CanEvaluate(const DeviceInfo& device,
+                           const KernelTemplate& t) const;
 
-  // Stores a new queued job (fields already validated) and queues it.
+  // Stores a new queued job (fields and device already validated) and queues
+  // it.
   absl::StatusOr<JobRecord> Submit(JobRecord job);
 
-  // Cancels a queued or running job and returns it once it is final.
+  // Cancels a queued or running job and returns it once it is final; trials
+  // in flight are abandoned (results that still arrive are stored).
   // FAILED_PRECONDITION when it already finished, NOT_FOUND when unknown.
   absl::StatusOr<JobRecord> Cancel(const std::string& job_id);
 
-  // Evaluates one config outside any job (the store answers if it already
-  // holds the result) and stores it. Waits for the trial a running job is
-  // measuring. `cached` says whether the store answered.
-  absl::StatusOr<StoredTrial> EvaluateOne(const KernelTemplate& t,
+  // Evaluates one config on `device` outside any job (the store answers if it
+  // already holds the result) and stores it. `cached` says whether the store
+  // answered.
+  absl::StatusOr<StoredTrial> EvaluateOne(const DeviceInfo& device,
+                                          const KernelTemplate& t,
                                           const Config& config,
                                           const Problem& problem, bool* cached);
 
@@ -68,30 +83,34 @@ class JobManager {
 
  private:
   void RunLoop();
+  // The first queued job whose device has a worker, taken off the queue, with
+  // that device; nullopt when none can run now.
+  std::optional<std::pair<std::string, DeviceInfo>> TakeRunnable();
   // Runs one job to a final state, or until shutdown.
-  void RunJob(const std::string& job_id);
-  absl::Status RunTrials(JobRecord& job, bool& cancelled);
+  void RunJob(const std::string& job_id, const DeviceInfo& device);
+  absl::Status RunTrials(JobRecord& job, const DeviceInfo& device,
+                         bool& cancelled);
+  // Whether the job must stop now (shutdown or cancel).
+  bool ShouldStop(const std::string& job_id, bool* cancelled) const;
   void Notify();
   // Configs a search tries first: the best of the nearest problem tuned on
   // this device, then the template's defaults.
   std::vector<Config> SeedConfigs(const KernelTemplate& t,
+                                  const DeviceInfo& device,
                                   const Problem& problem);
 
   ResultStore* const store_;
   const TemplateRegistry* const templates_;
-  const std::unique_ptr<Evaluator> evaluator_;
-  const absl::Status no_device_;
+  TrialRunner* const runner_;
 
-  // Serializes use of the evaluator (one GPU, not thread-safe).
-  absl::Mutex evaluator_mu_;
   mutable absl::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  std::string running_ ABSL_GUARDED_BY(mu_);
-  bool cancel_running_ ABSL_GUARDED_BY(mu_) = false;
+  // Running jobs, and whether each was asked to cancel.
+  std::map<std::string, bool> running_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::CondVar changed_;
-  std::thread runner_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace evotune

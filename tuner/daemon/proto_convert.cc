@@ -4,76 +4,13 @@
 
 namespace evotune {
 
-absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
-                                         absl::string_view prefix) {
-  Problem out;
-  out.batch = p.batch();
-  out.heads = p.heads();
-  out.kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
-  out.seq_q = p.seq_q();
-  out.seq_k = p.seq_k();
-  out.head_dim = p.head_dim();
-  out.causal = p.causal();
-  switch (p.dtype()) {
-    case v1::DTYPE_FP16:
-      out.dtype = DType::kFp16;
-      break;
-    case v1::DTYPE_BF16:
-      out.dtype = DType::kBf16;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          prefix, ".dtype: required, DTYPE_FP16 or DTYPE_BF16 (got ", p.dtype(),
-          ")"));
-  }
-  return out;
-}
-
-v1::Problem ProblemToProto(const Problem& p) {
-  v1::Problem out;
-  out.set_batch(static_cast<uint32_t>(p.batch));
-  out.set_heads(static_cast<uint32_t>(p.heads));
-  out.set_kv_heads(static_cast<uint32_t>(p.kv_heads));
-  out.set_seq_q(static_cast<uint32_t>(p.seq_q));
-  out.set_seq_k(static_cast<uint32_t>(p.seq_k));
-  out.set_head_dim(static_cast<uint32_t>(p.head_dim));
-  out.set_causal(p.causal);
-  out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
-  return out;
-}
-
-v1::Device DeviceToProto(const DeviceInfo& d) {
-  v1::Device out;
-  out.set_name(d.name);
-  out.set_cc_major(d.cc_major);
-  out.set_cc_minor(d.cc_minor);
-  out.set_driver_version(d.driver_version);
-  out.set_nvrtc_version(d.nvrtc_version);
-  return out;
-}
-
-v1::Config ConfigToProto(const Config& c) {
-  v1::Config out;
-  for (const auto& [name, value] : c) {
-    v1::ParamValue* p = out.add_params();
-    p->set_name(name);
-    p->set_value(value);
-  }
-  return out;
-}
-
 v1::Trial TrialToProto(const StoredTrial& t) {
   v1::Trial out;
   out.set_trial_id(t.trial_id);
   *out.mutable_config() = ConfigToProto(t.config);
   out.set_status(static_cast<v1::TrialStatus>(t.result.status));
   if (t.result.status == TrialStatus::kOk) {
-    v1::Latency* l = out.mutable_latency();
-    l->set_median_us(t.result.median_us);
-    l->set_min_us(t.result.min_us);
-    l->set_p90_us(t.result.p90_us);
-    l->set_cv(t.result.cv);
-    l->set_samples(t.result.samples);
+    *out.mutable_latency() = LatencyToProto(t.result);
   }
   out.set_error(t.result.error);
   out.set_created_unix_s(t.created_unix_s);
@@ -174,12 +111,9 @@ absl::StatusOr<EvaluateRequest> EvaluateFromProto(
   EvaluateRequest out;
   out.template_name = r.template_name();
   out.device = r.device();
-  for (const v1::ParamValue& p : r.config().params()) {
-    if (!out.config.emplace(p.name(), p.value()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config: parameter ", p.name(), " given twice"));
-    }
-  }
+  absl::StatusOr<Config> config = ConfigFromProto(r.config());
+  if (!config.ok()) return config.status();
+  out.config = *std::move(config);
   if (!r.has_problem()) {
     return absl::InvalidArgumentError("problem: required");
   }

@@ -11,16 +11,10 @@
 #include "absl/status/statusor.h"
 #include "evotune/v1/evotune.pb.h"
 #include "tuner/daemon/tuning_service.h"
+#include "tuner/wire/message_convert.h"
 
 namespace evotune {
 
-// INVALID_ARGUMENT naming "<prefix>.dtype" when the dtype is unspecified;
-// kv_heads 0 becomes heads. Ranges are checked later by ValidateProblem.
-absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
-                                         absl::string_view prefix = "problem");
-v1::Problem ProblemToProto(const Problem& p);
-v1::Device DeviceToProto(const DeviceInfo& d);
-v1::Config ConfigToProto(const Config& c);
 v1::Trial TrialToProto(const StoredTrial& t);
 v1::Job JobToProto(const JobView& view);
 v1::TemplateInfo TemplateToProto(const KernelTemplate& t);

@@ -7,15 +7,15 @@
 
 namespace evotune {
 
-absl::StatusOr<BuiltServer> BuildServer(const std::string& address,
-                                        grpc::Service* service) {
+absl::StatusOr<BuiltServer> BuildServer(
+    const std::string& address, const std::vector<grpc::Service*>& services) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   BuiltServer built;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &built.port);
-  builder.RegisterService(service);
+  for (grpc::Service* service : services) builder.RegisterService(service);
   built.server = builder.BuildAndStart();
   if (built.server == nullptr || built.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));

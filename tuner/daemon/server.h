@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -17,10 +18,10 @@ struct BuiltServer {
   int port = 0;  // The port actually bound (address ":0" picks one).
 };
 
-// UNAVAILABLE when the address cannot be bound. `service` must outlive the
+// UNAVAILABLE when the address cannot be bound. `services` must outlive the
 // server.
-absl::StatusOr<BuiltServer> BuildServer(const std::string& address,
-                                        grpc::Service* service);
+absl::StatusOr<BuiltServer> BuildServer(
+    const std::string& address, const std::vector<grpc::Service*>& services);
 
 }  // namespace evotune
 

@@ -56,18 +56,12 @@ absl::StatusOr<const KernelTemplate*> TuningService::ValidateTemplate(
 
 absl::StatusOr<DeviceInfo> TuningService::LocalDevice(
     const std::string& device_name) {
-  absl::StatusOr<DeviceInfo> device = jobs_->Device();
-  if (!device.ok()) return device.status();
-  if (!device_name.empty() && device_name != device->name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device: this daemon tunes on \"", device->name,
-                     "\", not \"", device_name, "\""));
-  }
-  return device;
+  return jobs_->Device(device_name);
 }
 
 absl::Status TuningService::ValidateSearch(const SearchRequest& r,
-                                           const KernelTemplate** t) {
+                                           const KernelTemplate** t,
+                                           DeviceInfo* device_out) {
   absl::StatusOr<const KernelTemplate*> tmpl =
       ValidateTemplate(r.template_name, r.problem);
   if (!tmpl.ok()) return tmpl.status();
@@ -93,20 +87,23 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
   }
   absl::StatusOr<DeviceInfo> device = LocalDevice(r.device);
   if (!device.ok()) return device.status();
-  if (absl::Status s = jobs_->CanEvaluate(**t); !s.ok()) return s;
+  if (absl::Status s = jobs_->CanEvaluate(*device, **t); !s.ok()) return s;
   if (FeasibleConfigs(**t, r.problem, device->limits).empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("problem: no config of template ", r.template_name,
                      " fits this problem on ", device->name));
   }
+  *device_out = *device;
   return absl::OkStatus();
 }
 
 absl::StatusOr<JobRecord> TuningService::SubmitSearch(
     const SearchRequest& request) {
   const KernelTemplate* t = nullptr;
-  if (absl::Status s = ValidateSearch(request, &t); !s.ok()) return s;
+  DeviceInfo device;
+  if (absl::Status s = ValidateSearch(request, &t, &device); !s.ok()) return s;
   JobRecord job;
+  job.device = device;
   job.template_name = t->name;
   job.template_hash = t->hash;
   job.problem = request.problem;
@@ -176,8 +173,8 @@ absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
   }
 
   BestAnswer answer;
-  absl::StatusOr<DeviceInfo> local = jobs_->Device();
-  if (local.ok() && (query.device.empty() || query.device == local->name)) {
+  absl::StatusOr<DeviceInfo> local = jobs_->Device(query.device);
+  if (local.ok()) {
     answer.device = *local;
   } else if (query.device.empty()) {
     return absl::InvalidArgumentError(
@@ -215,15 +212,15 @@ absl::StatusOr<EvaluateAnswer> TuningService::EvaluateConfig(
   if (!t.ok()) return t.status();
   absl::StatusOr<DeviceInfo> device = LocalDevice(request.device);
   if (!device.ok()) return device.status();
-  if (absl::Status s = jobs_->CanEvaluate(**t); !s.ok()) return s;
+  if (absl::Status s = jobs_->CanEvaluate(*device, **t); !s.ok()) return s;
   absl::Status fits =
       CheckConfig(**t, request.config, request.problem, device->limits);
   if (absl::IsInvalidArgument(fits)) {
     return absl::InvalidArgumentError(absl::StrCat("config: ", fits.message()));
   }
   EvaluateAnswer answer;
-  absl::StatusOr<StoredTrial> trial =
-      jobs_->EvaluateOne(**t, request.config, request.problem, &answer.cached);
+  absl::StatusOr<StoredTrial> trial = jobs_->EvaluateOne(
+      *device, **t, request.config, request.problem, &answer.cached);
   if (!trial.ok()) return trial.status();
   answer.device = *device;
   answer.template_hash = (*t)->hash;

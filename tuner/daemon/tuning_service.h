@@ -103,11 +103,12 @@ class TuningService {
 
  private:
   absl::Status ValidateSearch(const SearchRequest& request,
-                              const KernelTemplate** t);
+                              const KernelTemplate** t, DeviceInfo* device);
   // template_name, the problem and whether the template supports it.
   absl::StatusOr<const KernelTemplate*> ValidateTemplate(
       const std::string& template_name, const Problem& problem);
-  // The daemon's device, which `device_name` (when set) must name.
+  // The device named `device_name` (empty: the default one) that trials can
+  // run on.
   absl::StatusOr<DeviceInfo> LocalDevice(const std::string& device_name);
 
   ResultStore* const store_;

@@ -1,6 +1,10 @@
 #include "tuner/evaluator/synthetic_evaluator.h"
 
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -17,6 +21,22 @@ uint64_t StableHash(absl::string_view text) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+bool Holds(const Config& config, const Config& fault) {
+  if (fault.empty()) return false;
+  for (const auto& [name, value] : fault) {
+    auto it = config.find(name);
+    if (it == config.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+// Ends the process the way a fatal fault does: at once, without cleanup.
+[[noreturn]] void Die() {
+  std::fflush(nullptr);
+  raise(SIGKILL);
+  std::_Exit(137);
 }
 
 }  // namespace
@@ -43,6 +63,18 @@ absl::StatusOr<TrialResult> SyntheticEvaluator::Evaluate(
     const KernelTemplate& t, const Config& config, const Problem& problem) {
   if (options_.delay > absl::ZeroDuration()) absl::SleepFor(options_.delay);
   const std::string key = ConfigKey(config);
+  if (Holds(config, options_.crash_on)) Die();
+  if (Holds(config, options_.hang_on)) {
+    while (true) absl::SleepFor(absl::Hours(1));
+  }
+  if (Holds(config, options_.flaky_on)) {
+    const std::string marker = absl::StrCat(
+        options_.fault_dir, "/flaky-", StableHash(ProblemKey(problem) + key));
+    if (!std::filesystem::exists(marker)) {
+      std::ofstream(marker) << key << "\n";
+      Die();
+    }
+  }
   const uint64_t h =
       StableHash(absl::StrCat(t.name, "|", ProblemKey(problem), "|", key));
 

@@ -5,7 +5,8 @@
 // per-config perturbation, and some configs deterministically fail as
 // compile_error or incorrect, so searches and the service see every path.
 // Results are keyed on a device named "synthetic (not a GPU)", so they never
-// mix with measurements of a real device.
+// mix with measurements of a real device. It can also crash or hang on
+// command, standing in for a kernel that faults or never ends.
 #ifndef EVOTUNE_TUNER_EVALUATOR_SYNTHETIC_EVALUATOR_H_
 #define EVOTUNE_TUNER_EVALUATOR_SYNTHETIC_EVALUATOR_H_
 
@@ -25,6 +26,14 @@ class SyntheticEvaluator : public Evaluator {
     // When set, appends "<template> <problem key> <config key>" per
     // evaluation, flushed before Evaluate returns (tests count evaluations).
     std::string log_path;
+    // Faults on command, for tests of crash isolation. A config matches a
+    // fault when it holds every NAME=value of it; the process then dies
+    // (crash), never returns (hang), or dies only the first time in any
+    // process sharing `fault_dir` (flaky: remembered by a file there).
+    Config crash_on;
+    Config hang_on;
+    Config flaky_on;
+    std::string fault_dir;
   };
 
   static inline constexpr char kDeviceName[] = "synthetic (not a GPU)";

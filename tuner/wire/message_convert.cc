@@ -1,0 +1,175 @@
+#include "tuner/wire/message_convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace evotune {
+
+absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
+                                         absl::string_view prefix) {
+  Problem out;
+  out.batch = p.batch();
+  out.heads = p.heads();
+  out.kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
+  out.seq_q = p.seq_q();
+  out.seq_k = p.seq_k();
+  out.head_dim = p.head_dim();
+  out.causal = p.causal();
+  switch (p.dtype()) {
+    case v1::DTYPE_FP16:
+      out.dtype = DType::kFp16;
+      break;
+    case v1::DTYPE_BF16:
+      out.dtype = DType::kBf16;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, ".dtype: required, DTYPE_FP16 or DTYPE_BF16 (got ", p.dtype(),
+          ")"));
+  }
+  return out;
+}
+
+v1::Problem ProblemToProto(const Problem& p) {
+  v1::Problem out;
+  out.set_batch(static_cast<uint32_t>(p.batch));
+  out.set_heads(static_cast<uint32_t>(p.heads));
+  out.set_kv_heads(static_cast<uint32_t>(p.kv_heads));
+  out.set_seq_q(static_cast<uint32_t>(p.seq_q));
+  out.set_seq_k(static_cast<uint32_t>(p.seq_k));
+  out.set_head_dim(static_cast<uint32_t>(p.head_dim));
+  out.set_causal(p.causal);
+  out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  return out;
+}
+
+v1::Device DeviceToProto(const DeviceInfo& d) {
+  v1::Device out;
+  out.set_name(d.name);
+  out.set_cc_major(d.cc_major);
+  out.set_cc_minor(d.cc_minor);
+  out.set_driver_version(d.driver_version);
+  out.set_nvrtc_version(d.nvrtc_version);
+  return out;
+}
+
+v1::Config ConfigToProto(const Config& c) {
+  v1::Config out;
+  for (const auto& [name, value] : c) {
+    v1::ParamValue* p = out.add_params();
+    p->set_name(name);
+    p->set_value(value);
+  }
+  return out;
+}
+
+absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d) {
+  DeviceInfo out;
+  out.name = d.device().name();
+  out.cc_major = static_cast<int>(d.device().cc_major());
+  out.cc_minor = static_cast<int>(d.device().cc_minor());
+  out.driver_version = d.device().driver_version();
+  out.nvrtc_version = d.device().nvrtc_version();
+  out.limits.smem_per_block_bytes =
+      static_cast<int64_t>(d.smem_per_block_bytes());
+  out.limits.max_threads_per_block =
+      static_cast<int>(d.max_threads_per_block());
+  if (out.name.empty()) {
+    return absl::InvalidArgumentError("device.device.name: required");
+  }
+  if (out.limits.smem_per_block_bytes <= 0 ||
+      out.limits.max_threads_per_block <= 0) {
+    return absl::InvalidArgumentError(
+        "device: smem_per_block_bytes and max_threads_per_block are required");
+  }
+  return out;
+}
+
+v1::WorkerDevice WorkerDeviceToProto(const DeviceInfo& d) {
+  v1::WorkerDevice out;
+  *out.mutable_device() = DeviceToProto(d);
+  out.set_smem_per_block_bytes(
+      static_cast<uint64_t>(d.limits.smem_per_block_bytes));
+  out.set_max_threads_per_block(
+      static_cast<uint32_t>(d.limits.max_threads_per_block));
+  return out;
+}
+
+absl::StatusOr<Config> ConfigFromProto(const v1::Config& c) {
+  Config out;
+  for (const v1::ParamValue& p : c.params()) {
+    if (!out.emplace(p.name(), p.value()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: parameter ", p.name(), " given twice"));
+    }
+  }
+  return out;
+}
+
+v1::Latency LatencyToProto(const TrialResult& r) {
+  v1::Latency l;
+  l.set_median_us(r.median_us);
+  l.set_min_us(r.min_us);
+  l.set_p90_us(r.p90_us);
+  l.set_cv(r.cv);
+  l.set_samples(static_cast<uint32_t>(r.samples));
+  return l;
+}
+
+v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
+                          absl::Duration deadline) {
+  v1::TrialTask out;
+  out.set_task_id(task_id);
+  *out.mutable_device() = DeviceToProto(t.device);
+  out.set_template_name(t.template_name);
+  out.set_template_hash(t.template_hash);
+  *out.mutable_config() = ConfigToProto(t.config);
+  *out.mutable_problem() = ProblemToProto(t.problem);
+  out.set_quick(t.quick);
+  out.set_deadline_seconds(absl::ToDoubleSeconds(deadline));
+  return out;
+}
+
+absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t) {
+  TrialTask out;
+  const v1::Device& d = t.device();
+  out.device.name = d.name();
+  out.device.cc_major = static_cast<int>(d.cc_major());
+  out.device.cc_minor = static_cast<int>(d.cc_minor());
+  out.device.driver_version = d.driver_version();
+  out.device.nvrtc_version = d.nvrtc_version();
+  out.template_name = t.template_name();
+  out.template_hash = t.template_hash();
+  absl::StatusOr<Config> config = ConfigFromProto(t.config());
+  if (!config.ok()) return config.status();
+  out.config = *std::move(config);
+  absl::StatusOr<Problem> problem =
+      ProblemFromProto(t.problem(), "task.problem");
+  if (!problem.ok()) return problem.status();
+  out.problem = *problem;
+  out.quick = t.quick();
+  return out;
+}
+
+absl::StatusOr<TrialResult> ResultFromProto(const v1::CompleteTrialRequest& r) {
+  if (!IsValidTrialStatus(static_cast<int>(r.status()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("status: unknown trial status ", r.status()));
+  }
+  TrialResult out;
+  out.status = static_cast<TrialStatus>(r.status());
+  if (out.status == TrialStatus::kOk) {
+    out.median_us = r.latency().median_us();
+    out.min_us = r.latency().min_us();
+    out.p90_us = r.latency().p90_us();
+    out.cv = r.latency().cv();
+    out.samples = static_cast<int>(r.latency().samples());
+    if (!(out.median_us > 0)) {
+      return absl::InvalidArgumentError(
+          "latency.median_us: must be positive for an ok trial");
+    }
+  }
+  out.error = r.error();
+  return out;
+}
+
+}  // namespace evotune

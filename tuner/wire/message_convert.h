@@ -1,0 +1,41 @@
+// Conversions between evotune.v1 messages and the internal types that the
+// daemon and the workers share: problems, devices, configs, trial tasks and
+// results.
+#ifndef EVOTUNE_TUNER_WIRE_MESSAGE_CONVERT_H_
+#define EVOTUNE_TUNER_WIRE_MESSAGE_CONVERT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "evotune/v1/evotune.pb.h"
+#include "evotune/v1/worker.pb.h"
+#include "tuner/space/config.h"
+#include "tuner/space/problem.h"
+#include "tuner/space/trial.h"
+#include "tuner/space/trial_task.h"
+
+namespace evotune {
+
+// INVALID_ARGUMENT naming "<prefix>.dtype" when the dtype is unspecified;
+// kv_heads 0 becomes heads. Ranges are checked later by ValidateProblem.
+absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
+                                         absl::string_view prefix = "problem");
+v1::Problem ProblemToProto(const Problem& p);
+v1::Device DeviceToProto(const DeviceInfo& d);
+// INVALID_ARGUMENT naming the field when the name or a limit is missing.
+absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d);
+v1::WorkerDevice WorkerDeviceToProto(const DeviceInfo& d);
+v1::Config ConfigToProto(const Config& c);
+// INVALID_ARGUMENT naming "config" when a parameter is given twice.
+absl::StatusOr<Config> ConfigFromProto(const v1::Config& c);
+v1::Latency LatencyToProto(const TrialResult& r);
+v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
+                          absl::Duration deadline);
+absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t);
+absl::StatusOr<TrialResult> ResultFromProto(const v1::CompleteTrialRequest& r);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_WIRE_MESSAGE_CONVERT_H_
