@@ -13,11 +13,19 @@ using SpecFactory = std::function<KernelTemplate(std::string, std::string)>;
 
 const std::map<std::string, SpecFactory>& SpecFactories() {
   static const auto* factories = new std::map<std::string, SpecFactory>{
+      {"fault_test", MakeFaultTestTemplate},
       {"flash_fwd", MakeFlashFwdTemplate},
       {"naive", MakeNaiveTemplate},
   };
   return *factories;
 }
+
+bool TestTemplatesWanted() {
+  const char* value = std::getenv("EVOTUNE_TEST_TEMPLATES");
+  return value != nullptr && std::string(value) == "1";
+}
+
+bool IsTestOnly(const std::string& name) { return name == "fault_test"; }
 
 }  // namespace
 
@@ -25,6 +33,7 @@ const TemplateRegistry& TemplateRegistry::Builtin() {
   static const TemplateRegistry* registry = [] {
     std::vector<KernelTemplate> templates;
     for (const EmbeddedFile& file : EmbeddedTemplates()) {
+      if (IsTestOnly(file.name) && !TestTemplatesWanted()) continue;
       auto it = SpecFactories().find(file.name);
       if (it == SpecFactories().end()) {
         // A source without a spec is a build mistake, not a user error.

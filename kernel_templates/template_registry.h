@@ -13,7 +13,9 @@ namespace evotune {
 // Immutable after construction; safe to share between threads.
 class TemplateRegistry {
  public:
-  // The templates embedded in this binary.
+  // The templates embedded in this binary. Test-only templates (fault_test)
+  // are among them only when the environment has EVOTUNE_TEST_TEMPLATES=1;
+  // the daemon and its workers must agree on it.
   static const TemplateRegistry& Builtin();
 
   explicit TemplateRegistry(std::vector<KernelTemplate> templates);
@@ -30,6 +32,8 @@ class TemplateRegistry {
 // the embedded source and its hash.
 KernelTemplate MakeNaiveTemplate(std::string source, std::string hash);
 KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash);
+// Test only: registered when EVOTUNE_TEST_TEMPLATES=1.
+KernelTemplate MakeFaultTestTemplate(std::string source, std::string hash);
 
 }  // namespace evotune
 

@@ -67,9 +67,9 @@ ABSL_FLAG(int, synthetic_delay_ms, 0,
 ABSL_FLAG(std::string, synthetic_log, "",
           "synthetic evaluator: append one line per evaluation to this file");
 ABSL_FLAG(double, trial_slack_s, 20,
-          "a trial's deadline is 4x the slowest recent trial of its device "
-          "and template plus this many seconds; past it the worker is killed "
-          "and the trial recorded as timeout");
+          "a trial's deadline is 4x the slowest recent trial on its device "
+          "(30 s before any) plus this many seconds; past it the worker is "
+          "killed and the trial recorded as timeout");
 ABSL_FLAG(double, lease_timeout_s, 5,
           "a worker silent this long is presumed dead and its trial goes to "
           "another one");

@@ -148,12 +148,7 @@ absl::Status Supervisor::Start() {
     if (!found.ok()) return found.status();
     count = *found;
   }
-  if (count == 0) {
-    pool_->SetNoWorkerReason(
-        "no CUDA device: evotuned runs no local workers (--workers=0); start "
-        "evotune-worker with the daemon's address");
-    return absl::OkStatus();
-  }
+  if (count == 0) return absl::OkStatus();  // Remote workers only.
   std::vector<std::string> devices = options_.visible_devices;
   if (devices.empty()) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -195,7 +190,10 @@ void Supervisor::Kill(const std::string& name) {
 void Supervisor::OnRegister(const std::string& name) {
   absl::MutexLock lock(&mu_);
   for (Slot& s : slots_) {
-    if (s.name != name || s.down_since == absl::InfinitePast()) continue;
+    if (s.name != name) continue;
+    // It got as far as serving: its next death restarts it quickly.
+    s.backoff = options_.min_backoff;
+    if (s.down_since == absl::InfinitePast()) continue;
     LogInfo(
         absl::StrCat("worker ", name, " ready again ",
                      absl::FormatDuration(absl::Trunc(
@@ -254,12 +252,11 @@ void Supervisor::Reap() {
         s.gave_up = true;
         break;
       }
-      s.backoff = now - s.started >= options_.healthy_after
-                      ? options_.min_backoff
-                      : std::min(2 * s.backoff, options_.max_backoff);
-      s.restart_at = now + s.backoff;
+      const absl::Duration delay = s.backoff;
+      s.restart_at = now + delay;
+      s.backoff = std::min(2 * s.backoff, options_.max_backoff);
       LogInfo(absl::StrCat("worker ", s.name, " ", how, "; restarting in ",
-                           absl::FormatDuration(s.backoff)));
+                           absl::FormatDuration(delay)));
       break;
     }
   }

@@ -1,6 +1,7 @@
 // Supervisor: starts one evotune-worker process per local GPU, restarts a
-// worker that dies (with exponential backoff while it keeps dying young), and
-// kills one on the pool's request. Workers die with the daemon (they get
+// worker that dies (after min_backoff if it had registered with the pool, else
+// with exponential backoff, so that a worker that cannot start does not spin),
+// and kills one on the pool's request. Workers die with the daemon (they get
 // SIGKILL when it exits, even by kill -9); remote workers are not its
 // business.
 #ifndef EVOTUNE_TUNER_DAEMON_SUPERVISOR_H_
@@ -37,8 +38,6 @@ class Supervisor {
     std::vector<std::string> visible_devices;
     absl::Duration min_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(10);
-    // A worker up this long restarts without delay when it dies.
-    absl::Duration healthy_after = absl::Seconds(30);
   };
 
   // pool must outlive the supervisor.

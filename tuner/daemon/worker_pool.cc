@@ -15,7 +15,7 @@
 namespace evotune {
 namespace {
 
-// Durations remembered per device and template version for deadlines.
+// Trial durations remembered per device for deadlines.
 constexpr size_t kRecentDurations = 16;
 // Queued trials sent along with a lease, to compile ahead.
 constexpr int kUpcoming = 8;
@@ -23,8 +23,7 @@ constexpr int kUpcoming = 8;
 std::string DurationKey(const TrialTask& t) {
   const DeviceInfo& d = t.device;
   return absl::StrCat(d.name, "|", d.cc_major, ".", d.cc_minor, "|",
-                      d.driver_version, "|", d.nvrtc_version, "|",
-                      t.template_name, "|", t.template_hash);
+                      d.driver_version, "|", d.nvrtc_version);
 }
 
 std::string NewInstanceId() {

@@ -7,8 +7,8 @@
 // does the trial of a worker that reports its context lost or whose process
 // exits. A trial that has brought down `crashes_to_record` workers is recorded
 // as crashed and never handed out again. A trial still running past its
-// deadline (deadline_factor x the slowest recent trial of its device and
-// template, plus deadline_slack) is recorded as timeout and its worker is
+// deadline (deadline_factor x the slowest recent trial on its device, plus
+// deadline_slack) is recorded as timeout and its worker is
 // killed: through the killer for local workers, and by the abort answer to its
 // next heartbeat for every worker. Thread-safe.
 #ifndef EVOTUNE_TUNER_DAEMON_WORKER_POOL_H_
@@ -154,7 +154,7 @@ class WorkerPool : public TrialRunner {
   std::vector<std::string> worker_order_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> queue_ ABSL_GUARDED_BY(mu_);
-  // Recent trial durations by device and template version.
+  // Recent trial durations by device.
   std::map<std::string, std::deque<absl::Duration>> durations_
       ABSL_GUARDED_BY(mu_);
   uint64_t next_task_ ABSL_GUARDED_BY(mu_) = 1;

@@ -1,0 +1,304 @@
+// WorkerPool on its own: workers are the test, calling the pool as the gRPC
+// adapter would, so leases, heartbeats, requeues and deadlines can be driven
+// step by step.
+#include "tuner/daemon/worker_pool.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+
+DeviceInfo Gpu(const std::string& name = "Test GPU") {
+  DeviceInfo d;
+  d.name = name;
+  d.cc_major = 9;
+  d.driver_version = "1";
+  d.nvrtc_version = "1";
+  return d;
+}
+
+WorkerInfo Info(const std::string& name, const DeviceInfo& device = Gpu()) {
+  return WorkerInfo{name, device, {{"naive", "h1"}}};
+}
+
+TrialTask Task(int warps, const DeviceInfo& device = Gpu()) {
+  TrialTask t;
+  t.device = device;
+  t.template_name = "naive";
+  t.template_hash = "h1";
+  t.config = {{"KV_TILE", 64}, {"WARPS", warps}};
+  t.problem.heads = t.problem.kv_heads = 8;
+  t.problem.seq_q = t.problem.seq_k = 512;
+  return t;
+}
+
+// Collects what a task's callback receives.
+struct Outcome {
+  absl::Notification done;
+  absl::StatusOr<TrialResult> result;
+  TrialDone Callback() {
+    return [this](absl::StatusOr<TrialResult> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(5)); }
+};
+
+TrialResult Ok(double us) {
+  TrialResult r;
+  r.median_us = r.min_us = r.p90_us = us;
+  r.samples = 15;
+  return r;
+}
+
+WorkerPool::Options Fast() {
+  WorkerPool::Options o;
+  o.heartbeat = absl::Milliseconds(20);
+  o.lease_timeout = absl::Milliseconds(200);
+  o.deadline_slack = absl::Milliseconds(300);
+  o.first_trial_estimate = absl::ZeroDuration();
+  o.startup_wait = absl::ZeroDuration();
+  return o;
+}
+
+LeasedTask MustLease(WorkerPool& pool, const std::string& worker) {
+  absl::StatusOr<std::optional<LeasedTask>> l =
+      pool.Lease(worker, absl::Seconds(2), nullptr);
+  EXPECT_TRUE(l.ok()) << l.status();
+  EXPECT_TRUE(l->has_value());
+  return l->value_or(LeasedTask{});
+}
+
+TEST(WorkerPoolTest, LeasesRunAndReportResults) {
+  WorkerPool pool(Fast());
+  const std::string w = *pool.Register(Info("w0"));
+  Outcome a, b;
+  pool.Start(Task(4), a.Callback());
+  pool.Start(Task(8), b.Callback());
+  std::vector<LeasedTask> upcoming;
+  absl::StatusOr<std::optional<LeasedTask>> first =
+      pool.Lease(w, absl::Seconds(1), &upcoming);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->task.config.at("WARPS"), 4);
+  // The next one is offered for compiling ahead.
+  ASSERT_EQ(upcoming.size(), 1u);
+  EXPECT_EQ(upcoming[0].task.config.at("WARPS"), 8);
+  EXPECT_FALSE(*pool.Heartbeat(w, (*first)->task_id));
+  ASSERT_TRUE(pool.Complete(w, **first, Ok(7), false).ok());
+  ASSERT_TRUE(a.Wait());
+  ASSERT_TRUE(a.result.ok());
+  EXPECT_EQ(a.result->median_us, 7);
+  EXPECT_FALSE(b.done.HasBeenNotified());
+  const LeasedTask second = MustLease(pool, w);
+  ASSERT_TRUE(pool.Complete(w, second, Ok(9), false).ok());
+  ASSERT_TRUE(b.Wait());
+  EXPECT_EQ(b.result->median_us, 9);
+}
+
+TEST(WorkerPoolTest, OnlyMatchingWorkersGetATask) {
+  WorkerPool pool(Fast());
+  const std::string other =
+      *pool.Register(WorkerInfo{"other", Gpu("Other GPU"), {{"naive", "h1"}}});
+  const std::string old_hash =
+      *pool.Register(WorkerInfo{"old", Gpu(), {{"naive", "h0"}}});
+  Outcome o;
+  pool.Start(Task(4), o.Callback());
+  for (const std::string& w : {other, old_hash}) {
+    absl::StatusOr<std::optional<LeasedTask>> l =
+        pool.Lease(w, absl::Milliseconds(50), nullptr);
+    ASSERT_TRUE(l.ok());
+    EXPECT_FALSE(l->has_value());
+  }
+  EXPECT_THAT(pool.CanEvaluate(Gpu(), KernelTemplate{}).message(),
+              HasSubstr("no worker on Test GPU"));
+  const std::string right = *pool.Register(Info("right"));
+  EXPECT_EQ(MustLease(pool, right).task.config.at("WARPS"), 4);
+  EXPECT_EQ(pool.Parallelism(Gpu()), 2);  // "old" and "right".
+}
+
+TEST(WorkerPoolTest, ASilentWorkerLosesItsTrialToAnother) {
+  WorkerPool pool(Fast());
+  const std::string dies = *pool.Register(Info("dies"));
+  Outcome o;
+  pool.Start(Task(4), o.Callback());
+  const LeasedTask leased = MustLease(pool, dies);
+  // No heartbeat: after the lease timeout the trial goes back to the queue.
+  const std::string lives = *pool.Register(Info("lives"));
+  const LeasedTask again = MustLease(pool, lives);
+  EXPECT_EQ(again.task.config, leased.task.config);
+  EXPECT_EQ(pool.Heartbeat(dies, leased.task_id).status().code(),
+            absl::StatusCode::kNotFound);  // Dropped: it must register again.
+  ASSERT_TRUE(pool.Complete(lives, again, Ok(5), false).ok());
+  ASSERT_TRUE(o.Wait());
+  ASSERT_TRUE(o.result.ok());
+  EXPECT_EQ(o.result->status, TrialStatus::kOk);
+}
+
+TEST(WorkerPoolTest, ATrialThatBringsDownTwoWorkersIsRecordedAsCrashed) {
+  WorkerPool pool(Fast());
+  Outcome o;
+  pool.Start(Task(4), o.Callback());
+  // First worker: its process exits while it holds the trial.
+  const std::string w1 = *pool.Register(Info("local-0#1"));
+  MustLease(pool, w1);
+  pool.WorkerExited("local-0#1", "killed by signal 9");
+  EXPECT_FALSE(o.done.HasBeenNotified());  // Requeued, not yet recorded.
+  // Second worker: reports its context lost.
+  const std::string w2 = *pool.Register(Info("local-0#2"));
+  const LeasedTask leased = MustLease(pool, w2);
+  TrialResult lost;
+  lost.status = TrialStatus::kCrashed;
+  lost.error = "an illegal memory access was encountered";
+  ASSERT_TRUE(pool.Complete(w2, leased, lost, /*worker_lost=*/true).ok());
+  ASSERT_TRUE(o.Wait());
+  ASSERT_TRUE(o.result.ok());
+  EXPECT_EQ(o.result->status, TrialStatus::kCrashed);
+  EXPECT_THAT(o.result->error, HasSubstr("brought down 2 workers"));
+  EXPECT_THAT(o.result->error, HasSubstr("illegal memory access"));
+  EXPECT_EQ(pool.workers(), 0);  // Both dropped.
+}
+
+TEST(WorkerPoolTest, ATrialPastItsDeadlineTimesOutAndItsWorkerIsKilled) {
+  WorkerPool pool(Fast());
+  std::vector<std::string> killed;
+  absl::Mutex mu;
+  pool.SetKiller([&](const std::string& name) {
+    absl::MutexLock lock(&mu);
+    killed.push_back(name);
+  });
+  const std::string w = *pool.Register(Info("hangs"));
+  Outcome o;
+  pool.Start(Task(4), o.Callback());
+  const LeasedTask leased = MustLease(pool, w);
+  EXPECT_EQ(leased.deadline, absl::Milliseconds(300));  // No history: slack.
+  // Heartbeats keep coming (the worker is alive, its kernel is not).
+  bool aborted = false;
+  for (int i = 0; i < 100 && !aborted; ++i) {
+    aborted = *pool.Heartbeat(w, leased.task_id);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(aborted);
+  ASSERT_TRUE(o.Wait());
+  EXPECT_EQ(o.result->status, TrialStatus::kTimeout);
+  EXPECT_THAT(o.result->error, HasSubstr("deadline"));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(killed, std::vector<std::string>{"hangs"});
+  }
+  // It may not lease again, and a late result changes nothing.
+  EXPECT_EQ(pool.Lease(w, absl::Milliseconds(10), nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(pool.Complete(w, leased, Ok(1), false).ok());
+  EXPECT_EQ(o.result->status, TrialStatus::kTimeout);
+}
+
+TEST(WorkerPoolTest, DeadlinesFollowTheSlowestRecentTrial) {
+  WorkerPool::Options options = Fast();
+  options.deadline_factor = 4;
+  WorkerPool pool(options);
+  const std::string w = *pool.Register(Info("w"));
+  Outcome a, b;
+  pool.Start(Task(4), a.Callback());
+  const LeasedTask first = MustLease(pool, w);
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(pool.Complete(w, first, Ok(1), false).ok());
+  pool.Start(Task(8), b.Callback());
+  const LeasedTask second = MustLease(pool, w);
+  EXPECT_GE(second.deadline,
+            4 * absl::Milliseconds(50) + options.deadline_slack);
+  EXPECT_LT(second.deadline,
+            4 * absl::Milliseconds(500) + options.deadline_slack);
+  ASSERT_TRUE(pool.Complete(w, second, Ok(1), false).ok());
+}
+
+TEST(WorkerPoolTest, AResultLeasedByAnEarlierDaemonIsStoredAsAnOrphan) {
+  WorkerPool pool(Fast());
+  std::vector<TrialTask> orphans;
+  pool.SetOrphanSink([&](const TrialTask& t, const TrialResult& r) {
+    EXPECT_EQ(r.median_us, 3);
+    orphans.push_back(t);
+  });
+  LeasedTask old{"0badcafe-t17", Task(16), absl::Seconds(1)};
+  ASSERT_TRUE(pool.Complete("0badcafe-w3", old, Ok(3), false).ok());
+  ASSERT_EQ(orphans.size(), 1u);
+  EXPECT_EQ(orphans[0].config.at("WARPS"), 16);
+  // A worker the daemon does not know registers again.
+  EXPECT_EQ(
+      pool.Lease("0badcafe-w3", absl::ZeroDuration(), nullptr).status().code(),
+      absl::StatusCode::kNotFound);
+}
+
+TEST(WorkerPoolTest, WithdrawTakesBackOnlyQueuedTrials) {
+  WorkerPool pool(Fast());
+  const std::string w = *pool.Register(Info("w"));
+  Outcome running, queued;
+  const uint64_t r = pool.Start(Task(4), running.Callback());
+  const uint64_t q = pool.Start(Task(8), queued.Callback());
+  const LeasedTask leased = MustLease(pool, w);
+  pool.Withdraw(q);
+  ASSERT_TRUE(queued.Wait());
+  EXPECT_EQ(queued.result.status().code(), absl::StatusCode::kCancelled);
+  pool.Withdraw(r);  // Already leased: it finishes normally.
+  EXPECT_FALSE(running.done.HasBeenNotified());
+  ASSERT_TRUE(pool.Complete(w, leased, Ok(2), false).ok());
+  ASSERT_TRUE(running.Wait());
+  EXPECT_TRUE(running.result.ok());
+}
+
+TEST(WorkerPoolTest, FindDeviceNamesWhatIsConnected) {
+  WorkerPool pool(Fast());
+  pool.SetNoWorkerReason("no CUDA device: none in this test");
+  EXPECT_EQ(pool.FindDevice("").status().message(),
+            "no CUDA device: none in this test");
+  pool.Register(Info("w", Gpu("NVIDIA H100")));
+  EXPECT_EQ(pool.FindDevice("")->name, "NVIDIA H100");
+  EXPECT_EQ(pool.FindDevice("NVIDIA H100")->name, "NVIDIA H100");
+  absl::Status other = pool.FindDevice("NVIDIA L4").status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other.message(), HasSubstr("device: no worker serves"));
+}
+
+TEST(WorkerPoolTest, FindDeviceWaitsForAStartingWorker) {
+  WorkerPool::Options options = Fast();
+  options.startup_wait = absl::Seconds(5);
+  WorkerPool pool(options);
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    pool.Register(Info("late"));
+  });
+  EXPECT_TRUE(pool.FindDevice("").ok());
+  late.join();
+}
+
+TEST(WorkerPoolTest, CloseFailsOutstandingTrialsAndWakesLeases) {
+  auto pool = std::make_unique<WorkerPool>(Fast());
+  const std::string w = *pool->Register(Info("w"));
+  std::thread leaser([&] {
+    absl::StatusOr<std::optional<LeasedTask>> l =
+        pool->Lease(w, absl::Seconds(30), nullptr);
+    EXPECT_TRUE(l.ok() && !l->has_value());
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time start = absl::Now();
+  pool->Close();
+  leaser.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  Outcome late;
+  pool->Start(Task(4), late.Callback());
+  ASSERT_TRUE(late.Wait());
+  EXPECT_EQ(late.result.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace evotune
