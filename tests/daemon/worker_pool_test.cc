@@ -261,7 +261,7 @@ TEST(WorkerPoolTest, FindDeviceNamesWhatIsConnected) {
   pool.SetNoWorkerReason("no CUDA device: none in this test");
   EXPECT_EQ(pool.FindDevice("").status().message(),
             "no CUDA device: none in this test");
-  pool.Register(Info("w", Gpu("NVIDIA H100")));
+  (void)pool.Register(Info("w", Gpu("NVIDIA H100")));
   EXPECT_EQ(pool.FindDevice("")->name, "NVIDIA H100");
   EXPECT_EQ(pool.FindDevice("NVIDIA H100")->name, "NVIDIA H100");
   absl::Status other = pool.FindDevice("NVIDIA L4").status();
@@ -275,7 +275,7 @@ TEST(WorkerPoolTest, FindDeviceWaitsForAStartingWorker) {
   WorkerPool pool(options);
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    pool.Register(Info("late"));
+    (void)pool.Register(Info("late"));
   });
   EXPECT_TRUE(pool.FindDevice("").ok());
   late.join();
