@@ -381,6 +381,18 @@ absl::Status JobManager::RunTrials(JobRecord& job, const DeviceInfo& device,
           box->arrived.push_back({key, std::move(r)});
         });
   };
+  // A finished trial joins the job, its search and its elite.
+  auto record = [&](const Config& config, const TrialResult& result,
+                    bool cached) -> absl::Status {
+    absl::StatusOr<JobEvent> event =
+        store_->AppendJobTrial(job, config, result, cached, elapsed());
+    if (!event.ok()) return event.status();
+    (*strategy)->Report({{config, result}});
+    elite.Add(result);
+    trials_done = event->sequence;
+    Notify();
+    return absl::OkStatus();
+  };
   // Stored results go straight to the job; the rest is launched.
   std::deque<Config> pending;
   bool exhausted = false;
@@ -418,16 +430,8 @@ absl::Status JobManager::RunTrials(JobRecord& job, const DeviceInfo& device,
         break;
       }
       if (stored->has_value()) {
-        absl::StatusOr<JobEvent> event = store_->AppendJobTrial(
-            job, config, (*stored)->result, /*cached=*/true, elapsed());
-        if (!event.ok()) {
-          failure = event.status();
-          break;
-        }
-        (*strategy)->Report({{config, (*stored)->result}});
-        elite.Add((*stored)->result);
-        trials_done = event->sequence;
-        Notify();
+        failure = record(config, (*stored)->result, /*cached=*/true);
+        if (!failure.ok()) break;
         continue;
       }
       launch(config, /*quick=*/true);
@@ -468,16 +472,8 @@ absl::Status JobManager::RunTrials(JobRecord& job, const DeviceInfo& device,
       launch(config, /*quick=*/false);
       continue;
     }
-    absl::StatusOr<JobEvent> event = store_->AppendJobTrial(
-        job, config, result, /*cached=*/false, elapsed());
-    if (!event.ok()) {
-      failure = event.status();
-      break;
-    }
-    (*strategy)->Report({{config, result}});
-    elite.Add(result);
-    trials_done = event->sequence;
-    Notify();
+    failure = record(config, result, /*cached=*/false);
+    if (!failure.ok()) break;
   }
   // Whatever is still in flight is abandoned: queued trials are withdrawn,
   // running ones store their result when it comes.

@@ -15,14 +15,12 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "tuner/common/log.h"
+#include "tuner/wire/worker_exit.h"
 
 extern char** environ;
 
 namespace evotune {
 namespace {
-
-// Exit status of evotune-worker when it finds no device (tuner/worker).
-constexpr int kWorkerNoDevice = 3;
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
@@ -104,7 +102,7 @@ absl::StatusOr<int> ProbeDevices(const std::string& binary,
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   const std::string line(absl::StripAsciiWhitespace(out));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == kWorkerNoDevice) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNoDevice) {
     return absl::FailedPreconditionError(line);
   }
   int count = 0;
@@ -228,7 +226,6 @@ void Supervisor::Spawn(int index) {
     return;
   }
   s.pid = pid;
-  s.started = absl::Now();
 }
 
 void Supervisor::Reap() {
@@ -245,7 +242,7 @@ void Supervisor::Reap() {
       mu_.Unlock();
       pool_->WorkerExited(s.name, how);
       mu_.Lock();
-      if (WIFEXITED(status) && WEXITSTATUS(status) == kWorkerNoDevice) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNoDevice) {
         LogError(absl::StrCat("worker ", s.name,
                               " found no device; not "
                               "restarting it"));

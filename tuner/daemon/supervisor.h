@@ -60,7 +60,6 @@ class Supervisor {
     pid_t pid = 0;
     std::string name;  // Of the running process: local-<slot>#<start>.
     int starts = 0;
-    absl::Time started;
     absl::Time restart_at;
     absl::Time down_since = absl::InfinitePast();
     absl::Duration backoff;

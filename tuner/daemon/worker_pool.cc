@@ -133,17 +133,19 @@ int WorkerPool::workers() const {
 }
 
 uint64_t WorkerPool::Start(TrialTask task, TrialDone done) {
-  absl::MutexLock lock(&mu_);
-  const uint64_t id = next_task_++;
-  if (stopping_) {
-    mu_.Unlock();
-    done(absl::UnavailableError("shutting down"));
-    mu_.Lock();
-    return id;
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_task_++;
+    if (!stopping_) {
+      Task& t = tasks_[id];
+      t.task = std::move(task);
+      t.done = std::move(done);
+      queue_.push_back(id);
+      return id;
+    }
   }
-  tasks_[id] = Task{std::move(task),      std::move(done),      "",
-                    absl::InfinitePast(), absl::ZeroDuration(), 0};
-  queue_.push_back(id);
+  done(absl::UnavailableError("shutting down"));
   return id;
 }
 
@@ -294,7 +296,8 @@ absl::Status WorkerPool::Complete(const std::string& worker_id,
       // Leased from an earlier daemon: the result is still a result.
       if (!worker_lost) orphan = orphan_sink_;
     } else if (auto t = tasks_.find(*id); t != tasks_.end()) {
-      const bool holder = t->second.worker_id == worker_id;
+      const bool holder =
+          w != workers_.end() && t->second.worker_id == worker_id;
       if (worker_lost) {
         if (holder) {
           w->second.task = 0;

@@ -123,8 +123,8 @@ class WorkerPool : public TrialRunner {
     TrialTask task;
     TrialDone done;
     std::string worker_id;  // Empty while queued.
-    absl::Time leased_at;
-    absl::Duration deadline;
+    absl::Time leased_at = absl::InfinitePast();
+    absl::Duration deadline = absl::ZeroDuration();
     int crashes = 0;
   };
   using Finished =

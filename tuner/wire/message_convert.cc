@@ -52,6 +52,16 @@ v1::Device DeviceToProto(const DeviceInfo& d) {
   return out;
 }
 
+DeviceInfo DeviceKeyFromProto(const v1::Device& d) {
+  DeviceInfo out;
+  out.name = d.name();
+  out.cc_major = static_cast<int>(d.cc_major());
+  out.cc_minor = static_cast<int>(d.cc_minor());
+  out.driver_version = d.driver_version();
+  out.nvrtc_version = d.nvrtc_version();
+  return out;
+}
+
 v1::Config ConfigToProto(const Config& c) {
   v1::Config out;
   for (const auto& [name, value] : c) {
@@ -63,12 +73,7 @@ v1::Config ConfigToProto(const Config& c) {
 }
 
 absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d) {
-  DeviceInfo out;
-  out.name = d.device().name();
-  out.cc_major = static_cast<int>(d.device().cc_major());
-  out.cc_minor = static_cast<int>(d.device().cc_minor());
-  out.driver_version = d.device().driver_version();
-  out.nvrtc_version = d.device().nvrtc_version();
+  DeviceInfo out = DeviceKeyFromProto(d.device());
   out.limits.smem_per_block_bytes =
       static_cast<int64_t>(d.smem_per_block_bytes());
   out.limits.max_threads_per_block =
@@ -131,12 +136,7 @@ v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
 
 absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t) {
   TrialTask out;
-  const v1::Device& d = t.device();
-  out.device.name = d.name();
-  out.device.cc_major = static_cast<int>(d.cc_major());
-  out.device.cc_minor = static_cast<int>(d.cc_minor());
-  out.device.driver_version = d.driver_version();
-  out.device.nvrtc_version = d.nvrtc_version();
+  out.device = DeviceKeyFromProto(t.device());
   out.template_name = t.template_name();
   out.template_hash = t.template_hash();
   absl::StatusOr<Config> config = ConfigFromProto(t.config());

@@ -24,6 +24,8 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
                                          absl::string_view prefix = "problem");
 v1::Problem ProblemToProto(const Problem& p);
 v1::Device DeviceToProto(const DeviceInfo& d);
+// The device key only; limits stay at their defaults.
+DeviceInfo DeviceKeyFromProto(const v1::Device& d);
 // INVALID_ARGUMENT naming the field when the name or a limit is missing.
 absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d);
 v1::WorkerDevice WorkerDeviceToProto(const DeviceInfo& d);

@@ -20,15 +20,9 @@
 #include "evotune/v1/worker.grpc.pb.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/evaluator.h"
+#include "tuner/wire/worker_exit.h"
 
 namespace evotune {
-
-// Exit codes of evotune-worker.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitNoDevice = 3;
-inline constexpr int kExitContextLost = 4;
-inline constexpr int kExitAborted = 5;
 
 struct WorkerOptions {
   std::string daemon;  // host:port of evotuned.
