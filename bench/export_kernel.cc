@@ -3,7 +3,8 @@
 // kernel evotune measured, side by side with PyTorch, in one process.
 //
 //   export_kernel --template_name=flash_fwd --config=BLOCK_M=64,...
-//     --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd --arch=sm_90 --out=DIR/x
+//     --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd --arch=sm_90a
+//     --out=DIR/x
 // writes DIR/x.cubin and DIR/x.json.
 #include <cstdio>
 #include <fstream>
@@ -18,7 +19,8 @@
 ABSL_FLAG(std::string, template_name, "flash_fwd", "kernel template");
 ABSL_FLAG(std::string, config, "", "NAME=value,...");
 ABSL_FLAG(std::string, problem, "", "problem key, as ProblemKey writes it");
-ABSL_FLAG(std::string, arch, "sm_90", "target architecture");
+ABSL_FLAG(std::string, arch, "sm_90a",
+          "target architecture, as ArchName writes it");
 ABSL_FLAG(std::string, out, "", "output path prefix");
 
 namespace evotune {

@@ -23,8 +23,21 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
   return absl::OkStatus();
 }
 
+absl::Status CheckDevice(const KernelTemplate& t, const DeviceLimits& limits) {
+  const int need = t.only_compute_capability;
+  if (need != 0 && limits.compute_capability != 0 &&
+      limits.compute_capability != need) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "template ", t.name, " runs only on compute capability ", need / 10,
+        ".", need % 10, " devices; this one is ",
+        limits.compute_capability / 10, ".", limits.compute_capability % 10));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits) {
+  if (absl::Status s = CheckDevice(t, limits); !s.ok()) return s;
   if (absl::Status s = t.space.Contains(config); !s.ok()) return s;
   for (const Constraint& c : t.constraints) {
     if (!c.holds(config, problem)) {

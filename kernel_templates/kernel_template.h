@@ -43,6 +43,10 @@ struct KernelTemplate {
   // at its first (smallest) value: recordings made before it existed are
   // replayed as that value.
   ParamSpace space;
+  // When nonzero, the only compute capability (10 * major + minor) whose
+  // devices run the template: it uses that architecture's own instructions
+  // (sm_90a's wgmma for 90).
+  int only_compute_capability = 0;
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
   std::vector<Constraint> constraints;
@@ -56,10 +60,15 @@ struct KernelTemplate {
 // INVALID_ARGUMENT naming "problem.head_dim" or "problem.dtype".
 absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem);
 
-// The gates before compiling: config in the space, the template's
-// constraints, threads and shared memory within the device's limits. Errors
-// are INVALID_ARGUMENT for a config outside the space or breaking a
-// constraint and RESOURCE_EXHAUSTED for device limits; the message says which.
+// OK when the device can run the template at all; otherwise
+// FAILED_PRECONDITION naming the compute capability it needs.
+absl::Status CheckDevice(const KernelTemplate& t, const DeviceLimits& limits);
+
+// The gates before compiling: CheckDevice, config in the space, the
+// template's constraints, threads and shared memory within the device's
+// limits. Errors are INVALID_ARGUMENT for a config outside the space or
+// breaking a constraint and RESOURCE_EXHAUSTED for device limits; the message
+// says which.
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits);
 

@@ -15,6 +15,7 @@ const std::map<std::string, SpecFactory>& SpecFactories() {
   static const auto* factories = new std::map<std::string, SpecFactory>{
       {"fault_test", MakeFaultTestTemplate},
       {"flash_fwd", MakeFlashFwdTemplate},
+      {"flash_fwd_sm90", MakeFlashFwdSm90Template},
       {"naive", MakeNaiveTemplate},
   };
   return *factories;

@@ -32,6 +32,7 @@ class TemplateRegistry {
 // the embedded source and its hash.
 KernelTemplate MakeNaiveTemplate(std::string source, std::string hash);
 KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash);
+KernelTemplate MakeFlashFwdSm90Template(std::string source, std::string hash);
 // Test only: registered when EVOTUNE_TEST_TEMPLATES=1.
 KernelTemplate MakeFaultTestTemplate(std::string source, std::string hash);
 

@@ -541,7 +541,8 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   int index = 1;
-  (*sel)->Bind(index++, *device_id).Bind(index++, *problem_id);
+  (*sel)->Bind(index++, *device_id);
+  (*sel)->Bind(index++, *problem_id);
   for (int64_t id : template_ids) (*sel)->Bind(index++, id);
   (*sel)->Bind(index, int64_t{k});
   while (true) {
@@ -584,10 +585,9 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
   int index = 1;
   (*sel)->Bind(index++, *device_id);
   for (int64_t id : template_ids) (*sel)->Bind(index++, id);
-  (*sel)
-      ->Bind(index++, problem.head_dim)
-      .Bind(index++, DTypeName(problem.dtype))
-      .Bind(index, int64_t{problem.causal});
+  (*sel)->Bind(index++, problem.head_dim);
+  (*sel)->Bind(index++, DTypeName(problem.dtype));
+  (*sel)->Bind(index, int64_t{problem.causal});
   auto distance = [&](const Problem& p) {
     double d = 0;
     for (auto [a, b] : {std::pair{p.batch, problem.batch},

@@ -43,10 +43,11 @@
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
 // NUM_WARPS * 32 threads;
 // dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 B.
-#include "attention_params.cuh"
-#include "dtype.cuh"
+#include "flash_common.cuh"
 
 namespace {
+
+using namespace flash;
 
 constexpr int kM = BLOCK_M;
 constexpr int kN = BLOCK_N;
@@ -66,12 +67,6 @@ static_assert(kN % 16 == 0, "BLOCK_N");
 static_assert(kD % 16 == 0, "HEAD_DIM");
 static_assert(kStages >= 1, "STAGES");
 
-__device__ __forceinline__ unsigned SmemAddress(const void* p) {
-  unsigned long long a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return static_cast<unsigned>(a);
-}
-
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile.
 __device__ __forceinline__ int Swizzled(int row, int chunk) {
   return row * kD + ((chunk ^ (row & 7)) << 3);
@@ -82,22 +77,6 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 // element offset of `chunk` within such a row.
 __device__ __forceinline__ int LaneChunk(int chunk, int lane) {
   return (chunk ^ (lane & 7)) << 3;
-}
-
-__device__ __forceinline__ void CpAsync16(unsigned dst, const void* src,
-                                          bool valid) {
-  // A source size of 0 fills the 16 bytes with zeros (masked tails).
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 // Rows [row0, row0 + kRows) of a [seq][kD] matrix into a swizzled tile; rows
@@ -112,13 +91,6 @@ __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
     const evt_elem* src = g + (valid ? (row0 + r) * stride : 0) + c * 8;
     CpAsync16(SmemAddress(tile + Swizzled(r, c)), src, valid);
   }
-}
-
-__device__ __forceinline__ void LdMatrixX4(unsigned* r, unsigned addr) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "r"(addr));
 }
 
 __device__ __forceinline__ void LdMatrixX4Trans(unsigned* r, unsigned addr) {
@@ -145,31 +117,6 @@ __device__ __forceinline__ void Mma(float* c, const unsigned* a, unsigned b0,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats as a pair of 16-bit elements, `lo` in the low half.
-__device__ __forceinline__ unsigned Pack(float lo, float hi) {
-  unsigned d;
-#if EVT_BF16
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-#endif
-  return d;
-}
-
-// Sum over the four lanes of a quad, which share an accumulator row.
-__device__ __forceinline__ float QuadSum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
-
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
@@ -181,35 +128,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const int b = blockIdx.z;
-  const int h = blockIdx.y;
-  const int kvh = h / (p.heads / p.kv_heads);
-  // Last query blocks first: with a causal mask they see the most keys, so
-  // the longest blocks start first (and the order does not matter otherwise).
-  const int q_blocks = gridDim.x / kSplits;
-  const int q_block = q_blocks - 1 - blockIdx.x / kSplits;
-  const int split = blockIdx.x % kSplits;
-  const int q0 = q_block * kM;
-  const int shift = p.seq_k - p.seq_q;  // Causal: row i sees j <= i + shift.
-
-  const evt_elem* q = static_cast<const evt_elem*>(p.q) + b * p.q_batch_stride +
-                      h * p.q_head_stride;
-  const evt_elem* k = static_cast<const evt_elem*>(p.k) + b * p.k_batch_stride +
-                      kvh * p.k_head_stride;
-  const evt_elem* v = static_cast<const evt_elem*>(p.v) + b * p.v_batch_stride +
-                      kvh * p.v_head_stride;
-
-  // Keys any row of this block may see.
-  int kv_end = p.seq_k;
-  if (p.causal) {
-    const int last_row = min(p.seq_q - 1, q0 + kM - 1);
-    kv_end = min(p.seq_k, max(0, last_row + shift + 1));
-  }
-  // This block's share of the key tiles: a contiguous range per split.
-  const int all_blocks = (kv_end + kN - 1) / kN;
-  const int per_split = (all_blocks + kSplits - 1) / kSplits;
-  const int block0 = split * per_split;
-  const int num_blocks = max(0, min(all_blocks, block0 + per_split) - block0);
+  const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
+  const int q0 = w.q0;
+  const int block0 = w.block0;
+  const int num_blocks = w.num_blocks;
+  const evt_elem* q = w.q;
+  const evt_elem* k = w.k;
+  const evt_elem* v = w.v;
 
   // Stage Q; its group completes with the first K/V tile's.
   LoadTile<kM>(q_tile, q, p.q_row_stride, q0, p.seq_q);
@@ -329,81 +254,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     }
 
     // Mask keys past seq_k and, when causal, above the diagonal.
-    const bool need_mask =
-        kv0 + kN > p.seq_k || (p.causal && kv0 + kN - 1 > q0 + shift);
-    if (need_mask) {
-      // Element (nt, i) of a row holds key kv0 + c + nt * 8 + (i & 1), with
-      // c = (lane % 4) * 2: compare the compile-time part against per-row
-      // limits, so no per-element index lives in a register.
-      const int c = kv0 + (lane % 4) * 2;
-      const int key_limit = p.seq_k - c;  // Keys at or past it are masked.
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
-          const int limit =
-              p.causal ? min(key_limit, row + shift + 1 - c) : key_limit;
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              if (nt * 8 + i >= limit) s_acc[mt][nt][2 * half + i] = NegInf();
-            }
-          }
-        }
-      }
+    if (TileNeedsMask<kN>(p, w, kv0)) {
+      MaskTile(s_acc, p, kv0, q0 + warp_row0, w.shift, lane);
     }
 
     // Online softmax; P replaces S in place.
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float mx = NegInf();
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          mx = fmaxf(
-              mx, fmaxf(s_acc[mt][nt][2 * half], s_acc[mt][nt][2 * half + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float new_max = fmaxf(row_max[mt][half], mx * p.scale_log2);
-        // A row that has seen no key keeps a zero reference: its scores are
-        // all -inf and exp2(-inf) = 0, never NaN.
-        const float ref = new_max == NegInf() ? 0.f : new_max;
-        const float correction = Exp2(row_max[mt][half] - ref);
-        row_max[mt][half] = new_max;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            float& s = s_acc[mt][nt][2 * half + i];
-            s = Exp2(fmaf(s, p.scale_log2, -ref));
-            sum += s;
-          }
-        }
-        row_sum[mt][half] = row_sum[mt][half] * correction + sum;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          o_acc[mt][dt][2 * half] *= correction;
-          o_acc[mt][dt][2 * half + 1] *= correction;
-        }
-      }
-    }
+    SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
 
     // O += P V.
 #pragma unroll
     for (int t = 0; t < kN / 16; ++t) {
       unsigned pf[kMTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        pf[mt][0] = Pack(s_acc[mt][2 * t][0], s_acc[mt][2 * t][1]);
-        pf[mt][1] = Pack(s_acc[mt][2 * t][2], s_acc[mt][2 * t][3]);
-        pf[mt][2] = Pack(s_acc[mt][2 * t + 1][0], s_acc[mt][2 * t + 1][1]);
-        pf[mt][3] = Pack(s_acc[mt][2 * t + 1][2], s_acc[mt][2 * t + 1][3]);
-      }
+      for (int mt = 0; mt < kMTiles; ++mt) PackProbs(s_acc, mt, t, pf[mt]);
 #pragma unroll
       for (int dp = 0; dp < kD / 16; ++dp) {
         unsigned vf[4];
@@ -421,114 +284,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  evt_elem* o =
-      static_cast<evt_elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-  if constexpr (kSplits == 1) {
-    // Normalise and store; rows past seq_q are never written.
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float sum = QuadSum(row_sum[mt][half]);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
-        if (row >= p.seq_q) continue;
-        evt_elem* out = o + row * p.o_row_stride + (lane % 4) * 2;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          *reinterpret_cast<unsigned*>(out + dt * 8) = Pack(
-              o_acc[mt][dt][2 * half] * inv, o_acc[mt][dt][2 * half + 1] * inv);
-        }
-      }
-    }
-  } else {
-    // Split-KV: store this split's unnormalised rows with their max and sum
-    // (fp32), and let the block that finishes last combine the splits.
-    // Workspace: partial O [batch*heads][splits][q_rows][head_dim], then
-    // (max, sum) [batch*heads][splits][q_rows][2]; q_rows = q_blocks * kM.
-    const long long head = static_cast<long long>(b) * p.heads + h;
-    const long long q_rows = static_cast<long long>(q_blocks) * kM;
-    float* part_o = p.workspace;
-    float* part_ml =
-        p.workspace + p.batch * p.heads * (long long)kSplits * q_rows * kD;
-    const long long mine = (head * kSplits + split) * q_rows;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float sum = QuadSum(row_sum[mt][half]);
-        const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
-        float* out = part_o + (mine + row) * kD + (lane % 4) * 2;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          out[dt * 8] = o_acc[mt][dt][2 * half];
-          out[dt * 8 + 1] = o_acc[mt][dt][2 * half + 1];
-        }
-        if (lane % 4 == 0) {
-          part_ml[(mine + row) * 2] = row_max[mt][half];
-          part_ml[(mine + row) * 2 + 1] = sum;
-        }
-      }
-    }
-    // Publish, then count this split in; the last one combines.
-    __threadfence();
-    __syncthreads();
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-      int* counter = p.counters + head * q_blocks + q_block;
-      last = atomicAdd(counter, 1) == kSplits - 1;
-      if (last) *counter = 0;  // Ready for the next launch.
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // Eight columns per thread and step, loads issued together: this runs
-    // on the critical path of the whole launch.
-    constexpr int kVec = 8;
-    for (int idx = threadIdx.x; idx < kM * kD / kVec; idx += kThreads) {
-      const int row = q0 + idx / (kD / kVec);
-      const int col = (idx % (kD / kVec)) * kVec;
-      if (row >= p.seq_q) continue;
-      float m[kSplits], l[kSplits];
-      float4 lo[kSplits], hi[kSplits];
-#pragma unroll
-      for (int s = 0; s < kSplits; ++s) {
-        const long long at = (head * kSplits + s) * q_rows + row;
-        const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml) + at);
-        m[s] = ml.x;
-        l[s] = ml.y;
-        const float4* src =
-            reinterpret_cast<const float4*>(part_o + at * kD + col);
-        lo[s] = __ldcg(src);
-        hi[s] = __ldcg(src + 1);
-      }
-      float mx = NegInf();
-#pragma unroll
-      for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
-      float total = 0.f;
-      float acc[kVec] = {};
-      if (mx != NegInf()) {
-#pragma unroll
-        for (int s = 0; s < kSplits; ++s) {
-          const float w = Exp2(m[s] - mx);
-          total += l[s] * w;
-          acc[0] += lo[s].x * w;
-          acc[1] += lo[s].y * w;
-          acc[2] += lo[s].z * w;
-          acc[3] += lo[s].w * w;
-          acc[4] += hi[s].x * w;
-          acc[5] += hi[s].y * w;
-          acc[6] += hi[s].z * w;
-          acc[7] += hi[s].w * w;
-        }
-      }
-      const float inv = total > 0.f ? 1.f / total : 0.f;
-      uint4 packed;
-      packed.x = Pack(acc[0] * inv, acc[1] * inv);
-      packed.y = Pack(acc[2] * inv, acc[3] * inv);
-      packed.z = Pack(acc[4] * inv, acc[5] * inv);
-      packed.w = Pack(acc[6] * inv, acc[7] * inv);
-      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = packed;
-    }
-  }
+  StoreOutput<kM, kD, kMTiles, kSplits, kThreads>(p, w, q0 + warp_row0, o_acc,
+                                                  row_max, row_sum, lane);
 }

@@ -73,34 +73,78 @@ TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
 // (seq_k 1, causal rows that see few keys), with its workspace reused by the
 // repeat and timing launches.
 TEST_F(CudaEvaluatorTest, SplitKvIsCorrect) {
-  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
-  for (int64_t splits : {2, 4}) {
-    for (DType dtype : {DType::kFp16, DType::kBf16}) {
-      for (int64_t d : {64, 128}) {
-        for (bool causal : {false, true}) {
-          for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
-                   {1, 1}, {17, 1000}, {1000, 17}, {512, 512}, {129, 4096}}) {
-            Problem p;
-            p.batch = 1;
-            p.heads = 8;
-            p.kv_heads = 2;
-            p.seq_q = sq;
-            p.seq_k = sk;
-            p.head_dim = d;
-            p.causal = causal;
-            p.dtype = dtype;
-            Config c = {{"BLOCK_M", 64},       {"BLOCK_N", 64},
-                        {"KV_SPLITS", splits}, {"MIN_BLOCKS", 1},
-                        {"NUM_WARPS", 4},      {"Q_IN_REGS", 0},
-                        {"STAGES", 2}};
-            absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
-            ASSERT_TRUE(r.ok()) << r.status();
-            EXPECT_EQ(r->status, TrialStatus::kOk)
-                << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  const std::vector<std::pair<const KernelTemplate*, Config>> cases = {
+      {registry.Find("flash_fwd"),
+       {{"BLOCK_M", 64},
+        {"BLOCK_N", 64},
+        {"MIN_BLOCKS", 1},
+        {"NUM_WARPS", 4},
+        {"Q_IN_REGS", 0},
+        {"STAGES", 2}}},
+      {registry.Find("flash_fwd_sm90"),
+       {{"BLOCK_N", 64}, {"MIN_BLOCKS", 1}, {"STAGES", 2}, {"WARPGROUPS", 1}}},
+  };
+  for (const auto& [t, base] : cases) {
+    if (!CheckDevice(*t, evaluator_->device().limits).ok()) continue;
+    for (int64_t splits : {2, 4}) {
+      for (DType dtype : {DType::kFp16, DType::kBf16}) {
+        for (int64_t d : {64, 128}) {
+          for (bool causal : {false, true}) {
+            for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
+                     {1, 1}, {17, 1000}, {1000, 17}, {512, 512}, {129, 4096}}) {
+              Problem p;
+              p.batch = 1;
+              p.heads = 8;
+              p.kv_heads = 2;
+              p.seq_q = sq;
+              p.seq_k = sk;
+              p.head_dim = d;
+              p.causal = causal;
+              p.dtype = dtype;
+              Config c = base;
+              c["KV_SPLITS"] = splits;
+              absl::StatusOr<TrialResult> r = evaluator_->Evaluate(*t, c, p);
+              ASSERT_TRUE(r.ok()) << r.status();
+              EXPECT_EQ(r->status, TrialStatus::kOk)
+                  << t->name << " " << ProblemKey(p) << " " << ConfigKey(c)
+                  << ": " << r->error;
+            }
           }
         }
       }
     }
+  }
+}
+
+// Every config of flash_fwd_sm90 (a wgmma template: each tile shape is its
+// own instruction and register schedule) on problems with several key
+// tiles, tails and GQA.
+TEST_F(CudaEvaluatorTest, EveryConfigOfFlashFwdSm90IsCorrect) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_sm90");
+  if (!CheckDevice(t, evaluator_->device().limits).ok()) {
+    GTEST_SKIP() << "needs a compute capability 9.0 device";
+  }
+  for (int64_t d : {64, 128}) {
+    Problem p;
+    p.batch = 2;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.seq_q = 300;
+    p.seq_k = 700;
+    p.head_dim = d;
+    p.causal = d == 64;
+    p.dtype = d == 64 ? DType::kFp16 : DType::kBf16;
+    int ok = 0;
+    for (const Config& c : FeasibleConfigs(t, p, evaluator_->device().limits)) {
+      absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (r->status == TrialStatus::kResourceRejected) continue;
+      EXPECT_EQ(r->status, TrialStatus::kOk)
+          << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+      ++ok;
+    }
+    EXPECT_GT(ok, 20) << ProblemKey(p);
   }
 }
 

@@ -63,6 +63,30 @@ TEST(KernelTemplateTest, DeviceLimitsRejectBeforeCompiling) {
   for (const Config& c : on_l4) EXPECT_TRUE(CheckConfig(t, c, p, l4).ok());
 }
 
+// flash_fwd_sm90 uses sm_90a's own instructions: other devices refuse it
+// before anything compiles; a device of unknown capability does not.
+TEST(KernelTemplateTest, ArchitectureSpecificTemplatesNeedTheirDevice) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_sm90");
+  const Problem p = SeedProblem();
+  DeviceLimits l4;
+  l4.smem_per_block_bytes = 99 * 1024;
+  l4.compute_capability = 89;
+  const absl::Status s = CheckDevice(t, l4);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("compute capability 9.0"), std::string::npos) << s;
+  EXPECT_TRUE(FeasibleConfigs(t, p, l4).empty());
+  DeviceLimits h100;
+  h100.smem_per_block_bytes = 227 * 1024;
+  h100.compute_capability = 90;
+  EXPECT_TRUE(CheckDevice(t, h100).ok());
+  EXPECT_FALSE(FeasibleConfigs(t, p, h100).empty());
+  h100.compute_capability = 0;
+  EXPECT_FALSE(FeasibleConfigs(t, p, h100).empty());
+  // Templates without such instructions run anywhere.
+  EXPECT_TRUE(
+      CheckDevice(*TemplateRegistry::Builtin().Find("flash_fwd"), l4).ok());
+}
+
 TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
   Problem p = SeedProblem();

@@ -111,6 +111,10 @@ absl::StatusOr<DeviceInfo> JobManager::Device(const std::string& name) const {
 
 absl::Status JobManager::CanEvaluate(const DeviceInfo& device,
                                      const KernelTemplate& t) const {
+  if (absl::Status s = CheckDevice(t, device.limits); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("template_name: ", s.message()));
+  }
   return runner_->CanEvaluate(device, t);
 }
 

@@ -153,6 +153,7 @@ absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal) {
   d.cuDriverGetVersion(&driver_version);
   info.limits.smem_per_block_bytes = smem;
   info.limits.max_threads_per_block = threads;
+  info.limits.compute_capability = 10 * info.cc_major + info.cc_minor;
   info.driver_version = KernelDriverVersion();
   if (info.driver_version.empty()) {
     info.driver_version = absl::StrCat("cuda-", driver_version / 1000, ".",

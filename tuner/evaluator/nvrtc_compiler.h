@@ -16,7 +16,8 @@ struct CompileResult {
   std::string log;    // Compiler output, errors when !ok.
 };
 
-// "sm_90" for (9, 0); Hopper-only instructions would need "sm_90a".
+// "sm_89" for (8, 9); "sm_90a" for (9, 0), so that Hopper's own
+// instructions are available.
 std::string ArchName(int cc_major, int cc_minor);
 
 // A compile error of the candidate is data (ok == false); a non-OK status

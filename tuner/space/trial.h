@@ -42,6 +42,9 @@ struct TrialResult {
 struct DeviceLimits {
   int64_t smem_per_block_bytes = 48 * 1024;  // Opt-in maximum.
   int max_threads_per_block = 1024;
+  // 10 * major + minor, as 90 for an H100; 0 when unknown (no template is
+  // then refused for it).
+  int compute_capability = 0;
 };
 
 // The device key: results measured on different keys never mix.

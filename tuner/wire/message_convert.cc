@@ -78,6 +78,7 @@ absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d) {
       static_cast<int64_t>(d.smem_per_block_bytes());
   out.limits.max_threads_per_block =
       static_cast<int>(d.max_threads_per_block());
+  out.limits.compute_capability = 10 * out.cc_major + out.cc_minor;
   if (out.name.empty()) {
     return absl::InvalidArgumentError("device.device.name: required");
   }

@@ -1,0 +1,336 @@
+// Pieces shared by the FlashAttention-style templates (flash_fwd,
+// flash_fwd_sm90): cp.async copies, the online softmax over one tile of
+// scores, the causal and tail masks, and the epilogue that normalises and
+// stores the output or, with split-KV, combines the splits.
+//
+// Register tiles follow the accumulator layout of mma m16n8 (and of wgmma
+// m64nN, which repeats it per warp): a warp owns kMTiles tiles of 16 rows;
+// element [mt][nt][i] of a lane is row 16 * mt + lane / 4 + 8 * (i / 2) of
+// the warp's rows and column 8 * nt + 2 * (lane % 4) + i % 2.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_FLASH_COMMON_CUH_
+#define EVOTUNE_KERNEL_TEMPLATES_COMMON_FLASH_COMMON_CUH_
+
+#include "attention_params.cuh"
+#include "dtype.cuh"
+
+namespace flash {
+
+__device__ __forceinline__ unsigned SmemAddress(const void* p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<unsigned>(a);
+}
+
+__device__ __forceinline__ void CpAsync16(unsigned dst, const void* src,
+                                          bool valid) {
+  // A source size of 0 fills the 16 bytes with zeros (masked tails).
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// The four 8x8 matrices of 16-bit elements whose rows lanes 0-7, 8-15,
+// 16-23 and 24-31 point at.
+__device__ __forceinline__ void LdMatrixX4(unsigned* r, unsigned addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+// Two floats as a pair of 16-bit elements, `lo` in the low half.
+__device__ __forceinline__ unsigned Pack(float lo, float hi) {
+  unsigned d;
+#if EVT_BF16
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+  return d;
+}
+
+// Sum over the four lanes of a quad, which share an accumulator row.
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
+
+// What one block computes: query block q_block (kM rows from q0, the last
+// blocks first: with a causal mask they see the most keys, so the longest
+// blocks start first) of head h of batch b, and of its key tiles (kN keys
+// each) the range [block0, block0 + num_blocks) of split `split`.
+struct BlockPlan {
+  int b, h, q_blocks, q_block, split, q0;
+  int shift;  // seq_k - seq_q. Causal: row i sees keys j <= i + shift.
+  int block0, num_blocks;
+  const evt_elem* q;  // This head's rows of Q, K, V.
+  const evt_elem* k;
+  const evt_elem* v;
+};
+
+// The plan of this block of a grid (q_blocks * kSplits, heads, batch).
+template <int kM, int kN, int kSplits>
+__device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
+  BlockPlan w;
+  w.b = blockIdx.z;
+  w.h = blockIdx.y;
+  const int kvh = w.h / (p.heads / p.kv_heads);
+  w.q_blocks = gridDim.x / kSplits;
+  w.q_block = w.q_blocks - 1 - blockIdx.x / kSplits;
+  w.split = blockIdx.x % kSplits;
+  w.q0 = w.q_block * kM;
+  w.shift = p.seq_k - p.seq_q;
+  w.q = static_cast<const evt_elem*>(p.q) + w.b * p.q_batch_stride +
+        w.h * p.q_head_stride;
+  w.k = static_cast<const evt_elem*>(p.k) + w.b * p.k_batch_stride +
+        kvh * p.k_head_stride;
+  w.v = static_cast<const evt_elem*>(p.v) + w.b * p.v_batch_stride +
+        kvh * p.v_head_stride;
+  // Keys any row of this block may see.
+  int kv_end = p.seq_k;
+  if (p.causal) {
+    const int last_row = min(p.seq_q - 1, w.q0 + kM - 1);
+    kv_end = min(p.seq_k, max(0, last_row + w.shift + 1));
+  }
+  // A contiguous range of key tiles per split.
+  const int all_blocks = (kv_end + kN - 1) / kN;
+  const int per_split = (all_blocks + kSplits - 1) / kSplits;
+  w.block0 = w.split * per_split;
+  w.num_blocks = max(0, min(all_blocks, w.block0 + per_split) - w.block0);
+  return w;
+}
+
+// Whether key tile kv0.. needs MaskTile for query rows up to q0 + kM - 1.
+template <int kN>
+__device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p,
+                                              const BlockPlan& w, int kv0) {
+  return kv0 + kN > p.seq_k || (p.causal && kv0 + kN - 1 > w.q0 + w.shift);
+}
+
+// Sets to -inf the scores of keys past seq_k and, when causal, above the
+// diagonal, in a tile of scores for keys kv0.. and query rows row0.. (the
+// warp's first row); `shift` is seq_k - seq_q.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
+                                         const AttentionParams& p, int kv0,
+                                         int row0, int shift, int lane) {
+  // Element (nt, i) of a row holds key kv0 + c + nt * 8 + (i & 1), with
+  // c = (lane % 4) * 2: compare the compile-time part against per-row
+  // limits, so no per-element index lives in a register.
+  const int c = kv0 + (lane % 4) * 2;
+  const int key_limit = p.seq_k - c;  // Keys at or past it are masked.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + mt * 16 + lane / 4 + half * 8;
+      const int limit =
+          p.causal ? min(key_limit, row + shift + 1 - c) : key_limit;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          if (nt * 8 + i >= limit) s[mt][nt][2 * half + i] = NegInf();
+        }
+      }
+    }
+  }
+}
+
+// One step of the online softmax: turns the scores `s` into probabilities
+// in place (exp2 domain, scale * log2(e) folded in), updates the running max
+// and sum of each row and rescales the output accumulator `o` to the new max.
+// A row that has seen no key keeps a zero reference: its scores are all -inf
+// and exp2(-inf) = 0, never NaN.
+template <int kMTiles, int kNTiles, int kDTiles>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kMTiles][kNTiles][4],
+                                            float (&o)[kMTiles][kDTiles][4],
+                                            float (&row_max)[kMTiles][2],
+                                            float (&row_sum)[kMTiles][2],
+                                            float scale_log2) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = NegInf();
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float new_max = fmaxf(row_max[mt][half], mx * scale_log2);
+      const float ref = new_max == NegInf() ? 0.f : new_max;
+      const float correction = Exp2(row_max[mt][half] - ref);
+      row_max[mt][half] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float& x = s[mt][nt][2 * half + i];
+          x = Exp2(fmaf(x, scale_log2, -ref));
+          sum += x;
+        }
+      }
+      row_sum[mt][half] = row_sum[mt][half] * correction + sum;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        o[mt][dt][2 * half] *= correction;
+        o[mt][dt][2 * half + 1] *= correction;
+      }
+    }
+  }
+}
+
+// The A operand (m16 x k16, 16-bit) of keys 16 * t .. 16 * t + 15 from the
+// probabilities of m-tile mt: the accumulator and A layouts coincide.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void PackProbs(const float (&s)[kMTiles][kNTiles][4],
+                                          int mt, int t, unsigned* a) {
+  a[0] = Pack(s[mt][2 * t][0], s[mt][2 * t][1]);
+  a[1] = Pack(s[mt][2 * t][2], s[mt][2 * t][3]);
+  a[2] = Pack(s[mt][2 * t + 1][0], s[mt][2 * t + 1][1]);
+  a[3] = Pack(s[mt][2 * t + 1][2], s[mt][2 * t + 1][3]);
+}
+
+// Normalises and stores the output rows of a warp, from row0 (rows past
+// seq_q are never written). With kSplits > 1 it stores this split's
+// unnormalised rows with their max and sum (fp32) instead, and the block that
+// finishes last combines the splits through the workspace: partial O
+// [batch*heads][splits][q_rows][kD], then (max, sum)
+// [batch*heads][splits][q_rows][2], with q_rows = q_blocks * kM.
+template <int kM, int kD, int kMTiles, int kSplits, int kThreads>
+__device__ __forceinline__ void StoreOutput(const AttentionParams& p,
+                                            const BlockPlan& t, int row0,
+                                            float (&o_acc)[kMTiles][kD / 8][4],
+                                            const float (&row_max)[kMTiles][2],
+                                            const float (&row_sum)[kMTiles][2],
+                                            int lane) {
+  constexpr int kDTiles = kD / 8;
+  evt_elem* o = static_cast<evt_elem*>(p.o) + t.b * p.o_batch_stride +
+                t.h * p.o_head_stride;
+  if constexpr (kSplits == 1) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float sum = QuadSum(row_sum[mt][half]);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int row = row0 + mt * 16 + lane / 4 + half * 8;
+        if (row >= p.seq_q) continue;
+        evt_elem* out = o + row * p.o_row_stride + (lane % 4) * 2;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          *reinterpret_cast<unsigned*>(out + dt * 8) = Pack(
+              o_acc[mt][dt][2 * half] * inv, o_acc[mt][dt][2 * half + 1] * inv);
+        }
+      }
+    }
+  } else {
+    const long long head = static_cast<long long>(t.b) * p.heads + t.h;
+    const long long q_rows = static_cast<long long>(t.q_blocks) * kM;
+    float* part_o = p.workspace;
+    float* part_ml =
+        p.workspace + p.batch * p.heads * (long long)kSplits * q_rows * kD;
+    const long long mine = (head * kSplits + t.split) * q_rows;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float sum = QuadSum(row_sum[mt][half]);
+        const int row = row0 + mt * 16 + lane / 4 + half * 8;
+        float* out = part_o + (mine + row) * kD + (lane % 4) * 2;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          *reinterpret_cast<float2*>(out + dt * 8) =
+              make_float2(o_acc[mt][dt][2 * half], o_acc[mt][dt][2 * half + 1]);
+        }
+        if (lane % 4 == 0) {
+          *reinterpret_cast<float2*>(part_ml + (mine + row) * 2) =
+              make_float2(row_max[mt][half], sum);
+        }
+      }
+    }
+    // Publish, then count this split in; the last one combines.
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+      int* counter = p.counters + head * t.q_blocks + t.q_block;
+      last = atomicAdd(counter, 1) == kSplits - 1;
+      if (last) *counter = 0;  // Ready for the next launch.
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Eight columns per thread and step, loads issued together: this runs
+    // on the critical path of the whole launch.
+    constexpr int kVec = 8;
+    for (int idx = threadIdx.x; idx < kM * kD / kVec; idx += kThreads) {
+      const int row = t.q0 + idx / (kD / kVec);
+      const int col = (idx % (kD / kVec)) * kVec;
+      if (row >= p.seq_q) continue;
+      float m[kSplits], l[kSplits];
+      float4 lo[kSplits], hi[kSplits];
+#pragma unroll
+      for (int s = 0; s < kSplits; ++s) {
+        const long long at = (head * kSplits + s) * q_rows + row;
+        const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml) + at);
+        m[s] = ml.x;
+        l[s] = ml.y;
+        const float4* src =
+            reinterpret_cast<const float4*>(part_o + at * kD + col);
+        lo[s] = __ldcg(src);
+        hi[s] = __ldcg(src + 1);
+      }
+      float mx = NegInf();
+#pragma unroll
+      for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
+      float total = 0.f;
+      float acc[kVec] = {};
+      if (mx != NegInf()) {
+#pragma unroll
+        for (int s = 0; s < kSplits; ++s) {
+          const float w = Exp2(m[s] - mx);
+          total += l[s] * w;
+          acc[0] += lo[s].x * w;
+          acc[1] += lo[s].y * w;
+          acc[2] += lo[s].z * w;
+          acc[3] += lo[s].w * w;
+          acc[4] += hi[s].x * w;
+          acc[5] += hi[s].y * w;
+          acc[6] += hi[s].z * w;
+          acc[7] += hi[s].w * w;
+        }
+      }
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      uint4 packed;
+      packed.x = Pack(acc[0] * inv, acc[1] * inv);
+      packed.y = Pack(acc[2] * inv, acc[3] * inv);
+      packed.z = Pack(acc[4] * inv, acc[5] * inv);
+      packed.w = Pack(acc[6] * inv, acc[7] * inv);
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = packed;
+    }
+  }
+}
+
+}  // namespace flash
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_FLASH_COMMON_CUH_

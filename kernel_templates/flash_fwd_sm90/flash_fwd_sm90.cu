@@ -1,0 +1,274 @@
+// flash_fwd_sm90: attention forward on Hopper's warpgroup tensor cores.
+//
+// Computes O = softmax(Q K^T * scale) V (see common/attention_params.cuh for
+// the layout and masking rules) in one pass over K and V with an online
+// softmax, like flash_fwd, but with wgmma (sm_90a only):
+//   - a block owns BLOCK_M = 64 * WARPGROUPS query rows of one (batch, head);
+//     each warpgroup (4 warps) owns 64 of them, each warp 16, so softmax
+//     statistics never cross warps;
+//   - Q is staged once in shared memory, the A operand of S = Q K^T;
+//   - K/V tiles of BLOCK_N keys stream through a STAGES-deep ring of shared
+//     buffers filled with 16-byte cp.async, stored in the 128-byte-swizzle
+//     layout the tensor cores read directly: a [rows][HEAD_DIM] tile is
+//     HEAD_DIM / 64 blocks of [rows][64], rows of 128 bytes whose 16-byte
+//     chunk index is XORed with row mod 8, every block 1024-byte aligned;
+//   - S = Q K^T and O += P V run as wgmma m64n64k16 with fp32 accumulators
+//     and shared-memory operands through matrix descriptors (Q and K
+//     K-major, V read transposed, N-major); P goes from the S accumulators
+//     to the A operand of P V in registers (the layouts coincide);
+//   - softmax, masks and epilogue are those of common/flash_common.cuh.
+//
+// Tunables (compile-time macros):
+//   WARPGROUPS  warpgroups per block (BLOCK_M = 64 * WARPGROUPS): more reuse
+//               each K/V tile, fewer make more blocks to fill the SMs.
+//   BLOCK_N     keys per K/V tile (a multiple of 64): larger means fewer
+//               barriers and rescales, more registers for S.
+//   STAGES      K/V tiles in flight in shared memory (2-3: the next tiles'
+//               loads overlap this tile's math).
+//   KV_SPLITS   blocks that share one query block's keys (split-KV, for
+//               problems with few heads x query blocks): each computes its
+//               range of key tiles, and the last to finish combines them
+//               through an fp32 workspace.
+//   MIN_BLOCKS  blocks per SM the register allocation must allow.
+// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+//
+// Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
+// WARPGROUPS * 128 threads; dynamic shared memory
+// (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 + 1024 B (the 1024 aligns
+// the tiles).
+#include "flash_common.cuh"
+
+namespace {
+
+using namespace flash;
+
+constexpr int kM = 64 * WARPGROUPS;
+constexpr int kN = BLOCK_N;
+constexpr int kD = HEAD_DIM;
+constexpr int kStages = STAGES;
+constexpr int kSplits = KV_SPLITS;
+constexpr int kThreads = 128 * WARPGROUPS;
+constexpr int kChunks = kD / 8;   // 16-byte chunks per row.
+constexpr int kKSteps = kD / 16;  // k-steps of Q K^T.
+constexpr int kNTiles = kN / 8;   // n8 tiles of S.
+constexpr int kDTiles = kD / 8;   // n8 tiles of O.
+constexpr int kRowBytes = 128;    // One row of a 64-column block.
+static_assert(kN % 64 == 0, "BLOCK_N");
+static_assert(kD % 64 == 0, "HEAD_DIM");
+static_assert(kStages >= 2, "STAGES");
+
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash_fwd_sm90 needs sm_90a"
+#endif
+
+// Element offset of (row, 16-byte chunk) in a [kRows][kD] tile stored as
+// kD / 64 swizzled [kRows][64] blocks.
+template <int kRows>
+__device__ __forceinline__ int Swizzled(int row, int chunk) {
+  return (chunk / 8) * kRows * 64 + row * 64 + (((chunk % 8) ^ (row % 8)) << 3);
+}
+
+// Rows [row0, row0 + kRows) of a [seq][kD] matrix into a tile; rows at or
+// past `rows` are zero-filled.
+template <int kRows>
+__device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
+                                         long long stride, int row0, int rows) {
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool valid = row0 + r < rows;
+    const evt_elem* src = g + (valid ? (row0 + r) * stride : 0) + c * 8;
+    CpAsync16(SmemAddress(tile + Swizzled<kRows>(r, c)), src, valid);
+  }
+}
+
+// A wgmma shared-memory matrix descriptor of the 128-byte swizzle layout:
+// start address, leading and stride byte offsets (the stride between
+// 8-row groups, 1024 B here; the leading offset is unused by these shapes),
+// all in 16-byte units.
+__device__ __forceinline__ unsigned long long Descriptor(unsigned address) {
+  constexpr unsigned long long kGroup = (8 * kRowBytes) >> 4;
+  return ((address & 0x3FFFF) >> 4) | (kGroup << 16) | (kGroup << 32) |
+         (1ull << 62);
+}
+
+// Keeps the compiler from moving reads or writes of wgmma operands across
+// the asynchronous region.
+template <int kRows>
+__device__ __forceinline__ void FenceOperands(float (&r)[kRows][4]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+  }
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void WgmmaCommitAndWait() {
+  asm volatile(
+      "wgmma.commit_group.sync.aligned;\n"
+      "wgmma.wait_group.sync.aligned 0;\n" ::
+          : "memory");
+}
+
+#if EVT_BF16
+#define EVT_WGMMA_TYPES "bf16.bf16"
+#else
+#define EVT_WGMMA_TYPES "f16.f16"
+#endif
+
+// The 32 fp32 accumulators of one m64n64 wgmma per thread, as asm operands
+// %0..%31 (8 n8 tiles of 4).
+#define EVT_ACC_REGS                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
+  "%30, %31}"
+#define EVT_ACC_TILE(d, i) \
+  "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define EVT_ACC_OPERANDS(d)                                       \
+  EVT_ACC_TILE(d, 0), EVT_ACC_TILE(d, 1), EVT_ACC_TILE(d, 2),     \
+      EVT_ACC_TILE(d, 3), EVT_ACC_TILE(d, 4), EVT_ACC_TILE(d, 5), \
+      EVT_ACC_TILE(d, 6), EVT_ACC_TILE(d, 7)
+
+// d (64 x 64) = a (64 x 16, shared memory, K-major) * b (16 x 64, shared
+// memory, K-major: [n][k], like K) + (accumulate ? d : 0).
+__device__ __forceinline__ void WgmmaSS(float (&d)[8][4], unsigned long long a,
+                                        unsigned long long b, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." EVT_WGMMA_TYPES
+      " " EVT_ACC_REGS
+      ", %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : EVT_ACC_OPERANDS(d)
+      : "l"(a), "l"(b), "r"(accumulate ? 1 : 0));
+}
+
+// d (64 x 64) += a (64 x 16, registers: the mma m16n8k16 A fragment of each
+// warp's 16 rows) * b (16 x 64, shared memory, N-major: [k][n], like V).
+__device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,
+                                        unsigned long long b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." EVT_WGMMA_TYPES
+               " " EVT_ACC_REGS ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+               : EVT_ACC_OPERANDS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// The eight n8 tiles from tile 8 * i of a row of accumulator tiles.
+template <int kTiles>
+__device__ __forceinline__ float (&N64(float (&acc)[kTiles][4], int i))[8][4] {
+  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * i]);
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
+    attention_fwd(const __grid_constant__ AttentionParams p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // The swizzle pattern repeats every 1024 bytes of address.
+  evt_elem* q_tile = reinterpret_cast<evt_elem*>(
+      (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+  evt_elem* k_tiles = q_tile + kM * kD;
+  evt_elem* v_tiles = k_tiles + kStages * kN * kD;
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
+
+  // Stage Q; its group completes with the first K/V tile's.
+  LoadTile<kM>(q_tile, w.q, p.q_row_stride, w.q0, p.seq_q);
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < w.num_blocks) {
+      LoadTile<kN>(k_tiles + s * kN * kD, w.k, p.k_row_stride,
+                   (w.block0 + s) * kN, p.seq_k);
+      LoadTile<kN>(v_tiles + s * kN * kD, w.v, p.v_row_stride,
+                   (w.block0 + s) * kN, p.seq_k);
+    }
+    CpAsyncCommit();
+  }
+
+  const int warp_row0 = warp * 16;  // Warp w of warpgroup g: 64 g + 16 (w % 4).
+  const unsigned q_base = SmemAddress(q_tile);
+  float o_acc[1][kDTiles][4];
+  float row_max[1][2] = {{NegInf(), NegInf()}};
+  float row_sum[1][2] = {{0.f, 0.f}};
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o_acc[0][dt][i] = 0.f;
+  }
+
+  for (int j = 0; j < w.num_blocks; ++j) {
+    const int stage = j % kStages;
+    CpAsyncWait<kStages - 2>();
+    // The tensor cores read shared memory through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    // Refill the stage every thread finished reading in iteration j - 1.
+    const int next = j + kStages - 1;
+    if (next < w.num_blocks) {
+      const int s = next % kStages;
+      LoadTile<kN>(k_tiles + s * kN * kD, w.k, p.k_row_stride,
+                   (w.block0 + next) * kN, p.seq_k);
+      LoadTile<kN>(v_tiles + s * kN * kD, w.v, p.v_row_stride,
+                   (w.block0 + next) * kN, p.seq_k);
+    }
+    CpAsyncCommit();
+    const unsigned k_stage = SmemAddress(k_tiles + stage * kN * kD);
+    const unsigned v_stage = SmemAddress(v_tiles + stage * kN * kD);
+
+    // S = Q K^T, both operands from shared memory (Q kept in registers
+    // across iterations was found overwritten by ptxas 13.0 after the first
+    // tile's wgmma had read it). k-step ks reads the 16 columns at byte
+    // 32 * (ks % 4) of column block ks / 4; n64 chunk c keys 64 c ..
+    // 64 c + 63; warpgroup g its 64 rows of Q.
+    const unsigned q_group = q_base + (warp / 4) * 64 * kRowBytes;
+    float s_acc[1][kNTiles][4];
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const unsigned k_step = (ks / 4) * kN * kRowBytes + (ks % 4) * 32;
+      const unsigned long long q_desc =
+          Descriptor(q_group + (ks / 4) * kM * kRowBytes + (ks % 4) * 32);
+#pragma unroll
+      for (int c = 0; c < kN / 64; ++c) {
+        WgmmaSS(N64(s_acc[0], c), q_desc,
+                Descriptor(k_stage + k_step + c * 64 * kRowBytes), ks > 0);
+      }
+    }
+    WgmmaCommitAndWait();
+    FenceOperands(s_acc[0]);
+
+    const int kv0 = (w.block0 + j) * kN;
+    if (TileNeedsMask<kN>(p, w, kv0)) {
+      MaskTile(s_acc, p, kv0, w.q0 + warp_row0, w.shift, lane);
+    }
+    SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
+
+    // O += P V: for key step t, rows 16 t .. 16 t + 15 of the V tile; output
+    // columns 64 db .. 64 db + 63 from column block db.
+    unsigned pf[kN / 16][4];
+#pragma unroll
+    for (int t = 0; t < kN / 16; ++t) PackProbs(s_acc, 0, t, pf[t]);
+    WgmmaFence();
+#pragma unroll
+    for (int t = 0; t < kN / 16; ++t) {
+#pragma unroll
+      for (int db = 0; db < kD / 64; ++db) {
+        WgmmaRS(N64(o_acc[0], db), pf[t],
+                Descriptor(v_stage + db * kN * kRowBytes + t * 16 * kRowBytes));
+      }
+    }
+    WgmmaCommitAndWait();
+    FenceOperands(o_acc[0]);
+  }
+  CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
+
+  StoreOutput<kM, kD, 1, kSplits, kThreads>(p, w, w.q0 + warp_row0, o_acc,
+                                            row_max, row_sum, lane);
+}
