@@ -7,6 +7,21 @@
 
 namespace evotune {
 
+LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
+                               int64_t splits) {
+  const int64_t q_blocks = (p.seq_q + block_m - 1) / block_m;
+  LaunchGeometry g;
+  g.grid[0] = static_cast<int>(q_blocks * splits);
+  g.grid[1] = static_cast<int>(p.heads);
+  g.grid[2] = static_cast<int>(p.batch);
+  if (splits > 1) {
+    const int64_t heads = p.batch * p.heads;
+    g.workspace_floats = heads * splits * q_blocks * block_m * (p.head_dim + 2);
+    g.counters = heads * q_blocks;
+  }
+  return g;
+}
+
 absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
   if (std::find(t.head_dims.begin(), t.head_dims.end(), problem.head_dim) ==
       t.head_dims.end()) {

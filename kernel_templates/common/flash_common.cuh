@@ -37,6 +37,23 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Rows [row0, row0 + kRows) of a [seq][kD] matrix (row stride `stride`) into
+// a shared tile with 16-byte cp.async copies, chunk c of row r at element
+// offset(r, c); rows at or past `rows` are zero-filled.
+template <int kRows, int kD, int kThreads, class Offset>
+__device__ __forceinline__ void CopyRows(evt_elem* tile, const evt_elem* g,
+                                         long long stride, int row0, int rows,
+                                         Offset offset) {
+  constexpr int kChunks = kD / 8;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool valid = row0 + r < rows;
+    const evt_elem* src = g + (valid ? (row0 + r) * stride : 0) + c * 8;
+    CpAsync16(SmemAddress(tile + offset(r, c)), src, valid);
+  }
+}
+
 // The four 8x8 matrices of 16-bit elements whose rows lanes 0-7, 8-15,
 // 16-23 and 24-31 point at.
 __device__ __forceinline__ void LdMatrixX4(unsigned* r, unsigned addr) {

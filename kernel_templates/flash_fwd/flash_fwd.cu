@@ -58,7 +58,6 @@ constexpr bool kQInRegs = Q_IN_REGS != 0;
 constexpr int kSplits = KV_SPLITS;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMTiles = kM / (16 * kWarps);  // 16-row MMA tiles per warp.
-constexpr int kChunks = kD / 8;              // 16-byte chunks per row.
 constexpr int kKSteps = kD / 16;             // k-steps of Q K^T.
 constexpr int kNTiles = kN / 8;              // n8 tiles of S.
 constexpr int kDTiles = kD / 8;              // n8 tiles of O.
@@ -84,13 +83,7 @@ __device__ __forceinline__ int LaneChunk(int chunk, int lane) {
 template <int kRows>
 __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
                                          long long stride, int row0, int rows) {
-  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
-    const int r = idx / kChunks;
-    const int c = idx % kChunks;
-    const bool valid = row0 + r < rows;
-    const evt_elem* src = g + (valid ? (row0 + r) * stride : 0) + c * 8;
-    CpAsync16(SmemAddress(tile + Swizzled(r, c)), src, valid);
-  }
+  CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, Swizzled);
 }
 
 __device__ __forceinline__ void LdMatrixX4Trans(unsigned* r, unsigned addr) {

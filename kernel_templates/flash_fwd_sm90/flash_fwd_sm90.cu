@@ -48,7 +48,6 @@ constexpr int kD = HEAD_DIM;
 constexpr int kStages = STAGES;
 constexpr int kSplits = KV_SPLITS;
 constexpr int kThreads = 128 * WARPGROUPS;
-constexpr int kChunks = kD / 8;   // 16-byte chunks per row.
 constexpr int kKSteps = kD / 16;  // k-steps of Q K^T.
 constexpr int kNTiles = kN / 8;   // n8 tiles of S.
 constexpr int kDTiles = kD / 8;   // n8 tiles of O.
@@ -73,13 +72,7 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 template <int kRows>
 __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
                                          long long stride, int row0, int rows) {
-  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
-    const int r = idx / kChunks;
-    const int c = idx % kChunks;
-    const bool valid = row0 + r < rows;
-    const evt_elem* src = g + (valid ? (row0 + r) * stride : 0) + c * 8;
-    CpAsync16(SmemAddress(tile + Swizzled<kRows>(r, c)), src, valid);
-  }
+  CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, Swizzled<kRows>);
 }
 
 // A wgmma shared-memory matrix descriptor of the 128-byte swizzle layout:

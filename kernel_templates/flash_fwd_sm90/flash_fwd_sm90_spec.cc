@@ -49,23 +49,12 @@ KernelTemplate MakeFlashFwdSm90Template(std::string source, std::string hash) {
                 config(1, 64, 2, 4)};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = 64 * c.at("WARPGROUPS");
-    const int64_t splits = c.at("KV_SPLITS");
-    const int64_t q_blocks = (p.seq_q + block_m - 1) / block_m;
-    LaunchGeometry g;
-    g.grid[0] = static_cast<int>(q_blocks * splits);
-    g.grid[1] = static_cast<int>(p.heads);
-    g.grid[2] = static_cast<int>(p.batch);
+    LaunchGeometry g = SplitKvGeometry(p, block_m, c.at("KV_SPLITS"));
     g.block_threads = static_cast<int>(128 * c.at("WARPGROUPS"));
     // 1024 B to align the swizzled tiles.
     g.smem_bytes =
         (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2 +
         1024;
-    if (splits > 1) {
-      const int64_t heads = p.batch * p.heads;
-      g.workspace_floats =
-          heads * splits * q_blocks * block_m * (p.head_dim + 2);
-      g.counters = heads * q_blocks;
-    }
     return g;
   };
   return t;
