@@ -8,13 +8,13 @@
 namespace evotune {
 
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
-                               int64_t splits) {
+                               int64_t splits, SplitCombine combine) {
   const int64_t q_blocks = (p.seq_q + block_m - 1) / block_m;
   LaunchGeometry g;
   g.grid[0] = static_cast<int>(q_blocks * splits);
   g.grid[1] = static_cast<int>(p.heads);
   g.grid[2] = static_cast<int>(p.batch);
-  if (splits > 1) {
+  if (splits > 1 && combine == SplitCombine::kWorkspace) {
     const int64_t heads = p.batch * p.heads;
     g.workspace_floats = heads * splits * q_blocks * block_m * (p.head_dim + 2);
     g.counters = heads * q_blocks;

@@ -56,13 +56,18 @@ struct KernelTemplate {
   std::function<LaunchGeometry(const Config&, const Problem&)> geometry;
 };
 
+// Where the split-KV blocks of one query block combine their partial rows:
+// through a global workspace (the last block to finish combines), or in
+// the shared memory of the thread block cluster they form.
+enum class SplitCombine { kWorkspace, kCluster };
+
 // The grid and split-KV scratch of the FlashAttention-style templates
 // (kernel_templates/common/flash_common.cuh): grid (ceil(seq_q / block_m) *
-// splits, heads, batch), and with splits > 1 the fp32 workspace of partial
-// rows and the per-query-block counters. Threads and shared memory are left
-// to the caller.
+// splits, heads, batch), and with splits > 1 combined through the workspace
+// the fp32 workspace of partial rows and the per-query-block counters.
+// Threads and shared memory are left to the caller.
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
-                               int64_t splits);
+                               int64_t splits, SplitCombine combine);
 
 // OK when the template supports the problem's head_dim and dtype; otherwise
 // INVALID_ARGUMENT naming "problem.head_dim" or "problem.dtype".

@@ -227,6 +227,43 @@ __device__ __forceinline__ void PackProbs(const float (&s)[kMTiles][kNTiles][4],
   a[3] = Pack(s[mt][2 * t + 1][2], s[mt][2 * t + 1][3]);
 }
 
+// Eight output columns of one row from kSplits partial results: each
+// split's running max m (exp2 domain), row sum l and unnormalised columns
+// lo (0-3) and hi (4-7). A row no split saw a key for is zero.
+template <int kSplits>
+__device__ __forceinline__ uint4 CombineSplits(const float (&m)[kSplits],
+                                               const float (&l)[kSplits],
+                                               const float4 (&lo)[kSplits],
+                                               const float4 (&hi)[kSplits]) {
+  float mx = NegInf();
+#pragma unroll
+  for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
+  float total = 0.f;
+  float acc[8] = {};
+  if (mx != NegInf()) {
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+      const float w = Exp2(m[s] - mx);
+      total += l[s] * w;
+      acc[0] += lo[s].x * w;
+      acc[1] += lo[s].y * w;
+      acc[2] += lo[s].z * w;
+      acc[3] += lo[s].w * w;
+      acc[4] += hi[s].x * w;
+      acc[5] += hi[s].y * w;
+      acc[6] += hi[s].z * w;
+      acc[7] += hi[s].w * w;
+    }
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  uint4 packed;
+  packed.x = Pack(acc[0] * inv, acc[1] * inv);
+  packed.y = Pack(acc[2] * inv, acc[3] * inv);
+  packed.z = Pack(acc[4] * inv, acc[5] * inv);
+  packed.w = Pack(acc[6] * inv, acc[7] * inv);
+  return packed;
+}
+
 // Normalises and stores the output rows of a warp, from row0 (rows past
 // seq_q are never written). With kSplits > 1 it stores this split's
 // unnormalised rows with their max and sum (fp32) instead, and the block that
@@ -317,32 +354,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
         lo[s] = __ldcg(src);
         hi[s] = __ldcg(src + 1);
       }
-      float mx = NegInf();
-#pragma unroll
-      for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
-      float total = 0.f;
-      float acc[kVec] = {};
-      if (mx != NegInf()) {
-#pragma unroll
-        for (int s = 0; s < kSplits; ++s) {
-          const float w = Exp2(m[s] - mx);
-          total += l[s] * w;
-          acc[0] += lo[s].x * w;
-          acc[1] += lo[s].y * w;
-          acc[2] += lo[s].z * w;
-          acc[3] += lo[s].w * w;
-          acc[4] += hi[s].x * w;
-          acc[5] += hi[s].y * w;
-          acc[6] += hi[s].z * w;
-          acc[7] += hi[s].w * w;
-        }
-      }
-      const float inv = total > 0.f ? 1.f / total : 0.f;
-      uint4 packed;
-      packed.x = Pack(acc[0] * inv, acc[1] * inv);
-      packed.y = Pack(acc[2] * inv, acc[3] * inv);
-      packed.z = Pack(acc[4] * inv, acc[5] * inv);
-      packed.w = Pack(acc[6] * inv, acc[7] * inv);
+      const uint4 packed = CombineSplits(m, l, lo, hi);
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = packed;
     }
   }

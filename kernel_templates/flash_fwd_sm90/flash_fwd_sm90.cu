@@ -26,13 +26,16 @@
 //   STAGES      K/V tiles in flight in shared memory (2-3: the next tiles'
 //               loads overlap this tile's math).
 //   KV_SPLITS   blocks that share one query block's keys (split-KV, for
-//               problems with few heads x query blocks): each computes its
-//               range of key tiles, and the last to finish combines them
-//               through an fp32 workspace.
+//               problems with few heads x query blocks): they form a thread
+//               block cluster, each computes its range of key tiles, leaves
+//               its unnormalised rows in its shared memory and combines a
+//               slice of the rows from all of them (distributed shared
+//               memory, no global workspace).
 //   MIN_BLOCKS  blocks per SM the register allocation must allow.
 // Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
 //
-// Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
+// Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch), clusters of
+// (KV_SPLITS, 1, 1) blocks; block:
 // WARPGROUPS * 128 threads; dynamic shared memory
 // (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 + 1024 B (the 1024 aligns
 // the tiles).
@@ -152,6 +155,106 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
+// Address `address` of this block's shared memory at the same place in the
+// shared memory of block `rank` of the cluster.
+__device__ __forceinline__ unsigned ClusterAddress(unsigned address, int rank) {
+  unsigned mapped;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(mapped)
+               : "r"(address), "r"(rank));
+  return mapped;
+}
+
+__device__ __forceinline__ float4 LoadCluster4(unsigned address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float2 LoadCluster2(unsigned address) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
+// Every thread of every block of the cluster: writes before it are seen by
+// reads after it, shared memory of peers included.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+
+// Split-KV epilogue: the kSplits blocks of a cluster hold the unnormalised
+// output rows of the same query block over different keys. Each leaves its
+// rows (fp32, [kM][kD + 8]: the padding spreads a warp's stores over the
+// banks) and their (max, sum) in its shared memory `part`, where the tiles
+// were; then block `split` combines rows [split, split + 1) * kM / kSplits
+// from all of them and stores those.
+constexpr int kPartStride = kD + 8;
+static_assert(kM * (kPartStride + 2) * 4 <= (kM + 2 * kStages * kN) * kD * 2,
+              "partial rows fit where the tiles were");
+
+__device__ __forceinline__ void CombineInCluster(
+    const AttentionParams& p, const BlockPlan& w, float* part, int row0,
+    const float (&o_acc)[kDTiles][4], const float (&row_max)[2],
+    const float (&row_sum)[2], int lane) {
+  float* part_ml = part + kM * kPartStride;
+  __syncthreads();  // Every warpgroup is done with the tiles.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = QuadSum(row_sum[half]);
+    const int row = row0 + lane / 4 + half * 8;
+    float* out = part + row * kPartStride + (lane % 4) * 2;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      *reinterpret_cast<float2*>(out + dt * 8) =
+          make_float2(o_acc[dt][2 * half], o_acc[dt][2 * half + 1]);
+    }
+    if (lane % 4 == 0) {
+      *reinterpret_cast<float2*>(part_ml + row * 2) =
+          make_float2(row_max[half], sum);
+    }
+  }
+  ClusterSync();
+  unsigned peer_part[kSplits], peer_ml[kSplits];
+#pragma unroll
+  for (int s = 0; s < kSplits; ++s) {
+    peer_part[s] = ClusterAddress(SmemAddress(part), s);
+    peer_ml[s] = ClusterAddress(SmemAddress(part_ml), s);
+  }
+  evt_elem* o = static_cast<evt_elem*>(p.o) + w.b * p.o_batch_stride +
+                w.h * p.o_head_stride;
+  constexpr int kRows = kM / kSplits;
+  constexpr int kVecs = kD / 8;  // Eight columns per thread and step.
+  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+    const int row = w.split * kRows + idx / kVecs;
+    const int col = (idx % kVecs) * 8;
+    if (w.q0 + row >= p.seq_q) continue;
+    float m[kSplits], l[kSplits];
+    float4 lo[kSplits], hi[kSplits];
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+      const float2 ml = LoadCluster2(peer_ml[s] + row * 8);
+      m[s] = ml.x;
+      l[s] = ml.y;
+      const unsigned at = peer_part[s] + (row * kPartStride + col) * 4;
+      lo[s] = LoadCluster4(at);
+      hi[s] = LoadCluster4(at + 16);
+    }
+    *reinterpret_cast<uint4*>(o + (w.q0 + row) * p.o_row_stride + col) =
+        CombineSplits(m, l, lo, hi);
+  }
+  ClusterSync();  // No block leaves while a peer reads its rows.
+}
+
 // The eight n8 tiles from tile 8 * i of a row of accumulator tiles.
 template <int kTiles>
 __device__ __forceinline__ float (&N64(float (&acc)[kTiles][4], int i))[8][4] {
@@ -160,7 +263,14 @@ __device__ __forceinline__ float (&N64(float (&acc)[kTiles][4], int i))[8][4] {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
+#if KV_SPLITS > 1
+#define EVT_CLUSTER_DIMS __cluster_dims__(KV_SPLITS, 1, 1)
+#else
+#define EVT_CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
+                                                              MIN_BLOCKS)
     attention_fwd(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // The swizzle pattern repeats every 1024 bytes of address.
@@ -262,6 +372,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  StoreOutput<kM, kD, 1, kSplits, kThreads>(p, w, w.q0 + warp_row0, o_acc,
-                                            row_max, row_sum, lane);
+  if constexpr (kSplits == 1) {
+    StoreOutput<kM, kD, 1, 1, kThreads>(p, w, w.q0 + warp_row0, o_acc, row_max,
+                                        row_sum, lane);
+  } else {
+    CombineInCluster(p, w, reinterpret_cast<float*>(q_tile), warp_row0,
+                     o_acc[0], row_max[0], row_sum[0], lane);
+  }
 }

@@ -87,22 +87,27 @@ TEST(KernelTemplateTest, ArchitectureSpecificTemplatesNeedTheirDevice) {
       CheckDevice(*TemplateRegistry::Builtin().Find("flash_fwd"), l4).ok());
 }
 
-// Grid over query blocks x splits, heads, batch; scratch only with splits.
+// Grid over query blocks x splits, heads, batch; scratch only with splits
+// that combine through it.
 TEST(KernelTemplateTest, SplitKvGeometrySizesGridAndScratch) {
   Problem p = SeedProblem();
   p.batch = 2;
   p.seq_q = 100;  // Two query blocks of 64.
-  LaunchGeometry one = SplitKvGeometry(p, 64, 1);
+  LaunchGeometry one = SplitKvGeometry(p, 64, 1, SplitCombine::kWorkspace);
   EXPECT_EQ(one.grid[0], 2);
   EXPECT_EQ(one.grid[1], 8);
   EXPECT_EQ(one.grid[2], 2);
   EXPECT_EQ(one.workspace_floats, 0);
   EXPECT_EQ(one.counters, 0);
-  LaunchGeometry four = SplitKvGeometry(p, 64, 4);
+  LaunchGeometry four = SplitKvGeometry(p, 64, 4, SplitCombine::kWorkspace);
   EXPECT_EQ(four.grid[0], 8);
   // Partial rows (head_dim) plus max and sum per row of every split.
   EXPECT_EQ(four.workspace_floats, 2 * 8 * 4 * 2 * 64 * (64 + 2));
   EXPECT_EQ(four.counters, 2 * 8 * 2);
+  LaunchGeometry cluster = SplitKvGeometry(p, 64, 4, SplitCombine::kCluster);
+  EXPECT_EQ(cluster.grid[0], 8);
+  EXPECT_EQ(cluster.workspace_floats, 0);
+  EXPECT_EQ(cluster.counters, 0);
 }
 
 TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {
