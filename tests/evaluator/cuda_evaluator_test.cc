@@ -148,6 +148,100 @@ TEST_F(CudaEvaluatorTest, EveryConfigOfFlashFwdSm90IsCorrect) {
   }
 }
 
+// Pipeline races (a stage refilled before every warp read it, a wait count
+// off by one, a missing barrier) show as output that changes between runs:
+// 100 runs of configs of the tensor-core templates, on problems long enough
+// for the K/V ring of every config to wrap several times, give the same bits.
+TEST(CudaEvaluatorStressTest, AHundredRunsGiveTheSameBits) {
+  CudaEvaluatorOptions options;
+  options.repeat_runs = 100;
+  absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(options);
+  if (!e.ok()) GTEST_SKIP() << e.status().message();
+  Evaluator& evaluator = **e;
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  for (const char* name : {"flash_fwd", "flash_fwd_sm90"}) {
+    const KernelTemplate& t = *registry.Find(name);
+    if (!CheckDevice(t, evaluator.device().limits).ok()) continue;
+    std::mt19937 gen(7);
+    for (int64_t d : {64, 128}) {
+      Problem p;
+      p.heads = 4;
+      p.kv_heads = 2;
+      p.seq_q = 300;
+      p.seq_k = 2000;  // > 3 rings of the largest tiles (3 x 192 keys).
+      p.head_dim = d;
+      p.causal = d == 128;
+      p.dtype = d == 64 ? DType::kFp16 : DType::kBf16;
+      std::vector<Config> feasible =
+          FeasibleConfigs(t, p, evaluator.device().limits);
+      std::shuffle(feasible.begin(), feasible.end(), gen);
+      int checked = 0;
+      for (const Config& c : feasible) {
+        absl::StatusOr<TrialResult> r = evaluator.Evaluate(t, c, p);
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (r->status == TrialStatus::kResourceRejected) continue;
+        EXPECT_EQ(r->status, TrialStatus::kOk)
+            << name << " " << ProblemKey(p) << " " << ConfigKey(c) << ": "
+            << r->error;
+        if (++checked == 4) break;
+      }
+      EXPECT_EQ(checked, 4) << name << " " << ProblemKey(p);
+    }
+  }
+}
+
+// Small problems for compute-sanitizer (tests/evaluator/sanitizer_test.sh
+// runs this test under racecheck and memcheck): every template, split and
+// unsplit, with a ring that wraps and a tail tile.
+TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  const std::vector<std::pair<const char*, Config>> cases = {
+      {"naive", {{"KV_TILE", 32}, {"WARPS", 4}}},
+      {"flash_fwd",
+       {{"BLOCK_M", 64},
+        {"BLOCK_N", 64},
+        {"KV_SPLITS", 1},
+        {"MIN_BLOCKS", 1},
+        {"NUM_WARPS", 4},
+        {"Q_IN_REGS", 1},
+        {"STAGES", 2}}},
+      {"flash_fwd",
+       {{"BLOCK_M", 128},
+        {"BLOCK_N", 32},
+        {"KV_SPLITS", 2},
+        {"MIN_BLOCKS", 1},
+        {"NUM_WARPS", 8},
+        {"Q_IN_REGS", 0},
+        {"STAGES", 3}}},
+      {"flash_fwd_sm90",
+       {{"BLOCK_N", 64},
+        {"KV_SPLITS", 1},
+        {"MIN_BLOCKS", 1},
+        {"STAGES", 2},
+        {"WARPGROUPS", 2}}},
+      {"flash_fwd_sm90",
+       {{"BLOCK_N", 64},
+        {"KV_SPLITS", 2},
+        {"MIN_BLOCKS", 1},
+        {"STAGES", 3},
+        {"WARPGROUPS", 1}}},
+  };
+  for (const auto& [name, c] : cases) {
+    const KernelTemplate& t = *registry.Find(name);
+    if (!CheckDevice(t, evaluator_->device().limits).ok()) continue;
+    Problem p;
+    p.heads = 2;
+    p.kv_heads = 1;
+    p.seq_q = 100;
+    p.seq_k = 450;  // Seven tiles of 64, the last one partial.
+    p.causal = true;
+    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, TrialStatus::kOk)
+        << name << " " << ConfigKey(c) << ": " << r->error;
+  }
+}
+
 TEST_F(CudaEvaluatorTest, AWrongKernelIsIncorrectNotOk) {
   KernelTemplate wrong = *TemplateRegistry::Builtin().Find("naive");
   // Drop the softmax normalisation: the output is off by the row sum.

@@ -24,8 +24,6 @@ namespace {
 constexpr double kMinSampleUs = 100.0;
 constexpr int kCheckedRows = 192;
 constexpr int kCheckedHeads = 4;
-// Extra runs on the same inputs whose output must match bit for bit.
-constexpr int kRepeatRuns = 2;
 constexpr float kVOffset = 0.5f;
 
 struct InputSeeds {
@@ -64,6 +62,7 @@ class CudaEvaluator : public Evaluator {
       : d_(d),
         ctx_(ctx),
         info_(std::move(info)),
+        repeat_runs_(options.repeat_runs),
         cubins_(options.cache_dir, ArchName(info_.cc_major, info_.cc_minor),
                 options.compile_threads) {}
 
@@ -246,7 +245,7 @@ class CudaEvaluator : public Evaluator {
     }
     // A race shows as output that changes between runs on the same inputs:
     // run again on a re-poisoned output and require the same bits.
-    for (int repeat = 0; repeat < kRepeatRuns; ++repeat) {
+    for (int repeat = 0; repeat < repeat_runs_; ++repeat) {
       d_->cuMemsetD16(o.get(), nan_bits, q_elems);
       if (CUresult r = launch(); r != CUDA_SUCCESS) {
         return Rejected(TrialStatus::kResourceRejected,
@@ -448,6 +447,7 @@ class CudaEvaluator : public Evaluator {
   const CudaDriver* d_;
   CUcontext ctx_;
   DeviceInfo info_;
+  int repeat_runs_;
   CubinCache cubins_;
   std::mt19937_64 rng_{std::random_device{}()};
   std::string fill_cubin_;

@@ -10,7 +10,7 @@
 //      a config that spills is rejected              -> resource_rejected
 //   4. correctness: output poisoned with NaN, inputs
 //      random and nonzero, every element finite, the
-//      same bits on two more runs (races), and
+//      same bits on repeat_runs more runs (races), and
 //      sampled rows within tolerance of the reference -> incorrect
 //   5. timing: warm-up, then >= 10 samples of enough back-to-back launches
 //      to last >= 100 us each; median, min, p90 and CV per launch.
@@ -34,6 +34,9 @@ struct CudaEvaluatorOptions {
   std::string cache_dir;
   // Background compile threads for Prefetch.
   int compile_threads = 4;
+  // Extra runs on the same inputs whose output must match the first bit
+  // for bit (a race shows as output that changes between runs).
+  int repeat_runs = 2;
 };
 
 // UNAVAILABLE "no CUDA device: ..." when the driver or device is missing.
