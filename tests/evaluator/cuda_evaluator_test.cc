@@ -242,6 +242,23 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
   }
 }
 
+// Not run by itself: sanitizer_test.sh runs it under racecheck and requires
+// the planted race (naive without the barrier before a K/V tile is
+// overwritten) to be reported, so a racecheck that sees nothing fails.
+TEST_F(CudaEvaluatorTest, DISABLED_PlantedRaceForTheSanitizer) {
+  KernelTemplate racy = *TemplateRegistry::Builtin().Find("naive");
+  const std::string from = "__syncthreads();\n    for (int idx";
+  const size_t at = racy.source.find(from);
+  ASSERT_NE(at, std::string::npos);
+  racy.source.replace(at, from.size(), "for (int idx");
+  Problem p;
+  p.heads = p.kv_heads = 2;
+  p.seq_q = p.seq_k = 100;
+  absl::StatusOr<TrialResult> r =
+      evaluator_->Evaluate(racy, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
 TEST_F(CudaEvaluatorTest, AWrongKernelIsIncorrectNotOk) {
   KernelTemplate wrong = *TemplateRegistry::Builtin().Find("naive");
   // Drop the softmax normalisation: the output is off by the row sum.
