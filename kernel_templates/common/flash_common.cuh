@@ -227,6 +227,34 @@ __device__ __forceinline__ void PackProbs(const float (&s)[kMTiles][kNTiles][4],
   a[3] = Pack(s[mt][2 * t + 1][2], s[mt][2 * t + 1][3]);
 }
 
+// A warp's unnormalised output rows (fp32; row r at part + r * stride) and
+// their (max, sum) (at ml + 2 r), for split-KV: rows numbered from row0.
+template <int kMTiles, int kDTiles>
+__device__ __forceinline__ void StorePartialRows(
+    float* part, int stride, float* ml, int row0,
+    const float (&o_acc)[kMTiles][kDTiles][4],
+    const float (&row_max)[kMTiles][2], const float (&row_sum)[kMTiles][2],
+    int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = QuadSum(row_sum[mt][half]);
+      const int row = row0 + mt * 16 + lane / 4 + half * 8;
+      float* out = part + static_cast<long long>(row) * stride + (lane % 4) * 2;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        *reinterpret_cast<float2*>(out + dt * 8) =
+            make_float2(o_acc[mt][dt][2 * half], o_acc[mt][dt][2 * half + 1]);
+      }
+      if (lane % 4 == 0) {
+        *reinterpret_cast<float2*>(ml + row * 2) =
+            make_float2(row_max[mt][half], sum);
+      }
+    }
+  }
+}
+
 // Eight output columns of one row from kSplits partial results: each
 // split's running max m (exp2 domain), row sum l and unnormalised columns
 // lo (0-3) and hi (4-7). A row no split saw a key for is zero.
@@ -304,24 +332,8 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
     float* part_ml =
         p.workspace + p.batch * p.heads * (long long)kSplits * q_rows * kD;
     const long long mine = (head * kSplits + t.split) * q_rows;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float sum = QuadSum(row_sum[mt][half]);
-        const int row = row0 + mt * 16 + lane / 4 + half * 8;
-        float* out = part_o + (mine + row) * kD + (lane % 4) * 2;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          *reinterpret_cast<float2*>(out + dt * 8) =
-              make_float2(o_acc[mt][dt][2 * half], o_acc[mt][dt][2 * half + 1]);
-        }
-        if (lane % 4 == 0) {
-          *reinterpret_cast<float2*>(part_ml + (mine + row) * 2) =
-              make_float2(row_max[mt][half], sum);
-        }
-      }
-    }
+    StorePartialRows(part_o + mine * kD, kD, part_ml + mine * 2, row0, o_acc,
+                     row_max, row_sum, lane);
     // Publish, then count this split in; the last one combines.
     __threadfence();
     __syncthreads();

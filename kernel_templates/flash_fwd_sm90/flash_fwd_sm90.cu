@@ -204,25 +204,12 @@ static_assert(kM * (kPartStride + 2) * 4 <= (kM + 2 * kStages * kN) * kD * 2,
 
 __device__ __forceinline__ void CombineInCluster(
     const AttentionParams& p, const BlockPlan& w, float* part, int row0,
-    const float (&o_acc)[kDTiles][4], const float (&row_max)[2],
-    const float (&row_sum)[2], int lane) {
+    const float (&o_acc)[1][kDTiles][4], const float (&row_max)[1][2],
+    const float (&row_sum)[1][2], int lane) {
   float* part_ml = part + kM * kPartStride;
   __syncthreads();  // Every warpgroup is done with the tiles.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float sum = QuadSum(row_sum[half]);
-    const int row = row0 + lane / 4 + half * 8;
-    float* out = part + row * kPartStride + (lane % 4) * 2;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      *reinterpret_cast<float2*>(out + dt * 8) =
-          make_float2(o_acc[dt][2 * half], o_acc[dt][2 * half + 1]);
-    }
-    if (lane % 4 == 0) {
-      *reinterpret_cast<float2*>(part_ml + row * 2) =
-          make_float2(row_max[half], sum);
-    }
-  }
+  StorePartialRows(part, kPartStride, part_ml, row0, o_acc, row_max, row_sum,
+                   lane);
   ClusterSync();
   unsigned peer_part[kSplits], peer_ml[kSplits];
 #pragma unroll
@@ -376,7 +363,7 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
     StoreOutput<kM, kD, 1, 1, kThreads>(p, w, w.q0 + warp_row0, o_acc, row_max,
                                         row_sum, lane);
   } else {
-    CombineInCluster(p, w, reinterpret_cast<float*>(q_tile), warp_row0,
-                     o_acc[0], row_max[0], row_sum[0], lane);
+    CombineInCluster(p, w, reinterpret_cast<float*>(q_tile), warp_row0, o_acc,
+                     row_max, row_sum, lane);
   }
 }

@@ -4,11 +4,25 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
 
 namespace evotune {
 namespace {
+
+// The naive template with one piece of its source replaced; NOT_FOUND when
+// the piece is not there (the template changed under the test).
+absl::StatusOr<KernelTemplate> EditedNaive(const std::string& from,
+                                           const std::string& to) {
+  KernelTemplate t = *TemplateRegistry::Builtin().Find("naive");
+  const size_t at = t.source.find(from);
+  if (at == std::string::npos) {
+    return absl::NotFoundError(absl::StrCat("not in naive: ", from));
+  }
+  t.source.replace(at, from.size(), to);
+  return t;
+}
 
 class CudaEvaluatorTest : public ::testing::Test {
  protected:
@@ -246,48 +260,41 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
 // the planted race (naive without the barrier before a K/V tile is
 // overwritten) to be reported, so a racecheck that sees nothing fails.
 TEST_F(CudaEvaluatorTest, DISABLED_PlantedRaceForTheSanitizer) {
-  KernelTemplate racy = *TemplateRegistry::Builtin().Find("naive");
-  const std::string from = "__syncthreads();\n    for (int idx";
-  const size_t at = racy.source.find(from);
-  ASSERT_NE(at, std::string::npos);
-  racy.source.replace(at, from.size(), "for (int idx");
+  absl::StatusOr<KernelTemplate> racy =
+      EditedNaive("__syncthreads();\n    for (int idx", "for (int idx");
+  ASSERT_TRUE(racy.ok()) << racy.status();
   Problem p;
   p.heads = p.kv_heads = 2;
   p.seq_q = p.seq_k = 100;
   absl::StatusOr<TrialResult> r =
-      evaluator_->Evaluate(racy, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
+      evaluator_->Evaluate(*racy, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
   ASSERT_TRUE(r.ok()) << r.status();
 }
 
 TEST_F(CudaEvaluatorTest, AWrongKernelIsIncorrectNotOk) {
-  KernelTemplate wrong = *TemplateRegistry::Builtin().Find("naive");
   // Drop the softmax normalisation: the output is off by the row sum.
-  const std::string from = "row_sum > 0.f ? 1.f / row_sum : 0.f";
-  const size_t at = wrong.source.find(from);
-  ASSERT_NE(at, std::string::npos);
-  wrong.source.replace(at, from.size(), "1.f");
+  absl::StatusOr<KernelTemplate> wrong =
+      EditedNaive("row_sum > 0.f ? 1.f / row_sum : 0.f", "1.f");
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
   Problem p;
   p.heads = p.kv_heads = 2;
   p.seq_q = p.seq_k = 64;
   absl::StatusOr<TrialResult> r =
-      evaluator_->Evaluate(wrong, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
+      evaluator_->Evaluate(*wrong, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
 }
 
 TEST_F(CudaEvaluatorTest, AnUnwrittenRowIsCaught) {
-  KernelTemplate lazy = *TemplateRegistry::Builtin().Find("naive");
-  const std::string from = "if (!active) return;\n  evt_elem* o";
-  const size_t at = lazy.source.find(from);
-  ASSERT_NE(at, std::string::npos);
-  lazy.source.replace(
-      at, from.size(),
-      "if (!active || row == p.seq_q - 1) return;\n  evt_elem* o");
+  absl::StatusOr<KernelTemplate> lazy =
+      EditedNaive("if (!active) return;\n  evt_elem* o",
+                  "if (!active || row == p.seq_q - 1) return;\n  evt_elem* o");
+  ASSERT_TRUE(lazy.ok()) << lazy.status();
   Problem p;
   p.heads = p.kv_heads = 2;
   p.seq_q = p.seq_k = 100;
   absl::StatusOr<TrialResult> r =
-      evaluator_->Evaluate(lazy, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
+      evaluator_->Evaluate(*lazy, {{"KV_TILE", 32}, {"WARPS", 4}}, p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
 }
@@ -296,18 +303,15 @@ TEST_F(CudaEvaluatorTest, AnUnwrittenRowIsCaught) {
 // on a rarely contended value would) passes the reference comparison but
 // not the repeat gate.
 TEST_F(CudaEvaluatorTest, OutputThatChangesBetweenRunsIsCaught) {
-  KernelTemplate flaky = *TemplateRegistry::Builtin().Find("naive");
-  const std::string from = "evt_from_float(acc[i] * inv)";
-  const size_t at = flaky.source.find(from);
-  ASSERT_NE(at, std::string::npos);
-  flaky.source.replace(
-      at, from.size(),
+  absl::StatusOr<KernelTemplate> flaky = EditedNaive(
+      "evt_from_float(acc[i] * inv)",
       "evt_from_float(acc[i] * inv + ((clock() >> 4) & 1) * 2e-3f)");
+  ASSERT_TRUE(flaky.ok()) << flaky.status();
   Problem p;
   p.heads = p.kv_heads = 4;
   p.seq_q = p.seq_k = 1000;
   absl::StatusOr<TrialResult> r =
-      evaluator_->Evaluate(flaky, {{"KV_TILE", 64}, {"WARPS", 4}}, p);
+      evaluator_->Evaluate(*flaky, {{"KV_TILE", 64}, {"WARPS", 4}}, p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, TrialStatus::kIncorrect) << r->error;
   EXPECT_NE(r->error.find("differs between runs"), std::string::npos)
