@@ -7,11 +7,14 @@
 //   query_best_bench --db=PATH --address=127.0.0.1:PORT --rate=5000
 //   --seconds=20
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -88,6 +91,21 @@ int Populate(ResultStore& store, int64_t want, int per_problem) {
   return 0;
 }
 
+// CPU time the hypervisor gave to other guests, summed over all CPUs, in ms
+// (the "steal" column of /proc/stat); -1 where the kernel does not say. On a
+// VM, steal during a run shows as stalls that no server design can avoid.
+double StealMs() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  int64_t user, nice, system, idle, iowait, irq, softirq, steal;
+  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >>
+        softirq >> steal) ||
+      cpu != "cpu") {
+    return -1;
+  }
+  return 1000.0 * steal / sysconf(_SC_CLK_TCK);
+}
+
 // One sender thread issues each request when it is due through the callback
 // API, so a slow answer never delays the next request (open loop).
 int Load(int64_t problems) {
@@ -113,6 +131,7 @@ int Load(int64_t problems) {
   std::atomic<int64_t> errors{0}, wrong{0}, finished{0};
   std::vector<std::unique_ptr<Call>> calls(total);
   std::mt19937_64 gen(1);
+  const double steal_before = StealMs();
   const absl::Time start = absl::Now() + absl::Milliseconds(200);
   for (int64_t i = 0; i < total; ++i) {
     auto call = std::make_unique<Call>();
@@ -157,6 +176,10 @@ int Load(int64_t problems) {
       static_cast<long long>(wrong.load()));
   report("latency from due ", from_due);
   report("latency from sent", from_sent);
+  if (const double steal = StealMs(); steal >= 0 && steal_before >= 0) {
+    std::printf("hypervisor steal during the run: %.0f CPU-ms\n",
+                steal - steal_before);
+  }
   return errors == 0 && wrong == 0 ? 0 : 1;
 }
 

@@ -77,20 +77,16 @@ grpc::Status GrpcTuner::CancelJob(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* GrpcTuner::QueryBest(grpc::CallbackServerContext* ctx,
-                                               const v1::QueryBestRequest* req,
-                                               v1::QueryBestResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish([&]() -> grpc::Status {
-    if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
-    absl::StatusOr<BestQuery> query = BestQueryFromProto(*req);
-    if (!query.ok()) return ToGrpcStatus(query.status());
-    absl::StatusOr<BestAnswer> answer = service_->QueryBest(*query);
-    if (!answer.ok()) return ToGrpcStatus(answer.status());
-    *resp = BestToProto(*answer);
-    return grpc::Status::OK;
-  }());
-  return reactor;
+grpc::Status GrpcTuner::QueryBest(grpc::ServerContext* ctx,
+                                  const v1::QueryBestRequest* req,
+                                  v1::QueryBestResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<BestQuery> query = BestQueryFromProto(*req);
+  if (!query.ok()) return ToGrpcStatus(query.status());
+  absl::StatusOr<BestAnswer> answer = service_->QueryBest(*query);
+  if (!answer.ok()) return ToGrpcStatus(answer.status());
+  *resp = BestToProto(*answer);
+  return grpc::Status::OK;
 }
 
 grpc::Status GrpcTuner::ListTemplates(grpc::ServerContext* ctx,

@@ -10,11 +10,9 @@
 
 namespace evotune {
 
-// QueryBest, the hot read path, uses the callback API: it runs inline on
-// gRPC's event threads (it is one indexed lookup), which saves the hand-off to
-// a worker thread that the synchronous API costs on every call.
-class GrpcTuner final
-    : public v1::Tuner::WithCallbackMethod_QueryBest<v1::Tuner::Service> {
+// Every method uses the synchronous API: with gRPC 1.51 it answers QueryBest,
+// the hot read path, faster than the callback API (bench/RESULTS.md).
+class GrpcTuner final : public v1::Tuner::Service {
  public:
   // An empty token disables authentication. service must outlive this.
   GrpcTuner(TuningService* service, std::string token);
@@ -33,9 +31,9 @@ class GrpcTuner final
   grpc::Status CancelJob(grpc::ServerContext* ctx,
                          const v1::CancelJobRequest* req,
                          v1::Job* resp) override;
-  grpc::ServerUnaryReactor* QueryBest(grpc::CallbackServerContext* ctx,
-                                      const v1::QueryBestRequest* req,
-                                      v1::QueryBestResponse* resp) override;
+  grpc::Status QueryBest(grpc::ServerContext* ctx,
+                         const v1::QueryBestRequest* req,
+                         v1::QueryBestResponse* resp) override;
   grpc::Status ListTemplates(grpc::ServerContext* ctx,
                              const v1::ListTemplatesRequest* req,
                              v1::ListTemplatesResponse* resp) override;
