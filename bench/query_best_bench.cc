@@ -6,6 +6,7 @@
 //   query_best_bench --db=PATH --trials=1000000 --populate_only
 //   query_best_bench --db=PATH --address=127.0.0.1:PORT --rate=5000
 //   --seconds=20
+//   query_best_bench --db=PATH --in_process=20000   (the store alone, no RPC)
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -35,6 +36,9 @@ ABSL_FLAG(std::string, address, "", "evotuned address");
 ABSL_FLAG(double, rate, 5000, "requests per second");
 ABSL_FLAG(double, seconds, 20, "duration of the load");
 ABSL_FLAG(int, threads, 4, "client connections");
+ABSL_FLAG(int, in_process, 0,
+          "instead of a load over gRPC, time this many ResultStore::TopK "
+          "calls on one thread");
 
 namespace evotune {
 namespace {
@@ -88,6 +92,37 @@ int Populate(ResultStore& store, int64_t want, int per_problem) {
   std::printf("store holds %lld trials (filled in %.1f s)\n",
               static_cast<long long>(*store.CountTrials()),
               absl::ToDoubleSeconds(absl::Now() - start));
+  return 0;
+}
+
+void Report(const char* what, std::vector<double> all) {
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double q) {
+    return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))];
+  };
+  std::printf("%s us: p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
+              what, pct(0.5), pct(0.9), pct(0.99), pct(0.999), all.back());
+}
+
+// The store alone: TopK for random problems, one after another.
+int InProcess(ResultStore& store, int64_t problems, int queries) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  SyntheticEvaluator synthetic({});
+  std::mt19937_64 gen(1);
+  std::vector<double> us;
+  for (int i = 0; i < queries; ++i) {
+    const Problem p = ProblemNumber(gen() % problems);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<RankedTrial>> top =
+        store.TopK(synthetic.device(), p, {{t.name, t.hash}}, 5);
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    if (!top.ok() || top->size() != 5) {
+      std::fprintf(stderr, "TopK: %s\n",
+                   top.ok() ? "wrong answer" : top.status().ToString().c_str());
+      return 1;
+    }
+  }
+  Report("ResultStore::TopK", us);
   return 0;
 }
 
@@ -163,21 +198,13 @@ int Load(int64_t problems) {
   }
   while (finished < total) absl::SleepFor(absl::Milliseconds(1));
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-  auto report = [](const char* what, std::vector<double> all) {
-    std::sort(all.begin(), all.end());
-    auto pct = [&](double q) {
-      return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))];
-    };
-    std::printf("%s us: p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n",
-                what, pct(0.5), pct(0.9), pct(0.99), pct(0.999), all.back());
-  };
   std::printf(
       "requests %lld  achieved %.0f req/s  errors %lld  wrong answers %lld\n",
       static_cast<long long>(total), total / wall,
       static_cast<long long>(errors.load()),
       static_cast<long long>(wrong.load()));
-  report("latency from due ", from_due);
-  report("latency from sent", from_sent);
+  Report("latency from due ", from_due);
+  Report("latency from sent", from_sent);
   if (const double steal = StealMs(); steal >= 0 && steal_before >= 0) {
     std::printf("hypervisor steal during the run: %.0f CPU-ms\n",
                 steal - steal_before);
@@ -213,6 +240,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     return evotune::Populate(**store, absl::GetFlag(FLAGS_trials), per_problem);
+  }
+  if (const int queries = absl::GetFlag(FLAGS_in_process); queries > 0) {
+    auto store = evotune::ResultStore::Open(db);
+    if (!store.ok()) {
+      std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+      return 1;
+    }
+    return evotune::InProcess(**store, problems, queries);
   }
   return evotune::Load(problems);
 }

@@ -251,9 +251,9 @@ absl::StatusOr<ResultStore::Reader> ResultStore::AcquireReader() {
   }
   absl::StatusOr<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(path_);
   if (!db.ok()) return db.status();
-  // Readers map the file: a page is then a memory access instead of a read()
-  // into each connection's own cache, which halves TopK on a store larger
-  // than that cache (bench/RESULTS.md). The writer keeps plain I/O.
+  // Readers map the file: a page missing from the connection's own cache is
+  // then a memory access instead of a read() call (TopK in bench/RESULTS.md).
+  // The writer keeps plain I/O.
   if (absl::Status s = (*db)->Exec(absl::StrCat(
           "PRAGMA query_only=ON; PRAGMA mmap_size=", kReaderMmapBytes));
       !s.ok()) {
