@@ -35,7 +35,7 @@ ABSL_FLAG(bool, populate_only, false, "fill the store and exit");
 ABSL_FLAG(std::string, address, "", "evotuned address");
 ABSL_FLAG(double, rate, 5000, "requests per second");
 ABSL_FLAG(double, seconds, 20, "duration of the load");
-ABSL_FLAG(int, threads, 4, "client connections");
+ABSL_FLAG(int, threads, 16, "client connections");
 ABSL_FLAG(int, in_process, 0,
           "instead of a load over gRPC, time this many ResultStore::TopK "
           "calls on one thread");
