@@ -107,12 +107,14 @@ TEST(WorkerPoolTest, LeasesRunAndReportResults) {
 }
 
 TEST(WorkerPoolTest, OnlyMatchingWorkersGetATask) {
+  // The trial stays leased until the pool closes, which fails it: its
+  // outcome must outlive the pool.
+  Outcome o;
   WorkerPool pool(Fast());
   const std::string other =
       *pool.Register(WorkerInfo{"other", Gpu("Other GPU"), {{"naive", "h1"}}});
   const std::string old_hash =
       *pool.Register(WorkerInfo{"old", Gpu(), {{"naive", "h0"}}});
-  Outcome o;
   pool.Start(Task(4), o.Callback());
   for (const std::string& w : {other, old_hash}) {
     absl::StatusOr<std::optional<LeasedTask>> l =

@@ -355,7 +355,7 @@ void WorkerPool::SetNoWorkerReason(std::string reason) {
   no_worker_reason_ = std::move(reason);
 }
 
-void WorkerPool::DropWorker(const std::string& worker_id,
+void WorkerPool::DropWorker(std::string worker_id,
                             const std::string& reason, Finished* finished) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;

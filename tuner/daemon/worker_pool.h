@@ -137,8 +137,9 @@ class WorkerPool : public TrialRunner {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordDuration(const TrialTask& t, absl::Duration d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the worker; its trial counts a crash.
-  void DropWorker(const std::string& worker_id, const std::string& reason,
+  // Drops the worker; its trial counts a crash. `worker_id` is taken by
+  // value: callers pass keys of workers_, which this erases.
+  void DropWorker(std::string worker_id, const std::string& reason,
                   Finished* finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountCrash(uint64_t id, const std::string& reason, Finished* finished)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
