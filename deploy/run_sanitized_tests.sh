@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds evotune with AddressSanitizer, LeakSanitizer and
+# UndefinedBehaviorSanitizer (build-asan/, Debug) and runs every test that
+# needs no GPU under them; any report fails its test. GPU kernels have their
+# own checker (compute-sanitizer, the cuda_sanitizers test).
+#
+#   deploy/run_sanitized_tests.sh [ctest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+[ -f build-asan/CMakeCache.txt ] ||
+  cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug \
+    -DEVOTUNE_SANITIZE=address
+cmake --build build-asan -j"$(nproc)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE gpu "$@"
