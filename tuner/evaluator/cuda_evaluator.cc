@@ -140,16 +140,28 @@ class CudaEvaluator : public Evaluator {
                        " B of local memory per thread (", regs, " registers)"));
     }
     const LaunchGeometry g = t.geometry(config, p);
-    if (g.smem_bytes > 48 * 1024) {
-      if (absl::Status s =
-              d_->Check(d_->cuFuncSetAttribute(
-                            fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            static_cast<int>(g.smem_bytes)),
-                        "cuFuncSetAttribute");
-          !s.ok()) {
-        return Rejected(TrialStatus::kResourceRejected,
-                        std::string(s.message()));
-      }
+    // Static shared memory (a kernel's own __shared__ variables) counts
+    // against the same per-block limit as the dynamic amount, and the
+    // dynamic limit must be raised whenever the two exceed the default 48 KB
+    // together, so it is always set.
+    int static_smem = 0;
+    d_->cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                           fn);
+    if (g.smem_bytes + static_smem > info_.limits.smem_per_block_bytes) {
+      return Rejected(
+          TrialStatus::kResourceRejected,
+          absl::StrCat(g.smem_bytes, " B of dynamic and ", static_smem,
+                       " B of static shared memory exceed the limit ",
+                       info_.limits.smem_per_block_bytes, " B per block"));
+    }
+    if (absl::Status s =
+            d_->Check(d_->cuFuncSetAttribute(
+                          fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                          static_cast<int>(g.smem_bytes)),
+                      "cuFuncSetAttribute");
+        !s.ok()) {
+      return Rejected(TrialStatus::kResourceRejected,
+                      std::string(s.message()));
     }
 
     // Fresh random inputs for every candidate, generated on the GPU; V has a
