@@ -13,6 +13,7 @@ using SpecFactory = std::function<KernelTemplate(std::string, std::string)>;
 
 const std::map<std::string, SpecFactory>& SpecFactories() {
   static const auto* factories = new std::map<std::string, SpecFactory>{
+      {"decode_fwd", MakeDecodeFwdTemplate},
       {"fault_test", MakeFaultTestTemplate},
       {"flash_fwd", MakeFlashFwdTemplate},
       {"flash_fwd_sm90", MakeFlashFwdSm90Template},

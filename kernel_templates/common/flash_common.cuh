@@ -63,6 +63,39 @@ __device__ __forceinline__ void LdMatrixX4(unsigned* r, unsigned addr) {
       : "r"(addr));
 }
 
+__device__ __forceinline__ void LdMatrixX4Trans(unsigned* r, unsigned addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, "
+      "[%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+// In tiles swizzled by 16-byte chunk index XOR (row mod 8), the rows a lane
+// hands to ldmatrix are all congruent to the lane mod 8, so their swizzled
+// chunk depends on the lane and the logical chunk only: the element offset
+// of `chunk` within such a row.
+__device__ __forceinline__ int LaneChunk(int chunk, int lane) {
+  return (chunk ^ (lane & 7)) << 3;
+}
+
+// c += a * b for one m16n8k16 tile (row-major A, column-major B, fp32
+// accumulators).
+__device__ __forceinline__ void Mma(float* c, const unsigned* a, unsigned b0,
+                                    unsigned b1) {
+#if EVT_BF16
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+#endif
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Two floats as a pair of 16-bit elements, `lo` in the low half.
 __device__ __forceinline__ unsigned Pack(float lo, float hi) {
   unsigned d;

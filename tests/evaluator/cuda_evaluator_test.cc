@@ -131,6 +131,65 @@ TEST_F(CudaEvaluatorTest, SplitKvIsCorrect) {
   }
 }
 
+// decode_fwd on the shapes it is for: MHA, GQA and MQA packing, 1 to 16
+// queries (causal bottom-right), key counts from 1 to past a split's range,
+// every split count, both dtypes and head dims.
+TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  std::mt19937 gen(11);
+  int checked = 0;
+  int problems = 0;
+  for (auto [heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{
+           {8, 8}, {8, 2}, {8, 1}}) {
+    for (int64_t sq : {1, 5, 16}) {
+      for (int64_t sk : {1, 17, 4097}) {
+        for (bool causal : {false, true}) {
+          Problem p;
+          p.batch = 2;
+          p.heads = heads;
+          p.kv_heads = kv_heads;
+          p.seq_q = sq;
+          p.seq_k = sk;
+          p.causal = causal;
+          p.head_dim = (problems % 2) ? 128 : 64;
+          p.dtype = (problems / 2 % 2) ? DType::kBf16 : DType::kFp16;
+          ++problems;
+          std::vector<Config> feasible =
+              FeasibleConfigs(t, p, evaluator_->device().limits);
+          std::shuffle(feasible.begin(), feasible.end(), gen);
+          for (const Config& c : feasible) {
+            absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+            ASSERT_TRUE(r.ok()) << r.status();
+            if (r->status == TrialStatus::kResourceRejected) continue;
+            EXPECT_EQ(r->status, TrialStatus::kOk)
+                << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+            ++checked;
+            break;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, problems);
+  // Every split count on a long context, the last split partial.
+  Problem p;
+  p.heads = 16;
+  p.kv_heads = 2;
+  p.seq_q = 2;
+  p.seq_k = 131072 - 5;
+  p.causal = true;
+  p.head_dim = 128;
+  p.dtype = DType::kBf16;
+  for (int64_t splits : {1, 2, 4, 8, 16, 32, 64}) {
+    const Config c = {{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
+                      {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
+    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, TrialStatus::kOk)
+        << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+  }
+}
+
 // Every config of flash_fwd_sm90 (a wgmma template: each tile shape is its
 // own instruction and register schedule) on problems with several key
 // tiles, tails and GQA.
@@ -173,7 +232,7 @@ TEST(CudaEvaluatorStressTest, AHundredRunsGiveTheSameBits) {
   if (!e.ok()) GTEST_SKIP() << e.status().message();
   Evaluator& evaluator = **e;
   const TemplateRegistry& registry = TemplateRegistry::Builtin();
-  for (const char* name : {"flash_fwd", "flash_fwd_sm90"}) {
+  for (const char* name : {"flash_fwd", "flash_fwd_sm90", "decode_fwd"}) {
     const KernelTemplate& t = *registry.Find(name);
     if (!CheckDevice(t, evaluator.device().limits).ok()) continue;
     std::mt19937 gen(7);
@@ -239,6 +298,20 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
         {"MIN_BLOCKS", 1},
         {"STAGES", 3},
         {"WARPGROUPS", 1}}},
+      {"decode_fwd",
+       {{"KV_SPLITS", 1},
+        {"Q_IN_REGS", 1},
+        {"ROWS", 16},
+        {"STAGES", 2},
+        {"TILE_N", 16},
+        {"WARPS", 4}}},
+      {"decode_fwd",
+       {{"KV_SPLITS", 4},
+        {"Q_IN_REGS", 0},
+        {"ROWS", 32},
+        {"STAGES", 3},
+        {"TILE_N", 32},
+        {"WARPS", 2}}},
   };
   for (const auto& [name, c] : cases) {
     const KernelTemplate& t = *registry.Find(name);

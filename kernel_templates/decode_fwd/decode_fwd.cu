@@ -1,0 +1,504 @@
+// decode_fwd: attention for a few queries over many keys (LLM decode and
+// speculative decode), built to stream K and V at memory speed.
+//
+// Computes O = softmax(Q K^T * scale) V (see common/attention_params.cuh for
+// the layout and masking rules). Decode is bound by the bytes of K and V, so
+// the kernel is organised around reading each of them once:
+//   - the query rows that share a KV head (heads / kv_heads query heads times
+//     seq_q queries) are packed into the M dimension of the MMA: packed row r
+//     is query r / group of head kv_head * group + r % group. A block owns
+//     ROWS packed rows of one (batch, kv_head), so with GQA every K/V tile is
+//     read once for all the heads that use it;
+//   - its keys are split over KV_SPLITS blocks (flash-decoding), enough blocks
+//     to keep every SM streaming when batch x kv_heads is small;
+//   - inside a block the WARPS warps split the keys, not the rows: warp w
+//     takes key tiles w, w + WARPS, ... of TILE_N keys, each through its own
+//     STAGES-deep ring of shared buffers filled with 16-byte cp.async (L2
+//     evict-first: K and V are read once), so the main loop has no
+//     block-wide barrier; every warp keeps an online
+//     softmax and an fp32 output for all ROWS rows;
+//   - S = Q K^T and O += P V on mma.sync m16n8k16 (sm_80 and newer), K and V
+//     read with ldmatrix from tiles swizzled by 16-byte chunk XOR row mod 8;
+//   - at the end the warps merge through shared memory, and with KV_SPLITS >
+//     1 each block stores its merged rows (fp32, unnormalised, with their max
+//     and sum) to the workspace; the last block of a (batch, kv_head, row
+//     block) to finish merges the splits and writes O.
+//
+// Tunables (compile-time macros):
+//   ROWS       packed query rows per block (16, 32, 64): at least
+//              group * seq_q reads K/V once; more costs registers.
+//   TILE_N     keys per warp tile (multiple of 16).
+//   WARPS      warps per block, each streaming its own key tiles.
+//   STAGES     key tiles in flight per warp (2-4).
+//   KV_SPLITS  blocks sharing one row block's keys.
+//   Q_IN_REGS  1: Q fragments stay in registers; 0: they are re-read from
+//              shared memory for every key tile (fewer registers).
+// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+//
+// Grid: (ceil(seq_q * group / ROWS) * KV_SPLITS, kv_heads, batch); block:
+// 32 * WARPS threads; dynamic shared memory: the larger of the Q tile plus
+// the warps' rings, (ROWS + WARPS * STAGES * 2 * TILE_N) * HEAD_DIM * 2 B,
+// and the merge area WARPS * ROWS * (HEAD_DIM + 2) * 4 B, plus 16 B. With
+// KV_SPLITS > 1 the workspace holds batch * kv_heads * row_blocks *
+// KV_SPLITS * ROWS * (HEAD_DIM + 2) floats and one counter per (batch,
+// kv_head, row block).
+#include "flash_common.cuh"
+
+namespace {
+
+using namespace flash;
+
+constexpr int kRows = ROWS;
+constexpr int kN = TILE_N;
+constexpr int kWarps = WARPS;
+constexpr int kStages = STAGES;
+constexpr int kSplits = KV_SPLITS;
+constexpr bool kQInRegs = Q_IN_REGS != 0;
+constexpr int kD = HEAD_DIM;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kMTiles = kRows / 16;  // 16-row MMA tiles, all in every warp.
+constexpr int kKSteps = kD / 16;     // k-steps of Q K^T.
+constexpr int kNTiles = kN / 8;      // n8 tiles of S.
+constexpr int kDTiles = kD / 8;      // n8 tiles of O.
+constexpr int kChunks = kD / 8;      // 16-byte chunks per row.
+constexpr int kTile = kN * kD;       // Elements of one K or V tile.
+static_assert(kRows % 16 == 0 && kMTiles >= 1, "ROWS");
+static_assert(kN % 16 == 0, "TILE_N");
+static_assert(kD % 16 == 0, "HEAD_DIM");
+static_assert(kStages >= 2, "STAGES");
+
+// Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile.
+__device__ __forceinline__ int Swizzled(int row, int chunk) {
+  return row * kD + ((chunk ^ (row & 7)) << 3);
+}
+
+// What one block computes.
+struct DecodePlan {
+  int b, kvh, group, rows, r0, shift;
+  int row_block, row_blocks, split;
+  int kv_end;  // Keys any row of the block may see.
+  int tile0, tiles;  // This split's key tiles.
+};
+
+__device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
+  DecodePlan w;
+  w.b = blockIdx.z;
+  w.kvh = blockIdx.y;
+  w.group = p.heads / p.kv_heads;
+  w.rows = p.seq_q * w.group;
+  w.row_blocks = gridDim.x / kSplits;
+  w.row_block = blockIdx.x / kSplits;
+  w.split = blockIdx.x % kSplits;
+  w.r0 = w.row_block * kRows;
+  w.shift = p.seq_k - p.seq_q;
+  w.kv_end = p.seq_k;
+  if (p.causal) {
+    const int last_q = min(p.seq_q - 1, (w.r0 + kRows - 1) / w.group);
+    w.kv_end = min(p.seq_k, max(0, last_q + w.shift + 1));
+  }
+  const int all_tiles = (w.kv_end + kN - 1) / kN;
+  const int per_split = (all_tiles + kSplits - 1) / kSplits;
+  w.tile0 = w.split * per_split;
+  w.tiles = max(0, min(all_tiles, w.tile0 + per_split) - w.tile0);
+  return w;
+}
+
+// Element offset of packed row r's query in Q or O (strides in elements).
+__device__ __forceinline__ long long RowOffset(const DecodePlan& w, int r,
+                                               long long batch_stride,
+                                               long long head_stride,
+                                               long long row_stride) {
+  const int h = w.kvh * w.group + r % w.group;
+  return w.b * batch_stride + h * head_stride + (r / w.group) * row_stride;
+}
+
+// The block's packed Q rows into a swizzled [kRows][kD] tile; rows past the
+// problem's are zero-filled.
+__device__ __forceinline__ void LoadQ(evt_elem* tile, const AttentionParams& p,
+                                      const DecodePlan& w) {
+  const evt_elem* q = static_cast<const evt_elem*>(p.q);
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool valid = w.r0 + r < w.rows;
+    const long long at =
+        valid ? RowOffset(w, w.r0 + r, p.q_batch_stride, p.q_head_stride,
+                          p.q_row_stride)
+              : 0;
+    CpAsync16(SmemAddress(tile + Swizzled(r, c)), q + at + c * 8, valid);
+  }
+}
+
+// An L2 policy that evicts first what it covers: K and V are read once, so
+// they should not push anything else out of L2.
+__device__ __forceinline__ unsigned long long EvictFirstPolicy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n"
+               : "=l"(policy));
+  return policy;
+}
+
+// CpAsync16 for streamed data: under `policy`, and asking L2 to fetch the
+// whole 256-byte block around the chunk (the rest of the row, or the next
+// row, is read next).
+__device__ __forceinline__ void CpAsync16Stream(unsigned dst, const void* src,
+                                                bool valid,
+                                                unsigned long long policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, "
+      "%3;\n" ::"r"(dst),
+      "l"(src), "r"(valid ? 16 : 0), "l"(policy));
+}
+
+// Keys [key0, key0 + kN) of K and V into one stage of a warp's ring; keys at
+// or past kv_end are zero-filled (and masked).
+__device__ __forceinline__ void LoadKv(evt_elem* k_tile, const evt_elem* k,
+                                       long long k_stride, evt_elem* v_tile,
+                                       const evt_elem* v, long long v_stride,
+                                       int key0, int kv_end, int lane,
+                                       unsigned long long policy) {
+#pragma unroll
+  for (int idx = lane; idx < kN * kChunks; idx += 32) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool valid = key0 + r < kv_end;
+    const long long row = valid ? key0 + r : 0;
+    CpAsync16Stream(SmemAddress(k_tile + Swizzled(r, c)),
+                    k + row * k_stride + c * 8, valid, policy);
+    CpAsync16Stream(SmemAddress(v_tile + Swizzled(r, c)),
+                    v + row * v_stride + c * 8, valid, policy);
+  }
+}
+
+// A running merge of partial softmax states of one row (max m in the exp2
+// domain, sum l, eight unnormalised output columns).
+struct RowMerge {
+  float m = NegInf();
+  float l = 0.f;
+  float acc[8] = {};
+
+  __device__ __forceinline__ void Add(float ms, float ls, float4 lo,
+                                      float4 hi) {
+    const float mx = fmaxf(m, ms);
+    if (mx == NegInf()) return;  // Neither part saw a key.
+    const float a = Exp2(m - mx);
+    const float c = Exp2(ms - mx);
+    const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = acc[i] * a + x[i] * c;
+    l = l * a + ls * c;
+    m = mx;
+  }
+
+  // The normalised columns; zero for a row that saw no key.
+  __device__ __forceinline__ uint4 Normalised() const {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    return make_uint4(Pack(acc[0] * inv, acc[1] * inv),
+                      Pack(acc[2] * inv, acc[3] * inv),
+                      Pack(acc[4] * inv, acc[5] * inv),
+                      Pack(acc[6] * inv, acc[7] * inv));
+  }
+};
+
+// One warp's pass over its key tiles: acc, row_max and row_sum as in
+// flash_common's SoftmaxTile.
+__device__ __forceinline__ void StreamKeys(
+    const AttentionParams& p, const DecodePlan& w, const evt_elem* q_tile,
+    evt_elem* ring, float (&o_acc)[kMTiles][kDTiles][4],
+    float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2]) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const evt_elem* k = static_cast<const evt_elem*>(p.k) +
+                      w.b * p.k_batch_stride + w.kvh * p.k_head_stride;
+  const evt_elem* v = static_cast<const evt_elem*>(p.v) +
+                      w.b * p.v_batch_stride + w.kvh * p.v_head_stride;
+  const int my_tiles = w.tiles > warp ? (w.tiles - warp + kWarps - 1) / kWarps
+                                      : 0;
+  const unsigned long long policy = EvictFirstPolicy();
+  auto key0 = [&](int i) { return (w.tile0 + warp + i * kWarps) * kN; };
+  auto load = [&](int i) {
+    evt_elem* stage = ring + (i % kStages) * 2 * kTile;
+    LoadKv(stage, k, p.k_row_stride, stage + kTile, v, p.v_row_stride,
+           key0(i), w.kv_end, lane, policy);
+  };
+  // Q's copy group (committed by the caller) completes before the first
+  // tile's; the caller's barrier after this prologue publishes it.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_tiles) load(s);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<kStages - 1>();
+  __syncthreads();
+
+  // Per-lane parts of the ldmatrix addresses.
+  const unsigned q_lane =
+      SmemAddress(q_tile) + 2 * ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
+  const unsigned ring_base = SmemAddress(ring);
+  const int k_row = ((lane % 8) + (lane / 16) * 8) * kD;
+  const int v_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
+  int v_chunk[4];
+#pragma unroll
+  for (int d = 0; d < 4; ++d) v_chunk[d] = LaneChunk(d * 2 + lane / 16, lane);
+  unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        LdMatrixX4(q_frag[mt][ks],
+                   q_lane + 2 * (mt * 16 * kD +
+                                 LaneChunk(ks * 2 + lane / 16, lane)));
+      }
+    }
+  }
+
+  // Each lane's rows see keys below `limit`; tiles that end at or before
+  // the smallest limit of the block need no mask.
+  int limit[kMTiles][2];
+  int mask_from = w.kv_end;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = w.r0 + mt * 16 + lane / 4 + half * 8;
+      limit[mt][half] =
+          r < w.rows && p.causal
+              ? min(w.kv_end, max(0, r / w.group + w.shift + 1))
+              : w.kv_end;
+      mask_from = min(mask_from, limit[mt][half]);
+    }
+  }
+  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 1));
+  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 2));
+  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 4));
+  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 8));
+  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 16));
+
+  for (int i = 0; i < my_tiles; ++i) {
+    CpAsyncWait<kStages - 2>();
+    // Tile i is visible to the whole warp, and every lane is done reading
+    // the stage refilled next (tile i - 1's).
+    __syncwarp();
+    if (i + kStages - 1 < my_tiles) load(i + kStages - 1);
+    CpAsyncCommit();
+    const int stage = i % kStages;
+    const unsigned k_lane = ring_base + 2 * (stage * 2 * kTile + k_row);
+    const unsigned v_lane = ring_base + 2 * (stage * 2 * kTile + kTile + v_row);
+
+    float s_acc[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      unsigned qf[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qf[mt][e] = q_frag[mt][ks][e];
+        } else {
+          LdMatrixX4(qf[mt],
+                     q_lane + 2 * (mt * 16 * kD +
+                                   LaneChunk(ks * 2 + lane / 16, lane)));
+        }
+      }
+      const unsigned k_ks =
+          k_lane + 2 * LaneChunk(ks * 2 + (lane / 8) % 2, lane);
+#pragma unroll
+      for (int kb = 0; kb < kN / 16; ++kb) {
+        unsigned kf[4];
+        LdMatrixX4(kf, k_ks + 2 * kb * 16 * kD);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma(s_acc[mt][2 * kb], qf[mt], kf[0], kf[1]);
+          Mma(s_acc[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
+        }
+      }
+    }
+
+    const int kv0 = key0(i);
+    if (kv0 + kN > mask_from) {
+      // Element (nt, e) of a row holds key kv0 + c + nt * 8 + e % 2.
+      const int c = kv0 + (lane % 4) * 2;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int lim = limit[mt][half] - c;
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if (nt * 8 + e >= lim) s_acc[mt][nt][2 * half + e] = NegInf();
+            }
+          }
+        }
+      }
+    }
+
+    SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
+
+#pragma unroll
+    for (int t = 0; t < kN / 16; ++t) {
+      unsigned pf[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) PackProbs(s_acc, mt, t, pf[mt]);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        unsigned vf[4];
+        LdMatrixX4Trans(
+            vf, v_lane + 2 * (t * 16 * kD + (dp / 4) * 64 + v_chunk[dp % 4]));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma(o_acc[mt][2 * dp], pf[mt], vf[0], vf[1]);
+          Mma(o_acc[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+}
+
+// Workspace of split-KV partial rows: per (batch, kv_head, row block,
+// split) unit, kRows x kD unnormalised outputs, then after all units' outputs
+// kRows x (max, sum).
+struct Workspace {
+  float* o;
+  float* ml;
+  long long first_unit;  // Split 0 of this block's row block.
+
+  __device__ __forceinline__ Workspace(const AttentionParams& p,
+                                       const DecodePlan& w) {
+    const long long units =
+        static_cast<long long>(p.batch) * p.kv_heads * w.row_blocks * kSplits;
+    o = p.workspace;
+    ml = p.workspace + units * kRows * kD;
+    first_unit =
+        ((static_cast<long long>(w.b) * p.kv_heads + w.kvh) * w.row_blocks +
+         w.row_block) *
+        kSplits;
+  }
+  __device__ __forceinline__ float* Out(int split, int row) const {
+    return o + ((first_unit + split) * kRows + row) * kD;
+  }
+  __device__ __forceinline__ float* MaxSum(int split, int row) const {
+    return ml + ((first_unit + split) * kRows + row) * 2;
+  }
+};
+
+// The last split of a row block to finish merges all of them into O.
+__device__ __forceinline__ void MergeSplits(const AttentionParams& p,
+                                            const DecodePlan& w,
+                                            const Workspace& ws,
+                                            int rows_here) {
+  evt_elem* o = static_cast<evt_elem*>(p.o);
+  for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
+    const int row = idx / kChunks;
+    const int col = (idx % kChunks) * 8;
+    RowMerge merge;
+#pragma unroll 4
+    for (int s = 0; s < kSplits; ++s) {
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(s, row)));
+      const float4* part = reinterpret_cast<const float4*>(ws.Out(s, row) + col);
+      merge.Add(ml.x, ml.y, __ldcg(part), __ldcg(part + 1));
+    }
+    const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
+                                   p.o_head_stride, p.o_row_stride);
+    *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attention_fwd(const __grid_constant__ AttentionParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  evt_elem* q_tile = reinterpret_cast<evt_elem*>(smem);
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const DecodePlan w = PlanDecode(p);
+  const int rows_here = min(kRows, w.rows - w.r0);
+
+  LoadQ(q_tile, p, w);
+  CpAsyncCommit();
+  float o_acc[kMTiles][kDTiles][4];
+  float row_max[kMTiles][2];
+  float row_sum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[mt][dt][e] = 0.f;
+    }
+    row_max[mt][0] = row_max[mt][1] = NegInf();
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+  evt_elem* ring = q_tile + kRows * kD + warp * kStages * 2 * kTile;
+  StreamKeys(p, w, q_tile, ring, o_acc, row_max, row_sum);
+
+  // Merge the warps' partial rows through shared memory (over the rings).
+  __syncthreads();
+  float* part_o = reinterpret_cast<float*>(smem);
+  float* part_ml = part_o + kWarps * kRows * kD;
+  StorePartialRows(part_o + warp * kRows * kD, kD, part_ml + warp * kRows * 2,
+                   0, o_acc, row_max, row_sum, lane);
+  __syncthreads();
+  evt_elem* o = static_cast<evt_elem*>(p.o);
+  const Workspace ws(p, w);
+  for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
+    const int row = idx / kChunks;
+    const int col = (idx % kChunks) * 8;
+    RowMerge merge;
+#pragma unroll
+    for (int wp = 0; wp < kWarps; ++wp) {
+      const float* ml = part_ml + (wp * kRows + row) * 2;
+      const float4* part =
+          reinterpret_cast<const float4*>(part_o + (wp * kRows + row) * kD + col);
+      merge.Add(ml[0], ml[1], part[0], part[1]);
+    }
+    if constexpr (kSplits == 1) {
+      const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
+                                     p.o_head_stride, p.o_row_stride);
+      *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();
+    } else {
+      float4* out = reinterpret_cast<float4*>(ws.Out(w.split, row) + col);
+      out[0] = make_float4(merge.acc[0], merge.acc[1], merge.acc[2],
+                           merge.acc[3]);
+      out[1] = make_float4(merge.acc[4], merge.acc[5], merge.acc[6],
+                           merge.acc[7]);
+      if (col == 0) {
+        *reinterpret_cast<float2*>(ws.MaxSum(w.split, row)) =
+            make_float2(merge.m, merge.l);
+      }
+    }
+  }
+  if constexpr (kSplits > 1) {
+    // Publish, then count this split in; the last one merges.
+    __threadfence();
+    __syncthreads();
+    constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
+    constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
+    int* last = reinterpret_cast<int*>(
+        smem + (kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes));
+    if (threadIdx.x == 0) {
+      int* counter = p.counters +
+                     (static_cast<long long>(w.b) * p.kv_heads + w.kvh) *
+                         w.row_blocks +
+                     w.row_block;
+      *last = atomicAdd(counter, 1) == kSplits - 1;
+      if (*last) *counter = 0;  // Ready for the next launch.
+    }
+    __syncthreads();
+    if (!*last) return;
+    __threadfence();
+    MergeSplits(p, w, ws, rows_here);
+  }
+}

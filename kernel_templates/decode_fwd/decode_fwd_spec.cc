@@ -1,0 +1,95 @@
+// Parameter space and launch geometry of
+// kernel_templates/decode_fwd/decode_fwd.cu.
+#include <algorithm>
+
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+// Query rows that share a KV head, packed into the MMA's M dimension.
+int64_t PackedRows(const Problem& p) {
+  return p.seq_q * (p.heads / std::max<int64_t>(1, p.kv_heads));
+}
+
+}  // namespace
+
+KernelTemplate MakeDecodeFwdTemplate(std::string source, std::string hash) {
+  KernelTemplate t;
+  t.name = "decode_fwd";
+  t.description =
+      "Decode attention (few queries, long K/V): the query heads of a KV head "
+      "packed into the MMA's M so K/V stream once, split-KV over many blocks, "
+      "warps streaming their own key tiles with cp.async, mma.sync m16n8k16.";
+  t.source = std::move(source);
+  t.hash = std::move(hash);
+  t.space = ParamSpace({
+      {"ROWS", {16, 32, 64}, "packed query rows (heads x queries) per block"},
+      {"TILE_N", {16, 32, 64}, "keys per warp tile"},
+      {"WARPS", {1, 2, 4, 8}, "warps per block, each streaming its own keys"},
+      {"STAGES", {2, 3, 4}, "key tiles in flight per warp"},
+      {"KV_SPLITS",
+       {1, 2, 4, 8, 16, 32, 64},
+       "blocks sharing one row block's keys"},
+      {"Q_IN_REGS", {1, 0}, "keep Q fragments in registers for the pass"},
+  });
+  t.head_dims = {64, 128};
+  t.dtypes = {DType::kFp16, DType::kBf16};
+  t.constraints = {
+      // Output accumulators and scores in registers: at most 128 and 64
+      // floats per thread.
+      {"ROWS * HEAD_DIM <= 4096",
+       [](const Config& c, const Problem& p) {
+         return c.at("ROWS") * p.head_dim <= 4096;
+       }},
+      {"ROWS * TILE_N <= 2048",
+       [](const Config& c, const Problem&) {
+         return c.at("ROWS") * c.at("TILE_N") <= 2048;
+       }},
+      // A larger row block than the packed rows only adds idle MMA rows.
+      {"ROWS == 16 || 2 * PACKED_ROWS > ROWS",
+       [](const Config& c, const Problem& p) {
+         return c.at("ROWS") == 16 || 2 * PackedRows(p) > c.at("ROWS");
+       }},
+      // At least half of the splits get a key tile.
+      {"KV_SPLITS == 1 || KV_SPLITS / 2 * TILE_N < SEQ_K",
+       [](const Config& c, const Problem& p) {
+         return c.at("KV_SPLITS") == 1 ||
+                c.at("KV_SPLITS") / 2 * c.at("TILE_N") < p.seq_k;
+       }},
+      {"HEAD_DIM % 16 == 0",
+       [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
+  };
+  auto config = [](int64_t rows, int64_t n, int64_t warps, int64_t stages,
+                   int64_t splits) {
+    return Config{{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", rows},
+                  {"STAGES", stages},    {"TILE_N", n},    {"WARPS", warps}};
+  };
+  t.defaults = {config(16, 32, 4, 3, 4), config(16, 32, 4, 3, 16),
+                config(16, 16, 8, 4, 8), config(32, 32, 4, 3, 8),
+                config(16, 64, 4, 2, 1)};
+  t.geometry = [](const Config& c, const Problem& p) {
+    const int64_t rows = c.at("ROWS");
+    const int64_t splits = c.at("KV_SPLITS");
+    const int64_t warps = c.at("WARPS");
+    const int64_t row_blocks = (PackedRows(p) + rows - 1) / rows;
+    LaunchGeometry g;
+    g.grid[0] = static_cast<int>(row_blocks * splits);
+    g.grid[1] = static_cast<int>(p.kv_heads);
+    g.grid[2] = static_cast<int>(p.batch);
+    g.block_threads = static_cast<int>(32 * warps);
+    const int64_t rings =
+        (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
+    const int64_t merge = warps * rows * (p.head_dim + 2) * 4;
+    g.smem_bytes = std::max(rings, merge) + 16;  // + the last-split flag.
+    if (splits > 1) {
+      const int64_t blocks = p.batch * p.kv_heads * row_blocks;
+      g.workspace_floats = blocks * splits * rows * (p.head_dim + 2);
+      g.counters = blocks;
+    }
+    return g;
+  };
+  return t;
+}
+
+}  // namespace evotune
