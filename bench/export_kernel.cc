@@ -5,9 +5,13 @@
 //   export_kernel --template_name=flash_fwd --config=BLOCK_M=64,...
 //     --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd --arch=sm_90a
 //     --out=DIR/x
-// writes DIR/x.cubin and DIR/x.json.
+// writes DIR/x.cubin and DIR/x.json. With --source=FILE the template's
+// source is read from FILE instead (its spec and shared headers stay): a
+// kernel variant timed beside the built-in one without a rebuild. Its hash
+// is then "edited".
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -22,6 +26,8 @@ ABSL_FLAG(std::string, problem, "", "problem key, as ProblemKey writes it");
 ABSL_FLAG(std::string, arch, "sm_90a",
           "target architecture, as ArchName writes it");
 ABSL_FLAG(std::string, out, "", "output path prefix");
+ABSL_FLAG(std::string, source, "",
+          "compile this file instead of the template's embedded source");
 
 namespace evotune {
 namespace {
@@ -32,9 +38,17 @@ int Fail(const std::string& message) {
 }
 
 int Run() {
-  const KernelTemplate* t =
+  const KernelTemplate* builtin =
       TemplateRegistry::Builtin().Find(absl::GetFlag(FLAGS_template_name));
-  if (t == nullptr) return Fail("--template_name: unknown template");
+  if (builtin == nullptr) return Fail("--template_name: unknown template");
+  KernelTemplate edited = *builtin;
+  if (const std::string path = absl::GetFlag(FLAGS_source); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Fail(absl::StrCat("--source: cannot read ", path));
+    edited.source.assign(std::istreambuf_iterator<char>(in), {});
+    edited.hash = "edited";
+  }
+  const KernelTemplate* t = &edited;
   absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
   if (!config.ok())
     return Fail(absl::StrCat("--config: ", config.status().message()));

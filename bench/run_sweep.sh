@@ -3,16 +3,20 @@
 # exports each problem's best config and times it side by side with PyTorch
 # SDPA (bench/sdpa_compare.py).
 #
-#   bench/run_sweep.sh BUNDLE SHAPES_JSON OUT_DIR [TRIALS] [TEMPLATE] [STRATEGY]
+#   bench/run_sweep.sh BUNDLE SHAPES_JSON OUT_DIR [TRIALS] [TEMPLATES] [STRATEGY]
 #
 # BUNDLE holds evotuned, evotune and export_kernel (../shared/tools/gpu-bundle).
+# TEMPLATES is one template or a comma-separated list: each problem is tuned
+# with each, and the fastest config of any of them is compared. PROBLEMS (a
+# comma-separated list of suite names) restricts the suite; COMMIT names the
+# kernels' commit in the JSON.
 set -uo pipefail
 source "$(dirname "$0")/suite_lib.sh"
 b=$1
 shapes=$2
 out=$3
 trials=${4:-48}
-template=${5:-flash_fwd}
+templates=${5:-flash_fwd}
 strategy=${6:-random}
 work=$(mktemp -d)
 mkdir -p "$work/kernels"
@@ -20,22 +24,27 @@ mkdir -p "$work/kernels"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 start_evotuned "$b" "$work" "$out/sweep.db" "$out/evotuned.log"
 pid=$EVOTUNED_PID
-suite_problems "$shapes" >"$work/problems"
+suite_problems "$shapes" "${PROBLEMS:-}" >"$work/problems"
 
 echo "[" >"$work/plan.json"
 sep=""
 while read -r name flags; do
   start=$(date +%s)
-  job=$("$b/run" evotune submit --template_name="$template" $flags \
-    --max_trials="$trials" --strategy="$strategy" --seed=1) || continue
-  "$b/run" evotune watch "$job" >"$work/watch-$name.log" 2>&1
-  echo "$name: $(tail -1 "$work/watch-$name.log") ($(( $(date +%s) - start )) s)"
-  "$b/run" evotune --json best --template_name="$template" $flags --k=1 >"$work/best.json"
-  read -r config problem < <(python3 - "$work/best.json" <<'PY'
+  for template in ${templates//,/ }; do
+    job=$("$b/run" evotune submit --template_name="$template" $flags \
+      --max_trials="$trials" --strategy="$strategy" --seed=1) || continue
+    "$b/run" evotune watch "$job" >"$work/watch-$name-$template.log" 2>&1
+    echo "$name $template: $(tail -1 "$work/watch-$name-$template.log")"
+  done
+  echo "$name: $(( $(date +%s) - start )) s"
+  "$b/run" evotune --json best $flags --k=1 >"$work/best.json"
+  read -r template config problem < <(python3 - "$work/best.json" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))["results"][0]["trial"]
-p = json.load(open(sys.argv[1]))["source_problem"]
-print(",".join(f"{x['name']}={x.get('value', 0)}" for x in r["config"]["params"]),
+best = json.load(open(sys.argv[1]))
+r = best["results"][0]
+p = best["source_problem"]
+print(r["template_name"],
+      ",".join(f"{x['name']}={x.get('value', 0)}" for x in r["trial"]["config"]["params"]),
       f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}_k{p['seq_k']}"
       f"_d{p['head_dim']}_{'causal' if p.get('causal') else 'full'}_"
       f"{'bf16' if p['dtype'] == 'DTYPE_BF16' else 'fp16'}_bhsd")
@@ -51,4 +60,4 @@ echo "]" >>"$work/plan.json"
 kill -TERM $pid
 wait $pid
 PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py "$work/plan.json" \
-  --json "$out/compare.json" | tee "$out/compare.txt"
+  --json "$out/compare.json" --commit "${COMMIT:-unknown}" | tee "$out/compare.txt"

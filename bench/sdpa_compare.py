@@ -8,18 +8,23 @@ is the .json that bench/export_kernel writes), on the same random inputs:
   - times the evotune kernel, SDPA's flash backend and SDPA's cuDNN backend
     the same way: a CUDA graph of REPEAT back-to-back calls, replayed
     REPLAYS times, each replay timed with CUDA events; the median per call.
-Prints a table (us, TFLOP/s, ratios) and writes it as JSON if asked.
+Prints a table (us, TFLOP/s, TB/s of the bytes the problem must move at
+least, ratios, and the read floor: the time of one streaming read of those
+bytes, the least any kernel could take) after a device-to-device copy measured in the same run, and
+writes it as JSON (GPU, date, commit, copy bandwidth, rows) if asked.
 
-  python3 bench/sdpa_compare.py PLAN.json [--json OUT.json]
+  python3 bench/sdpa_compare.py PLAN.json [--json OUT.json] [--commit SHA]
 """
 import argparse
 import ctypes
+import datetime
 import json
 import statistics
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 REPEAT = 20
 REPLAYS = 50
@@ -80,7 +85,9 @@ class EvotuneKernel:
         if meta.get("counters", 0) > 0:
             self.counters = torch.zeros(meta["counters"], dtype=torch.int32,
                                         device="cuda")
-        if meta["smem"] > 48 * 1024:
+        # Always raised: a kernel's static shared memory adds to the dynamic
+        # amount, and together they may pass the default 48 KB.
+        if meta["smem"] > 0:
             check(_cuda.cuFuncSetAttribute(
                 self.function,
                 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -136,6 +143,107 @@ def time_us(fn):
     return statistics.median(samples)
 
 
+def sdpa_mask(pr):
+    """SDPA's arguments for evotune's mask. Causal masks are bottom-right
+    aligned in evotune (query i sees keys j <= i + seq_k - seq_q); SDPA's
+    is_causal is top-left aligned, so unequal lengths take the lower-right
+    causal bias, which SDPA's fused backends run without a materialised
+    mask."""
+    if not pr["causal"]:
+        return {}
+    if pr["seq_q"] == pr["seq_k"]:
+        return {"is_causal": True}
+    return {"attn_mask": causal_lower_right(pr["seq_q"], pr["seq_k"])}
+
+
+def reference_mask(pr):
+    """The same mask as booleans, for the fp32 reference (math backend)."""
+    if not pr["causal"]:
+        return None
+    return torch.ones(pr["seq_q"], pr["seq_k"], dtype=torch.bool,
+                      device="cuda").tril(diagonal=pr["seq_k"] - pr["seq_q"])
+
+
+def copy_tbps():
+    """Device-to-device copy bandwidth (bytes read + written per second, in
+    TB/s) of a 1 GiB buffer: the memory ceiling, measured in the same run."""
+    src = torch.empty(1 << 29, dtype=torch.float16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    us = time_us(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / us / 1e6
+
+
+# The floor for a memory-bound problem: one streaming read of its bytes,
+# 16-byte loads, four in flight per thread, compiled here with NVRTC.
+READ_FLOOR_SOURCE = r"""
+extern "C" __global__ void read_floor(const uint4* __restrict__ a,
+                                      long long n, unsigned* out) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 x0 = __ldcs(a + i), x1 = __ldcs(a + i + stride);
+    const uint4 x2 = __ldcs(a + i + 2 * stride), x3 = __ldcs(a + i + 3 * stride);
+    acc ^= x0.x ^ x0.w ^ x1.x ^ x1.w ^ x2.x ^ x2.w ^ x3.x ^ x3.w;
+  }
+  for (; i < n; i += stride) acc ^= a[i].x;
+  if (acc == 0x9e3779b9u) out[0] = acc;  // Keeps the loads.
+}
+"""
+
+
+class ReadFloor:
+    """Times one streaming read of a buffer of a given size."""
+
+    def __init__(self):
+        nvrtc = ctypes.CDLL("libnvrtc.so.13")
+        prog = ctypes.c_void_p()
+        check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog),
+                                       READ_FLOOR_SOURCE.encode(), b"floor.cu",
+                                       0, None, None), "nvrtcCreateProgram")
+        major, minor = torch.cuda.get_device_capability()
+        opts = (ctypes.c_char_p * 1)(f"--gpu-architecture=sm_{major}{minor}"
+                                     .encode())
+        check(nvrtc.nvrtcCompileProgram(prog, 1, opts), "nvrtcCompileProgram")
+        size = ctypes.c_size_t()
+        check(nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
+        self._cubin = ctypes.create_string_buffer(size.value)
+        check(nvrtc.nvrtcGetCUBIN(prog, self._cubin), "nvrtcGetCUBIN")
+        self.module = ctypes.c_void_p()
+        check(_cuda.cuModuleLoadData(ctypes.byref(self.module), self._cubin),
+              "cuModuleLoadData")
+        self.function = ctypes.c_void_p()
+        check(_cuda.cuModuleGetFunction(ctypes.byref(self.function),
+                                        self.module, b"read_floor"),
+              "cuModuleGetFunction")
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.out = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+    def us(self, nbytes):
+        buf = torch.empty(nbytes // 16 * 16, dtype=torch.uint8, device="cuda")
+        buf.random_()
+        a = ctypes.c_void_p(buf.data_ptr())
+        n = ctypes.c_longlong(buf.numel() // 16)
+        o = ctypes.c_void_p(self.out.data_ptr())
+        args = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.pointer(x),
+                                                   ctypes.c_void_p)
+                                       for x in (a, n, o)])
+
+        def launch():
+            check(_cuda.cuLaunchKernel(
+                self.function, 8 * self.sms, 1, 1, 256, 1, 1, 0,
+                ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
+                args, None), "cuLaunchKernel")
+        return time_us(launch)
+
+
+def min_bytes(pr):
+    """Bytes a kernel must move at least: Q, K, V read once, O written."""
+    q = pr["batch"] * pr["heads"] * pr["seq_q"] * pr["head_dim"]
+    kv = pr["batch"] * pr["kv_heads"] * pr["seq_k"] * pr["head_dim"]
+    return 2 * (2 * q + 2 * kv)
+
+
 def rel_l2(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
@@ -144,17 +252,23 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("plan")
     parser.add_argument("--json")
+    parser.add_argument("--commit", default="unknown",
+                        help="commit of the kernels, for the JSON header")
     args = parser.parse_args()
     plan = json.load(open(args.plan))
     torch.manual_seed(0)
     rows = []
-    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    copy = copy_tbps()
+    try:
+        floor = ReadFloor()
+    except (OSError, RuntimeError) as e:  # No NVRTC on this machine.
+        print(f"read floor not measured: {e}")
+        floor = None
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"device-to-device copy {copy:.2f} TB/s")
     for entry in plan:
         meta = json.load(open(entry["meta"]))
         pr = parse_problem(meta["problem"])
-        # SDPA's causal mask is top-left aligned; evotune's bottom-right. They
-        # agree when seq_q == seq_k, which the comparison requires.
-        assert not pr["causal"] or pr["seq_q"] == pr["seq_k"]
         shape_q = (pr["batch"], pr["heads"], pr["seq_q"], pr["head_dim"])
         shape_kv = (pr["batch"], pr["kv_heads"], pr["seq_k"], pr["head_dim"])
         q = torch.randn(shape_q, device="cuda", dtype=pr["dtype"])
@@ -165,8 +279,9 @@ def main():
         o = torch.full_like(q, float("nan"))
         kernel(q, k, v, o, pr["causal"])
         torch.cuda.synchronize()
+        mask = sdpa_mask(pr)
         ref = F.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), is_causal=pr["causal"],
+            q.float(), k.float(), v.float(), attn_mask=reference_mask(pr),
             enable_gqa=gqa)
         ours_err = rel_l2(o, ref)
         finite = bool(torch.isfinite(o).all())
@@ -178,23 +293,24 @@ def main():
                                (SDPBackend.CUDNN_ATTENTION, "cudnn")):
             try:
                 with sdpa_kernel(backend):
-                    out = F.scaled_dot_product_attention(
-                        q, k, v, is_causal=pr["causal"], enable_gqa=gqa)
-                    result[f"{label}_err"] = rel_l2(out, ref)
-                    result[f"{label}_us"] = time_us(
-                        lambda: F.scaled_dot_product_attention(
-                            q, k, v, is_causal=pr["causal"], enable_gqa=gqa))
+                    sdpa = lambda: F.scaled_dot_product_attention(
+                        q, k, v, **mask, enable_gqa=gqa)
+                    result[f"{label}_err"] = rel_l2(sdpa(), ref)
+                    result[f"{label}_us"] = time_us(sdpa)
             except RuntimeError as e:  # Backend unavailable for this shape.
                 result[f"{label}_us"] = None
                 result[f"{label}_error"] = str(e).splitlines()[0]
         flops = 4.0 * pr["batch"] * pr["heads"] * pr["seq_q"] * pr["seq_k"] * \
             pr["head_dim"] / (2 if pr["causal"] else 1)
         result["tflops"] = flops / result["us"] / 1e6
+        result["tbps"] = min_bytes(pr) / result["us"] / 1e6
+        result["read_floor_us"] = floor.us(min_bytes(pr)) if floor else None
         rows.append(result)
 
-    header = (f"{'problem':<12} {'evotune us':>10} {'TFLOP/s':>8} "
+    header = (f"{'problem':<13} {'evotune us':>10} {'TFLOP/s':>8} {'TB/s':>5} "
               f"{'flash us':>9} {'cudnn us':>9} {'flash/ours':>10} "
-              f"{'cudnn/ours':>10} {'rel err':>8} {'flash err':>9}  config")
+              f"{'cudnn/ours':>10} {'floor us':>8} {'rel err':>8} "
+              f"{'flash err':>9}  config")
     print(header)
     fmt = lambda x: "-" if x is None else f"{x:.2f}"
     for r in rows:
@@ -203,12 +319,18 @@ def main():
         cu_ratio = None if cu is None else cu / r["us"]
         flash_err = r.get("flash_err", float("nan"))
         note = "" if r["finite"] else "  NON-FINITE OUTPUT"
-        print(f"{r['name']:<12} {r['us']:>10.2f} {r['tflops']:>8.1f} "
+        print(f"{r['name']:<13} {r['us']:>10.2f} {r['tflops']:>8.1f} "
+              f"{r['tbps']:>5.2f} "
               f"{fmt(fl):>9} {fmt(cu):>9} {fmt(fl_ratio):>10} "
-              f"{fmt(cu_ratio):>10} {r['rel_err']:>8.1e} {flash_err:>9.1e}"
+              f"{fmt(cu_ratio):>10} {fmt(r['read_floor_us']):>8} "
+              f"{r['rel_err']:>8.1e} {flash_err:>9.1e}"
               f"  {r['template']} {r['config']}{note}")
     if args.json:
-        json.dump(rows, open(args.json, "w"), indent=1)
+        header = {"gpu": torch.cuda.get_device_name(),
+                  "torch": torch.__version__,
+                  "date": datetime.date.today().isoformat(),
+                  "commit": args.commit, "copy_tbps": copy}
+        json.dump({**header, "results": rows}, open(args.json, "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,15 @@ start_evotuned() {
   export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
 }
 
-# suite_problems SHAPES_JSON: one line per problem, "NAME evotune-flags".
+# suite_problems SHAPES_JSON [NAMES]: one line per problem, "NAME
+# evotune-flags"; NAMES (comma-separated) restricts the suite.
 suite_problems() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "${2:-}" <<'PY'
 import json, sys
+only = set(filter(None, sys.argv[2].split(",")))
 for p in json.load(open(sys.argv[1]))["problems"]:
+    if only and p["name"] not in only:
+        continue
     print(p["name"], f"--batch={p['batch']} --heads={p['heads']} "
           f"--kv_heads={p['kv_heads']} --seq_q={p['seq_q']} "
           f"--seq_k={p['seq_k']} --head_dim={p['head_dim']} "
