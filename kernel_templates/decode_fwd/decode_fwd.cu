@@ -66,6 +66,7 @@ static_assert(kRows % 16 == 0 && kMTiles >= 1, "ROWS");
 static_assert(kN % 16 == 0, "TILE_N");
 static_assert(kD % 16 == 0, "HEAD_DIM");
 static_assert(kStages >= 2, "STAGES");
+static_assert(32 % kChunks == 0, "HEAD_DIM: at most 256");
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile.
 __device__ __forceinline__ int Swizzled(int row, int chunk) {
@@ -150,23 +151,64 @@ __device__ __forceinline__ void CpAsync16Stream(unsigned dst, const void* src,
       "l"(src), "r"(valid ? 16 : 0), "l"(policy));
 }
 
-// Keys [key0, key0 + kN) of K and V into one stage of a warp's ring; keys at
-// or past kv_end are zero-filled (and masked).
-__device__ __forceinline__ void LoadKv(evt_elem* k_tile, const evt_elem* k,
-                                       long long k_stride, evt_elem* v_tile,
-                                       const evt_elem* v, long long v_stride,
-                                       int key0, int kv_end, int lane,
-                                       unsigned long long policy) {
+// One warp's copies of a K or V tile: a pass of the warp's 32 lanes covers
+// kPass rows of kChunks 16-byte chunks; lane copies chunk lane % kChunks of
+// rows lane / kChunks + kPass * j. Everything that depends on the lane is
+// computed once, so a tile costs a pointer step and a compare per chunk.
+struct TileCopy {
+  static constexpr int kPass = 32 / kChunks;
+  int r0;            // The lane's first row.
+  int swizzled;      // Its chunk XOR its first row's swizzle.
+  long long offset;  // Element offset of its first chunk in global memory.
+  long long pass;    // Elements between its chunks of consecutive passes.
+
+  __device__ __forceinline__ TileCopy(long long row_stride, int lane) {
+    r0 = lane / kChunks;
+    const int c = lane % kChunks;
+    swizzled = c ^ r0;  // r0 < kPass: the row's low bits, as in Swizzled.
+    offset = r0 * row_stride + c * 8;
+    pass = kPass * row_stride;
+  }
+
+  // Rows [0, kN) of `rows` (a tile's first row) into the swizzled tile at
+  // shared byte address `dst`; rows at or past `valid_rows` are zero-filled.
+  template <bool kFull>
+  __device__ __forceinline__ void Copy(unsigned dst, const evt_elem* rows,
+                                       int valid_rows,
+                                       unsigned long long policy) const {
+    const evt_elem* src = rows + offset;
 #pragma unroll
-  for (int idx = lane; idx < kN * kChunks; idx += 32) {
-    const int r = idx / kChunks;
-    const int c = idx % kChunks;
-    const bool valid = key0 + r < kv_end;
-    const long long row = valid ? key0 + r : 0;
-    CpAsync16Stream(SmemAddress(k_tile + Swizzled(r, c)),
-                    k + row * k_stride + c * 8, valid, policy);
-    CpAsync16Stream(SmemAddress(v_tile + Swizzled(r, c)),
-                    v + row * v_stride + c * 8, valid, policy);
+    for (int j = 0; j < kN / kPass; ++j) {
+      // Row r0 + kPass * j: its swizzle is r0 ^ (kPass * j mod 8).
+      const int r = r0 + kPass * j;
+      const unsigned at =
+          2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
+      const bool valid = kFull || r < valid_rows;
+      CpAsync16Stream(dst + at, valid ? src : rows, valid, policy);
+      src += pass;
+    }
+  }
+};
+
+// Keys [key0, key0 + kN) of K and V into one stage of a warp's ring (shared
+// byte addresses k_dst, v_dst); keys at or past kv_end are zero-filled (and
+// masked).
+__device__ __forceinline__ void LoadKv(unsigned k_dst, const evt_elem* k,
+                                       const TileCopy& k_copy, unsigned v_dst,
+                                       const evt_elem* v,
+                                       const TileCopy& v_copy,
+                                       long long k_stride, long long v_stride,
+                                       int key0, int kv_end,
+                                       unsigned long long policy) {
+  const evt_elem* k_rows = k + key0 * k_stride;
+  const evt_elem* v_rows = v + key0 * v_stride;
+  const int valid = kv_end - key0;
+  if (valid >= kN) {
+    k_copy.Copy<true>(k_dst, k_rows, valid, policy);
+    v_copy.Copy<true>(v_dst, v_rows, valid, policy);
+  } else {
+    k_copy.Copy<false>(k_dst, k_rows, valid, policy);
+    v_copy.Copy<false>(v_dst, v_rows, valid, policy);
   }
 }
 
@@ -215,11 +257,14 @@ __device__ __forceinline__ void StreamKeys(
   const int my_tiles = w.tiles > warp ? (w.tiles - warp + kWarps - 1) / kWarps
                                       : 0;
   const unsigned long long policy = EvictFirstPolicy();
+  const TileCopy k_copy(p.k_row_stride, lane);
+  const TileCopy v_copy(p.v_row_stride, lane);
+  const unsigned ring_base = SmemAddress(ring);
   auto key0 = [&](int i) { return (w.tile0 + warp + i * kWarps) * kN; };
   auto load = [&](int i) {
-    evt_elem* stage = ring + (i % kStages) * 2 * kTile;
-    LoadKv(stage, k, p.k_row_stride, stage + kTile, v, p.v_row_stride,
-           key0(i), w.kv_end, lane, policy);
+    const unsigned stage = ring_base + (i % kStages) * 2 * kTile * 2;
+    LoadKv(stage, k, k_copy, stage + kTile * 2, v, v_copy, p.k_row_stride,
+           p.v_row_stride, key0(i), w.kv_end, policy);
   };
   // Q's copy group (committed by the caller) completes before the first
   // tile's; the caller's barrier after this prologue publishes it.
@@ -234,7 +279,6 @@ __device__ __forceinline__ void StreamKeys(
   // Per-lane parts of the ldmatrix addresses.
   const unsigned q_lane =
       SmemAddress(q_tile) + 2 * ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
-  const unsigned ring_base = SmemAddress(ring);
   const int k_row = ((lane % 8) + (lane / 16) * 8) * kD;
   const int v_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
   int v_chunk[4];

@@ -307,7 +307,7 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
         {"WARPS", 4}}},
       {"decode_fwd",
        {{"KV_SPLITS", 4},
-        {"Q_IN_REGS", 0},
+        {"Q_IN_REGS", 1},
         {"ROWS", 32},
         {"STAGES", 3},
         {"TILE_N", 32},
