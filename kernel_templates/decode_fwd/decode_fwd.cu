@@ -77,7 +77,7 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 struct DecodePlan {
   int b, kvh, group, rows, r0, shift;
   int row_block, row_blocks, split;
-  int kv_end;  // Keys any row of the block may see.
+  int kv_end;        // Keys any row of the block may see.
   int tile0, tiles;  // This split's key tiles.
 };
 
@@ -122,10 +122,9 @@ __device__ __forceinline__ void LoadQ(evt_elem* tile, const AttentionParams& p,
     const int r = idx / kChunks;
     const int c = idx % kChunks;
     const bool valid = w.r0 + r < w.rows;
-    const long long at =
-        valid ? RowOffset(w, w.r0 + r, p.q_batch_stride, p.q_head_stride,
-                          p.q_row_stride)
-              : 0;
+    const long long at = valid ? RowOffset(w, w.r0 + r, p.q_batch_stride,
+                                           p.q_head_stride, p.q_row_stride)
+                               : 0;
     CpAsync16(SmemAddress(tile + Swizzled(r, c)), q + at + c * 8, valid);
   }
 }
@@ -181,8 +180,7 @@ struct TileCopy {
     for (int j = 0; j < kN / kPass; ++j) {
       // Row r0 + kPass * j: its swizzle is r0 ^ (kPass * j mod 8).
       const int r = r0 + kPass * j;
-      const unsigned at =
-          2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
+      const unsigned at = 2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
       const bool valid = kFull || r < valid_rows;
       CpAsync16Stream(dst + at, valid ? src : rows, valid, policy);
       src += pass;
@@ -193,13 +191,10 @@ struct TileCopy {
 // Keys [key0, key0 + kN) of K and V into one stage of a warp's ring (shared
 // byte addresses k_dst, v_dst); keys at or past kv_end are zero-filled (and
 // masked).
-__device__ __forceinline__ void LoadKv(unsigned k_dst, const evt_elem* k,
-                                       const TileCopy& k_copy, unsigned v_dst,
-                                       const evt_elem* v,
-                                       const TileCopy& v_copy,
-                                       long long k_stride, long long v_stride,
-                                       int key0, int kv_end,
-                                       unsigned long long policy) {
+__device__ __forceinline__ void LoadKv(
+    unsigned k_dst, const evt_elem* k, const TileCopy& k_copy, unsigned v_dst,
+    const evt_elem* v, const TileCopy& v_copy, long long k_stride,
+    long long v_stride, int key0, int kv_end, unsigned long long policy) {
   const evt_elem* k_rows = k + key0 * k_stride;
   const evt_elem* v_rows = v + key0 * v_stride;
   const int valid = kv_end - key0;
@@ -235,10 +230,9 @@ struct RowMerge {
   // The normalised columns; zero for a row that saw no key.
   __device__ __forceinline__ uint4 Normalised() const {
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    return make_uint4(Pack(acc[0] * inv, acc[1] * inv),
-                      Pack(acc[2] * inv, acc[3] * inv),
-                      Pack(acc[4] * inv, acc[5] * inv),
-                      Pack(acc[6] * inv, acc[7] * inv));
+    return make_uint4(
+        Pack(acc[0] * inv, acc[1] * inv), Pack(acc[2] * inv, acc[3] * inv),
+        Pack(acc[4] * inv, acc[5] * inv), Pack(acc[6] * inv, acc[7] * inv));
   }
 };
 
@@ -254,8 +248,8 @@ __device__ __forceinline__ void StreamKeys(
                       w.b * p.k_batch_stride + w.kvh * p.k_head_stride;
   const evt_elem* v = static_cast<const evt_elem*>(p.v) +
                       w.b * p.v_batch_stride + w.kvh * p.v_head_stride;
-  const int my_tiles = w.tiles > warp ? (w.tiles - warp + kWarps - 1) / kWarps
-                                      : 0;
+  const int my_tiles =
+      w.tiles > warp ? (w.tiles - warp + kWarps - 1) / kWarps : 0;
   const unsigned long long policy = EvictFirstPolicy();
   const TileCopy k_copy(p.k_row_stride, lane);
   const TileCopy v_copy(p.v_row_stride, lane);
@@ -290,9 +284,9 @@ __device__ __forceinline__ void StreamKeys(
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks) {
-        LdMatrixX4(q_frag[mt][ks],
-                   q_lane + 2 * (mt * 16 * kD +
-                                 LaneChunk(ks * 2 + lane / 16, lane)));
+        LdMatrixX4(
+            q_frag[mt][ks],
+            q_lane + 2 * (mt * 16 * kD + LaneChunk(ks * 2 + lane / 16, lane)));
       }
     }
   }
@@ -306,10 +300,9 @@ __device__ __forceinline__ void StreamKeys(
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = w.r0 + mt * 16 + lane / 4 + half * 8;
-      limit[mt][half] =
-          r < w.rows && p.causal
-              ? min(w.kv_end, max(0, r / w.group + w.shift + 1))
-              : w.kv_end;
+      limit[mt][half] = r < w.rows && p.causal
+                            ? min(w.kv_end, max(0, r / w.group + w.shift + 1))
+                            : w.kv_end;
       mask_from = min(mask_from, limit[mt][half]);
     }
   }
@@ -449,8 +442,10 @@ __device__ __forceinline__ void MergeSplits(const AttentionParams& p,
     RowMerge merge;
 #pragma unroll 4
     for (int s = 0; s < kSplits; ++s) {
-      const float2 ml = __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(s, row)));
-      const float4* part = reinterpret_cast<const float4*>(ws.Out(s, row) + col);
+      const float2 ml =
+          __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(s, row)));
+      const float4* part =
+          reinterpret_cast<const float4*>(ws.Out(s, row) + col);
       merge.Add(ml.x, ml.y, __ldcg(part), __ldcg(part + 1));
     }
     const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
@@ -504,8 +499,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int wp = 0; wp < kWarps; ++wp) {
       const float* ml = part_ml + (wp * kRows + row) * 2;
-      const float4* part =
-          reinterpret_cast<const float4*>(part_o + (wp * kRows + row) * kD + col);
+      const float4* part = reinterpret_cast<const float4*>(
+          part_o + (wp * kRows + row) * kD + col);
       merge.Add(ml[0], ml[1], part[0], part[1]);
     }
     if constexpr (kSplits == 1) {
@@ -514,10 +509,10 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();
     } else {
       float4* out = reinterpret_cast<float4*>(ws.Out(w.split, row) + col);
-      out[0] = make_float4(merge.acc[0], merge.acc[1], merge.acc[2],
-                           merge.acc[3]);
-      out[1] = make_float4(merge.acc[4], merge.acc[5], merge.acc[6],
-                           merge.acc[7]);
+      out[0] =
+          make_float4(merge.acc[0], merge.acc[1], merge.acc[2], merge.acc[3]);
+      out[1] =
+          make_float4(merge.acc[4], merge.acc[5], merge.acc[6], merge.acc[7]);
       if (col == 0) {
         *reinterpret_cast<float2*>(ws.MaxSum(w.split, row)) =
             make_float2(merge.m, merge.l);
@@ -533,10 +528,10 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     int* last = reinterpret_cast<int*>(
         smem + (kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes));
     if (threadIdx.x == 0) {
-      int* counter = p.counters +
-                     (static_cast<long long>(w.b) * p.kv_heads + w.kvh) *
-                         w.row_blocks +
-                     w.row_block;
+      int* counter =
+          p.counters +
+          (static_cast<long long>(w.b) * p.kv_heads + w.kvh) * w.row_blocks +
+          w.row_block;
       *last = atomicAdd(counter, 1) == kSplits - 1;
       if (*last) *counter = 0;  // Ready for the next launch.
     }

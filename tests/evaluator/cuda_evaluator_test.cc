@@ -139,8 +139,8 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   std::mt19937 gen(11);
   int checked = 0;
   int problems = 0;
-  for (auto [heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{
-           {8, 8}, {8, 2}, {8, 1}}) {
+  for (auto [heads, kv_heads] :
+       std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {8, 2}, {8, 1}}) {
     for (int64_t sq : {1, 5, 16}) {
       for (int64_t sk : {1, 17, 4097}) {
         for (bool causal : {false, true}) {

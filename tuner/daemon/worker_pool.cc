@@ -355,8 +355,8 @@ void WorkerPool::SetNoWorkerReason(std::string reason) {
   no_worker_reason_ = std::move(reason);
 }
 
-void WorkerPool::DropWorker(std::string worker_id,
-                            const std::string& reason, Finished* finished) {
+void WorkerPool::DropWorker(std::string worker_id, const std::string& reason,
+                            Finished* finished) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
   LogInfo(absl::StrCat("worker ", it->second.info.name, " dropped: ", reason));

@@ -160,8 +160,7 @@ class CudaEvaluator : public Evaluator {
                           static_cast<int>(g.smem_bytes)),
                       "cuFuncSetAttribute");
         !s.ok()) {
-      return Rejected(TrialStatus::kResourceRejected,
-                      std::string(s.message()));
+      return Rejected(TrialStatus::kResourceRejected, std::string(s.message()));
     }
 
     // Fresh random inputs for every candidate, generated on the GPU; V has a
