@@ -96,6 +96,85 @@ __device__ __forceinline__ void Mma(float* c, const unsigned* a, unsigned b0,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The parts of a lane's ldmatrix addresses that depend on the lane alone,
+// in tiles of kD-element rows swizzled by 16-byte chunk XOR row mod 8:
+// element offsets of its row in a row-major A operand tile (Q), in a K tile
+// (B of Q K^T) and in a V tile (B of P V, transposed), and of its four V
+// chunks within a row.
+template <int kD>
+struct LaneFragments {
+  int a_row, k_row, v_row;
+  int v_chunk[4];
+
+  __device__ __forceinline__ explicit LaneFragments(int lane) {
+    a_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
+    k_row = ((lane % 8) + (lane / 16) * 8) * kD;
+    v_row = a_row;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) v_chunk[d] = LaneChunk(d * 2 + lane / 16, lane);
+  }
+};
+
+// A-operand fragments of kMTiles 16-row tiles of Q for the first kKSteps
+// k-steps, from a swizzled Q tile; q_lane is the lane's row address (shared
+// bytes).
+template <int kD, int kMTiles, int kKSteps>
+__device__ __forceinline__ void LoadQFragments(
+    unsigned (&q_frag)[kMTiles][kKSteps][4], unsigned q_lane, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      LdMatrixX4(
+          q_frag[mt][ks],
+          q_lane + 2 * (mt * 16 * kD + LaneChunk(ks * 2 + lane / 16, lane)));
+    }
+  }
+}
+
+// S = Q K^T for one tile of kN keys: Q from q_frag when kQInRegs, else
+// re-read from the Q tile at q_lane; K from the tile at k_lane (the lane's
+// row address, shared bytes). The k-step loop is unrolled kUnroll times.
+template <int kMTiles, int kN, int kD, bool kQInRegs, int kUnroll, int kQSteps>
+__device__ __forceinline__ void QkTile(
+    float (&s)[kMTiles][kN / 8][4],
+    const unsigned (&q_frag)[kMTiles][kQSteps][4], unsigned q_lane,
+    unsigned k_lane, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
+    }
+  }
+#pragma unroll(kUnroll)
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    unsigned qf[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if constexpr (kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qf[mt][i] = q_frag[mt][ks][i];
+      } else {
+        LdMatrixX4(qf[mt], q_lane + 2 * (mt * 16 * kD +
+                                         LaneChunk(ks * 2 + lane / 16, lane)));
+      }
+    }
+    const unsigned k_ks = k_lane + 2 * LaneChunk(ks * 2 + (lane / 8) % 2, lane);
+#pragma unroll
+    for (int kb = 0; kb < kN / 16; ++kb) {
+      unsigned kf[4];
+      LdMatrixX4(kf, k_ks + 2 * kb * 16 * kD);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        Mma(s[mt][2 * kb], qf[mt], kf[0], kf[1]);
+        Mma(s[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
+      }
+    }
+  }
+}
+
 // Two floats as a pair of 16-bit elements, `lo` in the low half.
 __device__ __forceinline__ unsigned Pack(float lo, float hi) {
   unsigned d;
@@ -258,6 +337,51 @@ __device__ __forceinline__ void PackProbs(const float (&s)[kMTiles][kNTiles][4],
   a[1] = Pack(s[mt][2 * t][2], s[mt][2 * t][3]);
   a[2] = Pack(s[mt][2 * t + 1][0], s[mt][2 * t + 1][1]);
   a[3] = Pack(s[mt][2 * t + 1][2], s[mt][2 * t + 1][3]);
+}
+
+// O += P V for one tile of kN keys: P packed from the probabilities in s,
+// V through ldmatrix.trans from the tile at v_lane (the lane's row address,
+// shared bytes) with the lane's chunk offsets v_chunk.
+template <int kMTiles, int kN, int kD>
+__device__ __forceinline__ void PvTile(float (&o)[kMTiles][kD / 8][4],
+                                       const float (&s)[kMTiles][kN / 8][4],
+                                       unsigned v_lane,
+                                       const int (&v_chunk)[4]) {
+#pragma unroll
+  for (int t = 0; t < kN / 16; ++t) {
+    unsigned pf[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) PackProbs(s, mt, t, pf[mt]);
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      unsigned vf[4];
+      // Chunks 8..15 differ from 0..7 by a constant under the swizzle.
+      LdMatrixX4Trans(
+          vf, v_lane + 2 * (t * 16 * kD + (dp / 4) * 64 + v_chunk[dp % 4]));
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        Mma(o[mt][2 * dp], pf[mt], vf[0], vf[1]);
+        Mma(o[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
+      }
+    }
+  }
+}
+
+// Zero output accumulators and the running max (-inf) and sum of each row.
+template <int kMTiles, int kDTiles>
+__device__ __forceinline__ void InitRows(float (&o)[kMTiles][kDTiles][4],
+                                         float (&row_max)[kMTiles][2],
+                                         float (&row_sum)[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][dt][i] = 0.f;
+    }
+    row_max[mt][0] = row_max[mt][1] = NegInf();
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
 }
 
 // A warp's unnormalised output rows (fp32; row r at part + r * stride) and

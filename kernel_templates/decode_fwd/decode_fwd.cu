@@ -271,25 +271,10 @@ __device__ __forceinline__ void StreamKeys(
   __syncthreads();
 
   // Per-lane parts of the ldmatrix addresses.
-  const unsigned q_lane =
-      SmemAddress(q_tile) + 2 * ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
-  const int k_row = ((lane % 8) + (lane / 16) * 8) * kD;
-  const int v_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
-  int v_chunk[4];
-#pragma unroll
-  for (int d = 0; d < 4; ++d) v_chunk[d] = LaneChunk(d * 2 + lane / 16, lane);
+  const LaneFragments<kD> f(lane);
+  const unsigned q_lane = SmemAddress(q_tile) + 2 * f.a_row;
   unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
-  if constexpr (kQInRegs) {
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        LdMatrixX4(
-            q_frag[mt][ks],
-            q_lane + 2 * (mt * 16 * kD + LaneChunk(ks * 2 + lane / 16, lane)));
-      }
-    }
-  }
+  if (kQInRegs) LoadQFragments<kD>(q_frag, q_lane, lane);
 
   // Each lane's rows see keys below `limit`; tiles that end at or before
   // the smallest limit of the block need no mask.
@@ -320,45 +305,13 @@ __device__ __forceinline__ void StreamKeys(
     if (i + kStages - 1 < my_tiles) load(i + kStages - 1);
     CpAsyncCommit();
     const int stage = i % kStages;
-    const unsigned k_lane = ring_base + 2 * (stage * 2 * kTile + k_row);
-    const unsigned v_lane = ring_base + 2 * (stage * 2 * kTile + kTile + v_row);
+    const unsigned k_lane = ring_base + 2 * (stage * 2 * kTile + f.k_row);
+    const unsigned v_lane =
+        ring_base + 2 * (stage * 2 * kTile + kTile + f.v_row);
 
     float s_acc[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = 0.f;
-      }
-    }
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      unsigned qf[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) qf[mt][e] = q_frag[mt][ks][e];
-        } else {
-          LdMatrixX4(qf[mt],
-                     q_lane + 2 * (mt * 16 * kD +
-                                   LaneChunk(ks * 2 + lane / 16, lane)));
-        }
-      }
-      const unsigned k_ks =
-          k_lane + 2 * LaneChunk(ks * 2 + (lane / 8) % 2, lane);
-#pragma unroll
-      for (int kb = 0; kb < kN / 16; ++kb) {
-        unsigned kf[4];
-        LdMatrixX4(kf, k_ks + 2 * kb * 16 * kD);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma(s_acc[mt][2 * kb], qf[mt], kf[0], kf[1]);
-          Mma(s_acc[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
-        }
-      }
-    }
+    QkTile<kMTiles, kN, kD, kQInRegs, kKSteps>(s_acc, q_frag, q_lane, k_lane,
+                                               lane);
 
     const int kv0 = key0(i);
     if (kv0 + kN > mask_from) {
@@ -381,24 +334,7 @@ __device__ __forceinline__ void StreamKeys(
     }
 
     SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
-
-#pragma unroll
-    for (int t = 0; t < kN / 16; ++t) {
-      unsigned pf[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) PackProbs(s_acc, mt, t, pf[mt]);
-#pragma unroll
-      for (int dp = 0; dp < kD / 16; ++dp) {
-        unsigned vf[4];
-        LdMatrixX4Trans(
-            vf, v_lane + 2 * (t * 16 * kD + (dp / 4) * 64 + v_chunk[dp % 4]));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma(o_acc[mt][2 * dp], pf[mt], vf[0], vf[1]);
-          Mma(o_acc[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
-        }
-      }
-    }
+    PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_lane, f.v_chunk);
   }
   CpAsyncWait<0>();
 }
@@ -470,16 +406,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
   float row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o_acc[mt][dt][e] = 0.f;
-    }
-    row_max[mt][0] = row_max[mt][1] = NegInf();
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  InitRows(o_acc, row_max, row_sum);
   evt_elem* ring = q_tile + kRows * kD + warp * kStages * 2 * kTile;
   StreamKeys(p, w, q_tile, ring, o_acc, row_max, row_sum);
 

@@ -117,25 +117,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       2 * (warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kD;
   const unsigned k_base = SmemAddress(k_tiles);
   const unsigned v_base = SmemAddress(v_tiles);
-  const int k_row = ((lane % 8) + (lane / 16) * 8) * kD;
-  const int v_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kD;
-  int v_chunk[4];
-#pragma unroll
-  for (int d = 0; d < 4; ++d) v_chunk[d] = LaneChunk(d * 2 + lane / 16, lane);
+  const LaneFragments<kD> f(lane);
   unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
   float row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o_acc[mt][dt][i] = 0.f;
-    }
-    row_max[mt][0] = row_max[mt][1] = NegInf();
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  InitRows(o_acc, row_max, row_sum);
 
   for (int j = 0; j < num_blocks; ++j) {
     const int stage = j % kStages;
@@ -158,62 +145,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       }
       CpAsyncCommit();
     }
-    if (kQInRegs && j == 0) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks) {
-          LdMatrixX4(q_frag[mt][ks],
-                     q_lane + 2 * (mt * 16 * kD +
-                                   LaneChunk(ks * 2 + lane / 16, lane)));
-        }
-      }
-    }
+    if (kQInRegs && j == 0) LoadQFragments<kD>(q_frag, q_lane, lane);
     // Shared-memory byte addresses of this lane's ldmatrix rows.
-    const unsigned k_lane = k_base + 2 * (stage * kN * kD + k_row);
-    const unsigned v_lane = v_base + 2 * (stage * kN * kD + v_row);
+    const unsigned k_lane = k_base + 2 * (stage * kN * kD + f.k_row);
+    const unsigned v_lane = v_base + 2 * (stage * kN * kD + f.v_row);
     const int kv0 = (block0 + j) * kN;
 
-    // S = Q K^T for this tile.
+    // S = Q K^T for this tile. With Q in shared memory nothing is indexed
+    // by the k-step, so its loop stays rolled: fully unrolled, ptxas keeps
+    // too many fragments in flight and spills at HEAD_DIM 128.
     float s_acc[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s_acc[mt][nt][i] = 0.f;
-      }
-    }
-    // With Q in shared memory nothing is indexed by ks, so the loop stays
-    // rolled: fully unrolled, ptxas keeps too many fragments in flight and
-    // spills at HEAD_DIM 128.
-#pragma unroll(kQInRegs ? kKSteps : 1)
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      unsigned qf[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) qf[mt][i] = q_frag[mt][ks][i];
-        } else {
-          LdMatrixX4(qf[mt],
-                     q_lane + 2 * (mt * 16 * kD +
-                                   LaneChunk(ks * 2 + lane / 16, lane)));
-        }
-      }
-      const unsigned k_ks =
-          k_lane + 2 * LaneChunk(ks * 2 + (lane / 8) % 2, lane);
-#pragma unroll
-      for (int kb = 0; kb < kN / 16; ++kb) {
-        unsigned kf[4];
-        LdMatrixX4(kf, k_ks + 2 * kb * 16 * kD);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma(s_acc[mt][2 * kb], qf[mt], kf[0], kf[1]);
-          Mma(s_acc[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
-        }
-      }
-    }
+    QkTile<kMTiles, kN, kD, kQInRegs, (kQInRegs ? kKSteps : 1)>(
+        s_acc, q_frag, q_lane, k_lane, lane);
 
     // Mask keys past seq_k and, when causal, above the diagonal.
     if (TileNeedsMask<kN>(p, w, kv0)) {
@@ -224,24 +167,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
 
     // O += P V.
-#pragma unroll
-    for (int t = 0; t < kN / 16; ++t) {
-      unsigned pf[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) PackProbs(s_acc, mt, t, pf[mt]);
-#pragma unroll
-      for (int dp = 0; dp < kD / 16; ++dp) {
-        unsigned vf[4];
-        // Chunks 8..15 differ from 0..7 by a constant under the swizzle.
-        LdMatrixX4Trans(
-            vf, v_lane + 2 * (t * 16 * kD + (dp / 4) * 64 + v_chunk[dp % 4]));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma(o_acc[mt][2 * dp], pf[mt], vf[0], vf[1]);
-          Mma(o_acc[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
-        }
-      }
-    }
+    PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_lane, f.v_chunk);
     if (kStages == 1) __syncthreads();
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
