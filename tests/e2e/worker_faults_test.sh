@@ -7,6 +7,8 @@
 #      (after two workers went down) and timeout, the flaky one is measured.
 #   2. A worker started on its own outlives a kill -9 of evotuned, rejoins
 #      the restarted daemon and the job finishes.
+#   3. A worker or CLI whose token the daemon refuses stops at once with one
+#      line that says so, instead of retrying.
 #
 #   worker_faults_test.sh EVOTUNED EVOTUNE EVOTUNE_WORKER
 set -euo pipefail
@@ -93,4 +95,25 @@ kill -0 "$worker_pid" || fail "the worker did not survive"
 [ "$(grep -c "registered with evotuned" "$work/worker.log")" -ge 2 ] || fail "worker did not register again"
 kill -TERM "$daemon_pid" "$worker_pid"
 wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
-echo "worker faults e2e: 2 passed, 0 failed"
+
+# --- 3. A refused token is final.
+start_daemon daemon4 127.0.0.1:0 --workers=0 --token=right-token
+address=127.0.0.1:$port
+start=$(date +%s)
+status=0
+timeout 20 "$worker" --daemon="$address" --evaluator=synthetic --token=wrong-token \
+  --name=refused 2>"$work/refused.log" || status=$?
+[ "$status" = 6 ] || fail "worker with a wrong token exited with $status, not 6"
+[ $(( $(date +%s) - start )) -le 10 ] || fail "worker with a wrong token kept retrying"
+grep -q "refused this worker: authorization: wrong bearer token" "$work/refused.log" ||
+  fail "refused worker's message: $(cat "$work/refused.log")"
+status=0
+"$evotune" --address="$address" --token=wrong-token jobs >"$work/cli.out" 2>&1 || status=$?
+[ "$status" != 0 ] || fail "CLI with a wrong token succeeded"
+[ "$(wc -l <"$work/cli.out")" = 1 ] && grep -q "refused the request" "$work/cli.out" ||
+  fail "CLI with a wrong token: $(cat "$work/cli.out")"
+EVOTUNE_TOKEN=right-token "$evotune" --address="$address" jobs >/dev/null ||
+  fail "CLI with the right token"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
+echo "worker faults e2e: 3 passed, 0 failed"

@@ -121,6 +121,11 @@ int FailRpc(const Client& client, const grpc::Status& s) {
     return Fail(absl::StrCat("cannot reach evotuned at ", client.address(),
                              " (", s.error_message(), ")"));
   }
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    return Fail(absl::StrCat(
+        "evotuned at ", client.address(), " refused the request: ",
+        s.error_message(), " (set --token or EVOTUNE_TOKEN to the daemon's)"));
+  }
   return Fail(s.error_message());
 }
 

@@ -242,10 +242,13 @@ void Supervisor::Reap() {
       mu_.Unlock();
       pool_->WorkerExited(s.name, how);
       mu_.Lock();
-      if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNoDevice) {
-        LogError(absl::StrCat("worker ", s.name,
-                              " found no device; not "
-                              "restarting it"));
+      if (WIFEXITED(status) && (WEXITSTATUS(status) == kExitNoDevice ||
+                                WEXITSTATUS(status) == kExitUnauthenticated)) {
+        LogError(absl::StrCat("worker ", s.name, " ", how,
+                              WEXITSTATUS(status) == kExitNoDevice
+                                  ? " (no device)"
+                                  : " (its token was refused)",
+                              "; not restarting it"));
         s.gave_up = true;
         break;
       }

@@ -13,6 +13,8 @@ inline constexpr int kExitNoDevice = 3;
 inline constexpr int kExitContextLost = 4;
 // A trial passed its deadline; the process ended itself.
 inline constexpr int kExitAborted = 5;
+// The daemon refused the worker's token: restarting will not help.
+inline constexpr int kExitUnauthenticated = 6;
 
 }  // namespace evotune
 

@@ -21,6 +21,18 @@ bool Unreachable(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
+bool Refused(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+         s.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+}
+
+int ExitRefused(const std::string& daemon, const grpc::Status& s) {
+  LogError(absl::StrCat("evotuned at ", daemon,
+                        " refused this worker: ", s.error_message(),
+                        " (set --token or EVOTUNE_TOKEN to the daemon's)"));
+  return kExitUnauthenticated;
+}
+
 }  // namespace
 
 // Sends a heartbeat every interval while a trial is in progress, and ends the
@@ -91,7 +103,7 @@ std::unique_ptr<grpc::ClientContext> Worker::Context(
   return ctx;
 }
 
-bool Worker::Register(absl::Notification* stop, std::string* worker_id) {
+int Worker::Register(absl::Notification* stop, std::string* worker_id) {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
   *request.mutable_device() = WorkerDeviceToProto(evaluator_->device());
@@ -112,8 +124,9 @@ bool Worker::Register(absl::Notification* stop, std::string* worker_id) {
       heartbeat_ = absl::Milliseconds(std::max(100u, response.heartbeat_ms()));
       LogInfo(absl::StrCat("registered with evotuned at ", options_.daemon,
                            " as ", options_.name));
-      return true;
+      return kExitOk;
     }
+    if (Refused(s)) return ExitRefused(options_.daemon, s);
     if (!said || !Unreachable(s)) {
       LogError(absl::StrCat("cannot register with evotuned at ",
                             options_.daemon, ": ", s.error_message(),
@@ -123,7 +136,7 @@ bool Worker::Register(absl::Notification* stop, std::string* worker_id) {
     stop->WaitForNotificationWithTimeout(pause);
     pause = std::min(2 * pause, options_.max_retry);
   }
-  return false;
+  return kExitOk;
 }
 
 void Worker::Prefetch(const v1::LeaseTrialResponse& response) {
@@ -194,7 +207,10 @@ int Worker::Run(absl::Notification* stop) {
   std::string worker_id;
   absl::Duration pause = absl::Milliseconds(100);
   while (!stop->HasBeenNotified()) {
-    if (worker_id.empty() && !Register(stop, &worker_id)) break;
+    if (worker_id.empty()) {
+      if (int exit = Register(stop, &worker_id); exit != kExitOk) return exit;
+      if (worker_id.empty()) break;  // Stopped.
+    }
     v1::LeaseTrialRequest request;
     request.set_worker_id(worker_id);
     request.set_wait_ms(
@@ -211,6 +227,7 @@ int Worker::Run(absl::Notification* stop) {
       LogError(absl::StrCat("evotuned: ", s.error_message()));
       return kExitAborted;
     }
+    if (Refused(s)) return ExitRefused(options_.daemon, s);
     if (!s.ok()) {
       stop->WaitForNotificationWithTimeout(pause);
       pause = std::min(2 * pause, options_.max_retry);

@@ -41,14 +41,18 @@ class Worker {
   Worker(WorkerOptions options, Evaluator* evaluator,
          const TemplateRegistry* templates);
 
-  // Serves until `stop` is notified (kExitOk) or a trial loses the CUDA
-  // context (kExitContextLost).
+  // Serves until `stop` is notified (kExitOk), a trial loses the CUDA
+  // context (kExitContextLost) or the daemon refuses the token
+  // (kExitUnauthenticated: retrying cannot help, so it is not retried).
   int Run(absl::Notification* stop);
 
  private:
   class Heartbeats;
-  // Registers, retrying until it works or `stop`; false when stopped.
-  bool Register(absl::Notification* stop, std::string* worker_id);
+  // Registers, retrying while the daemon is unreachable or refuses for a
+  // reason that may pass, until it works (kExitOk with worker_id set),
+  // `stop` (kExitOk, worker_id empty) or the token is refused
+  // (kExitUnauthenticated).
+  int Register(absl::Notification* stop, std::string* worker_id);
   v1::CompleteTrialRequest Evaluate(const v1::TrialTask& task);
   // Delivers a result, retrying while the daemon is unreachable.
   void Deliver(v1::CompleteTrialRequest request, absl::Notification* stop);
