@@ -11,9 +11,10 @@ LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                int64_t splits, SplitCombine combine) {
   const int64_t q_blocks = (p.seq_q + block_m - 1) / block_m;
   LaunchGeometry g;
-  g.grid[0] = static_cast<int>(q_blocks * splits);
-  g.grid[1] = static_cast<int>(p.heads);
-  g.grid[2] = static_cast<int>(p.batch);
+  g.grid[0] = q_blocks * splits;
+  g.grid[1] = p.heads;
+  g.grid[2] = p.batch;
+  if (combine == SplitCombine::kCluster) g.cluster_x = static_cast<int>(splits);
   if (splits > 1 && combine == SplitCombine::kWorkspace) {
     const int64_t heads = p.batch * p.heads;
     g.workspace_floats = heads * splits * q_blocks * block_m * (p.head_dim + 2);
@@ -50,6 +51,35 @@ absl::Status CheckDevice(const KernelTemplate& t, const DeviceLimits& limits) {
   return absl::OkStatus();
 }
 
+absl::Status CheckGeometry(const LaunchGeometry& g,
+                           const DeviceLimits& limits) {
+  if (g.block_threads > limits.max_threads_per_block ||
+      g.block_threads % 32 != 0 || g.block_threads <= 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        g.block_threads, " threads per block: must be a multiple of 32 up to ",
+        limits.max_threads_per_block));
+  }
+  if (g.smem_bytes > limits.smem_per_block_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(g.smem_bytes, " B of shared memory exceed the limit ",
+                     limits.smem_per_block_bytes, " B per block"));
+  }
+  if (g.grid[0] < 1 || g.grid[0] > kMaxGridX || g.grid[1] < 1 ||
+      g.grid[1] > kMaxGridYZ || g.grid[2] < 1 || g.grid[2] > kMaxGridYZ) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("grid (", g.grid[0], ", ", g.grid[1], ", ", g.grid[2],
+                     ") is outside the launch limits (", kMaxGridX, ", ",
+                     kMaxGridYZ, ", ", kMaxGridYZ, ")"));
+  }
+  if (g.cluster_x < 1 || g.cluster_x > kMaxClusterBlocks ||
+      g.grid[0] % g.cluster_x != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "clusters of ", g.cluster_x, " blocks: must divide grid x (", g.grid[0],
+        ") and be at most ", kMaxClusterBlocks));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits) {
   if (absl::Status s = CheckDevice(t, limits); !s.ok()) return s;
@@ -60,18 +90,7 @@ absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
           absl::StrCat("constraint violated: ", c.expression));
     }
   }
-  const LaunchGeometry g = t.geometry(config, problem);
-  if (g.block_threads > limits.max_threads_per_block) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(g.block_threads, " threads per block exceed the limit ",
-                     limits.max_threads_per_block));
-  }
-  if (g.smem_bytes > limits.smem_per_block_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(g.smem_bytes, " B of shared memory exceed the limit ",
-                     limits.smem_per_block_bytes, " B per block"));
-  }
-  return absl::OkStatus();
+  return CheckGeometry(t.geometry(config, problem), limits);
 }
 
 std::vector<Config> FeasibleConfigs(const KernelTemplate& t,

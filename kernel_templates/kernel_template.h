@@ -17,7 +17,12 @@
 namespace evotune {
 
 struct LaunchGeometry {
-  int grid[3] = {1, 1, 1};
+  // 64-bit so that an oversized grid is caught by CheckConfig, never
+  // wrapped.
+  int64_t grid[3] = {1, 1, 1};
+  // Blocks per thread block cluster along x (the kernel's __cluster_dims__);
+  // divides grid[0].
+  int cluster_x = 1;
   int block_threads = 32;
   int64_t smem_bytes = 0;  // Dynamic shared memory.
   // Scratch the launcher provides (AttentionParams::workspace, ::counters):
@@ -77,11 +82,22 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem);
 // FAILED_PRECONDITION naming the compute capability it needs.
 absl::Status CheckDevice(const KernelTemplate& t, const DeviceLimits& limits);
 
+// The CUDA launch limits every config must meet (the same on sm_80 to
+// sm_90): grid x below 2^31, grid y and z at most 65535, at most 8 blocks
+// per portable cluster.
+inline constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+inline constexpr int64_t kMaxGridYZ = 65535;
+inline constexpr int kMaxClusterBlocks = 8;
+
 // The gates before compiling: CheckDevice, config in the space, the
-// template's constraints, threads and shared memory within the device's
-// limits. Errors are INVALID_ARGUMENT for a config outside the space or
-// breaking a constraint and RESOURCE_EXHAUSTED for device limits; the message
-// says which.
+// template's constraints, the launch geometry within the device's limits
+// (threads, a multiple of 32; dynamic shared memory; grid; cluster). Errors are
+// INVALID_ARGUMENT for a config outside the space or breaking a constraint and
+// RESOURCE_EXHAUSTED for device limits; the message says which. OK when a
+// launch of geometry `g` fits the device and the launch limits above; otherwise
+// RESOURCE_EXHAUSTED saying which limit.
+absl::Status CheckGeometry(const LaunchGeometry& g, const DeviceLimits& limits);
+
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits);
 

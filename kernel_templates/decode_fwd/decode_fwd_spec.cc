@@ -74,9 +74,9 @@ KernelTemplate MakeDecodeFwdTemplate(std::string source, std::string hash) {
     const int64_t warps = c.at("WARPS");
     const int64_t row_blocks = (PackedRows(p) + rows - 1) / rows;
     LaunchGeometry g;
-    g.grid[0] = static_cast<int>(row_blocks * splits);
-    g.grid[1] = static_cast<int>(p.kv_heads);
-    g.grid[2] = static_cast<int>(p.batch);
+    g.grid[0] = row_blocks * splits;
+    g.grid[1] = p.kv_heads;
+    g.grid[2] = p.batch;
     g.block_threads = static_cast<int>(32 * warps);
     const int64_t rings =
         (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;

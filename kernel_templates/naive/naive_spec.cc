@@ -27,9 +27,9 @@ KernelTemplate MakeNaiveTemplate(std::string source, std::string hash) {
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t warps = c.at("WARPS");
     LaunchGeometry g;
-    g.grid[0] = static_cast<int>((p.seq_q + warps - 1) / warps);
-    g.grid[1] = static_cast<int>(p.heads);
-    g.grid[2] = static_cast<int>(p.batch);
+    g.grid[0] = (p.seq_q + warps - 1) / warps;
+    g.grid[1] = p.heads;
+    g.grid[2] = p.batch;
     g.block_threads = static_cast<int>(32 * warps);
     g.smem_bytes = 2 * c.at("KV_TILE") * p.head_dim * 2;
     return g;

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/embedded_sources.h"
 #include "kernel_templates/template_registry.h"
@@ -87,6 +89,91 @@ TEST(KernelTemplateTest, ArchitectureSpecificTemplatesNeedTheirDevice) {
       CheckDevice(*TemplateRegistry::Builtin().Find("flash_fwd"), l4).ok());
 }
 
+// Every config a template accepts can be launched: over problems up to the
+// API's limits and the per-block limits of the A100, L4 and H100, each
+// accepted config's geometry meets the CUDA launch limits (restated here),
+// and every problem a template supports has configs it accepts.
+TEST(KernelTemplateTest, EveryAcceptedConfigMeetsTheLaunchLimits) {
+  const std::vector<DeviceLimits> devices = {
+      {166912, 1024, 80}, {101376, 1024, 89}, {232448, 1024, 90}};
+  std::vector<Problem> problems;
+  for (int64_t batch : {1, 4096}) {
+    for (auto [heads, kv_heads] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {32, 8}, {1024, 1}}) {
+      for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
+               {1, 1}, {17, 4097}, {1 << 20, 1 << 20}, {1, 1 << 20}}) {
+        for (int64_t d : {64, 128}) {
+          for (bool causal : {false, true}) {
+            Problem p;
+            p.batch = batch;
+            p.heads = heads;
+            p.kv_heads = kv_heads;
+            p.seq_q = sq;
+            p.seq_k = sk;
+            p.head_dim = d;
+            p.causal = causal;
+            if (ValidateProblem(p).ok()) problems.push_back(p);
+          }
+        }
+      }
+    }
+  }
+  ASSERT_GT(problems.size(), 20u);
+  int checked = 0;
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    for (const DeviceLimits& device : devices) {
+      if (!CheckDevice(t, device).ok()) continue;
+      for (const Problem& p : problems) {
+        const std::vector<Config> accepted = FeasibleConfigs(t, p, device);
+        EXPECT_FALSE(accepted.empty())
+            << t.name << " sm_" << device.compute_capability << " "
+            << ProblemKey(p);
+        for (const Config& c : accepted) {
+          const LaunchGeometry g = t.geometry(c, p);
+          const std::string what =
+              absl::StrCat(t.name, " sm_", device.compute_capability, " ",
+                           ProblemKey(p), " ", ConfigKey(c));
+          EXPECT_TRUE(g.block_threads >= 32 && g.block_threads <= 1024 &&
+                      g.block_threads % 32 == 0)
+              << what;
+          EXPECT_LE(g.smem_bytes, device.smem_per_block_bytes) << what;
+          EXPECT_TRUE(g.grid[0] >= 1 && g.grid[0] <= 2147483647) << what;
+          EXPECT_TRUE(g.grid[1] >= 1 && g.grid[1] <= 65535) << what;
+          EXPECT_TRUE(g.grid[2] >= 1 && g.grid[2] <= 65535) << what;
+          EXPECT_TRUE(g.cluster_x >= 1 && g.cluster_x <= 8 &&
+                      g.grid[0] % g.cluster_x == 0)
+              << what;
+          EXPECT_TRUE(g.workspace_floats >= 0 && g.counters >= 0) << what;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+// A grid past the launch limits is refused before anything compiles.
+TEST(KernelTemplateTest, OversizedGridsAreRefused) {
+  LaunchGeometry g;
+  g.block_threads = 128;
+  const DeviceLimits h100{232448, 1024, 90};
+  EXPECT_TRUE(CheckGeometry(g, h100).ok());
+  g.grid[0] = int64_t{1} << 31;
+  EXPECT_EQ(CheckGeometry(g, h100).code(),
+            absl::StatusCode::kResourceExhausted);
+  g.grid[0] = 8;
+  g.grid[1] = 65536;
+  EXPECT_THAT(std::string(CheckGeometry(g, h100).message()),
+              ::testing::HasSubstr("launch limits"));
+  g.grid[1] = 1;
+  g.cluster_x = 3;  // Does not divide 8.
+  EXPECT_FALSE(CheckGeometry(g, h100).ok());
+  g.cluster_x = 4;
+  EXPECT_TRUE(CheckGeometry(g, h100).ok());
+  g.block_threads = 100;  // Not whole warps.
+  EXPECT_FALSE(CheckGeometry(g, h100).ok());
+}
+
 // Grid over query blocks x splits, heads, batch; scratch only with splits
 // that combine through it.
 TEST(KernelTemplateTest, SplitKvGeometrySizesGridAndScratch) {
@@ -106,6 +193,8 @@ TEST(KernelTemplateTest, SplitKvGeometrySizesGridAndScratch) {
   EXPECT_EQ(four.counters, 2 * 8 * 2);
   LaunchGeometry cluster = SplitKvGeometry(p, 64, 4, SplitCombine::kCluster);
   EXPECT_EQ(cluster.grid[0], 8);
+  EXPECT_EQ(cluster.cluster_x, 4);
+  EXPECT_EQ(four.cluster_x, 1);
   EXPECT_EQ(cluster.workspace_floats, 0);
   EXPECT_EQ(cluster.counters, 0);
 }

@@ -21,6 +21,9 @@
 namespace evotune {
 namespace {
 
+// Registers one block may use on sm_80 to sm_90.
+constexpr int64_t kRegistersPerBlock = 65536;
+
 constexpr double kMinSampleUs = 100.0;
 constexpr int kCheckedRows = 192;
 constexpr int kCheckedHeads = 4;
@@ -140,6 +143,14 @@ class CudaEvaluator : public Evaluator {
                        " B of local memory per thread (", regs, " registers)"));
     }
     const LaunchGeometry g = t.geometry(config, p);
+    // A block's registers come from one SM's file of 64K (every template
+    // caps them with __launch_bounds__; this holds that promise).
+    if (int64_t{regs} * g.block_threads > kRegistersPerBlock) {
+      return Rejected(
+          TrialStatus::kResourceRejected,
+          absl::StrCat(regs, " registers x ", g.block_threads,
+                       " threads exceed ", kRegistersPerBlock, " per block"));
+    }
     // Static shared memory (a kernel's own __shared__ variables) counts
     // against the same per-block limit as the dynamic amount, and the
     // dynamic limit must be raised whenever the two exceed the default 48 KB
@@ -225,8 +236,10 @@ class CudaEvaluator : public Evaluator {
     void* args[] = {&params};
     auto launch = [&]() {
       return d_->cuLaunchKernel(
-          fn, g.grid[0], g.grid[1], g.grid[2], g.block_threads, 1, 1,
-          static_cast<unsigned>(g.smem_bytes), nullptr, args, nullptr);
+          fn, static_cast<unsigned>(g.grid[0]),
+          static_cast<unsigned>(g.grid[1]), static_cast<unsigned>(g.grid[2]),
+          g.block_threads, 1, 1, static_cast<unsigned>(g.smem_bytes), nullptr,
+          args, nullptr);
     };
 
     // Correctness.
