@@ -131,6 +131,48 @@ TEST_F(CudaEvaluatorTest, SplitKvIsCorrect) {
   }
 }
 
+// Configs with exactly 48 KB of dynamic shared memory plus the split-KV
+// flag's static shared memory once failed at launch (invalid argument): the
+// dynamic limit was raised only above 48 KB.
+TEST_F(CudaEvaluatorTest, ConfigsAtTheDefaultSharedMemoryLimitLaunch) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  Problem a;
+  a.batch = 4;
+  a.heads = a.kv_heads = 16;
+  a.seq_q = a.seq_k = 1024;
+  Problem b;
+  b.batch = 2;
+  b.heads = b.kv_heads = 16;
+  b.seq_q = b.seq_k = 4096;
+  b.head_dim = 128;
+  b.dtype = DType::kBf16;
+  const std::vector<std::pair<Problem, Config>> cases = {
+      {a,
+       {{"BLOCK_M", 128},
+        {"BLOCK_N", 64},
+        {"KV_SPLITS", 2},
+        {"MIN_BLOCKS", 1},
+        {"NUM_WARPS", 4},
+        {"Q_IN_REGS", 0},
+        {"STAGES", 2}}},
+      {b,
+       {{"BLOCK_M", 64},
+        {"BLOCK_N", 32},
+        {"KV_SPLITS", 2},
+        {"MIN_BLOCKS", 1},
+        {"NUM_WARPS", 2},
+        {"Q_IN_REGS", 0},
+        {"STAGES", 2}}},
+  };
+  for (const auto& [p, c] : cases) {
+    ASSERT_EQ(t.geometry(c, p).smem_bytes, 48 * 1024);
+    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, TrialStatus::kOk)
+        << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+  }
+}
+
 // decode_fwd on the shapes it is for: MHA, GQA and MQA packing, 1 to 16
 // queries (causal bottom-right), key counts from 1 to past a split's range,
 // every split count, both dtypes and head dims.
