@@ -31,6 +31,14 @@ class CudaEvaluatorTest : public ::testing::Test {
     if (!e.ok()) GTEST_SKIP() << e.status().message();
     evaluator_ = *std::move(e);
   }
+  // Evaluates one config and expects it correct.
+  void ExpectOk(const KernelTemplate& t, const Config& c, const Problem& p) {
+    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, TrialStatus::kOk)
+        << t.name << " " << ProblemKey(p) << " " << ConfigKey(c) << ": "
+        << r->error;
+  }
   std::unique_ptr<Evaluator> evaluator_;
 };
 
@@ -118,11 +126,7 @@ TEST_F(CudaEvaluatorTest, SplitKvIsCorrect) {
               p.dtype = dtype;
               Config c = base;
               c["KV_SPLITS"] = splits;
-              absl::StatusOr<TrialResult> r = evaluator_->Evaluate(*t, c, p);
-              ASSERT_TRUE(r.ok()) << r.status();
-              EXPECT_EQ(r->status, TrialStatus::kOk)
-                  << t->name << " " << ProblemKey(p) << " " << ConfigKey(c)
-                  << ": " << r->error;
+              ExpectOk(*t, c, p);
             }
           }
         }
@@ -146,30 +150,18 @@ TEST_F(CudaEvaluatorTest, ConfigsAtTheDefaultSharedMemoryLimitLaunch) {
   b.seq_q = b.seq_k = 4096;
   b.head_dim = 128;
   b.dtype = DType::kBf16;
-  const std::vector<std::pair<Problem, Config>> cases = {
+  const std::vector<std::pair<Problem, std::string>> cases = {
       {a,
-       {{"BLOCK_M", 128},
-        {"BLOCK_N", 64},
-        {"KV_SPLITS", 2},
-        {"MIN_BLOCKS", 1},
-        {"NUM_WARPS", 4},
-        {"Q_IN_REGS", 0},
-        {"STAGES", 2}}},
+       "BLOCK_M=128,BLOCK_N=64,KV_SPLITS=2,MIN_BLOCKS=1,NUM_WARPS=4,"
+       "Q_IN_REGS=0,STAGES=2"},
       {b,
-       {{"BLOCK_M", 64},
-        {"BLOCK_N", 32},
-        {"KV_SPLITS", 2},
-        {"MIN_BLOCKS", 1},
-        {"NUM_WARPS", 2},
-        {"Q_IN_REGS", 0},
-        {"STAGES", 2}}},
+       "BLOCK_M=64,BLOCK_N=32,KV_SPLITS=2,MIN_BLOCKS=1,NUM_WARPS=2,"
+       "Q_IN_REGS=0,STAGES=2"},
   };
-  for (const auto& [p, c] : cases) {
+  for (const auto& [p, key] : cases) {
+    const Config c = *ParseConfigKey(key);
     ASSERT_EQ(t.geometry(c, p).smem_bytes, 48 * 1024);
-    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->status, TrialStatus::kOk)
-        << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+    ExpectOk(t, c, p);
   }
 }
 
@@ -225,10 +217,7 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   for (int64_t splits : {1, 2, 4, 8, 16, 32, 64}) {
     const Config c = {{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
                       {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
-    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->status, TrialStatus::kOk)
-        << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+    ExpectOk(t, c, p);
   }
 }
 
@@ -341,19 +330,11 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
         {"STAGES", 3},
         {"WARPGROUPS", 1}}},
       {"decode_fwd",
-       {{"KV_SPLITS", 1},
-        {"Q_IN_REGS", 1},
-        {"ROWS", 16},
-        {"STAGES", 2},
-        {"TILE_N", 16},
-        {"WARPS", 4}}},
+       *ParseConfigKey(
+           "KV_SPLITS=1,Q_IN_REGS=1,ROWS=16,STAGES=2,TILE_N=16,WARPS=4")},
       {"decode_fwd",
-       {{"KV_SPLITS", 4},
-        {"Q_IN_REGS", 1},
-        {"ROWS", 32},
-        {"STAGES", 3},
-        {"TILE_N", 32},
-        {"WARPS", 2}}},
+       *ParseConfigKey(
+           "KV_SPLITS=4,Q_IN_REGS=1,ROWS=32,STAGES=3,TILE_N=32,WARPS=2")},
   };
   for (const auto& [name, c] : cases) {
     const KernelTemplate& t = *registry.Find(name);
@@ -364,10 +345,7 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     p.seq_q = 100;
     p.seq_k = 450;  // Seven tiles of 64, the last one partial.
     p.causal = true;
-    absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->status, TrialStatus::kOk)
-        << name << " " << ConfigKey(c) << ": " << r->error;
+    ExpectOk(t, c, p);
   }
 }
 

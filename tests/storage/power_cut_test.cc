@@ -14,24 +14,14 @@
 #include "gtest/gtest.h"
 #include "storage/result_store.h"
 #include "tests/storage/power_cut_vfs.h"
+#include "tests/storage/test_scope.h"
 
 namespace evotune {
 namespace {
 
 constexpr int kWrites = 24;
 
-TrialScope Scope() {
-  TrialScope s;
-  s.device.name = "Test GPU";
-  s.device.cc_major = 9;
-  s.device.driver_version = "1.0";
-  s.device.nvrtc_version = "13.0";
-  s.template_name = "naive";
-  s.template_hash = "abc";
-  s.problem.heads = s.problem.kv_heads = 8;
-  s.problem.seq_q = s.problem.seq_k = 512;
-  return s;
-}
+TrialScope Scope() { return TestScope(); }
 
 JobRecord Job() {
   JobRecord job;

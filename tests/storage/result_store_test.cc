@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/storage/test_scope.h"
 
 namespace evotune {
 namespace {
@@ -47,18 +48,7 @@ class ResultStoreTest : public ::testing::Test {
     sqlite3_close(db);
   }
 
-  static TrialScope Scope(int64_t seq = 512) {
-    TrialScope s;
-    s.device.name = "Test GPU";
-    s.device.cc_major = 9;
-    s.device.driver_version = "1.0";
-    s.device.nvrtc_version = "13.0";
-    s.template_name = "naive";
-    s.template_hash = "abc";
-    s.problem.heads = s.problem.kv_heads = 8;
-    s.problem.seq_q = s.problem.seq_k = seq;
-    return s;
-  }
+  static TrialScope Scope(int64_t seq = 512) { return TestScope(seq); }
 
   static TrialResult Ok(double us) {
     TrialResult r;
