@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -50,6 +51,39 @@ class DeviceBuffer {
   const CudaDriver* d_;
   CUdeviceptr ptr_ = 0;
 };
+
+// The buffers and launch parameters of one candidate's runs.
+struct TrialBuffers {
+  explicit TrialBuffers(const CudaDriver* d)
+      : q(d), k(d), v(d), o(d), workspace(d), counters(d) {}
+  DeviceBuffer q, k, v, o, workspace, counters;
+  AttentionParams params{};
+  InputSeeds seeds{};
+  size_t q_elems = 0;
+  uint16_t nan_bits = 0;  // A NaN of the problem's dtype.
+};
+
+// Strides, sizes and softmax scale of contiguous [batch, heads, seq,
+// head_dim] tensors; pointers and scratch are left null.
+AttentionParams ContiguousParams(const Problem& p) {
+  AttentionParams params{};
+  const long long d = p.head_dim;
+  params.q_row_stride = params.o_row_stride = d;
+  params.q_head_stride = params.o_head_stride = p.seq_q * d;
+  params.q_batch_stride = params.o_batch_stride = p.heads * p.seq_q * d;
+  params.k_row_stride = params.v_row_stride = d;
+  params.k_head_stride = params.v_head_stride = p.seq_k * d;
+  params.k_batch_stride = params.v_batch_stride = p.kv_heads * p.seq_k * d;
+  params.batch = static_cast<int>(p.batch);
+  params.heads = static_cast<int>(p.heads);
+  params.kv_heads = static_cast<int>(p.kv_heads);
+  params.seq_q = static_cast<int>(p.seq_q);
+  params.seq_k = static_cast<int>(p.seq_k);
+  params.causal = p.causal ? 1 : 0;
+  params.scale_log2 =
+      static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
+  return params;
+}
 
 TrialResult Rejected(TrialStatus status, std::string why) {
   TrialResult r;
@@ -122,6 +156,11 @@ class CudaEvaluator : public Evaluator {
     return result;
   }
 
+  // The gates after compiling, in order; each either ends the trial (a
+  // result), lets it go on (nullopt), or fails the evaluator itself (an
+  // error).
+  using Gate = absl::StatusOr<std::optional<TrialResult>>;
+
   absl::StatusOr<TrialResult> RunModule(const KernelTemplate& t,
                                         const Config& config, const Problem& p,
                                         CUmodule module, int samples) {
@@ -132,9 +171,37 @@ class CudaEvaluator : public Evaluator {
         !s.ok()) {
       return Rejected(TrialStatus::kCompileError, std::string(s.message()));
     }
-    int regs = 0, local_bytes = 0;
+    const LaunchGeometry g = t.geometry(config, p);
+    Gate fits = CheckResources(fn, g);
+    if (!fits.ok() || fits->has_value()) return Ended(std::move(fits));
+    TrialBuffers b(d_);
+    if (absl::Status s = PrepareInputs(p, g, &b); !s.ok()) return s;
+    void* args[] = {&b.params};
+    auto launch = [&]() {
+      return d_->cuLaunchKernel(
+          fn, static_cast<unsigned>(g.grid[0]),
+          static_cast<unsigned>(g.grid[1]), static_cast<unsigned>(g.grid[2]),
+          g.block_threads, 1, 1, static_cast<unsigned>(g.smem_bytes), nullptr,
+          args, nullptr);
+    };
+    Gate correct = CheckOutput(p, b, launch);
+    if (!correct.ok() || correct->has_value()) return Ended(std::move(correct));
+    return Time(launch, samples);
+  }
+
+  static absl::StatusOr<TrialResult> Ended(Gate gate) {
+    if (!gate.ok()) return gate.status();
+    return **std::move(gate);
+  }
+
+  // Registers, local and shared memory as compiled, against the device;
+  // raises the function's dynamic shared memory limit.
+  Gate CheckResources(CUfunction fn, const LaunchGeometry& g) {
+    int regs = 0, local_bytes = 0, static_smem = 0;
     d_->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     d_->cuFuncGetAttribute(&local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                           fn);
+    d_->cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
                            fn);
     if (local_bytes > 0) {
       return Rejected(
@@ -142,7 +209,6 @@ class CudaEvaluator : public Evaluator {
           absl::StrCat("spills: ", local_bytes,
                        " B of local memory per thread (", regs, " registers)"));
     }
-    const LaunchGeometry g = t.geometry(config, p);
     // A block's registers come from one SM's file of 64K (every template
     // caps them with __launch_bounds__; this holds that promise).
     if (int64_t{regs} * g.block_threads > kRegistersPerBlock) {
@@ -155,9 +221,6 @@ class CudaEvaluator : public Evaluator {
     // against the same per-block limit as the dynamic amount, and the
     // dynamic limit must be raised whenever the two exceed the default 48 KB
     // together, so it is always set.
-    int static_smem = 0;
-    d_->cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                           fn);
     if (g.smem_bytes + static_smem > info_.limits.smem_per_block_bytes) {
       return Rejected(
           TrialStatus::kResourceRejected,
@@ -173,76 +236,63 @@ class CudaEvaluator : public Evaluator {
         !s.ok()) {
       return Rejected(TrialStatus::kResourceRejected, std::string(s.message()));
     }
+    return std::nullopt;
+  }
 
-    // Fresh random inputs for every candidate, generated on the GPU; V has a
-    // nonzero mean so that a dropped term shows.
-    const size_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
+  // Fresh random inputs for every candidate, generated on the GPU (V has a
+  // nonzero mean so that a dropped term shows), the output, and the scratch
+  // the template asks for: counters start at zero and every launch leaves
+  // them at zero.
+  absl::Status PrepareInputs(const Problem& p, const LaunchGeometry& g,
+                             TrialBuffers* b) {
+    b->q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
     const size_t kv_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
     const uint64_t seed = rng_();
-    const InputSeeds seeds{seed, seed ^ 0x5555555555555555ull,
-                           seed ^ 0xaaaaaaaaaaaaaaaaull};
-    DeviceBuffer q(d_), k(d_), v(d_), o(d_);
-    for (auto [buf, n] : {std::pair{&q, q_elems},
-                          {&k, kv_elems},
-                          {&v, kv_elems},
-                          {&o, q_elems}}) {
+    b->seeds = {seed, seed ^ 0x5555555555555555ull,
+                seed ^ 0xaaaaaaaaaaaaaaaaull};
+    for (auto [buf, n] : {std::pair{&b->q, b->q_elems},
+                          {&b->k, kv_elems},
+                          {&b->v, kv_elems},
+                          {&b->o, b->q_elems}}) {
       if (absl::Status s = buf->Allocate(n * 2); !s.ok()) return s;
     }
-    for (auto [buf, n, s, offset] : {std::tuple{&q, q_elems, seeds.q, 0.f},
-                                     {&k, kv_elems, seeds.k, 0.f},
-                                     {&v, kv_elems, seeds.v, kVOffset}}) {
+    for (auto [buf, n, s, offset] :
+         {std::tuple{&b->q, b->q_elems, b->seeds.q, 0.f},
+          {&b->k, kv_elems, b->seeds.k, 0.f},
+          {&b->v, kv_elems, b->seeds.v, kVOffset}}) {
       if (absl::Status st = Fill(buf->get(), n, s, offset, p.dtype); !st.ok()) {
         return st;
       }
     }
-    const uint16_t nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;
-    d_->cuMemsetD16(o.get(), nan_bits, q_elems);
-
-    AttentionParams params{};
-    params.q = reinterpret_cast<const void*>(q.get());
-    params.k = reinterpret_cast<const void*>(k.get());
-    params.v = reinterpret_cast<const void*>(v.get());
-    params.o = reinterpret_cast<void*>(o.get());
-    const long long d = p.head_dim;
-    params.q_row_stride = params.o_row_stride = d;
-    params.q_head_stride = params.o_head_stride = p.seq_q * d;
-    params.q_batch_stride = params.o_batch_stride = p.heads * p.seq_q * d;
-    params.k_row_stride = params.v_row_stride = d;
-    params.k_head_stride = params.v_head_stride = p.seq_k * d;
-    params.k_batch_stride = params.v_batch_stride = p.kv_heads * p.seq_k * d;
-    params.batch = static_cast<int>(p.batch);
-    params.heads = static_cast<int>(p.heads);
-    params.kv_heads = static_cast<int>(p.kv_heads);
-    params.seq_q = static_cast<int>(p.seq_q);
-    params.seq_k = static_cast<int>(p.seq_k);
-    params.causal = p.causal ? 1 : 0;
-    params.scale_log2 =
-        static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
-    // Scratch the template asks for: counters start at zero and every
-    // launch leaves them at zero.
-    DeviceBuffer workspace(d_), counters(d_);
+    b->nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;  // RunOnce's.
+    b->params = ContiguousParams(p);
+    b->params.q = reinterpret_cast<const void*>(b->q.get());
+    b->params.k = reinterpret_cast<const void*>(b->k.get());
+    b->params.v = reinterpret_cast<const void*>(b->v.get());
+    b->params.o = reinterpret_cast<void*>(b->o.get());
     if (g.workspace_floats > 0) {
-      if (absl::Status s = workspace.Allocate(g.workspace_floats * 4);
+      if (absl::Status s = b->workspace.Allocate(g.workspace_floats * 4);
           !s.ok()) {
         return s;
       }
-      params.workspace = reinterpret_cast<float*>(workspace.get());
+      b->params.workspace = reinterpret_cast<float*>(b->workspace.get());
     }
     if (g.counters > 0) {
-      if (absl::Status s = counters.Allocate(g.counters * 4); !s.ok()) return s;
-      d_->cuMemsetD16(counters.get(), 0, g.counters * 2);
-      params.counters = reinterpret_cast<int*>(counters.get());
+      if (absl::Status s = b->counters.Allocate(g.counters * 4); !s.ok()) {
+        return s;
+      }
+      d_->cuMemsetD16(b->counters.get(), 0, g.counters * 2);
+      b->params.counters = reinterpret_cast<int*>(b->counters.get());
     }
-    void* args[] = {&params};
-    auto launch = [&]() {
-      return d_->cuLaunchKernel(
-          fn, static_cast<unsigned>(g.grid[0]),
-          static_cast<unsigned>(g.grid[1]), static_cast<unsigned>(g.grid[2]),
-          g.block_threads, 1, 1, static_cast<unsigned>(g.smem_bytes), nullptr,
-          args, nullptr);
-    };
+    return absl::OkStatus();
+  }
 
-    // Correctness.
+  // One launch on a re-poisoned output, copied back. A launch the driver
+  // refuses ends the trial; a kernel that faults also breaks the evaluator.
+  template <typename Launch>
+  Gate RunOnce(const Launch& launch, TrialBuffers& b,
+               std::vector<uint16_t>* out) {
+    d_->cuMemsetD16(b.o.get(), b.nan_bits, b.q_elems);
     if (CUresult r = launch(); r != CUDA_SUCCESS) {
       return Rejected(TrialStatus::kResourceRejected,
                       d_->Check(r, "launch").ToString());
@@ -253,13 +303,25 @@ class CudaEvaluator : public Evaluator {
           d_->Check(r, "kernel").message(), "); restart the evaluator"));
       return Rejected(TrialStatus::kCrashed, d_->Check(r, "kernel").ToString());
     }
-    std::vector<uint16_t> ho(q_elems);
+    out->resize(b.q_elems);
     if (absl::Status s = d_->Check(
-            d_->cuMemcpyDtoH(ho.data(), o.get(), q_elems * 2), "copy O");
+            d_->cuMemcpyDtoH(out->data(), b.o.get(), b.q_elems * 2), "copy O");
         !s.ok()) {
-      return s;
+      broken_ = s;
+      return Rejected(TrialStatus::kCrashed, s.ToString());
     }
-    for (size_t i = 0; i < q_elems; ++i) {
+    return std::nullopt;
+  }
+
+  // Correctness: every element written and finite, the same bits on every
+  // run (a race shows as output that changes between runs on the same
+  // inputs), sampled rows within tolerance of the host reference.
+  template <typename Launch>
+  Gate CheckOutput(const Problem& p, TrialBuffers& b, const Launch& launch) {
+    std::vector<uint16_t> ho;
+    Gate first = RunOnce(launch, b, &ho);
+    if (!first.ok() || first->has_value()) return first;
+    for (size_t i = 0; i < ho.size(); ++i) {
       if (!std::isfinite(HalfBitsToFloat(ho[i], p.dtype))) {
         return Rejected(
             TrialStatus::kIncorrect,
@@ -267,35 +329,30 @@ class CudaEvaluator : public Evaluator {
                          " is NaN or infinite (unwritten or overflowed)"));
       }
     }
-    // A race shows as output that changes between runs on the same inputs:
-    // run again on a re-poisoned output and require the same bits.
     for (int repeat = 0; repeat < repeat_runs_; ++repeat) {
-      d_->cuMemsetD16(o.get(), nan_bits, q_elems);
-      if (CUresult r = launch(); r != CUDA_SUCCESS) {
-        return Rejected(TrialStatus::kResourceRejected,
-                        d_->Check(r, "launch").ToString());
-      }
-      std::vector<uint16_t> again(q_elems);
-      if (absl::Status s = d_->Check(
-              d_->cuMemcpyDtoH(again.data(), o.get(), q_elems * 2), "copy O");
-          !s.ok()) {
-        broken_ = s;
-        return Rejected(TrialStatus::kCrashed, s.ToString());
-      }
+      std::vector<uint16_t> again;
+      Gate run = RunOnce(launch, b, &again);
+      if (!run.ok() || run->has_value()) return run;
       if (again != ho) {
-        size_t first = 0;
-        while (again[first] == ho[first]) ++first;
+        size_t at = 0;
+        while (again[at] == ho[at]) ++at;
         return Rejected(
             TrialStatus::kIncorrect,
             absl::StrCat("output differs between runs on the same inputs "
                          "(first at element ",
-                         first, "): a race"));
+                         at, "): a race"));
       }
     }
+    return CompareWithReference(p, b.seeds, ho);
+  }
+
+  Gate CompareWithReference(const Problem& p, const InputSeeds& seeds,
+                            const std::vector<uint16_t>& ho) {
     std::vector<RowIndex> rows = SampleRows(p);
     std::vector<float> want = Reference(p, seeds, rows);
     std::vector<float> got;
     got.reserve(want.size());
+    const int64_t d = p.head_dim;
     for (const RowIndex& r : rows) {
       const size_t base = ((r.batch * p.heads + r.head) * p.seq_q + r.row) * d;
       for (int64_t c = 0; c < d; ++c) {
@@ -312,7 +369,7 @@ class CudaEvaluator : public Evaluator {
                           err.max_abs, tol.max_abs, err.rel_l2, tol.rel_l2,
                           static_cast<int>(rows.size())));
     }
-    return Time(launch, samples);
+    return std::nullopt;
   }
 
   // Rows of at most kCheckedHeads (batch, head) pairs: the first and the
