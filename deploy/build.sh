@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Configures and builds evotune into build/ (binaries in build/bin).
+# Configures and builds evotune (binaries in BUILD_DIR/bin).
+#   deploy/build.sh [BUILD_DIR [CMAKE_ARGS...]]   (default: build/)
+# CMAKE_ARGS apply when BUILD_DIR is first configured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dir=${1:-build}
+shift $(( $# > 0 ? 1 : 0 ))
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-[ -f build/CMakeCache.txt ] || cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j"$(nproc)"
+[ -f "$dir/CMakeCache.txt" ] ||
+  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+cmake --build "$dir" -j"$(nproc)"

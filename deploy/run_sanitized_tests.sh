@@ -7,12 +7,7 @@
 #   deploy/run_sanitized_tests.sh [ctest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-[ -f build-asan/CMakeCache.txt ] ||
-  cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug \
-    -DEVOTUNE_SANITIZE=address
-cmake --build build-asan -j"$(nproc)"
+./deploy/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DEVOTUNE_SANITIZE=address
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE gpu "$@"
