@@ -49,6 +49,44 @@ class AttentionParams(ctypes.Structure):
                           ("counters", ctypes.c_void_p)]
 
 
+class TensorMap(ctypes.Structure):
+    """CUtensorMap: 128 opaque bytes."""
+    _fields_ = [("opaque", ctypes.c_uint64 * 16)]
+
+
+class AttentionTensorMaps(ctypes.Structure):
+    """AttentionTensorMaps of attention_params.cuh: q, k, v, o."""
+    _fields_ = [(n, TensorMap) for n in ("q", "k", "v", "o")]
+
+
+_CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6
+_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
+_CU_TENSOR_MAP_SWIZZLE_128B = 3
+_CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
+
+
+def encode_tensor_map(out, t, box_rows):
+    """A [batch, heads, seq, head_dim] tensor as the 4-D map the templates
+    take (tuner/evaluator/tensor_maps.cc): boxes of 64 columns x box_rows,
+    128-byte swizzle, zero fill past the ends."""
+    b, h, s, d = t.shape
+    sb, sh, ss, _ = t.stride()
+    u64x4, u64x3, u32x4 = (ctypes.c_uint64 * 4, ctypes.c_uint64 * 3,
+                           ctypes.c_uint32 * 4)
+    dtype = (_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if t.dtype == torch.bfloat16
+             else _CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
+    # Encoded where a CUtensorMap would live (128-byte aligned), then copied.
+    scratch = ctypes.create_string_buffer(128 + 128)
+    aligned = (ctypes.addressof(scratch) + 127) // 128 * 128
+    check(_cuda.cuTensorMapEncodeTiled(
+        ctypes.c_void_p(aligned), dtype, 4, ctypes.c_void_p(t.data_ptr()),
+        u64x4(d, s, h, b), u64x3(ss * 2, sh * 2, sb * 2),
+        u32x4(64, box_rows, 1, 1), u32x4(1, 1, 1, 1), 0,
+        _CU_TENSOR_MAP_SWIZZLE_128B, _CU_TENSOR_MAP_L2_PROMOTION_L2_256B, 0),
+        "cuTensorMapEncodeTiled")
+    ctypes.memmove(ctypes.addressof(out), aligned, 128)
+
+
 def check(result, what):
     if result != 0:
         raise RuntimeError(f"{what} failed with CUDA error {result}")
@@ -107,9 +145,17 @@ class EvotuneKernel:
         p.scale_log2 = 1.4426950408889634 / q.shape[3] ** 0.5
         p.workspace = self.workspace.data_ptr() if self.workspace is not None else None
         p.counters = self.counters.data_ptr() if self.counters is not None else None
-        self._params = p  # Alive until the launch was enqueued.
-        args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(p),
-                                                 ctypes.c_void_p))
+        # Tensor maps hold the pointers: encoded per call, like the params.
+        maps = AttentionTensorMaps()
+        q_rows, kv_rows, o_rows = self.meta.get("tma", [0, 0, 0])
+        if q_rows > 0:
+            for field, t, rows in (("q", q, q_rows), ("k", k, kv_rows),
+                                   ("v", v, kv_rows), ("o", o, o_rows)):
+                encode_tensor_map(getattr(maps, field), t, rows)
+        self._params, self._maps = p, maps  # Alive until enqueued.
+        args = (ctypes.c_void_p * 2)(
+            ctypes.cast(ctypes.pointer(p), ctypes.c_void_p),
+            ctypes.cast(ctypes.pointer(maps), ctypes.c_void_p))
         g = self.meta["grid"]
         check(_cuda.cuLaunchKernel(
             self.function, g[0], g[1], g[2], self.meta["block"], 1, 1,
@@ -248,6 +294,23 @@ def rel_l2(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
 
+def time_sdpa(q, k, v, mask, gqa, ref):
+    """SDPA's flash and cuDNN backends: error against ref and time."""
+    result = {}
+    for backend, label in ((SDPBackend.FLASH_ATTENTION, "flash"),
+                           (SDPBackend.CUDNN_ATTENTION, "cudnn")):
+        try:
+            with sdpa_kernel(backend):
+                sdpa = lambda: F.scaled_dot_product_attention(
+                    q, k, v, **mask, enable_gqa=gqa)
+                result[f"{label}_err"] = rel_l2(sdpa(), ref)
+                result[f"{label}_us"] = time_us(sdpa)
+        except RuntimeError as e:  # Backend unavailable for this shape.
+            result[f"{label}_us"] = None
+            result[f"{label}_error"] = str(e).splitlines()[0]
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("plan")
@@ -266,6 +329,7 @@ def main():
         floor = None
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"device-to-device copy {copy:.2f} TB/s")
+    sdpa_times = {}  # Per problem: kernels for one problem share SDPA's times.
     for entry in plan:
         meta = json.load(open(entry["meta"]))
         pr = parse_problem(meta["problem"])
@@ -289,17 +353,9 @@ def main():
                   "config": meta["config"], "template": meta["template"],
                   "rel_err": ours_err, "finite": finite}
         result["us"] = time_us(lambda: kernel(q, k, v, o, pr["causal"]))
-        for backend, label in ((SDPBackend.FLASH_ATTENTION, "flash"),
-                               (SDPBackend.CUDNN_ATTENTION, "cudnn")):
-            try:
-                with sdpa_kernel(backend):
-                    sdpa = lambda: F.scaled_dot_product_attention(
-                        q, k, v, **mask, enable_gqa=gqa)
-                    result[f"{label}_err"] = rel_l2(sdpa(), ref)
-                    result[f"{label}_us"] = time_us(sdpa)
-            except RuntimeError as e:  # Backend unavailable for this shape.
-                result[f"{label}_us"] = None
-                result[f"{label}_error"] = str(e).splitlines()[0]
+        if meta["problem"] not in sdpa_times:
+            sdpa_times[meta["problem"]] = time_sdpa(q, k, v, mask, gqa, ref)
+        result.update(sdpa_times[meta["problem"]])
         flops = 4.0 * pr["batch"] * pr["heads"] * pr["seq_q"] * pr["seq_k"] * \
             pr["head_dim"] / (2 if pr["causal"] else 1)
         result["tflops"] = flops / result["us"] / 1e6

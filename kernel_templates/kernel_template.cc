@@ -77,6 +77,13 @@ absl::Status CheckGeometry(const LaunchGeometry& g,
         "clusters of ", g.cluster_x, " blocks: must divide grid x (", g.grid[0],
         ") and be at most ", kMaxClusterBlocks));
   }
+  for (int rows : {g.tma.q_rows, g.tma.kv_rows, g.tma.o_rows}) {
+    if (g.uses_tma() && (rows < 1 || rows > kMaxTmaBoxRows)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tensor map boxes of ", rows, " rows: must be 1 to ",
+                       kMaxTmaBoxRows));
+    }
+  }
   return absl::OkStatus();
 }
 

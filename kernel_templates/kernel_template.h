@@ -29,7 +29,17 @@ struct LaunchGeometry {
   // fp32 values and zero-initialised ints.
   int64_t workspace_floats = 0;
   int64_t counters = 0;
+  // Rows of the boxes of the tensor maps the kernel takes as its second
+  // parameter (AttentionTensorMaps in common/attention_params.cuh): Q, K and
+  // V, and O, 64 columns each. All zero when it takes none.
+  struct TmaBoxes {
+    int q_rows = 0, kv_rows = 0, o_rows = 0;
+  } tma;
+  bool uses_tma() const { return tma.q_rows > 0; }
 };
+
+// The most rows a tensor map's box may have.
+inline constexpr int kMaxTmaBoxRows = 256;
 
 // A constraint between parameters and the problem: `expression` is the
 // machine-readable statement (shown by ListTemplates), `holds` checks it.
@@ -89,15 +99,15 @@ inline constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 inline constexpr int64_t kMaxGridYZ = 65535;
 inline constexpr int kMaxClusterBlocks = 8;
 
-// The gates before compiling: CheckDevice, config in the space, the
-// template's constraints, the launch geometry within the device's limits
-// (threads, a multiple of 32; dynamic shared memory; grid; cluster). Errors are
-// INVALID_ARGUMENT for a config outside the space or breaking a constraint and
-// RESOURCE_EXHAUSTED for device limits; the message says which. OK when a
-// launch of geometry `g` fits the device and the launch limits above; otherwise
-// RESOURCE_EXHAUSTED saying which limit.
+// OK when a launch of geometry `g` fits the device and the launch limits
+// above (threads, a multiple of 32; dynamic shared memory; grid; cluster;
+// tensor map boxes); otherwise RESOURCE_EXHAUSTED saying which limit.
 absl::Status CheckGeometry(const LaunchGeometry& g, const DeviceLimits& limits);
 
+// The gates before compiling: CheckDevice, config in the space, the
+// template's constraints, CheckGeometry. Errors are INVALID_ARGUMENT for a
+// config outside the space or breaking a constraint and RESOURCE_EXHAUSTED
+// for device limits; the message says which.
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits);
 

@@ -17,6 +17,7 @@ const std::map<std::string, SpecFactory>& SpecFactories() {
       {"fault_test", MakeFaultTestTemplate},
       {"flash_fwd", MakeFlashFwdTemplate},
       {"flash_fwd_sm90", MakeFlashFwdSm90Template},
+      {"flash_fwd_tma", MakeFlashFwdTmaTemplate},
       {"naive", MakeNaiveTemplate},
   };
   return *factories;

@@ -33,6 +33,7 @@ class TemplateRegistry {
 KernelTemplate MakeNaiveTemplate(std::string source, std::string hash);
 KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash);
 KernelTemplate MakeFlashFwdSm90Template(std::string source, std::string hash);
+KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash);
 KernelTemplate MakeDecodeFwdTemplate(std::string source, std::string hash);
 // Test only: registered when EVOTUNE_TEST_TEMPLATES=1.
 KernelTemplate MakeFaultTestTemplate(std::string source, std::string hash);

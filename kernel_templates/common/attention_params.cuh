@@ -27,4 +27,18 @@ struct AttentionParams {
   int* counters;
 };
 
+// A CUDA tensor map (CUtensorMap of cuda.h: 128 bytes, 128-byte aligned),
+// opaque to the kernels; built on the host with cuTensorMapEncodeTiled.
+struct alignas(128) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// The second launch parameter of the templates that copy tiles with the
+// Tensor Memory Accelerator (LaunchGeometry::tma): each tensor as a 4-D map
+// (head_dim, seq, heads, batch), innermost first, boxes of 64 columns (128
+// bytes, 128-byte swizzle) by the rows the geometry names.
+struct AttentionTensorMaps {
+  TensorMap q, k, v, o;
+};
+
 #endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_

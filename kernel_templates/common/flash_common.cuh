@@ -1,7 +1,7 @@
 // Pieces shared by the FlashAttention-style templates (flash_fwd,
-// flash_fwd_sm90): cp.async copies, the online softmax over one tile of
-// scores, the causal and tail masks, and the epilogue that normalises and
-// stores the output or, with split-KV, combines the splits.
+// flash_fwd_sm90, flash_fwd_tma): cp.async copies, the online softmax over one
+// tile of scores, the causal and tail masks, and the epilogue that normalises
+// and stores the output or, with split-KV, combines the splits.
 //
 // Register tiles follow the accumulator layout of mma m16n8 (and of wgmma
 // m64nN, which repeats it per warp): a warp owns kMTiles tiles of 16 rows;
@@ -282,17 +282,18 @@ __device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
   }
 }
 
-// One step of the online softmax: turns the scores `s` into probabilities
-// in place (exp2 domain, scale * log2(e) folded in), updates the running max
-// and sum of each row and rescales the output accumulator `o` to the new max.
-// A row that has seen no key keeps a zero reference: its scores are all -inf
+// One step of the online softmax on the scores alone: turns `s` into
+// probabilities in place (exp2 domain, scale * log2(e) folded in), updates
+// the running max and sum of each row and leaves in `correction` the factor
+// the row's output accumulator must be scaled by to match the new max. A
+// row that has seen no key keeps a zero reference: its scores are all -inf
 // and exp2(-inf) = 0, never NaN.
-template <int kMTiles, int kNTiles, int kDTiles>
-__device__ __forceinline__ void SoftmaxTile(float (&s)[kMTiles][kNTiles][4],
-                                            float (&o)[kMTiles][kDTiles][4],
-                                            float (&row_max)[kMTiles][2],
-                                            float (&row_sum)[kMTiles][2],
-                                            float scale_log2) {
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void SoftmaxScores(float (&s)[kMTiles][kNTiles][4],
+                                              float (&row_max)[kMTiles][2],
+                                              float (&row_sum)[kMTiles][2],
+                                              float scale_log2,
+                                              float (&correction)[kMTiles][2]) {
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -306,7 +307,7 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[kMTiles][kNTiles][4],
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float new_max = fmaxf(row_max[mt][half], mx * scale_log2);
       const float ref = new_max == NegInf() ? 0.f : new_max;
-      const float correction = Exp2(row_max[mt][half] - ref);
+      correction[mt][half] = Exp2(row_max[mt][half] - ref);
       row_max[mt][half] = new_max;
       float sum = 0.f;
 #pragma unroll
@@ -318,14 +319,36 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[kMTiles][kNTiles][4],
           sum += x;
         }
       }
-      row_sum[mt][half] = row_sum[mt][half] * correction + sum;
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        o[mt][dt][2 * half] *= correction;
-        o[mt][dt][2 * half + 1] *= correction;
-      }
+      row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
     }
   }
+}
+
+// Scales each row of the output accumulator `o` by its correction.
+template <int kMTiles, int kDTiles>
+__device__ __forceinline__ void RescaleRows(
+    float (&o)[kMTiles][kDTiles][4], const float (&correction)[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][dt][i] *= correction[mt][i / 2];
+    }
+  }
+}
+
+// One step of the online softmax: SoftmaxScores, then the output
+// accumulator `o` rescaled to the new max.
+template <int kMTiles, int kNTiles, int kDTiles>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kMTiles][kNTiles][4],
+                                            float (&o)[kMTiles][kDTiles][4],
+                                            float (&row_max)[kMTiles][2],
+                                            float (&row_sum)[kMTiles][2],
+                                            float scale_log2) {
+  float correction[kMTiles][2];
+  SoftmaxScores(s, row_max, row_sum, scale_log2, correction);
+  RescaleRows(o, correction);
 }
 
 // The A operand (m16 x k16, 16-bit) of keys 16 * t .. 16 * t + 15 from the

@@ -39,11 +39,12 @@
 // WARPGROUPS * 128 threads; dynamic shared memory
 // (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 + 1024 B (the 1024 aligns
 // the tiles).
-#include "flash_common.cuh"
+#include "hopper.cuh"
 
 namespace {
 
 using namespace flash;
+using namespace hopper;
 
 constexpr int kM = 64 * WARPGROUPS;
 constexpr int kN = BLOCK_N;
@@ -54,14 +55,9 @@ constexpr int kThreads = 128 * WARPGROUPS;
 constexpr int kKSteps = kD / 16;  // k-steps of Q K^T.
 constexpr int kNTiles = kN / 8;   // n8 tiles of S.
 constexpr int kDTiles = kD / 8;   // n8 tiles of O.
-constexpr int kRowBytes = 128;    // One row of a 64-column block.
 static_assert(kN % 64 == 0, "BLOCK_N");
 static_assert(kD % 64 == 0, "HEAD_DIM");
 static_assert(kStages >= 2, "STAGES");
-
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "flash_fwd_sm90 needs sm_90a"
-#endif
 
 // Element offset of (row, 16-byte chunk) in a [kRows][kD] tile stored as
 // kD / 64 swizzled [kRows][64] blocks.
@@ -78,81 +74,9 @@ __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
   CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, Swizzled<kRows>);
 }
 
-// A wgmma shared-memory matrix descriptor of the 128-byte swizzle layout:
-// start address, leading and stride byte offsets (the stride between
-// 8-row groups, 1024 B here; the leading offset is unused by these shapes),
-// all in 16-byte units.
-__device__ __forceinline__ unsigned long long Descriptor(unsigned address) {
-  constexpr unsigned long long kGroup = (8 * kRowBytes) >> 4;
-  return ((address & 0x3FFFF) >> 4) | (kGroup << 16) | (kGroup << 32) |
-         (1ull << 62);
-}
-
-// Keeps the compiler from moving reads or writes of wgmma operands across
-// the asynchronous region.
-template <int kRows>
-__device__ __forceinline__ void FenceOperands(float (&r)[kRows][4]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
-  }
-}
-
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
 __device__ __forceinline__ void WgmmaCommitAndWait() {
-  asm volatile(
-      "wgmma.commit_group.sync.aligned;\n"
-      "wgmma.wait_group.sync.aligned 0;\n" ::
-          : "memory");
-}
-
-#if EVT_BF16
-#define EVT_WGMMA_TYPES "bf16.bf16"
-#else
-#define EVT_WGMMA_TYPES "f16.f16"
-#endif
-
-// The 32 fp32 accumulators of one m64n64 wgmma per thread, as asm operands
-// %0..%31 (8 n8 tiles of 4).
-#define EVT_ACC_REGS                                                        \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
-  "%30, %31}"
-#define EVT_ACC_TILE(d, i) \
-  "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define EVT_ACC_OPERANDS(d)                                       \
-  EVT_ACC_TILE(d, 0), EVT_ACC_TILE(d, 1), EVT_ACC_TILE(d, 2),     \
-      EVT_ACC_TILE(d, 3), EVT_ACC_TILE(d, 4), EVT_ACC_TILE(d, 5), \
-      EVT_ACC_TILE(d, 6), EVT_ACC_TILE(d, 7)
-
-// d (64 x 64) = a (64 x 16, shared memory, K-major) * b (16 x 64, shared
-// memory, K-major: [n][k], like K) + (accumulate ? d : 0).
-__device__ __forceinline__ void WgmmaSS(float (&d)[8][4], unsigned long long a,
-                                        unsigned long long b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." EVT_WGMMA_TYPES
-      " " EVT_ACC_REGS
-      ", %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : EVT_ACC_OPERANDS(d)
-      : "l"(a), "l"(b), "r"(accumulate ? 1 : 0));
-}
-
-// d (64 x 64) += a (64 x 16, registers: the mma m16n8k16 A fragment of each
-// warp's 16 rows) * b (16 x 64, shared memory, N-major: [k][n], like V).
-__device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,
-                                        unsigned long long b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." EVT_WGMMA_TYPES
-               " " EVT_ACC_REGS ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-               : EVT_ACC_OPERANDS(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  WgmmaCommit();
+  WgmmaWait<0>();
 }
 
 // Address `address` of this block's shared memory at the same place in the
@@ -240,12 +164,6 @@ __device__ __forceinline__ void CombineInCluster(
         CombineSplits(m, l, lo, hi);
   }
   ClusterSync();  // No block leaves while a peer reads its rows.
-}
-
-// The eight n8 tiles from tile 8 * i of a row of accumulator tiles.
-template <int kTiles>
-__device__ __forceinline__ float (&N64(float (&acc)[kTiles][4], int i))[8][4] {
-  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * i]);
 }
 
 }  // namespace

@@ -275,8 +275,9 @@ TEST_F(GrpcApiTest, TokenIsRequiredWhenSet) {
     EXPECT_GE(t.params_size(), 2);
     EXPECT_GE(t.constraints_size(), 1);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"decode_fwd", "flash_fwd",
-                                          "flash_fwd_sm90", "naive"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"decode_fwd", "flash_fwd", "flash_fwd_sm90",
+                                   "flash_fwd_tma", "naive"}));
 }
 
 TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {

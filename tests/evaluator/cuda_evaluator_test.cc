@@ -221,34 +221,39 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   }
 }
 
-// Every config of flash_fwd_sm90 (a wgmma template: each tile shape is its
-// own instruction and register schedule) on problems with several key
-// tiles, tails and GQA.
-TEST_F(CudaEvaluatorTest, EveryConfigOfFlashFwdSm90IsCorrect) {
-  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_sm90");
-  if (!CheckDevice(t, evaluator_->device().limits).ok()) {
-    GTEST_SKIP() << "needs a compute capability 9.0 device";
-  }
-  for (int64_t d : {64, 128}) {
-    Problem p;
-    p.batch = 2;
-    p.heads = 4;
-    p.kv_heads = 2;
-    p.seq_q = 300;
-    p.seq_k = 700;
-    p.head_dim = d;
-    p.causal = d == 64;
-    p.dtype = d == 64 ? DType::kFp16 : DType::kBf16;
-    int ok = 0;
-    for (const Config& c : FeasibleConfigs(t, p, evaluator_->device().limits)) {
-      absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
-      ASSERT_TRUE(r.ok()) << r.status();
-      if (r->status == TrialStatus::kResourceRejected) continue;
-      EXPECT_EQ(r->status, TrialStatus::kOk)
-          << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
-      ++ok;
+// Every config of the wgmma templates (each tile shape is its own
+// instruction and register schedule; flash_fwd_tma's pipeline modes each
+// their own synchronisation) on problems with several key tiles, tails and
+// GQA.
+TEST_F(CudaEvaluatorTest, EveryConfigOfTheHopperTemplatesIsCorrect) {
+  for (const char* name : {"flash_fwd_tma", "flash_fwd_sm90"}) {
+    const KernelTemplate& t = *TemplateRegistry::Builtin().Find(name);
+    if (!CheckDevice(t, evaluator_->device().limits).ok()) {
+      GTEST_SKIP() << "needs a compute capability 9.0 device";
     }
-    EXPECT_GT(ok, 20) << ProblemKey(p);
+    for (int64_t d : {64, 128}) {
+      Problem p;
+      p.batch = 2;
+      p.heads = 4;
+      p.kv_heads = 2;
+      p.seq_q = 300;
+      p.seq_k = 700;
+      p.head_dim = d;
+      p.causal = d == 64;
+      p.dtype = d == 64 ? DType::kFp16 : DType::kBf16;
+      int ok = 0;
+      for (const Config& c :
+           FeasibleConfigs(t, p, evaluator_->device().limits)) {
+        absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (r->status == TrialStatus::kResourceRejected) continue;
+        EXPECT_EQ(r->status, TrialStatus::kOk)
+            << name << " " << ProblemKey(p) << " " << ConfigKey(c) << ": "
+            << r->error;
+        ++ok;
+      }
+      EXPECT_GT(ok, 20) << name << " " << ProblemKey(p);
+    }
   }
 }
 
@@ -263,7 +268,8 @@ TEST(CudaEvaluatorStressTest, AHundredRunsGiveTheSameBits) {
   if (!e.ok()) GTEST_SKIP() << e.status().message();
   Evaluator& evaluator = **e;
   const TemplateRegistry& registry = TemplateRegistry::Builtin();
-  for (const char* name : {"flash_fwd", "flash_fwd_sm90", "decode_fwd"}) {
+  for (const char* name :
+       {"flash_fwd", "flash_fwd_sm90", "flash_fwd_tma", "decode_fwd"}) {
     const KernelTemplate& t = *registry.Find(name);
     if (!CheckDevice(t, evaluator.device().limits).ok()) continue;
     std::mt19937 gen(7);
@@ -329,6 +335,10 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
         {"MIN_BLOCKS", 1},
         {"STAGES", 3},
         {"WARPGROUPS", 1}}},
+      {"flash_fwd_tma",
+       *ParseConfigKey("BLOCK_N=64,CONSUMERS=2,OVERLAP=1,PINGPONG=1,STAGES=2")},
+      {"flash_fwd_tma",
+       *ParseConfigKey("BLOCK_N=64,CONSUMERS=3,OVERLAP=0,PINGPONG=0,STAGES=3")},
       {"decode_fwd",
        *ParseConfigKey(
            "KV_SPLITS=1,Q_IN_REGS=1,ROWS=16,STAGES=2,TILE_N=16,WARPS=4")},

@@ -68,6 +68,7 @@ absl::StatusOr<const CudaDriver*> Load() {
   EVOTUNE_RESOLVE(cuEventRecord);
   EVOTUNE_RESOLVE(cuEventSynchronize);
   EVOTUNE_RESOLVE(cuEventElapsedTime);
+  EVOTUNE_RESOLVE(cuTensorMapEncodeTiled);
 #undef EVOTUNE_RESOLVE
 #undef EVOTUNE_EXPANDED_SYMBOL
 #undef EVOTUNE_SYMBOL

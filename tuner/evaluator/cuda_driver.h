@@ -47,6 +47,7 @@ struct CudaDriver {
   EVOTUNE_CU_FN(cuEventRecord);
   EVOTUNE_CU_FN(cuEventSynchronize);
   EVOTUNE_CU_FN(cuEventElapsedTime);
+  EVOTUNE_CU_FN(cuTensorMapEncodeTiled);
 #undef EVOTUNE_CU_FN
 
   // Loads the driver and calls cuInit(0) once per process. UNAVAILABLE with a

@@ -18,6 +18,7 @@
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/evaluator/random_inputs.h"
 #include "tuner/evaluator/reference.h"
+#include "tuner/evaluator/tensor_maps.h"
 
 namespace evotune {
 namespace {
@@ -58,6 +59,7 @@ struct TrialBuffers {
       : q(d), k(d), v(d), o(d), workspace(d), counters(d) {}
   DeviceBuffer q, k, v, o, workspace, counters;
   AttentionParams params{};
+  AttentionTensorMaps maps{};  // Encoded when the geometry uses TMA.
   InputSeeds seeds{};
   size_t q_elems = 0;
   uint16_t nan_bits = 0;  // A NaN of the problem's dtype.
@@ -176,7 +178,7 @@ class CudaEvaluator : public Evaluator {
     if (!fits.ok() || fits->has_value()) return Ended(std::move(fits));
     TrialBuffers b(d_);
     if (absl::Status s = PrepareInputs(p, g, &b); !s.ok()) return s;
-    void* args[] = {&b.params};
+    void* args[] = {&b.params, &b.maps};
     auto launch = [&]() {
       return d_->cuLaunchKernel(
           fn, static_cast<unsigned>(g.grid[0]),
@@ -283,6 +285,12 @@ class CudaEvaluator : public Evaluator {
       }
       d_->cuMemsetD16(b->counters.get(), 0, g.counters * 2);
       b->params.counters = reinterpret_cast<int*>(b->counters.get());
+    }
+    if (g.uses_tma()) {
+      absl::StatusOr<AttentionTensorMaps> maps =
+          EncodeTensorMaps(d_->cuTensorMapEncodeTiled, b->params, p, g.tma);
+      if (!maps.ok()) return maps.status();
+      b->maps = *maps;
     }
     return absl::OkStatus();
   }

@@ -1,0 +1,257 @@
+// Hopper (sm_90a) building blocks of the warpgroup templates
+// (flash_fwd_sm90, flash_fwd_tma): wgmma with fp32 accumulators and its
+// shared-memory descriptors, mbarriers, bulk tensor copies (TMA), named
+// barriers and register reallocation.
+//
+// Shared tiles use the 128-byte swizzle that both the tensor cores and the
+// copy engine speak: a [rows][HEAD_DIM] tile is HEAD_DIM / 64 blocks of
+// [rows][64], rows of 128 bytes whose 16-byte chunk index is XORed with row
+// mod 8, every block 1024-byte aligned. A TMA box of 64 columns x rows with
+// CU_TENSOR_MAP_SWIZZLE_128B writes exactly one such block.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_HOPPER_CUH_
+#define EVOTUNE_KERNEL_TEMPLATES_COMMON_HOPPER_CUH_
+
+#include "flash_common.cuh"
+
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the Hopper templates need sm_90a"
+#endif
+
+namespace hopper {
+
+constexpr int kRowBytes = 128;  // One row of a 64-column block.
+
+// A wgmma shared-memory matrix descriptor of the 128-byte swizzle layout:
+// start address, leading and stride byte offsets (the stride between
+// 8-row groups, 1024 B; the leading offset is unused by K-major operands
+// and by N-major ones at most 64 wide), all in 16-byte units.
+__device__ __forceinline__ unsigned long long Descriptor(unsigned address) {
+  constexpr unsigned long long kGroup = (8 * kRowBytes) >> 4;
+  return ((address & 0x3FFFF) >> 4) | (kGroup << 16) | (kGroup << 32) |
+         (1ull << 62);
+}
+
+// Keeps the compiler from moving reads or writes of wgmma operands across
+// the asynchronous region: every earlier write of r happens before this
+// point and every later use depends on it (after a wait; before a
+// wgmma.fence, so that nothing writes an operand between the fence and the
+// wgmma).
+template <int kTiles>
+__device__ __forceinline__ void FenceOperands(float (&r)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+  }
+}
+
+template <int kTiles>
+__device__ __forceinline__ void FenceOperands(unsigned (&r)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most kPending committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending)
+               : "memory");
+}
+
+#if EVT_BF16
+#define EVT_WGMMA_TYPES "bf16.bf16"
+#else
+#define EVT_WGMMA_TYPES "f16.f16"
+#endif
+
+// The fp32 accumulators of one m64nN wgmma per thread as asm operands
+// %0..%(N/2 - 1): N / 8 n8 tiles of 4.
+#define EVT_ACC_REGS_64                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
+  "%30, %31}"
+#define EVT_ACC_REGS_128                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
+  "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "  \
+  "%58, %59, %60, %61, %62, %63}"
+#define EVT_ACC_REGS_192                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
+  "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "  \
+  "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "  \
+  "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "  \
+  "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define EVT_ACC_TILE(d, i) \
+  "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define EVT_ACC_8(d, i)                                                       \
+  EVT_ACC_TILE(d, i), EVT_ACC_TILE(d, i + 1), EVT_ACC_TILE(d, i + 2),         \
+      EVT_ACC_TILE(d, i + 3), EVT_ACC_TILE(d, i + 4), EVT_ACC_TILE(d, i + 5), \
+      EVT_ACC_TILE(d, i + 6), EVT_ACC_TILE(d, i + 7)
+
+// d (64 x N) = a (64 x 16, shared memory, K-major) * b (16 x N, shared
+// memory, K-major: [n][k], like K) + (accumulate ? d : 0); A_OP, B_OP and
+// P_OP number the asm operands after the accumulators.
+#define EVT_WGMMA_SS(N, REGS, A_OP, B_OP, P_OP, ...)                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P_OP                \
+               ", 0;\n"                                                \
+               "wgmma.mma_async.sync.aligned.m64n" #N                  \
+               "k16.f32." EVT_WGMMA_TYPES " " REGS ", " A_OP ", " B_OP \
+               ", p, 1, 1, 0, 0;\n}\n"                                 \
+               : __VA_ARGS__                                           \
+               : "l"(a), "l"(b), "r"(accumulate ? 1 : 0))
+
+__device__ __forceinline__ void WgmmaSS(float (&d)[8][4], unsigned long long a,
+                                        unsigned long long b, bool accumulate) {
+  EVT_WGMMA_SS(64, EVT_ACC_REGS_64, "%32", "%33", "%34", EVT_ACC_8(d, 0));
+}
+
+__device__ __forceinline__ void WgmmaSS(float (&d)[16][4], unsigned long long a,
+                                        unsigned long long b, bool accumulate) {
+  EVT_WGMMA_SS(128, EVT_ACC_REGS_128, "%64", "%65", "%66", EVT_ACC_8(d, 0),
+               EVT_ACC_8(d, 8));
+}
+
+__device__ __forceinline__ void WgmmaSS(float (&d)[24][4], unsigned long long a,
+                                        unsigned long long b, bool accumulate) {
+  EVT_WGMMA_SS(192, EVT_ACC_REGS_192, "%96", "%97", "%98", EVT_ACC_8(d, 0),
+               EVT_ACC_8(d, 8), EVT_ACC_8(d, 16));
+}
+
+// d (64 x 64) += a (64 x 16, registers: the mma m16n8k16 A fragment of each
+// warp's 16 rows) * b (16 x 64, shared memory, N-major: [k][n], like V).
+__device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,
+                                        unsigned long long b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." EVT_WGMMA_TYPES
+               " " EVT_ACC_REGS_64 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+               : EVT_ACC_8(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// The eight n8 tiles from tile 8 * i of a row of accumulator tiles.
+template <int kTiles>
+__device__ __forceinline__ float (&N64(float (&acc)[kTiles][4], int i))[8][4] {
+  return *reinterpret_cast<float(*)[8][4]>(&acc[8 * i]);
+}
+
+// ---- mbarriers (shared memory, 8 bytes each).
+
+__device__ __forceinline__ void BarrierInit(unsigned bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+
+// Makes the initialised barriers visible to the copy engine and to the
+// other threads (after a block-wide barrier).
+__device__ __forceinline__ void BarrierInitFence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void BarrierArrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+
+// Arrives and announces `bytes` that copies will complete on the barrier.
+__device__ __forceinline__ void BarrierExpectBytes(unsigned bar,
+                                                   unsigned bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void BarrierWait(unsigned bar, int parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- Bulk tensor copies through a CUtensorMap (kernel parameter).
+
+__device__ __forceinline__ void PrefetchTensorMap(const TensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map) : "memory");
+}
+
+// The box at (c0, c1, c2, c3) (innermost first) into shared memory at `dst`,
+// completing on barrier `bar`.
+__device__ __forceinline__ void TmaLoad(unsigned dst, const TensorMap& map,
+                                        unsigned bar, int c0, int c1, int c2,
+                                        int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(&map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// Shared memory at `src` to the box at (c0, c1, c2, c3); parts of the box
+// outside the tensor are not written.
+__device__ __forceinline__ void TmaStore(const TensorMap& map, unsigned src,
+                                         int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group "
+      "[%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(&map),
+      "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+      : "memory");
+}
+
+// Waits until the committed stores have read their shared memory.
+__device__ __forceinline__ void TmaStoreCommitAndWait() {
+  asm volatile(
+      "cp.async.bulk.commit_group;\n"
+      "cp.async.bulk.wait_group.read 0;\n" ::
+          : "memory");
+}
+
+// Orders this thread's ordinary shared-memory writes before later reads by
+// the tensor cores or the copy engine.
+__device__ __forceinline__ void FenceSharedForAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- Named barriers and register reallocation.
+
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void LowerRegisters() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+template <int kRegs>
+__device__ __forceinline__ void RaiseRegisters() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+}  // namespace hopper
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_HOPPER_CUH_

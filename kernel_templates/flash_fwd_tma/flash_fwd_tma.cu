@@ -1,0 +1,404 @@
+// flash_fwd_tma: attention forward on Hopper with the Tensor Memory
+// Accelerator and warp specialization (sm_90a only).
+//
+// Computes O = softmax(Q K^T * scale) V (see common/attention_params.cuh for
+// the layout and masking rules) in one pass over K and V with an online
+// softmax. A block owns BLOCK_M = 64 * CONSUMERS query rows of one (batch,
+// head) and has 1 + CONSUMERS warpgroups:
+//   - the producer (warpgroup 0, one thread) loads Q once and streams K and
+//     V tiles of BLOCK_N keys through a STAGES-deep ring of shared buffers
+//     with bulk tensor copies (TMA) that complete on "full" mbarriers; it
+//     waits on a stage's "empty" mbarrier before refilling it. It gives
+//     its registers up (setmaxnreg) to the consumers.
+//   - each consumer warpgroup owns 64 rows: S = Q K^T as one wgmma
+//     m64nBLOCK_Nk16 per k-step from shared memory, the online softmax in
+//     registers, O += P V with P from registers (wgmma m64n64k16 per 64
+//     output columns), and hands each stage back through its empty barrier
+//     as soon as the tensor cores are done with it. No block-wide barrier
+//     after the start.
+//   - OVERLAP: S for tile j + 1 and O += P V for tile j are issued before the
+//     softmax of tile j + 1, which then runs while the tensor cores work (S,
+//     P and O live in distinct registers that nothing touches while a
+//     wgmma owns them, so only the older group is waited on).
+//   - PINGPONG (two consumers): named barriers make the warpgroups take
+//     turns issuing their GEMMs, so one's softmax overlaps the other's
+//     matrix work.
+//   - the output is normalised into shared memory where the warpgroup's Q
+//     rows were and written by a TMA store (rows past seq_q are clipped by
+//     the copy engine, as loads past the end are zero-filled).
+// Tiles use the 128-byte swizzle of common/hopper.cuh, so the tensor cores
+// read what the copy engine wrote.
+//
+// Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
+// STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only).
+// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+//
+// Grid: (ceil(seq_q / BLOCK_M), heads, batch), the last query blocks first
+// (with a causal mask they are the longest); block: 128 * (1 + CONSUMERS)
+// threads; dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) *
+// HEAD_DIM * 2 + 1024 (alignment) + 256 (barriers) bytes. Second parameter:
+// tensor maps with boxes of 64 columns by BLOCK_M (Q), BLOCK_N (K, V) and
+// 64 (O) rows.
+#include "hopper.cuh"
+
+namespace {
+
+using namespace flash;
+using namespace hopper;
+
+constexpr int kConsumers = CONSUMERS;
+constexpr int kM = 64 * kConsumers;
+constexpr int kN = BLOCK_N;
+constexpr int kD = HEAD_DIM;
+constexpr int kStages = STAGES;
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kNTiles = kN / 8;
+constexpr int kDTiles = kD / 8;
+constexpr bool kOverlap = OVERLAP;
+constexpr bool kPingPong = PINGPONG;
+constexpr unsigned kTileBytes = kN * kD * 2;
+static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
+static_assert(kD % 64 == 0, "HEAD_DIM");
+static_assert(kStages >= 2, "STAGES");
+static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
+
+// Register reallocation (a single consumer keeps the entry allocation):
+// 128 * 24 + 128 * kConsumers * regs <= 65536.
+constexpr bool kRealloc = kConsumers > 1;
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+
+// Named barriers: 0 is __syncthreads; 1 + c a consumer's epilogue; the
+// ping-pong turns of consumer c wait on kTurn + c.
+constexpr int kTurn = 4;
+
+// Shared-memory addresses of the tiles and barriers.
+struct Smem {
+  unsigned q, k0, v0, bars;
+  __device__ __forceinline__ unsigned k(int s) const {
+    return k0 + s * kTileBytes;
+  }
+  __device__ __forceinline__ unsigned v(int s) const {
+    return v0 + s * kTileBytes;
+  }
+  __device__ __forceinline__ unsigned q_full() const { return bars; }
+  __device__ __forceinline__ unsigned k_full(int s) const {
+    return bars + 8 * (1 + s);
+  }
+  __device__ __forceinline__ unsigned v_full(int s) const {
+    return bars + 8 * (1 + kStages + s);
+  }
+  __device__ __forceinline__ unsigned k_empty(int s) const {
+    return bars + 8 * (1 + 2 * kStages + s);
+  }
+  __device__ __forceinline__ unsigned v_empty(int s) const {
+    return bars + 8 * (1 + 3 * kStages + s);
+  }
+};
+static_assert(8 * (1 + 4 * 4) <= 256, "barriers fit their 256 bytes");
+
+__device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
+  Smem s;
+  // The swizzle pattern repeats every 1024 bytes of address.
+  s.q = (SmemAddress(smem_raw) + 1023) & ~1023u;
+  s.k0 = s.q + kM * kD * 2;
+  s.v0 = s.k0 + kStages * kTileBytes;
+  s.bars = s.v0 + kStages * kTileBytes;
+  return s;
+}
+
+// The producer: Q, then every key tile's K and V, each into the next free
+// stage.
+__device__ __forceinline__ void Produce(const AttentionTensorMaps& maps,
+                                        const Smem& s, const BlockPlan& w,
+                                        int kv_head) {
+  PrefetchTensorMap(maps.q);
+  PrefetchTensorMap(maps.k);
+  PrefetchTensorMap(maps.v);
+  BarrierExpectBytes(s.q_full(), kM * kD * 2);
+#pragma unroll
+  for (int db = 0; db < kD / 64; ++db) {
+    TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db, w.q0, w.h,
+            w.b);
+  }
+  for (int j = 0; j < w.num_blocks; ++j) {
+    const int stage = j % kStages;
+    // The first round finds every stage empty (the phase before the first).
+    const int parity = ((j / kStages) & 1) ^ 1;
+    const int kv0 = (w.block0 + j) * kN;
+    BarrierWait(s.k_empty(stage), parity);
+    BarrierExpectBytes(s.k_full(stage), kTileBytes);
+#pragma unroll
+    for (int db = 0; db < kD / 64; ++db) {
+      TmaLoad(s.k(stage) + db * kN * kRowBytes, maps.k, s.k_full(stage),
+              64 * db, kv0, kv_head, w.b);
+    }
+    BarrierWait(s.v_empty(stage), parity);
+    BarrierExpectBytes(s.v_full(stage), kTileBytes);
+#pragma unroll
+    for (int db = 0; db < kD / 64; ++db) {
+      TmaLoad(s.v(stage) + db * kN * kRowBytes, maps.v, s.v_full(stage),
+              64 * db, kv0, kv_head, w.b);
+    }
+  }
+}
+
+// S = Q K^T for one key tile: the warpgroup's 64 rows of Q (from q_rows)
+// against the kN keys of the K stage, one wgmma per k-step of 16.
+__device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
+                                        unsigned k_stage) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const unsigned step = (ks % 4) * 32;  // Bytes into the 128-byte rows.
+    WgmmaSS(s, Descriptor(q_rows + (ks / 4) * kM * kRowBytes + step),
+            Descriptor(k_stage + (ks / 4) * kN * kRowBytes + step), ks > 0);
+  }
+}
+
+// O += P V for one key tile: for key step t, rows 16 t .. 16 t + 15 of the
+// V stage; output columns 64 db .. 64 db + 63 from its column block db.
+__device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
+                                        const unsigned (&pf)[kN / 16][4],
+                                        unsigned v_stage) {
+#pragma unroll
+  for (int t = 0; t < kN / 16; ++t) {
+#pragma unroll
+    for (int db = 0; db < kD / 64; ++db) {
+      WgmmaRS(N64(o, db), pf[t],
+              Descriptor(v_stage + db * kN * kRowBytes + t * 16 * kRowBytes));
+    }
+  }
+}
+
+// Turn-taking of two consumer warpgroups around their GEMM issues (a no-op
+// without PINGPONG). Consumer c waits for its turn on barrier kTurn + c and
+// then gives the turn to the other; consumer 1 hands consumer 0 the first
+// turn and keeps its own last one, so every barrier sees as many arrivals
+// as waits.
+struct Turns {
+  int consumer;
+  __device__ __forceinline__ void Start(int regions) const {
+    if (kPingPong && consumer == 1 && regions > 0) {
+      NamedBarrierArrive(kTurn, 256);
+    }
+  }
+  __device__ __forceinline__ void Begin() const {
+    if (kPingPong) NamedBarrierSync(kTurn + consumer, 256);
+  }
+  __device__ __forceinline__ void End(bool last) const {
+    if (kPingPong && !(last && consumer == 1)) {
+      NamedBarrierArrive(kTurn + 1 - consumer, 256);
+    }
+  }
+};
+
+// Per-thread state of a consumer warpgroup.
+struct Rows {
+  float o[1][kDTiles][4];
+  float s[1][kNTiles][4];
+  unsigned pf[kN / 16][4];
+  float row_max[1][2], row_sum[1][2], correction[1][2];
+};
+
+// Masks (where the tile needs it) and runs the softmax of key tile j.
+__device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
+                                        const BlockPlan& w, int j, int row0,
+                                        int lane) {
+  const int kv0 = (w.block0 + j) * kN;
+  if (TileNeedsMask<kN>(p, w, kv0)) {
+    MaskTile(r.s, p, kv0, w.q0 + row0, w.shift, lane);
+  }
+  SoftmaxScores(r.s, r.row_max, r.row_sum, p.scale_log2, r.correction);
+}
+
+// P for O += P V, done before the wgmma.fence that precedes its use.
+__device__ __forceinline__ void PackAll(Rows& r) {
+#pragma unroll
+  for (int t = 0; t < kN / 16; ++t) PackProbs(r.s, 0, t, r.pf[t]);
+  FenceOperands(r.pf);
+}
+
+// O scaled to the new row maxima, done before the next wgmma.fence.
+__device__ __forceinline__ void Rescale(Rows& r) {
+  RescaleRows(r.o, r.correction);
+  FenceOperands(r.o[0]);
+}
+
+// The key tiles one after another: S, softmax, then O += P V.
+__device__ __forceinline__ void ConsumeSerial(Rows& r, const Smem& s,
+                                              const AttentionParams& p,
+                                              const BlockPlan& w,
+                                              unsigned q_rows, int row0,
+                                              const Turns& turns, int lane) {
+  for (int j = 0; j < w.num_blocks; ++j) {
+    const int stage = j % kStages;
+    const int parity = (j / kStages) & 1;
+    BarrierWait(s.k_full(stage), parity);
+    turns.Begin();
+    WgmmaFence();
+    IssueQk(r.s[0], q_rows, s.k(stage));
+    WgmmaCommit();
+    turns.End(false);
+    WgmmaWait<0>();
+    FenceOperands(r.s[0]);
+    if (lane == 0) BarrierArrive(s.k_empty(stage));
+    Softmax(r, p, w, j, row0, lane);
+    Rescale(r);
+    PackAll(r);
+    BarrierWait(s.v_full(stage), parity);
+    turns.Begin();
+    WgmmaFence();
+    IssuePv(r.o[0], r.pf, s.v(stage));
+    WgmmaCommit();
+    turns.End(j == w.num_blocks - 1);
+    WgmmaWait<0>();
+    FenceOperands(r.o[0]);
+    if (lane == 0) BarrierArrive(s.v_empty(stage));
+  }
+}
+
+// The key tiles pipelined: S of tile j and O += P V of tile j - 1 are in
+// flight together while nothing else is; the softmax of tile j runs while O
+// += P V of tile j - 1 does, and O is rescaled while S of tile j + 1 runs.
+__device__ __forceinline__ void ConsumeOverlapped(
+    Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
+    unsigned q_rows, int row0, const Turns& turns, int lane) {
+  const int n = w.num_blocks;
+  if (n == 0) return;
+  BarrierWait(s.k_full(0), 0);
+  turns.Begin();
+  WgmmaFence();
+  IssueQk(r.s[0], q_rows, s.k(0));
+  WgmmaCommit();
+  turns.End(false);
+  WgmmaWait<0>();
+  FenceOperands(r.s[0]);
+  if (lane == 0) BarrierArrive(s.k_empty(0));
+  Softmax(r, p, w, 0, row0, lane);
+  PackAll(r);
+  for (int j = 1; j < n; ++j) {
+    const int stage = j % kStages;
+    const int prev = (j - 1) % kStages;
+    BarrierWait(s.k_full(stage), (j / kStages) & 1);
+    turns.Begin();
+    WgmmaFence();
+    IssueQk(r.s[0], q_rows, s.k(stage));
+    WgmmaCommit();
+    Rescale(r);
+    BarrierWait(s.v_full(prev), ((j - 1) / kStages) & 1);
+    WgmmaFence();
+    IssuePv(r.o[0], r.pf, s.v(prev));
+    WgmmaCommit();
+    turns.End(false);
+    WgmmaWait<1>();
+    FenceOperands(r.s[0]);
+    if (lane == 0) BarrierArrive(s.k_empty(stage));
+    Softmax(r, p, w, j, row0, lane);
+    WgmmaWait<0>();
+    FenceOperands(r.o[0]);
+    FenceOperands(r.s[0]);
+    if (lane == 0) BarrierArrive(s.v_empty(prev));
+    PackAll(r);
+  }
+  const int last = (n - 1) % kStages;
+  BarrierWait(s.v_full(last), ((n - 1) / kStages) & 1);
+  turns.Begin();
+  Rescale(r);
+  WgmmaFence();
+  IssuePv(r.o[0], r.pf, s.v(last));
+  WgmmaCommit();
+  turns.End(true);
+  WgmmaWait<0>();
+  FenceOperands(r.o[0]);
+  if (lane == 0) BarrierArrive(s.v_empty(last));
+}
+
+// Normalises the warpgroup's 64 rows into shared memory at q_rows (the
+// swizzled layout of its Q rows, free once its last S is done) and stores
+// them with the copy engine.
+__device__ __forceinline__ void StoreRows(const Rows& r,
+                                          const AttentionParams& p,
+                                          const AttentionTensorMaps& maps,
+                                          const BlockPlan& w, const Smem& s,
+                                          int consumer, int thread) {
+  const int lane = thread % 32;
+  const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = QuadSum(r.row_sum[0][half]);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int row = (thread / 32) * 16 + lane / 4 + half * 8;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      const unsigned at = q_rows + (dt / 8) * kM * kRowBytes + row * kRowBytes +
+                          (((dt % 8) ^ (row % 8)) << 4) + (lane % 4) * 4;
+      const unsigned v =
+          Pack(r.o[0][dt][2 * half] * inv, r.o[0][dt][2 * half + 1] * inv);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+    }
+  }
+  FenceSharedForAsync();
+  NamedBarrierSync(1 + consumer, 128);
+  const int row0 = w.q0 + consumer * 64;
+  if (thread == 0 && row0 < p.seq_q) {
+#pragma unroll
+    for (int db = 0; db < kD / 64; ++db) {
+      TmaStore(maps.o, q_rows + db * kM * kRowBytes, 64 * db, row0, w.h, w.b);
+    }
+    TmaStoreCommitAndWait();
+  }
+}
+
+__device__ __forceinline__ void Consume(const AttentionParams& p,
+                                        const AttentionTensorMaps& maps,
+                                        const Smem& s, const BlockPlan& w,
+                                        int consumer, int thread) {
+  const int lane = thread % 32;
+  const int row0 = consumer * 64 + (thread / 32) * 16;
+  const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
+  const Turns turns{consumer};
+  Rows r;
+  InitRows(r.o, r.row_max, r.row_sum);
+  turns.Start(w.num_blocks);
+  BarrierWait(s.q_full(), 0);
+  if constexpr (kOverlap) {
+    ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, lane);
+  } else {
+    ConsumeSerial(r, s, p, w, q_rows, row0, turns, lane);
+  }
+  StoreRows(r, p, maps, w, s, consumer, thread);
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    attention_fwd(const __grid_constant__ AttentionParams p,
+                  const __grid_constant__ AttentionTensorMaps maps) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const Smem s = LayOut(smem_raw);
+  const BlockPlan w = PlanBlock<kM, kN, 1>(p);
+  if (threadIdx.x == 0) {
+    BarrierInit(s.q_full(), 1);
+    for (int i = 0; i < kStages; ++i) {
+      BarrierInit(s.k_full(i), 1);
+      BarrierInit(s.v_full(i), 1);
+      // Lane 0 of every consumer warp hands a stage back.
+      BarrierInit(s.k_empty(i), 4 * kConsumers);
+      BarrierInit(s.v_empty(i), 4 * kConsumers);
+    }
+    BarrierInitFence();
+  }
+  __syncthreads();
+  // Broadcast from lane 0, so the compiler sees it uniform across the warp
+  // (else it serialises the wgmma behind the divergent role branch).
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+  if (warpgroup == 0) {
+    if constexpr (kRealloc) LowerRegisters<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      Produce(maps, s, w, w.h / (p.heads / p.kv_heads));
+    }
+  } else {
+    if constexpr (kRealloc) RaiseRegisters<kConsumerRegs>();
+    Consume(p, maps, s, w, warpgroup - 1, threadIdx.x % 128);
+  }
+}

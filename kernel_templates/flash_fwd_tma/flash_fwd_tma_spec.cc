@@ -1,0 +1,88 @@
+// Parameter space and launch geometry of
+// kernel_templates/flash_fwd_tma/flash_fwd_tma.cu.
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+// Registers per consumer thread after reallocation (the kernel's
+// kConsumerRegs; a single consumer keeps the entry cap of 255).
+int64_t ConsumerRegisters(int64_t consumers) {
+  return consumers == 1 ? 255 : consumers == 2 ? 240 : 160;
+}
+
+// What a consumer thread keeps in registers: O (HEAD_DIM / 2 fp32), S
+// (BLOCK_N / 2), with OVERLAP P beside S (BLOCK_N / 4 packed pairs), and
+// about 32 for addresses, row statistics and loop state. Configs above
+// their budget spill (checked with ptxas -v for every combination).
+int64_t RegisterEstimate(const Config& c, const Problem& p) {
+  return p.head_dim / 2 + c.at("BLOCK_N") / 2 +
+         c.at("OVERLAP") * c.at("BLOCK_N") / 4 + 32;
+}
+
+}  // namespace
+
+KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash) {
+  KernelTemplate t;
+  t.name = "flash_fwd_tma";
+  t.description =
+      "Attention forward on Hopper (sm_90a) with warp specialization: a "
+      "producer warp streams Q/K/V by TMA through mbarrier-synchronised "
+      "stages, consumer warpgroups run wgmma with register reallocation, "
+      "optional intra-warpgroup overlap of softmax and GEMMs and ping-pong "
+      "between two consumers; output by TMA store.";
+  t.source = std::move(source);
+  t.hash = std::move(hash);
+  t.only_compute_capability = 90;
+  t.space = ParamSpace({
+      {"CONSUMERS", {1, 2, 3}, "consumer warpgroups, 64 query rows each"},
+      {"BLOCK_N", {64, 128, 192}, "keys per K/V tile"},
+      {"STAGES", {2, 3, 4}, "K/V tiles in flight in shared memory"},
+      {"OVERLAP",
+       {0, 1},
+       "issue the next tile's Q K^T and this tile's P V before the softmax"},
+      {"PINGPONG", {0, 1}, "two consumers take turns issuing their GEMMs"},
+  });
+  t.head_dims = {64, 128};
+  t.dtypes = {DType::kFp16, DType::kBf16};
+  t.constraints = {
+      {"PINGPONG == 0 || CONSUMERS == 2",
+       [](const Config& c, const Problem&) {
+         return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
+       }},
+      {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / 4 + 32 <= "
+       "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? 240 : 160)",
+       [](const Config& c, const Problem& p) {
+         return RegisterEstimate(c, p) <= ConsumerRegisters(c.at("CONSUMERS"));
+       }},
+      {"HEAD_DIM % 64 == 0",
+       [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
+  };
+  auto config = [](int64_t consumers, int64_t n, int64_t stages,
+                   int64_t overlap, int64_t pingpong) {
+    return Config{{"BLOCK_N", n},
+                  {"CONSUMERS", consumers},
+                  {"OVERLAP", overlap},
+                  {"PINGPONG", pingpong},
+                  {"STAGES", stages}};
+  };
+  t.defaults = {config(2, 128, 2, 1, 1), config(2, 128, 2, 1, 0),
+                config(2, 192, 2, 1, 0), config(3, 128, 2, 1, 0),
+                config(1, 128, 2, 1, 0)};
+  t.geometry = [](const Config& c, const Problem& p) {
+    const int64_t block_m = 64 * c.at("CONSUMERS");
+    LaunchGeometry g = SplitKvGeometry(p, block_m, 1, SplitCombine::kWorkspace);
+    g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
+    // 1024 B to align the swizzled tiles, 256 B of mbarriers.
+    g.smem_bytes =
+        (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2 +
+        1024 + 256;
+    g.tma.q_rows = static_cast<int>(block_m);
+    g.tma.kv_rows = static_cast<int>(c.at("BLOCK_N"));
+    g.tma.o_rows = 64;
+    return g;
+  };
+  return t;
+}
+
+}  // namespace evotune

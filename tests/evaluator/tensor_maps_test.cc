@@ -1,0 +1,137 @@
+// EncodeTensorMaps describes each tensor to the driver as the templates read
+// it. Runs without a GPU: the driver's encoder is replaced by a recorder.
+#include "tuner/evaluator/tensor_maps.h"
+
+#include <cstring>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct Call {
+  CUtensorMapDataType dtype;
+  cuuint32_t rank;
+  void* data;
+  std::vector<cuuint64_t> dims, strides;
+  std::vector<cuuint32_t> box, element_strides;
+  CUtensorMapSwizzle swizzle;
+  CUtensorMapFloatOOBfill fill;
+  CUtensorMap* out;
+};
+
+std::vector<Call> calls;
+int fail_call = -1;  // The call that returns an error, if any.
+
+CUresult Record(CUtensorMap* map, CUtensorMapDataType dtype, cuuint32_t rank,
+                void* data, const cuuint64_t* dims, const cuuint64_t* strides,
+                const cuuint32_t* box, const cuuint32_t* element_strides,
+                CUtensorMapInterleave, CUtensorMapSwizzle swizzle,
+                CUtensorMapL2promotion, CUtensorMapFloatOOBfill fill) {
+  calls.push_back({dtype,
+                   rank,
+                   data,
+                   {dims, dims + rank},
+                   {strides, strides + rank - 1},
+                   {box, box + rank},
+                   {element_strides, element_strides + rank},
+                   swizzle,
+                   fill,
+                   map});
+  // Mark the map, so the test sees which output each call wrote.
+  std::memset(map, static_cast<int>(calls.size()), sizeof(CUtensorMap));
+  return static_cast<int>(calls.size()) - 1 == fail_call
+             ? CUDA_ERROR_INVALID_VALUE
+             : CUDA_SUCCESS;
+}
+
+class TensorMapsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    calls.clear();
+    fail_call = -1;
+    problem_.batch = 2;
+    problem_.heads = 8;
+    problem_.kv_heads = 2;
+    problem_.seq_q = 100;
+    problem_.seq_k = 300;
+    problem_.head_dim = 128;
+    problem_.dtype = DType::kBf16;
+    // Q and O in a [batch, seq, heads, dim] buffer, K and V packed.
+    params_.q = q_;
+    params_.k = k_;
+    params_.v = v_;
+    params_.o = o_;
+    params_.q_row_stride = params_.o_row_stride = 8 * 128;
+    params_.q_head_stride = params_.o_head_stride = 128;
+    params_.q_batch_stride = params_.o_batch_stride = 100 * 8 * 128;
+    params_.k_row_stride = params_.v_row_stride = 128;
+    params_.k_head_stride = params_.v_head_stride = 300 * 128;
+    params_.k_batch_stride = params_.v_batch_stride = 2 * 300 * 128;
+    boxes_.q_rows = 128;
+    boxes_.kv_rows = 192;
+    boxes_.o_rows = 64;
+  }
+
+  alignas(16) char q_[16], k_[16], v_[16], o_[16];
+  Problem problem_;
+  AttentionParams params_{};
+  LaunchGeometry::TmaBoxes boxes_;
+};
+
+TEST_F(TensorMapsTest, EachTensorIsAFourDimensionalMapOfItsOwnShape) {
+  absl::StatusOr<AttentionTensorMaps> maps =
+      EncodeTensorMaps(Record, params_, problem_, boxes_);
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  ASSERT_EQ(calls.size(), 4u);
+  const Call &q = calls[0], &k = calls[1], &v = calls[2], &o = calls[3];
+  EXPECT_EQ(q.data, q_);
+  EXPECT_EQ(k.data, k_);
+  EXPECT_EQ(v.data, v_);
+  EXPECT_EQ(o.data, o_);
+  EXPECT_THAT(q.dims, ElementsAre(128, 100, 8, 2));
+  EXPECT_THAT(q.strides, ElementsAre(8 * 128 * 2, 128 * 2, 100 * 8 * 128 * 2));
+  EXPECT_THAT(k.dims, ElementsAre(128, 300, 2, 2));  // kv_heads, seq_k.
+  EXPECT_THAT(k.strides, ElementsAre(256, 300 * 256, 2 * 300 * 256));
+  EXPECT_EQ(v.dims, k.dims);
+  EXPECT_THAT(o.dims, ElementsAre(128, 100, 8, 2));
+  EXPECT_THAT(q.box, ElementsAre(64, 128, 1, 1));
+  EXPECT_THAT(k.box, ElementsAre(64, 192, 1, 1));
+  EXPECT_THAT(v.box, ElementsAre(64, 192, 1, 1));
+  EXPECT_THAT(o.box, ElementsAre(64, 64, 1, 1));
+  for (const Call& c : calls) {
+    EXPECT_EQ(c.rank, 4u);
+    EXPECT_EQ(c.dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    EXPECT_EQ(c.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+    EXPECT_EQ(c.fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // Zeros.
+    EXPECT_THAT(c.element_strides, ElementsAre(1, 1, 1, 1));
+  }
+  // Each map lands in its own field.
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->q)[0], 1);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->k)[0], 2);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->v)[0], 3);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->o)[127], 4);
+}
+
+TEST_F(TensorMapsTest, Fp16IsEncodedAsFloat16) {
+  problem_.dtype = DType::kFp16;
+  ASSERT_TRUE(EncodeTensorMaps(Record, params_, problem_, boxes_).ok());
+  EXPECT_EQ(calls[0].dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+}
+
+TEST_F(TensorMapsTest, ARefusedMapNamesItsTensor) {
+  fail_call = 2;
+  absl::StatusOr<AttentionTensorMaps> maps =
+      EncodeTensorMaps(Record, params_, problem_, boxes_);
+  ASSERT_FALSE(maps.ok());
+  EXPECT_EQ(maps.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(maps.status().message(), HasSubstr("tensor map of v"));
+}
+
+}  // namespace
+}  // namespace evotune

@@ -1,0 +1,71 @@
+#include "tuner/evaluator/tensor_maps.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace evotune {
+
+static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) &&
+                  alignof(TensorMap) == alignof(CUtensorMap),
+              "TensorMap mirrors CUtensorMap");
+
+namespace {
+
+struct TensorView {
+  const char* name;
+  const void* data;
+  int64_t seq, heads;
+  long long row_stride, head_stride, batch_stride;  // Elements.
+  int box_rows;
+};
+
+absl::Status Encode(EncodeTiledFn encode, const TensorView& t, const Problem& p,
+                    TensorMap* map) {
+  const cuuint64_t dims[4] = {
+      static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(t.seq),
+      static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(p.batch)};
+  // Bytes, for dimensions 1..3 (dimension 0 is contiguous).
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.row_stride) * 2,
+                                 static_cast<cuuint64_t>(t.head_stride) * 2,
+                                 static_cast<cuuint64_t>(t.batch_stride) * 2};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(t.box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(
+      reinterpret_cast<CUtensorMap*>(map),
+      p.dtype == DType::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void*>(t.data), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor map of ", t.name, ": cuTensorMapEncodeTiled failed (error ", r,
+        "); the copy engine needs 16-byte aligned data and strides"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
+    EncodeTiledFn encode, const AttentionParams& params, const Problem& problem,
+    const LaunchGeometry::TmaBoxes& boxes) {
+  const TensorView views[4] = {
+      {"q", params.q, problem.seq_q, problem.heads, params.q_row_stride,
+       params.q_head_stride, params.q_batch_stride, boxes.q_rows},
+      {"k", params.k, problem.seq_k, problem.kv_heads, params.k_row_stride,
+       params.k_head_stride, params.k_batch_stride, boxes.kv_rows},
+      {"v", params.v, problem.seq_k, problem.kv_heads, params.v_row_stride,
+       params.v_head_stride, params.v_batch_stride, boxes.kv_rows},
+      {"o", params.o, problem.seq_q, problem.heads, params.o_row_stride,
+       params.o_head_stride, params.o_batch_stride, boxes.o_rows}};
+  AttentionTensorMaps maps{};
+  TensorMap* out[4] = {&maps.q, &maps.k, &maps.v, &maps.o};
+  for (int i = 0; i < 4; ++i) {
+    if (absl::Status s = Encode(encode, views[i], problem, out[i]); !s.ok()) {
+      return s;
+    }
+  }
+  return maps;
+}
+
+}  // namespace evotune

@@ -1,0 +1,30 @@
+// The tensor maps of a template that copies tiles with the Tensor Memory
+// Accelerator (LaunchGeometry::uses_tma): Q, K, V and O of one launch as the
+// 4-D maps common/attention_params.cuh describes.
+#ifndef EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
+#define EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
+
+#include <cuda.h>
+
+#include "absl/status/statusor.h"
+#include "kernel_templates/common/attention_params.cuh"
+#include "kernel_templates/kernel_template.h"
+#include "tuner/space/problem.h"
+
+namespace evotune {
+
+// cuTensorMapEncodeTiled's signature: the driver's, or a fake in tests.
+using EncodeTiledFn = decltype(&::cuTensorMapEncodeTiled);
+
+// Encodes the maps of the tensors in `params` (pointers and element strides
+// as the kernel gets them) for boxes of 64 columns by `boxes` rows, 128-byte
+// swizzle, zero fill past the ends. INVALID_ARGUMENT naming the tensor when
+// the driver refuses one (e.g. a pointer not 16-byte aligned or a stride
+// not a multiple of 16 bytes).
+absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
+    EncodeTiledFn encode, const AttentionParams& params, const Problem& problem,
+    const LaunchGeometry::TmaBoxes& boxes);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
