@@ -73,11 +73,11 @@ int Run() {
       "{\"template\": \"%s\", \"hash\": \"%s\", \"config\": \"%s\", "
       "\"problem\": \"%s\", \"kernel\": \"%s\", \"grid\": [%d, %d, %d], "
       "\"block\": %d, \"smem\": %d, \"workspace_floats\": %d, "
-      "\"counters\": %d, \"tma\": [%d, %d, %d]}\n",
+      "\"counters\": %d, \"tma\": [%d, %d, %d], \"persistent\": %d}\n",
       t->name, t->hash, ConfigKey(*config), ProblemKey(*problem),
       t->kernel_name, g.grid[0], g.grid[1], g.grid[2], g.block_threads,
       g.smem_bytes, g.workspace_floats, g.counters, g.tma.q_rows, g.tma.kv_rows,
-      g.tma.o_rows);
+      g.tma.o_rows, g.persistent ? 1 : 0);
   return 0;
 }
 

@@ -115,6 +115,7 @@ class EvotuneKernel:
                                         self.module,
                                         meta["kernel"].encode()),
               "cuModuleGetFunction")
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         # Scratch the template asks for; counters start (and stay) at zero.
         self.workspace = self.counters = None
         if meta.get("workspace_floats", 0) > 0:
@@ -156,7 +157,9 @@ class EvotuneKernel:
         args = (ctypes.c_void_p * 2)(
             ctypes.cast(ctypes.pointer(p), ctypes.c_void_p),
             ctypes.cast(ctypes.pointer(maps), ctypes.c_void_p))
-        g = self.meta["grid"]
+        g = list(self.meta["grid"])
+        if self.meta.get("persistent", 0):  # One block per SM, at most.
+            g = [min(g[0] * g[1] * g[2], self.sms), 1, 1]
         check(_cuda.cuLaunchKernel(
             self.function, g[0], g[1], g[2], self.meta["block"], 1, 1,
             self.meta["smem"],
@@ -339,7 +342,11 @@ def main():
         k = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"])
         v = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"]) + 0.5
         gqa = pr["kv_heads"] != pr["heads"]
-        kernel = EvotuneKernel(entry["cubin"], meta)
+        try:
+            kernel = EvotuneKernel(entry["cubin"], meta)
+        except RuntimeError as e:  # E.g. more shared memory than the GPU has.
+            print(f"{entry['name']}: not run: {e}")
+            continue
         o = torch.full_like(q, float("nan"))
         kernel(q, k, v, o, pr["causal"])
         torch.cuda.synchronize()

@@ -51,6 +51,15 @@ absl::Status CheckDevice(const KernelTemplate& t, const DeviceLimits& limits) {
   return absl::OkStatus();
 }
 
+std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g,
+                                  int multiprocessors) {
+  if (!g.persistent) return {g.grid[0], g.grid[1], g.grid[2]};
+  const int64_t blocks = g.grid[0] * g.grid[1] * g.grid[2];
+  return {
+      multiprocessors > 0 ? std::min<int64_t>(blocks, multiprocessors) : blocks,
+      1, 1};
+}
+
 absl::Status CheckGeometry(const LaunchGeometry& g,
                            const DeviceLimits& limits) {
   if (g.block_threads > limits.max_threads_per_block ||

@@ -3,6 +3,7 @@
 #ifndef EVOTUNE_KERNEL_TEMPLATES_KERNEL_TEMPLATE_H_
 #define EVOTUNE_KERNEL_TEMPLATES_KERNEL_TEMPLATE_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -36,7 +37,15 @@ struct LaunchGeometry {
     int q_rows = 0, kv_rows = 0, o_rows = 0;
   } tma;
   bool uses_tma() const { return tma.q_rows > 0; }
+  // The kernel walks the blocks of `grid` itself (a persistent kernel):
+  // launch it with LaunchGrid's blocks.
+  bool persistent = false;
 };
+
+// The grid of a launch of `g`: g.grid, or for a persistent kernel one block
+// per multiprocessor along x, at most as many as g.grid has (all of them
+// when the count is unknown, 0).
+std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g, int multiprocessors);
 
 // The most rows a tensor map's box may have.
 inline constexpr int kMaxTmaBoxRows = 256;

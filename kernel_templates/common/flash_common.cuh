@@ -213,16 +213,19 @@ struct BlockPlan {
   const evt_elem* v;
 };
 
-// The plan of this block of a grid (q_blocks * kSplits, heads, batch).
+// The plan of query block q_blocks - 1 - rank (the last blocks first) of
+// head h of batch b, split `split` of kSplits.
 template <int kM, int kN, int kSplits>
-__device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
+__device__ __forceinline__ BlockPlan PlanWork(const AttentionParams& p, int b,
+                                              int h, int q_blocks, int rank,
+                                              int split) {
   BlockPlan w;
-  w.b = blockIdx.z;
-  w.h = blockIdx.y;
+  w.b = b;
+  w.h = h;
   const int kvh = w.h / (p.heads / p.kv_heads);
-  w.q_blocks = gridDim.x / kSplits;
-  w.q_block = w.q_blocks - 1 - blockIdx.x / kSplits;
-  w.split = blockIdx.x % kSplits;
+  w.q_blocks = q_blocks;
+  w.q_block = w.q_blocks - 1 - rank;
+  w.split = split;
   w.q0 = w.q_block * kM;
   w.shift = p.seq_k - p.seq_q;
   w.q = static_cast<const evt_elem*>(p.q) + w.b * p.q_batch_stride +
@@ -243,6 +246,14 @@ __device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
   w.block0 = w.split * per_split;
   w.num_blocks = max(0, min(all_blocks, w.block0 + per_split) - w.block0);
   return w;
+}
+
+// The plan of this block of a grid (q_blocks * kSplits, heads, batch).
+template <int kM, int kN, int kSplits>
+__device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
+  return PlanWork<kM, kN, kSplits>(p, blockIdx.z, blockIdx.y,
+                                   gridDim.x / kSplits, blockIdx.x / kSplits,
+                                   blockIdx.x % kSplits);
 }
 
 // Whether key tile kv0.. needs MaskTile for query rows up to q0 + kM - 1.

@@ -218,12 +218,19 @@ __device__ __forceinline__ void TmaStore(const TensorMap& map, unsigned src,
       : "memory");
 }
 
-// Waits until the committed stores have read their shared memory.
-__device__ __forceinline__ void TmaStoreCommitAndWait() {
-  asm volatile(
-      "cp.async.bulk.commit_group;\n"
-      "cp.async.bulk.wait_group.read 0;\n" ::
-          : "memory");
+__device__ __forceinline__ void TmaStoreCommit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until this thread's committed stores have read their shared memory
+// (kRead) or are complete.
+template <bool kRead>
+__device__ __forceinline__ void TmaStoreWait() {
+  if (kRead) {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  } else {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
 }
 
 // Orders this thread's ordinary shared-memory writes before later reads by

@@ -23,19 +23,25 @@
 //   - PINGPONG (two consumers): named barriers make the warpgroups take
 //     turns issuing their GEMMs, so one's softmax overlaps the other's
 //     matrix work.
-//   - the output is normalised into shared memory where the warpgroup's Q
-//     rows were and written by a TMA store (rows past seq_q are clipped by
-//     the copy engine, as loads past the end are zero-filled).
+//   - the output is normalised into shared memory and written by a TMA
+//     store (rows past seq_q are clipped by the copy engine, as loads past
+//     the end are zero-filled): where the warpgroup's Q rows were, or, with
+//     PERSISTENT, into a buffer of its own.
+//   - PERSISTENT: one block per SM walks the tiles (query block, head,
+//     batch), longest first; the producer loads the next tile's Q and K/V
+//     while the consumers finish this one, and the K/V ring and its barrier
+//     phases run on across tiles.
 // Tiles use the 128-byte swizzle of common/hopper.cuh, so the tensor cores
 // read what the copy engine wrote.
 //
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
-// STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only).
-// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+// STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
+// PERSISTENT (0/1). Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
 //
 // Grid: (ceil(seq_q / BLOCK_M), heads, batch), the last query blocks first
-// (with a causal mask they are the longest); block: 128 * (1 + CONSUMERS)
-// threads; dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) *
+// (with a causal mask they are the longest); persistent: one block per SM,
+// at most one per tile. Block: 128 * (1 + CONSUMERS) threads; dynamic
+// shared memory (BLOCK_M * (1 + PERSISTENT) + 2 * STAGES * BLOCK_N) *
 // HEAD_DIM * 2 + 1024 (alignment) + 256 (barriers) bytes. Second parameter:
 // tensor maps with boxes of 64 columns by BLOCK_M (Q), BLOCK_N (K, V) and
 // 64 (O) rows.
@@ -56,6 +62,8 @@ constexpr int kNTiles = kN / 8;
 constexpr int kDTiles = kD / 8;
 constexpr bool kOverlap = OVERLAP;
 constexpr bool kPingPong = PINGPONG;
+constexpr bool kPersistent = PERSISTENT;
+constexpr unsigned kQBytes = kM * kD * 2;
 constexpr unsigned kTileBytes = kN * kD * 2;
 static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
 static_assert(kD % 64 == 0, "HEAD_DIM");
@@ -72,9 +80,11 @@ constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 // ping-pong turns of consumer c wait on kTurn + c.
 constexpr int kTurn = 4;
 
-// Shared-memory addresses of the tiles and barriers.
+// Shared-memory addresses of the tiles and barriers. Persistent blocks keep
+// O in a buffer of its own, so that the next tile's Q loads during the
+// epilogue; otherwise O goes where Q was.
 struct Smem {
-  unsigned q, k0, v0, bars;
+  unsigned q, o, k0, v0, bars;
   __device__ __forceinline__ unsigned k(int s) const {
     return k0 + s * kTileBytes;
   }
@@ -82,63 +92,111 @@ struct Smem {
     return v0 + s * kTileBytes;
   }
   __device__ __forceinline__ unsigned q_full() const { return bars; }
+  __device__ __forceinline__ unsigned q_empty() const { return bars + 8; }
   __device__ __forceinline__ unsigned k_full(int s) const {
-    return bars + 8 * (1 + s);
+    return bars + 8 * (2 + s);
   }
   __device__ __forceinline__ unsigned v_full(int s) const {
-    return bars + 8 * (1 + kStages + s);
+    return bars + 8 * (2 + kStages + s);
   }
   __device__ __forceinline__ unsigned k_empty(int s) const {
-    return bars + 8 * (1 + 2 * kStages + s);
+    return bars + 8 * (2 + 2 * kStages + s);
   }
   __device__ __forceinline__ unsigned v_empty(int s) const {
-    return bars + 8 * (1 + 3 * kStages + s);
+    return bars + 8 * (2 + 3 * kStages + s);
   }
 };
-static_assert(8 * (1 + 4 * 4) <= 256, "barriers fit their 256 bytes");
+static_assert(8 * (2 + 4 * 4) <= 256, "barriers fit their 256 bytes");
 
 __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   Smem s;
   // The swizzle pattern repeats every 1024 bytes of address.
   s.q = (SmemAddress(smem_raw) + 1023) & ~1023u;
-  s.k0 = s.q + kM * kD * 2;
+  s.o = kPersistent ? s.q + kQBytes : s.q;
+  s.k0 = s.o + kQBytes;
   s.v0 = s.k0 + kStages * kTileBytes;
   s.bars = s.v0 + kStages * kTileBytes;
   return s;
 }
 
-// The producer: Q, then every key tile's K and V, each into the next free
-// stage.
-__device__ __forceinline__ void Produce(const AttentionTensorMaps& maps,
-                                        const Smem& s, const BlockPlan& w,
-                                        int kv_head) {
+// The tiles (query block, head, batch) of this block: all tiles ordered by
+// (batch, head), then query block, the last first (with a causal mask they
+// see the most keys), so that blocks running at the same time share a
+// head's K and V in L2; this block's from `first` in steps of `stride`.
+struct Tiles {
+  int first, stride, count, q_blocks;
+};
+
+__device__ __forceinline__ Tiles MyTiles(const AttentionParams& p) {
+  Tiles t;
+  t.q_blocks = (p.seq_q + kM - 1) / kM;
+  t.count = t.q_blocks * p.heads * p.batch;
+  if (kPersistent) {
+    t.first = blockIdx.x;
+    t.stride = gridDim.x;
+  } else {  // Grid (q_blocks, heads, batch): one tile.
+    t.first = (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x;
+    t.stride = t.count;
+  }
+  return t;
+}
+
+__device__ __forceinline__ BlockPlan TileAt(const AttentionParams& p,
+                                            const Tiles& t, int tile) {
+  const int head = tile / t.q_blocks;  // batch * heads + head.
+  return PlanWork<kM, kN, 1>(p, head / p.heads, head % p.heads, t.q_blocks,
+                             tile % t.q_blocks, 0);
+}
+
+// The K and V of key tile j of w into the stage of the block's it-th key
+// tile, once the consumers have handed that stage back.
+__device__ __forceinline__ void LoadKv(const AttentionTensorMaps& maps,
+                                       const Smem& s, const BlockPlan& w,
+                                       int kv_head, int j, int it) {
+  const int stage = it % kStages;
+  // The first round finds every stage empty (the phase before the first).
+  const int parity = ((it / kStages) & 1) ^ 1;
+  const int kv0 = (w.block0 + j) * kN;
+  BarrierWait(s.k_empty(stage), parity);
+  BarrierExpectBytes(s.k_full(stage), kTileBytes);
+#pragma unroll
+  for (int db = 0; db < kD / 64; ++db) {
+    TmaLoad(s.k(stage) + db * kN * kRowBytes, maps.k, s.k_full(stage), 64 * db,
+            kv0, kv_head, w.b);
+  }
+  BarrierWait(s.v_empty(stage), parity);
+  BarrierExpectBytes(s.v_full(stage), kTileBytes);
+#pragma unroll
+  for (int db = 0; db < kD / 64; ++db) {
+    TmaLoad(s.v(stage) + db * kN * kRowBytes, maps.v, s.v_full(stage), 64 * db,
+            kv0, kv_head, w.b);
+  }
+}
+
+// The producer: for each tile, Q once the consumers are done with the
+// previous tile's, then every key tile's K and V, each into the next stage
+// of the ring (which runs on across tiles).
+__device__ __forceinline__ void Produce(const AttentionParams& p,
+                                        const AttentionTensorMaps& maps,
+                                        const Smem& s) {
   PrefetchTensorMap(maps.q);
   PrefetchTensorMap(maps.k);
   PrefetchTensorMap(maps.v);
-  BarrierExpectBytes(s.q_full(), kM * kD * 2);
-#pragma unroll
-  for (int db = 0; db < kD / 64; ++db) {
-    TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db, w.q0, w.h,
-            w.b);
-  }
-  for (int j = 0; j < w.num_blocks; ++j) {
-    const int stage = j % kStages;
-    // The first round finds every stage empty (the phase before the first).
-    const int parity = ((j / kStages) & 1) ^ 1;
-    const int kv0 = (w.block0 + j) * kN;
-    BarrierWait(s.k_empty(stage), parity);
-    BarrierExpectBytes(s.k_full(stage), kTileBytes);
+  const Tiles tiles = MyTiles(p);
+  int it = 0;
+  for (int tile = tiles.first, n = 0; tile < tiles.count;
+       tile += tiles.stride, ++n) {
+    const BlockPlan w = TileAt(p, tiles, tile);
+    if (n > 0) BarrierWait(s.q_empty(), (n - 1) & 1);
+    BarrierExpectBytes(s.q_full(), kQBytes);
 #pragma unroll
     for (int db = 0; db < kD / 64; ++db) {
-      TmaLoad(s.k(stage) + db * kN * kRowBytes, maps.k, s.k_full(stage),
-              64 * db, kv0, kv_head, w.b);
+      TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db, w.q0, w.h,
+              w.b);
     }
-    BarrierWait(s.v_empty(stage), parity);
-    BarrierExpectBytes(s.v_full(stage), kTileBytes);
-#pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
-      TmaLoad(s.v(stage) + db * kN * kRowBytes, maps.v, s.v_full(stage),
-              64 * db, kv0, kv_head, w.b);
+    const int kv_head = w.h / (p.heads / p.kv_heads);
+    for (int j = 0; j < w.num_blocks; ++j, ++it) {
+      LoadKv(maps, s, w, kv_head, j, it);
     }
   }
 }
@@ -225,14 +283,12 @@ __device__ __forceinline__ void Rescale(Rows& r) {
 }
 
 // The key tiles one after another: S, softmax, then O += P V.
-__device__ __forceinline__ void ConsumeSerial(Rows& r, const Smem& s,
-                                              const AttentionParams& p,
-                                              const BlockPlan& w,
-                                              unsigned q_rows, int row0,
-                                              const Turns& turns, int lane) {
+__device__ __forceinline__ void ConsumeSerial(
+    Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
+    unsigned q_rows, int row0, const Turns& turns, int it, int lane) {
   for (int j = 0; j < w.num_blocks; ++j) {
-    const int stage = j % kStages;
-    const int parity = (j / kStages) & 1;
+    const int stage = (it + j) % kStages;
+    const int parity = ((it + j) / kStages) & 1;
     BarrierWait(s.k_full(stage), parity);
     turns.Begin();
     WgmmaFence();
@@ -242,6 +298,7 @@ __device__ __forceinline__ void ConsumeSerial(Rows& r, const Smem& s,
     WgmmaWait<0>();
     FenceOperands(r.s[0]);
     if (lane == 0) BarrierArrive(s.k_empty(stage));
+    if (lane == 0 && j == w.num_blocks - 1) BarrierArrive(s.q_empty());
     Softmax(r, p, w, j, row0, lane);
     Rescale(r);
     PackAll(r);
@@ -262,30 +319,31 @@ __device__ __forceinline__ void ConsumeSerial(Rows& r, const Smem& s,
 // += P V of tile j - 1 does, and O is rescaled while S of tile j + 1 runs.
 __device__ __forceinline__ void ConsumeOverlapped(
     Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
-    unsigned q_rows, int row0, const Turns& turns, int lane) {
+    unsigned q_rows, int row0, const Turns& turns, int it, int lane) {
   const int n = w.num_blocks;
   if (n == 0) return;
-  BarrierWait(s.k_full(0), 0);
+  BarrierWait(s.k_full(it % kStages), (it / kStages) & 1);
   turns.Begin();
   WgmmaFence();
-  IssueQk(r.s[0], q_rows, s.k(0));
+  IssueQk(r.s[0], q_rows, s.k(it % kStages));
   WgmmaCommit();
   turns.End(false);
   WgmmaWait<0>();
   FenceOperands(r.s[0]);
-  if (lane == 0) BarrierArrive(s.k_empty(0));
+  if (lane == 0) BarrierArrive(s.k_empty(it % kStages));
+  if (lane == 0 && n == 1) BarrierArrive(s.q_empty());
   Softmax(r, p, w, 0, row0, lane);
   PackAll(r);
   for (int j = 1; j < n; ++j) {
-    const int stage = j % kStages;
-    const int prev = (j - 1) % kStages;
-    BarrierWait(s.k_full(stage), (j / kStages) & 1);
+    const int stage = (it + j) % kStages;
+    const int prev = (it + j - 1) % kStages;
+    BarrierWait(s.k_full(stage), ((it + j) / kStages) & 1);
     turns.Begin();
     WgmmaFence();
     IssueQk(r.s[0], q_rows, s.k(stage));
     WgmmaCommit();
     Rescale(r);
-    BarrierWait(s.v_full(prev), ((j - 1) / kStages) & 1);
+    BarrierWait(s.v_full(prev), ((it + j - 1) / kStages) & 1);
     WgmmaFence();
     IssuePv(r.o[0], r.pf, s.v(prev));
     WgmmaCommit();
@@ -293,6 +351,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
     WgmmaWait<1>();
     FenceOperands(r.s[0]);
     if (lane == 0) BarrierArrive(s.k_empty(stage));
+    if (lane == 0 && j == n - 1) BarrierArrive(s.q_empty());
     Softmax(r, p, w, j, row0, lane);
     WgmmaWait<0>();
     FenceOperands(r.o[0]);
@@ -300,8 +359,8 @@ __device__ __forceinline__ void ConsumeOverlapped(
     if (lane == 0) BarrierArrive(s.v_empty(prev));
     PackAll(r);
   }
-  const int last = (n - 1) % kStages;
-  BarrierWait(s.v_full(last), ((n - 1) / kStages) & 1);
+  const int last = (it + n - 1) % kStages;
+  BarrierWait(s.v_full(last), ((it + n - 1) / kStages) & 1);
   turns.Begin();
   Rescale(r);
   WgmmaFence();
@@ -313,16 +372,20 @@ __device__ __forceinline__ void ConsumeOverlapped(
   if (lane == 0) BarrierArrive(s.v_empty(last));
 }
 
-// Normalises the warpgroup's 64 rows into shared memory at q_rows (the
-// swizzled layout of its Q rows, free once its last S is done) and stores
-// them with the copy engine.
+// Normalises the warpgroup's 64 rows into its rows of the O buffer (the
+// swizzled layout of Q) and stores them with the copy engine. A persistent
+// block first waits until its previous store has read the buffer.
 __device__ __forceinline__ void StoreRows(const Rows& r,
                                           const AttentionParams& p,
                                           const AttentionTensorMaps& maps,
                                           const BlockPlan& w, const Smem& s,
                                           int consumer, int thread) {
   const int lane = thread % 32;
-  const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
+  const unsigned o_rows = s.o + consumer * 64 * kRowBytes;
+  if (kPersistent) {
+    if (thread == 0) TmaStoreWait</*kRead=*/true>();
+    NamedBarrierSync(1 + consumer, 128);
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float sum = QuadSum(r.row_sum[0][half]);
@@ -330,7 +393,7 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
     const int row = (thread / 32) * 16 + lane / 4 + half * 8;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
-      const unsigned at = q_rows + (dt / 8) * kM * kRowBytes + row * kRowBytes +
+      const unsigned at = o_rows + (dt / 8) * kM * kRowBytes + row * kRowBytes +
                           (((dt % 8) ^ (row % 8)) << 4) + (lane % 4) * 4;
       const unsigned v =
           Pack(r.o[0][dt][2 * half] * inv, r.o[0][dt][2 * half + 1] * inv);
@@ -343,30 +406,41 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
   if (thread == 0 && row0 < p.seq_q) {
 #pragma unroll
     for (int db = 0; db < kD / 64; ++db) {
-      TmaStore(maps.o, q_rows + db * kM * kRowBytes, 64 * db, row0, w.h, w.b);
+      TmaStore(maps.o, o_rows + db * kM * kRowBytes, 64 * db, row0, w.h, w.b);
     }
-    TmaStoreCommitAndWait();
+    TmaStoreCommit();
   }
 }
 
+// A consumer warpgroup: its 64 rows of each of the block's tiles.
 __device__ __forceinline__ void Consume(const AttentionParams& p,
                                         const AttentionTensorMaps& maps,
-                                        const Smem& s, const BlockPlan& w,
-                                        int consumer, int thread) {
+                                        const Smem& s, int consumer,
+                                        int thread) {
   const int lane = thread % 32;
   const int row0 = consumer * 64 + (thread / 32) * 16;
   const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
   const Turns turns{consumer};
-  Rows r;
-  InitRows(r.o, r.row_max, r.row_sum);
-  turns.Start(w.num_blocks);
-  BarrierWait(s.q_full(), 0);
-  if constexpr (kOverlap) {
-    ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, lane);
-  } else {
-    ConsumeSerial(r, s, p, w, q_rows, row0, turns, lane);
+  const Tiles tiles = MyTiles(p);
+  int it = 0;  // Key tiles consumed before this tile.
+  for (int tile = tiles.first, n = 0; tile < tiles.count;
+       tile += tiles.stride, ++n) {
+    const BlockPlan w = TileAt(p, tiles, tile);
+    Rows r;
+    InitRows(r.o, r.row_max, r.row_sum);
+    turns.Start(w.num_blocks);
+    BarrierWait(s.q_full(), n & 1);
+    if constexpr (kOverlap) {
+      ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, it, lane);
+    } else {
+      ConsumeSerial(r, s, p, w, q_rows, row0, turns, it, lane);
+    }
+    it += w.num_blocks;
+    // The loops hand Q back after the tile's last S; with no key tile, here.
+    if (lane == 0 && w.num_blocks == 0) BarrierArrive(s.q_empty());
+    StoreRows(r, p, maps, w, s, consumer, thread);
   }
-  StoreRows(r, p, maps, w, s, consumer, thread);
+  if (thread == 0) TmaStoreWait</*kRead=*/false>();
 }
 
 }  // namespace
@@ -376,9 +450,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                   const __grid_constant__ AttentionTensorMaps maps) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const Smem s = LayOut(smem_raw);
-  const BlockPlan w = PlanBlock<kM, kN, 1>(p);
   if (threadIdx.x == 0) {
     BarrierInit(s.q_full(), 1);
+    BarrierInit(s.q_empty(), 4 * kConsumers);
     for (int i = 0; i < kStages; ++i) {
       BarrierInit(s.k_full(i), 1);
       BarrierInit(s.v_full(i), 1);
@@ -394,11 +468,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (warpgroup == 0) {
     if constexpr (kRealloc) LowerRegisters<kProducerRegs>();
-    if (threadIdx.x == 0) {
-      Produce(maps, s, w, w.h / (p.heads / p.kv_heads));
-    }
+    if (threadIdx.x == 0) Produce(p, maps, s);
   } else {
     if constexpr (kRealloc) RaiseRegisters<kConsumerRegs>();
-    Consume(p, maps, s, w, warpgroup - 1, threadIdx.x % 128);
+    Consume(p, maps, s, warpgroup - 1, threadIdx.x % 128);
   }
 }

@@ -42,6 +42,10 @@ KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash) {
        {0, 1},
        "issue the next tile's Q K^T and this tile's P V before the softmax"},
       {"PINGPONG", {0, 1}, "two consumers take turns issuing their GEMMs"},
+      {"PERSISTENT",
+       {0, 1},
+       "one block per SM walks the tiles, loading the next tile's Q and K/V "
+       "during this tile's epilogue"},
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
@@ -59,24 +63,29 @@ KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash) {
        [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
   };
   auto config = [](int64_t consumers, int64_t n, int64_t stages,
-                   int64_t overlap, int64_t pingpong) {
-    return Config{{"BLOCK_N", n},
-                  {"CONSUMERS", consumers},
-                  {"OVERLAP", overlap},
-                  {"PINGPONG", pingpong},
-                  {"STAGES", stages}};
+                   int64_t overlap, int64_t pingpong, int64_t persistent) {
+    return Config{{"BLOCK_N", n},         {"CONSUMERS", consumers},
+                  {"OVERLAP", overlap},   {"PERSISTENT", persistent},
+                  {"PINGPONG", pingpong}, {"STAGES", stages}};
   };
-  t.defaults = {config(2, 128, 2, 1, 1), config(2, 128, 2, 1, 0),
-                config(2, 192, 2, 1, 0), config(3, 128, 2, 1, 0),
-                config(1, 128, 2, 1, 0)};
+  t.defaults = {config(2, 128, 2, 1, 1, 0), config(2, 128, 2, 1, 1, 1),
+                config(2, 128, 2, 0, 1, 0), config(2, 192, 2, 1, 0, 0),
+                config(3, 128, 2, 1, 0, 0), config(1, 128, 2, 1, 0, 0)};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = 64 * c.at("CONSUMERS");
     LaunchGeometry g = SplitKvGeometry(p, block_m, 1, SplitCombine::kWorkspace);
+    const bool persistent = c.at("PERSISTENT") == 1;
+    if (persistent) {  // The tiles, walked by LaunchGrid's blocks.
+      g.grid[0] *= g.grid[1] * g.grid[2];
+      g.grid[1] = g.grid[2] = 1;
+      g.persistent = true;
+    }
     g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
-    // 1024 B to align the swizzled tiles, 256 B of mbarriers.
-    g.smem_bytes =
-        (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2 +
-        1024 + 256;
+    // Q (and, persistent, O), the K/V ring; 1024 B to align the swizzled
+    // tiles, 256 B of mbarriers.
+    const int64_t rows =
+        block_m * (persistent ? 2 : 1) + 2 * c.at("STAGES") * c.at("BLOCK_N");
+    g.smem_bytes = rows * p.head_dim * 2 + 1024 + 256;
     g.tma.q_rows = static_cast<int>(block_m);
     g.tma.kv_rows = static_cast<int>(c.at("BLOCK_N"));
     g.tma.o_rows = 64;

@@ -199,6 +199,49 @@ TEST(KernelTemplateTest, SplitKvGeometrySizesGridAndScratch) {
   EXPECT_EQ(cluster.counters, 0);
 }
 
+// A persistent kernel runs one block per multiprocessor, never more blocks
+// than it has tiles; other kernels get their grid as it is.
+TEST(KernelTemplateTest, PersistentGridsHaveABlockPerMultiprocessor) {
+  LaunchGeometry g;
+  g.grid[0] = 8;
+  g.grid[1] = 16;
+  g.grid[2] = 2;
+  EXPECT_EQ(LaunchGrid(g, 132), (std::array<int64_t, 3>{8, 16, 2}));
+  g.persistent = true;
+  EXPECT_EQ(LaunchGrid(g, 132), (std::array<int64_t, 3>{132, 1, 1}));
+  EXPECT_EQ(LaunchGrid(g, 1000), (std::array<int64_t, 3>{256, 1, 1}));
+  EXPECT_EQ(LaunchGrid(g, 0), (std::array<int64_t, 3>{256, 1, 1}));
+}
+
+// flash_fwd_tma's persistent configs walk every tile from a 1-D grid and
+// keep O in shared memory of its own; the tensor map boxes match the tiles.
+TEST(KernelTemplateTest, FlashFwdTmaGeometry) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  Problem p;
+  p.batch = 2;
+  p.heads = 16;
+  p.seq_q = p.seq_k = 1000;
+  p.head_dim = 128;
+  Config c = *ParseConfigKey(
+      "BLOCK_N=128,CONSUMERS=2,OVERLAP=1,PERSISTENT=0,PINGPONG=1,STAGES=2");
+  LaunchGeometry g = t.geometry(c, p);
+  EXPECT_EQ(g.grid[0], 8);
+  EXPECT_EQ(g.grid[1], 16);
+  EXPECT_EQ(g.grid[2], 2);
+  EXPECT_FALSE(g.persistent);
+  EXPECT_EQ(g.block_threads, 384);
+  EXPECT_EQ(g.smem_bytes, (128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256);
+  EXPECT_EQ(g.tma.q_rows, 128);
+  EXPECT_EQ(g.tma.kv_rows, 128);
+  EXPECT_EQ(g.tma.o_rows, 64);
+  c["PERSISTENT"] = 1;
+  g = t.geometry(c, p);
+  EXPECT_EQ(g.grid[0], 8 * 16 * 2);
+  EXPECT_EQ(g.grid[1], 1);
+  EXPECT_TRUE(g.persistent);
+  EXPECT_EQ(g.smem_bytes, (2 * 128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256);
+}
+
 TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
   Problem p = SeedProblem();

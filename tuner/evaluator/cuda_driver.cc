@@ -151,6 +151,8 @@ absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal) {
       &smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
   d.cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                          dev);
+  d.cuDeviceGetAttribute(&info.limits.multiprocessors,
+                         CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   d.cuDriverGetVersion(&driver_version);
   info.limits.smem_per_block_bytes = smem;
   info.limits.max_threads_per_block = threads;

@@ -179,12 +179,13 @@ class CudaEvaluator : public Evaluator {
     TrialBuffers b(d_);
     if (absl::Status s = PrepareInputs(p, g, &b); !s.ok()) return s;
     void* args[] = {&b.params, &b.maps};
+    const std::array<int64_t, 3> grid =
+        LaunchGrid(g, info_.limits.multiprocessors);
     auto launch = [&]() {
       return d_->cuLaunchKernel(
-          fn, static_cast<unsigned>(g.grid[0]),
-          static_cast<unsigned>(g.grid[1]), static_cast<unsigned>(g.grid[2]),
-          g.block_threads, 1, 1, static_cast<unsigned>(g.smem_bytes), nullptr,
-          args, nullptr);
+          fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
+          static_cast<unsigned>(grid[2]), g.block_threads, 1, 1,
+          static_cast<unsigned>(g.smem_bytes), nullptr, args, nullptr);
     };
     Gate correct = CheckOutput(p, b, launch);
     if (!correct.ok() || correct->has_value()) return Ended(std::move(correct));

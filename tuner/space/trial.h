@@ -45,6 +45,8 @@ struct DeviceLimits {
   // 10 * major + minor, as 90 for an H100; 0 when unknown (no template is
   // then refused for it).
   int compute_capability = 0;
+  // Streaming multiprocessors; 0 when unknown. Sizes persistent grids.
+  int multiprocessors = 0;
 };
 
 // The device key: results measured on different keys never mix.
