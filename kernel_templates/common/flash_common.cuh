@@ -293,6 +293,41 @@ __device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
   }
 }
 
+// Pairwise (tree) reductions of one half (accumulator elements 2 half and
+// 2 half + 1 of every n8 tile: one row) of a row of score tiles: a chain of
+// depth log2(2 kNTiles) instead of 2 kNTiles dependent instructions, which
+// the compiler may not reorder on its own (float addition is not
+// associative). The softmax sits between the GEMMs; its latency is theirs.
+template <int kNTiles, typename Op>
+__device__ __forceinline__ float ReduceRowHalf(const float (&s)[kNTiles][4],
+                                               int half, Op op) {
+  float v[kNTiles];
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    v[nt] = op(s[nt][2 * half], s[nt][2 * half + 1]);
+  }
+#pragma unroll
+  for (int step = 1; step < kNTiles; step *= 2) {
+#pragma unroll
+    for (int nt = 0; nt + step < kNTiles; nt += 2 * step) {
+      v[nt] = op(v[nt], v[nt + step]);
+    }
+  }
+  return v[0];
+}
+
+template <int kNTiles>
+__device__ __forceinline__ float RowMax(const float (&s)[kNTiles][4],
+                                        int half) {
+  return ReduceRowHalf(s, half, [](float a, float b) { return fmaxf(a, b); });
+}
+
+template <int kNTiles>
+__device__ __forceinline__ float RowSum(const float (&s)[kNTiles][4],
+                                        int half) {
+  return ReduceRowHalf(s, half, [](float a, float b) { return a + b; });
+}
+
 // One step of the online softmax on the scores alone: turns `s` into
 // probabilities in place (exp2 domain, scale * log2(e) folded in), updates
 // the running max and sum of each row and leaves in `correction` the factor
@@ -309,28 +344,23 @@ __device__ __forceinline__ void SoftmaxScores(float (&s)[kMTiles][kNTiles][4],
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float mx = NegInf();
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-      }
+      float mx = RowMax(s[mt], half);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float new_max = fmaxf(row_max[mt][half], mx * scale_log2);
       const float ref = new_max == NegInf() ? 0.f : new_max;
       correction[mt][half] = Exp2(row_max[mt][half] - ref);
       row_max[mt][half] = new_max;
-      float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           float& x = s[mt][nt][2 * half + i];
           x = Exp2(fmaf(x, scale_log2, -ref));
-          sum += x;
         }
       }
-      row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
+      row_sum[mt][half] =
+          row_sum[mt][half] * correction[mt][half] + RowSum(s[mt], half);
     }
   }
 }

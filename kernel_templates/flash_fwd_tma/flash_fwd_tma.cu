@@ -28,9 +28,9 @@
 //     the end are zero-filled): where the warpgroup's Q rows were, or, with
 //     PERSISTENT, into a buffer of its own.
 //   - PERSISTENT: one block per SM walks the tiles (query block, head,
-//     batch), longest first; the producer loads the next tile's Q and K/V
-//     while the consumers finish this one, and the K/V ring and its barrier
-//     phases run on across tiles.
+//     batch), longest first, in a snake over waves (see Tiles); the
+//     producer loads the next tile's Q and K/V while the consumers finish
+//     this one, and the K/V ring and its barrier phases run on across tiles.
 // Tiles use the 128-byte swizzle of common/hopper.cuh, so the tensor cores
 // read what the copy engine wrote.
 //
@@ -119,25 +119,30 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   return s;
 }
 
-// The tiles (query block, head, batch) of this block: all tiles ordered by
-// (batch, head), then query block, the last first (with a causal mask they
-// see the most keys), so that blocks running at the same time share a
-// head's K and V in L2; this block's from `first` in steps of `stride`.
+// The tiles (query block, head, batch) of this block. All tiles are ordered
+// by (batch, head), then query block, the last first (with a causal mask
+// they see the most keys), so that blocks running at the same time share a
+// head's K and V in L2. A persistent block takes one tile of every wave of
+// gridDim.x tiles, in a snake: block b takes the b-th of even waves and the
+// b-th from the end of odd ones, so the blocks that drew the longer tiles of
+// one wave draw the shorter of the next (a causal mask makes tiles of one
+// head differ in length up to q_blocks times).
 struct Tiles {
-  int first, stride, count, q_blocks;
+  int count, q_blocks, single;  // single: the tile of a non-persistent block.
+  // The block's n-th tile; count or more when it has no more.
+  __device__ __forceinline__ int At(int n) const {
+    if (!kPersistent) return n == 0 ? single : count;
+    const int rank = (n & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return n * gridDim.x + rank;
+  }
 };
 
 __device__ __forceinline__ Tiles MyTiles(const AttentionParams& p) {
   Tiles t;
   t.q_blocks = (p.seq_q + kM - 1) / kM;
   t.count = t.q_blocks * p.heads * p.batch;
-  if (kPersistent) {
-    t.first = blockIdx.x;
-    t.stride = gridDim.x;
-  } else {  // Grid (q_blocks, heads, batch): one tile.
-    t.first = (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x;
-    t.stride = t.count;
-  }
+  // Grid (q_blocks, heads, batch) when not persistent.
+  t.single = (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x;
   return t;
 }
 
@@ -184,8 +189,7 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
   PrefetchTensorMap(maps.v);
   const Tiles tiles = MyTiles(p);
   int it = 0;
-  for (int tile = tiles.first, n = 0; tile < tiles.count;
-       tile += tiles.stride, ++n) {
+  for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
     if (n > 0) BarrierWait(s.q_empty(), (n - 1) & 1);
     BarrierExpectBytes(s.q_full(), kQBytes);
@@ -423,8 +427,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
   const Turns turns{consumer};
   const Tiles tiles = MyTiles(p);
   int it = 0;  // Key tiles consumed before this tile.
-  for (int tile = tiles.first, n = 0; tile < tiles.count;
-       tile += tiles.stride, ++n) {
+  for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
     Rows r;
     InitRows(r.o, r.row_max, r.row_sum);
