@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks of the warpgroup templates
 // (flash_fwd_sm90, flash_fwd_tma): wgmma with fp32 accumulators and its
 // shared-memory descriptors, mbarriers, bulk tensor copies (TMA), named
-// barriers and register reallocation.
+// barriers, register reallocation and the split-KV combine of a cluster.
 //
 // Shared tiles use the 128-byte swizzle that both the tensor cores and the
 // copy engine speak: a [rows][HEAD_DIM] tile is HEAD_DIM / 64 blocks of
@@ -257,6 +257,100 @@ __device__ __forceinline__ void LowerRegisters() {
 template <int kRegs>
 __device__ __forceinline__ void RaiseRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// ---- Split-KV through a thread block cluster.
+
+// Address `address` of this block's shared memory at the same place in the
+// shared memory of block `rank` of the cluster.
+__device__ __forceinline__ unsigned ClusterAddress(unsigned address, int rank) {
+  unsigned mapped;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(mapped)
+               : "r"(address), "r"(rank));
+  return mapped;
+}
+
+__device__ __forceinline__ float4 LoadCluster4(unsigned address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float2 LoadCluster2(unsigned address) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
+// Every thread of every block of the cluster: writes before it are seen by
+// reads after it, shared memory of peers included.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+
+// Floats per partial row: the padding spreads a warp's stores over the
+// banks.
+template <int kD>
+constexpr int kClusterPartStride = kD + 8;
+
+// Split-KV epilogue: the kSplits blocks of a cluster hold the unnormalised
+// output rows of the same query block over different keys. Each leaves its
+// rows (fp32, [kM][kClusterPartStride<kD>]) and their (max, sum) in its
+// shared memory `part` (the caller makes sure nothing reads the tiles there
+// any more); then block `split` combines rows [split, split + 1) * kM /
+// kSplits from all of them and stores those. Every thread of the cluster
+// calls it (or, having no rows, ClusterSync twice); `threads` of them,
+// numbered by `thread`, hold rows and share the combining: a warp's rows
+// start at row0.
+template <int kM, int kD, int kSplits>
+__device__ __forceinline__ void CombineInCluster(
+    const AttentionParams& p, const flash::BlockPlan& w, float* part, int row0,
+    const float (&o_acc)[1][kD / 8][4], const float (&row_max)[1][2],
+    const float (&row_sum)[1][2], int lane, int thread, int threads) {
+  constexpr int kStride = kClusterPartStride<kD>;
+  float* part_ml = part + kM * kStride;
+  flash::StorePartialRows(part, kStride, part_ml, row0, o_acc, row_max, row_sum,
+                          lane);
+  ClusterSync();
+  unsigned peer_part[kSplits], peer_ml[kSplits];
+#pragma unroll
+  for (int s = 0; s < kSplits; ++s) {
+    peer_part[s] = ClusterAddress(flash::SmemAddress(part), s);
+    peer_ml[s] = ClusterAddress(flash::SmemAddress(part_ml), s);
+  }
+  evt_elem* o = static_cast<evt_elem*>(p.o) + w.b * p.o_batch_stride +
+                w.h * p.o_head_stride;
+  constexpr int kRows = kM / kSplits;
+  constexpr int kVecs = kD / 8;  // Eight columns per thread and step.
+  for (int idx = thread; idx < kRows * kVecs; idx += threads) {
+    const int row = w.split * kRows + idx / kVecs;
+    const int col = (idx % kVecs) * 8;
+    if (w.q0 + row >= p.seq_q) continue;
+    float m[kSplits], l[kSplits];
+    float4 lo[kSplits], hi[kSplits];
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+      const float2 ml = LoadCluster2(peer_ml[s] + row * 8);
+      m[s] = ml.x;
+      l[s] = ml.y;
+      const unsigned at = peer_part[s] + (row * kStride + col) * 4;
+      lo[s] = LoadCluster4(at);
+      hi[s] = LoadCluster4(at + 16);
+    }
+    *reinterpret_cast<uint4*>(o + (w.q0 + row) * p.o_row_stride + col) =
+        flash::CombineSplits(m, l, lo, hi);
+  }
+  ClusterSync();  // No block leaves while a peer reads its rows.
 }
 
 }  // namespace hopper

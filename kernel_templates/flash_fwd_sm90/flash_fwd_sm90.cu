@@ -79,92 +79,11 @@ __device__ __forceinline__ void WgmmaCommitAndWait() {
   WgmmaWait<0>();
 }
 
-// Address `address` of this block's shared memory at the same place in the
-// shared memory of block `rank` of the cluster.
-__device__ __forceinline__ unsigned ClusterAddress(unsigned address, int rank) {
-  unsigned mapped;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(mapped)
-               : "r"(address), "r"(rank));
-  return mapped;
-}
-
-__device__ __forceinline__ float4 LoadCluster4(unsigned address) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(address)
-               : "memory");
-  return v;
-}
-
-__device__ __forceinline__ float2 LoadCluster2(unsigned address) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
-               : "=f"(v.x), "=f"(v.y)
-               : "r"(address)
-               : "memory");
-  return v;
-}
-
-// Every thread of every block of the cluster: writes before it are seen by
-// reads after it, shared memory of peers included.
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-}
-
-// Split-KV epilogue: the kSplits blocks of a cluster hold the unnormalised
-// output rows of the same query block over different keys. Each leaves its
-// rows (fp32, [kM][kD + 8]: the padding spreads a warp's stores over the
-// banks) and their (max, sum) in its shared memory `part`, where the tiles
-// were; then block `split` combines rows [split, split + 1) * kM / kSplits
-// from all of them and stores those.
-constexpr int kPartStride = kD + 8;
-static_assert(kM * (kPartStride + 2) * 4 <= (kM + 2 * kStages * kN) * kD * 2,
+// Split-KV epilogue (CombineInCluster of common/hopper.cuh): the partial
+// rows go where the tiles were.
+static_assert(kM * (kClusterPartStride<kD> + 2) * 4 <=
+                  (kM + 2 * kStages * kN) * kD * 2,
               "partial rows fit where the tiles were");
-
-__device__ __forceinline__ void CombineInCluster(
-    const AttentionParams& p, const BlockPlan& w, float* part, int row0,
-    const float (&o_acc)[1][kDTiles][4], const float (&row_max)[1][2],
-    const float (&row_sum)[1][2], int lane) {
-  float* part_ml = part + kM * kPartStride;
-  __syncthreads();  // Every warpgroup is done with the tiles.
-  StorePartialRows(part, kPartStride, part_ml, row0, o_acc, row_max, row_sum,
-                   lane);
-  ClusterSync();
-  unsigned peer_part[kSplits], peer_ml[kSplits];
-#pragma unroll
-  for (int s = 0; s < kSplits; ++s) {
-    peer_part[s] = ClusterAddress(SmemAddress(part), s);
-    peer_ml[s] = ClusterAddress(SmemAddress(part_ml), s);
-  }
-  evt_elem* o = static_cast<evt_elem*>(p.o) + w.b * p.o_batch_stride +
-                w.h * p.o_head_stride;
-  constexpr int kRows = kM / kSplits;
-  constexpr int kVecs = kD / 8;  // Eight columns per thread and step.
-  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
-    const int row = w.split * kRows + idx / kVecs;
-    const int col = (idx % kVecs) * 8;
-    if (w.q0 + row >= p.seq_q) continue;
-    float m[kSplits], l[kSplits];
-    float4 lo[kSplits], hi[kSplits];
-#pragma unroll
-    for (int s = 0; s < kSplits; ++s) {
-      const float2 ml = LoadCluster2(peer_ml[s] + row * 8);
-      m[s] = ml.x;
-      l[s] = ml.y;
-      const unsigned at = peer_part[s] + (row * kPartStride + col) * 4;
-      lo[s] = LoadCluster4(at);
-      hi[s] = LoadCluster4(at + 16);
-    }
-    *reinterpret_cast<uint4*>(o + (w.q0 + row) * p.o_row_stride + col) =
-        CombineSplits(m, l, lo, hi);
-  }
-  ClusterSync();  // No block leaves while a peer reads its rows.
-}
 
 }  // namespace
 
@@ -281,7 +200,9 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
     StoreOutput<kM, kD, 1, 1, kThreads>(p, w, w.q0 + warp_row0, o_acc, row_max,
                                         row_sum, lane);
   } else {
-    CombineInCluster(p, w, reinterpret_cast<float*>(q_tile), warp_row0, o_acc,
-                     row_max, row_sum, lane);
+    __syncthreads();  // Every warpgroup is done with the tiles.
+    CombineInCluster<kM, kD, kSplits>(p, w, reinterpret_cast<float*>(q_tile),
+                                      warp_row0, o_acc, row_max, row_sum, lane,
+                                      threadIdx.x, kThreads);
   }
 }

@@ -31,20 +31,26 @@
 //     batch), longest first, in a snake over waves (see Tiles); the
 //     producer loads the next tile's Q and K/V while the consumers finish
 //     this one, and the K/V ring and its barrier phases run on across tiles.
+//   - KV_SPLITS (not with PERSISTENT): that many blocks, a thread block
+//     cluster, share one query block's keys, for problems with too few
+//     (query block, head) tiles to fill the GPU; each leaves its
+//     unnormalised rows in its shared memory and combines a slice of the
+//     rows of all of them (CombineInCluster of common/hopper.cuh).
 // Tiles use the 128-byte swizzle of common/hopper.cuh, so the tensor cores
 // read what the copy engine wrote.
 //
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
-// PERSISTENT (0/1). Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+// PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64 or
+// 128), EVT_BF16.
 //
-// Grid: (ceil(seq_q / BLOCK_M), heads, batch), the last query blocks first
-// (with a causal mask they are the longest); persistent: one block per SM,
-// at most one per tile. Block: 128 * (1 + CONSUMERS) threads; dynamic
-// shared memory (BLOCK_M * (1 + PERSISTENT) + 2 * STAGES * BLOCK_N) *
-// HEAD_DIM * 2 + 1024 (alignment) + 256 (barriers) bytes. Second parameter:
-// tensor maps with boxes of 64 columns by BLOCK_M (Q), BLOCK_N (K, V) and
-// 64 (O) rows.
+// Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch), the last query
+// blocks first (with a causal mask they are the longest), clusters of
+// (KV_SPLITS, 1, 1); persistent: one block per SM, at most one per tile. Block:
+// 128 * (1 + CONSUMERS) threads; dynamic shared memory (BLOCK_M * (1 +
+// PERSISTENT) + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 + 1024 (alignment) + 256
+// (barriers) bytes. Second parameter: tensor maps with boxes of 64 columns by
+// BLOCK_M (Q), BLOCK_N (K, V) and 64 (O) rows.
 #include "hopper.cuh"
 
 namespace {
@@ -63,12 +69,18 @@ constexpr int kDTiles = kD / 8;
 constexpr bool kOverlap = OVERLAP;
 constexpr bool kPingPong = PINGPONG;
 constexpr bool kPersistent = PERSISTENT;
+constexpr int kSplits = KV_SPLITS;
 constexpr unsigned kQBytes = kM * kD * 2;
 constexpr unsigned kTileBytes = kN * kD * 2;
 static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
 static_assert(kD % 64 == 0, "HEAD_DIM");
 static_assert(kStages >= 2, "STAGES");
 static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
+static_assert(kSplits == 1 || !kPersistent, "KV_SPLITS needs one tile a block");
+// Split-KV partial rows go where Q and the K/V ring were.
+static_assert(kM * (kClusterPartStride<kD> + 2) * 4 <=
+                  kQBytes + 2 * kStages * kTileBytes,
+              "partial rows fit where the tiles were");
 
 // Register reallocation (a single consumer keeps the entry allocation):
 // 128 * 24 + 128 * kConsumers * regs <= 65536.
@@ -77,14 +89,16 @@ constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 
 // Named barriers: 0 is __syncthreads; 1 + c a consumer's epilogue; the
-// ping-pong turns of consumer c wait on kTurn + c.
+// ping-pong turns of consumer c wait on kTurn + c; kDone is all consumers.
 constexpr int kTurn = 4;
+constexpr int kDone = 6;
 
 // Shared-memory addresses of the tiles and barriers. Persistent blocks keep
 // O in a buffer of its own, so that the next tile's Q loads during the
 // epilogue; otherwise O goes where Q was.
 struct Smem {
   unsigned q, o, k0, v0, bars;
+  unsigned char* tiles;  // Where q is, as a generic pointer.
   __device__ __forceinline__ unsigned k(int s) const {
     return k0 + s * kTileBytes;
   }
@@ -112,6 +126,8 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   Smem s;
   // The swizzle pattern repeats every 1024 bytes of address.
   s.q = (SmemAddress(smem_raw) + 1023) & ~1023u;
+  s.tiles =
+      const_cast<unsigned char*>(smem_raw) + (s.q - SmemAddress(smem_raw));
   s.o = kPersistent ? s.q + kQBytes : s.q;
   s.k0 = s.o + kQBytes;
   s.v0 = s.k0 + kStages * kTileBytes;
@@ -129,6 +145,7 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
 // head differ in length up to q_blocks times).
 struct Tiles {
   int count, q_blocks, single;  // single: the tile of a non-persistent block.
+  int split;                    // Its part of the keys, of kSplits.
   // The block's n-th tile; count or more when it has no more.
   __device__ __forceinline__ int At(int n) const {
     if (!kPersistent) return n == 0 ? single : count;
@@ -141,16 +158,18 @@ __device__ __forceinline__ Tiles MyTiles(const AttentionParams& p) {
   Tiles t;
   t.q_blocks = (p.seq_q + kM - 1) / kM;
   t.count = t.q_blocks * p.heads * p.batch;
-  // Grid (q_blocks, heads, batch) when not persistent.
-  t.single = (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x;
+  // Grid (q_blocks * kSplits, heads, batch) when not persistent.
+  t.single =
+      (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x / kSplits;
+  t.split = blockIdx.x % kSplits;
   return t;
 }
 
 __device__ __forceinline__ BlockPlan TileAt(const AttentionParams& p,
                                             const Tiles& t, int tile) {
   const int head = tile / t.q_blocks;  // batch * heads + head.
-  return PlanWork<kM, kN, 1>(p, head / p.heads, head % p.heads, t.q_blocks,
-                             tile % t.q_blocks, 0);
+  return PlanWork<kM, kN, kSplits>(p, head / p.heads, head % p.heads,
+                                   t.q_blocks, tile % t.q_blocks, t.split);
 }
 
 // The K and V of key tile j of w into the stage of the block's it-th key
@@ -441,14 +460,27 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     it += w.num_blocks;
     // The loops hand Q back after the tile's last S; with no key tile, here.
     if (lane == 0 && w.num_blocks == 0) BarrierArrive(s.q_empty());
-    StoreRows(r, p, maps, w, s, consumer, thread);
+    if constexpr (kSplits == 1) {
+      StoreRows(r, p, maps, w, s, consumer, thread);
+    } else {
+      NamedBarrierSync(kDone, 128 * kConsumers);  // Done with the tiles.
+      CombineInCluster<kM, kD, kSplits>(
+          p, w, reinterpret_cast<float*>(s.tiles), row0, r.o, r.row_max,
+          r.row_sum, lane, consumer * 128 + thread, 128 * kConsumers);
+    }
   }
   if (thread == 0) TmaStoreWait</*kRead=*/false>();
 }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+#if KV_SPLITS > 1
+#define EVT_CLUSTER_DIMS __cluster_dims__(KV_SPLITS, 1, 1)
+#else
+#define EVT_CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
     attention_fwd(const __grid_constant__ AttentionParams p,
                   const __grid_constant__ AttentionTensorMaps maps) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -472,6 +504,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     if constexpr (kRealloc) LowerRegisters<kProducerRegs>();
     if (threadIdx.x == 0) Produce(p, maps, s);
+    if constexpr (kSplits > 1) {  // The consumers' CombineInCluster.
+      __syncwarp();
+      ClusterSync();
+      ClusterSync();
+    }
   } else {
     if constexpr (kRealloc) RaiseRegisters<kConsumerRegs>();
     Consume(p, maps, s, warpgroup - 1, threadIdx.x % 128);

@@ -47,10 +47,18 @@ KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash) {
        {0, 1},
        "one block per SM walks the tiles, loading the next tile's Q and K/V "
        "during this tile's epilogue"},
+      {"KV_SPLITS",
+       {1, 2, 4},
+       "blocks (a cluster) sharing one query block's keys, for problems with "
+       "few query blocks"},
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.constraints = {
+      {"KV_SPLITS == 1 || PERSISTENT == 0",
+       [](const Config& c, const Problem&) {
+         return c.at("KV_SPLITS") == 1 || c.at("PERSISTENT") == 0;
+       }},
       {"PINGPONG == 0 || CONSUMERS == 2",
        [](const Config& c, const Problem&) {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
@@ -65,17 +73,24 @@ KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash) {
        [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
   };
   auto config = [](int64_t consumers, int64_t n, int64_t stages,
-                   int64_t overlap, int64_t pingpong, int64_t persistent) {
-    return Config{{"BLOCK_N", n},         {"CONSUMERS", consumers},
-                  {"OVERLAP", overlap},   {"PERSISTENT", persistent},
-                  {"PINGPONG", pingpong}, {"STAGES", stages}};
+                   int64_t overlap, int64_t pingpong, int64_t persistent,
+                   int64_t splits) {
+    return Config{{"BLOCK_N", n},
+                  {"CONSUMERS", consumers},
+                  {"KV_SPLITS", splits},
+                  {"OVERLAP", overlap},
+                  {"PERSISTENT", persistent},
+                  {"PINGPONG", pingpong},
+                  {"STAGES", stages}};
   };
-  t.defaults = {config(2, 128, 2, 1, 1, 0), config(2, 128, 2, 1, 1, 1),
-                config(2, 128, 2, 0, 1, 0), config(2, 192, 2, 1, 0, 0),
-                config(3, 128, 2, 1, 0, 0), config(1, 128, 2, 1, 0, 0)};
+  t.defaults = {config(2, 128, 2, 1, 1, 1, 1), config(2, 128, 2, 1, 1, 0, 1),
+                config(2, 192, 2, 1, 1, 0, 1), config(2, 128, 2, 1, 1, 0, 2),
+                config(2, 128, 2, 1, 1, 0, 4), config(2, 128, 2, 0, 1, 0, 1),
+                config(3, 128, 2, 1, 0, 0, 1), config(1, 128, 2, 1, 0, 0, 1)};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = 64 * c.at("CONSUMERS");
-    LaunchGeometry g = SplitKvGeometry(p, block_m, 1, SplitCombine::kWorkspace);
+    LaunchGeometry g =
+        SplitKvGeometry(p, block_m, c.at("KV_SPLITS"), SplitCombine::kCluster);
     const bool persistent = c.at("PERSISTENT") == 1;
     if (persistent) {  // The tiles, walked by LaunchGrid's blocks.
       g.grid[0] *= g.grid[1] * g.grid[2];

@@ -336,14 +336,20 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
         {"STAGES", 3},
         {"WARPGROUPS", 1}}},
       {"flash_fwd_tma",
-       *ParseConfigKey("BLOCK_N=64,CONSUMERS=2,OVERLAP=1,PERSISTENT=0,"
-                       "PINGPONG=1,STAGES=2")},
+       *ParseConfigKey(
+           "BLOCK_N=64,CONSUMERS=2,KV_SPLITS=1,OVERLAP=1,PERSISTENT=0,"
+           "PINGPONG=1,STAGES=2")},
       {"flash_fwd_tma",
-       *ParseConfigKey("BLOCK_N=64,CONSUMERS=2,OVERLAP=1,PERSISTENT=1,"
-                       "PINGPONG=1,STAGES=2")},
+       *ParseConfigKey(
+           "BLOCK_N=64,CONSUMERS=2,KV_SPLITS=1,OVERLAP=1,PERSISTENT=1,"
+           "PINGPONG=1,STAGES=2")},
       {"flash_fwd_tma",
-       *ParseConfigKey("BLOCK_N=64,CONSUMERS=3,OVERLAP=0,PERSISTENT=0,"
-                       "PINGPONG=0,STAGES=3")},
+       *ParseConfigKey(
+           "BLOCK_N=64,CONSUMERS=3,KV_SPLITS=1,OVERLAP=0,PERSISTENT=0,"
+           "PINGPONG=0,STAGES=3")},
+      {"flash_fwd_tma",
+       *ParseConfigKey("BLOCK_N=64,CONSUMERS=2,KV_SPLITS=4,OVERLAP=1,"
+                       "PERSISTENT=0,PINGPONG=1,STAGES=2")},
       {"decode_fwd",
        *ParseConfigKey(
            "KV_SPLITS=1,Q_IN_REGS=1,ROWS=16,STAGES=2,TILE_N=16,WARPS=4")},

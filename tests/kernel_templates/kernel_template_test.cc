@@ -214,7 +214,8 @@ TEST(KernelTemplateTest, PersistentGridsHaveABlockPerMultiprocessor) {
 }
 
 // flash_fwd_tma's persistent configs walk every tile from a 1-D grid and
-// keep O in shared memory of its own; the tensor map boxes match the tiles.
+// keep O in shared memory of its own; the tensor map boxes match the tiles;
+// split-KV configs launch clusters and cannot be persistent.
 TEST(KernelTemplateTest, FlashFwdTmaGeometry) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
   Problem p;
@@ -223,7 +224,8 @@ TEST(KernelTemplateTest, FlashFwdTmaGeometry) {
   p.seq_q = p.seq_k = 1000;
   p.head_dim = 128;
   Config c = *ParseConfigKey(
-      "BLOCK_N=128,CONSUMERS=2,OVERLAP=1,PERSISTENT=0,PINGPONG=1,STAGES=2");
+      "BLOCK_N=128,CONSUMERS=2,KV_SPLITS=1,OVERLAP=1,PERSISTENT=0,PINGPONG=1,"
+      "STAGES=2");
   LaunchGeometry g = t.geometry(c, p);
   EXPECT_EQ(g.grid[0], 8);
   EXPECT_EQ(g.grid[1], 16);
@@ -240,6 +242,17 @@ TEST(KernelTemplateTest, FlashFwdTmaGeometry) {
   EXPECT_EQ(g.grid[1], 1);
   EXPECT_TRUE(g.persistent);
   EXPECT_EQ(g.smem_bytes, (2 * 128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256);
+  // Split-KV: a cluster of KV_SPLITS blocks per query block.
+  c["PERSISTENT"] = 0;
+  c["KV_SPLITS"] = 4;
+  g = t.geometry(c, p);
+  EXPECT_EQ(g.grid[0], 8 * 4);
+  EXPECT_EQ(g.cluster_x, 4);
+  EXPECT_EQ(g.workspace_floats, 0);
+  EXPECT_FALSE(g.persistent);
+  c["PERSISTENT"] = 1;
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(CheckConfig(t, c, p, {232448, 1024, 90})));
 }
 
 TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {
