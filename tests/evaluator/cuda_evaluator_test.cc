@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -27,7 +28,12 @@ absl::StatusOr<KernelTemplate> EditedNaive(const std::string& from,
 class CudaEvaluatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator({});
+    CudaEvaluatorOptions options;
+    // The sweeps below hand every config to Prefetch first: compile on all
+    // cores while the GPU runs.
+    options.compile_threads =
+        std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+    absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(options);
     if (!e.ok()) GTEST_SKIP() << e.status().message();
     evaluator_ = *std::move(e);
   }
@@ -45,49 +51,63 @@ class CudaEvaluatorTest : public ::testing::Test {
 // Random configs of every template over dtypes, head dims, masks, lengths
 // (seq_q != seq_k, tails of every size) and GQA. The evaluator compares each
 // output with a float64-accumulated host reference.
-TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
+// Problems over dtypes, head dims, masks and lengths, each with the
+// template's feasible configs in a random order.
+std::vector<std::pair<Problem, std::vector<Config>>> ShapeCases(
+    const KernelTemplate& t, const DeviceLimits& limits) {
   const std::vector<std::pair<int64_t, int64_t>> lengths = {
       {1, 17},      {17, 1},      {128, 129},  {129, 128},
       {1000, 4096}, {4096, 1000}, {1000, 1000}};
-  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
-    std::mt19937 gen(42);
-    int checked = 0;
-    for (DType dtype : {DType::kFp16, DType::kBf16}) {
-      for (int64_t d : {64, 128}) {
-        for (bool causal : {false, true}) {
-          for (auto [sq, sk] : lengths) {
-            Problem p;
-            p.batch = 2;
-            p.heads = 4;
-            p.kv_heads = 2;  // GQA.
-            p.seq_q = sq;
-            p.seq_k = sk;
-            p.head_dim = d;
-            p.causal = causal;
-            p.dtype = dtype;
-            std::vector<Config> feasible =
-                FeasibleConfigs(t, p, evaluator_->device().limits);
-            ASSERT_FALSE(feasible.empty());
-            std::shuffle(feasible.begin(), feasible.end(), gen);
-            // The first config that is not rejected for spilling.
-            for (const Config& c : feasible) {
-              absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
-              ASSERT_TRUE(r.ok()) << r.status();
-              if (r->status == TrialStatus::kResourceRejected) continue;
-              EXPECT_EQ(r->status, TrialStatus::kOk)
-                  << t.name << " " << ProblemKey(p) << " " << ConfigKey(c)
-                  << ": " << r->error;
-              EXPECT_GT(r->median_us, 0);
-              EXPECT_LE(r->min_us, r->median_us);
-              EXPECT_LE(r->median_us, r->p90_us);
-              ++checked;
-              break;
-            }
-          }
+  std::mt19937 gen(42);
+  std::vector<std::pair<Problem, std::vector<Config>>> cases;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        for (auto [sq, sk] : lengths) {
+          Problem p;
+          p.batch = 2;
+          p.heads = 4;
+          p.kv_heads = 2;  // GQA.
+          p.seq_q = sq;
+          p.seq_k = sk;
+          p.head_dim = d;
+          p.causal = causal;
+          p.dtype = dtype;
+          std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
+          std::shuffle(feasible.begin(), feasible.end(), gen);
+          cases.push_back({p, std::move(feasible)});
         }
       }
     }
-    EXPECT_EQ(checked, 8 * static_cast<int>(lengths.size())) << t.name;
+  }
+  return cases;
+}
+
+TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    const auto cases = ShapeCases(t, evaluator_->device().limits);
+    for (const auto& [p, feasible] : cases) {
+      evaluator_->Prefetch(t, {feasible.begin(), feasible.begin() + 1}, p);
+    }
+    int checked = 0;
+    for (const auto& [p, feasible] : cases) {
+      ASSERT_FALSE(feasible.empty()) << t.name << " " << ProblemKey(p);
+      // The first config that is not rejected for spilling.
+      for (const Config& c : feasible) {
+        absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (r->status == TrialStatus::kResourceRejected) continue;
+        EXPECT_EQ(r->status, TrialStatus::kOk)
+            << t.name << " " << ProblemKey(p) << " " << ConfigKey(c) << ": "
+            << r->error;
+        EXPECT_GT(r->median_us, 0);
+        EXPECT_LE(r->min_us, r->median_us);
+        EXPECT_LE(r->median_us, r->p90_us);
+        ++checked;
+        break;
+      }
+    }
+    EXPECT_EQ(checked, static_cast<int>(cases.size())) << t.name;
   }
 }
 
@@ -242,8 +262,10 @@ TEST_F(CudaEvaluatorTest, EveryConfigOfTheHopperTemplatesIsCorrect) {
       p.causal = d == 64;
       p.dtype = d == 64 ? DType::kFp16 : DType::kBf16;
       int ok = 0;
-      for (const Config& c :
-           FeasibleConfigs(t, p, evaluator_->device().limits)) {
+      const std::vector<Config> configs =
+          FeasibleConfigs(t, p, evaluator_->device().limits);
+      evaluator_->Prefetch(t, configs, p);
+      for (const Config& c : configs) {
         absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
         ASSERT_TRUE(r.ok()) << r.status();
         if (r->status == TrialStatus::kResourceRejected) continue;
