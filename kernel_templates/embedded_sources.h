@@ -3,14 +3,20 @@
 #ifndef EVOTUNE_KERNEL_TEMPLATES_EMBEDDED_SOURCES_H_
 #define EVOTUNE_KERNEL_TEMPLATES_EMBEDDED_SOURCES_H_
 
+#include <string>
 #include <vector>
 
 namespace evotune {
+
+struct KernelTemplate;
 
 struct EmbeddedFile {
   const char* name;    // Header: file name as included; template: its name.
   const char* source;  // NUL-terminated.
   const char* hash;    // Template version hash (16 hex digits); "" for headers.
+  // Template: its spec (EVOTUNE_TEMPLATE_SPEC of template_registry.h);
+  // nullptr for headers.
+  KernelTemplate (*spec)(std::string source, std::string hash);
 };
 
 // Shared headers (kernel_templates/common/*.cuh), handed to NVRTC in memory.

@@ -71,6 +71,9 @@ struct KernelTemplate {
   // devices run the template: it uses that architecture's own instructions
   // (sm_90a's wgmma for 90).
   int only_compute_capability = 0;
+  // Registered only when the environment has EVOTUNE_TEST_TEMPLATES=1
+  // (TemplateRegistry::Builtin).
+  bool test_only = false;
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
   std::vector<Constraint> constraints;

@@ -13,9 +13,10 @@ namespace evotune {
 // Immutable after construction; safe to share between threads.
 class TemplateRegistry {
  public:
-  // The templates embedded in this binary. Test-only templates (fault_test)
-  // are among them only when the environment has EVOTUNE_TEST_TEMPLATES=1;
-  // the daemon and its workers must agree on it.
+  // The templates embedded in this binary, sorted by name. Test-only
+  // templates (KernelTemplate::test_only) are among them only when the
+  // environment has EVOTUNE_TEST_TEMPLATES=1; the daemon and its workers
+  // must agree on it.
   static const TemplateRegistry& Builtin();
 
   explicit TemplateRegistry(std::vector<KernelTemplate> templates);
@@ -28,15 +29,17 @@ class TemplateRegistry {
   std::vector<KernelTemplate> templates_;
 };
 
-// Specs of the built-in templates (each in kernel_templates/<name>/), given
-// the embedded source and its hash.
-KernelTemplate MakeNaiveTemplate(std::string source, std::string hash);
-KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash);
-KernelTemplate MakeFlashFwdSm90Template(std::string source, std::string hash);
-KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash);
-KernelTemplate MakeDecodeFwdTemplate(std::string source, std::string hash);
-// Test only: registered when EVOTUNE_TEST_TEMPLATES=1.
-KernelTemplate MakeFaultTestTemplate(std::string source, std::string hash);
+// A template is its folder: kernel_templates/NAME/ holds the kernel,
+// NAME.cu, and its spec, NAME_spec.cc, which defines
+//
+//   KernelTemplate EVOTUNE_TEMPLATE_SPEC(NAME)(std::string source,
+//                                             std::string hash) { ... }
+//
+// (in namespace evotune) returning the template named NAME with that source
+// and hash. The build finds both files, embeds the kernel and registers the
+// spec (cmake/embed_templates.cmake); a folder missing either fails the
+// build.
+#define EVOTUNE_TEMPLATE_SPEC(name) TemplateSpec_##name
 
 }  // namespace evotune
 

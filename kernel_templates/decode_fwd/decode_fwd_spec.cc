@@ -14,7 +14,8 @@ int64_t PackedRows(const Problem& p) {
 
 }  // namespace
 
-KernelTemplate MakeDecodeFwdTemplate(std::string source, std::string hash) {
+KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
+                                                 std::string hash) {
   KernelTemplate t;
   t.name = "decode_fwd";
   t.description =

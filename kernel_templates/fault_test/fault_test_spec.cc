@@ -4,7 +4,8 @@
 
 namespace evotune {
 
-KernelTemplate MakeFaultTestTemplate(std::string source, std::string hash) {
+KernelTemplate EVOTUNE_TEMPLATE_SPEC(fault_test)(std::string source,
+                                                 std::string hash) {
   KernelTemplate t;
   t.name = "fault_test";
   t.description =
@@ -12,6 +13,7 @@ KernelTemplate MakeFaultTestTemplate(std::string source, std::string hash) {
       "never end (FAULT=2).";
   t.source = std::move(source);
   t.hash = std::move(hash);
+  t.test_only = true;
   t.space = ParamSpace({
       {"FAULT", {1, 2}, "1: invalid address, 2: endless loop"},
   });

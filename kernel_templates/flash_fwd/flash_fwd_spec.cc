@@ -4,7 +4,8 @@
 
 namespace evotune {
 
-KernelTemplate MakeFlashFwdTemplate(std::string source, std::string hash) {
+KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
+                                                std::string hash) {
   KernelTemplate t;
   t.name = "flash_fwd";
   t.description =

@@ -4,7 +4,8 @@
 
 namespace evotune {
 
-KernelTemplate MakeFlashFwdSm90Template(std::string source, std::string hash) {
+KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_sm90)(std::string source,
+                                                     std::string hash) {
   KernelTemplate t;
   t.name = "flash_fwd_sm90";
   t.description =

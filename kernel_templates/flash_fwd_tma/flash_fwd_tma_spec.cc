@@ -23,7 +23,8 @@ int64_t RegisterEstimate(const Config& c, const Problem& p) {
 
 }  // namespace
 
-KernelTemplate MakeFlashFwdTmaTemplate(std::string source, std::string hash) {
+KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
+                                                    std::string hash) {
   KernelTemplate t;
   t.name = "flash_fwd_tma";
   t.description =

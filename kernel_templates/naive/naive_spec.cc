@@ -3,7 +3,8 @@
 
 namespace evotune {
 
-KernelTemplate MakeNaiveTemplate(std::string source, std::string hash) {
+KernelTemplate EVOTUNE_TEMPLATE_SPEC(naive)(std::string source,
+                                            std::string hash) {
   KernelTemplate t;
   t.name = "naive";
   t.description =

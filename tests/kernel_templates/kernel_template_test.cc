@@ -1,8 +1,11 @@
 #include "kernel_templates/kernel_template.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,12 +25,22 @@ Problem SeedProblem() {
 
 TEST(TemplateRegistryTest, EveryEmbeddedTemplateHasASpecAndAHash) {
   const TemplateRegistry& registry = TemplateRegistry::Builtin();
-  // The test-only fault_test only with EVOTUNE_TEST_TEMPLATES=1.
+  // Test-only templates only with EVOTUNE_TEST_TEMPLATES=1.
   const char* env = std::getenv("EVOTUNE_TEST_TEMPLATES");
   const bool test_only = env != nullptr && std::string(env) == "1";
-  ASSERT_EQ(registry.templates().size(),
-            EmbeddedTemplates().size() - (test_only ? 0 : 1));
-  EXPECT_EQ(registry.Find("fault_test") != nullptr, test_only);
+  size_t listed = 0;
+  for (const EmbeddedFile& file : EmbeddedTemplates()) {
+    ASSERT_NE(file.spec, nullptr) << file.name;
+    const KernelTemplate t = file.spec(file.source, file.hash);
+    // A template is its folder: the spec names it after it.
+    EXPECT_EQ(t.name, file.name);
+    EXPECT_EQ(t.hash, file.hash);
+    if (t.name == "fault_test") EXPECT_TRUE(t.test_only);
+    const bool registered = !t.test_only || test_only;
+    EXPECT_EQ(registry.Find(t.name) != nullptr, registered) << t.name;
+    listed += registered ? 1 : 0;
+  }
+  EXPECT_EQ(registry.templates().size(), listed);
   for (const KernelTemplate& t : registry.templates()) {
     EXPECT_EQ(t.hash.size(), 16u) << t.name;
     EXPECT_FALSE(t.source.empty()) << t.name;
@@ -37,6 +50,33 @@ TEST(TemplateRegistryTest, EveryEmbeddedTemplateHasASpecAndAHash) {
   }
   EXPECT_NE(registry.Find("naive"), nullptr);
   EXPECT_EQ(registry.Find("missing"), nullptr);
+}
+
+// README's "## Templates" list describes exactly the registered templates
+// (and the test-only ones): a bullet "- `NAME`" each.
+TEST(TemplateRegistryTest, TheReadmeListsEveryTemplate) {
+  std::ifstream in(std::string(EVOTUNE_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(in) << "README.md not found";
+  std::set<std::string> listed;
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "## ")) in_section = line == "## Templates";
+    if (!in_section || !absl::StartsWith(line, "- `")) continue;
+    listed.insert(line.substr(3, line.find('`', 3) - 3));
+  }
+  std::set<std::string> embedded;
+  for (const EmbeddedFile& file : EmbeddedTemplates()) {
+    embedded.insert(file.name);
+  }
+  EXPECT_EQ(listed, embedded);
+}
+
+TEST(TemplateRegistryTest, TemplatesAreSortedByName) {
+  const std::vector<KernelTemplate>& all =
+      TemplateRegistry::Builtin().templates();
+  for (size_t i = 1; i < all.size(); ++i) {
+    EXPECT_LT(all[i - 1].name, all[i].name);
+  }
 }
 
 TEST(KernelTemplateTest, DeviceLimitsRejectBeforeCompiling) {
