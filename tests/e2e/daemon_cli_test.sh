@@ -19,6 +19,15 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; echo "--- daemon log" >&2; cat "$work"/daemon*.log >&2 || true; exit 1; }
 
+# --help: exit 0, the command table, no build-machine paths.
+for bin in "$evotuned" "$evotune" "$(dirname "$evotuned")/evotune-worker"; do
+  "$bin" --help >"$work/help.txt" || fail "$bin --help exited non-zero"
+  grep -q -- "--token" "$work/help.txt" || fail "$bin --help lists no flags"
+  ! grep -q "\.cc" "$work/help.txt" || fail "$bin --help names source files"
+done
+"$evotune" --help | grep -q "evotune \[flags\] best" ||
+  fail "evotune --help has no command list"
+
 start_daemon() {  # start_daemon LOGNAME DELAY_MS
   rm -f "$work/port"
   "$evotuned" --db="$work/evotune.db" --listen=127.0.0.1:0 \

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,40 +34,27 @@ std::string FormatDevice(const v1::Device& d) {
                          d.nvrtc_version());
 }
 
-std::string StateName(v1::JobState state) {
-  switch (state) {
-    case v1::JOB_STATE_QUEUED:
-      return "queued";
-    case v1::JOB_STATE_RUNNING:
-      return "running";
-    case v1::JOB_STATE_SUCCEEDED:
-      return "succeeded";
-    case v1::JOB_STATE_FAILED:
-      return "failed";
-    case v1::JOB_STATE_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
+namespace {
+
+// The wire enums' own names, lower case without their prefix: the same
+// names the daemon uses (JobStateName, TrialStatusName).
+std::string EnumLabel(const std::string& name, absl::string_view prefix) {
+  if (!absl::StartsWith(name, prefix) || name.size() == prefix.size()) {
+    return "unknown";
   }
+  return absl::AsciiStrToLower(name.substr(prefix.size()));
+}
+
+}  // namespace
+
+std::string StateName(v1::JobState state) {
+  if (state == v1::JOB_STATE_UNSPECIFIED) return "unknown";
+  return EnumLabel(v1::JobState_Name(state), "JOB_STATE_");
 }
 
 std::string TrialStatusLabel(v1::TrialStatus status) {
-  switch (status) {
-    case v1::TRIAL_STATUS_OK:
-      return "ok";
-    case v1::TRIAL_STATUS_COMPILE_ERROR:
-      return "compile_error";
-    case v1::TRIAL_STATUS_RESOURCE_REJECTED:
-      return "resource_rejected";
-    case v1::TRIAL_STATUS_INCORRECT:
-      return "incorrect";
-    case v1::TRIAL_STATUS_TIMEOUT:
-      return "timeout";
-    case v1::TRIAL_STATUS_CRASHED:
-      return "crashed";
-    default:
-      return "unknown";
-  }
+  if (status == v1::TRIAL_STATUS_UNSPECIFIED) return "unknown";
+  return EnumLabel(v1::TrialStatus_Name(status), "TRIAL_STATUS_");
 }
 
 std::string FormatLatency(const v1::Trial& t) {

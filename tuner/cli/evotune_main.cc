@@ -19,6 +19,7 @@
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
+#include "tuner/common/help.h"
 #include "tuner/space/config.h"
 
 ABSL_FLAG(std::string, address, "",
@@ -56,22 +57,6 @@ ABSL_FLAG(double, reconnect_s, 120,
 
 namespace evotune {
 namespace {
-
-constexpr char kUsage[] =
-    "evotune: the command-line client of the evotune tuning daemon.\n\n"
-    "  evotune [flags] templates\n"
-    "  evotune [flags] submit --template_name=naive [problem] [--max_trials=N] "
-    "[--watch]\n"
-    "  evotune [flags] watch JOB\n"
-    "  evotune [flags] job JOB\n"
-    "  evotune [flags] jobs [--state=running]\n"
-    "  evotune [flags] cancel JOB\n"
-    "  evotune [flags] best [--template_name=T] [problem] [--k=5]\n"
-    "  evotune [flags] bench --template_name=T --config=NAME=v,... "
-    "[problem]\n\n"
-    "problem flags: --batch --heads --kv_heads --seq_q --seq_k --head_dim "
-    "--causal --dtype (default: the seed problem B=1 H=8 S=512 D=64 fp16)\n"
-    "Errors print one line and exit non-zero. --json prints JSON.";
 
 class Client {
  public:
@@ -241,162 +226,220 @@ int Watch(Client& client, const std::string& job_id) {
   return job.state() == v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 
-int Main(const std::vector<char*>& args) {
-  if (args.size() < 2) return Fail(absl::StrCat("missing command\n", kUsage));
-  const std::string command = args[1];
-  const bool json = absl::GetFlag(FLAGS_json);
-  auto need_id = [&](std::string* id) {
-    if (args.size() != 3) return false;
-    *id = args[2];
-    return true;
-  };
-  if (command != "watch" && command != "job" && command != "cancel" &&
-      args.size() > 2) {
-    return Fail(absl::StrCat("unexpected argument \"", args[2], "\""));
-  }
-  Client client;
+using Args = std::vector<std::string>;  // After the command's name.
 
-  if (command == "templates") {
-    v1::ListTemplatesResponse resp;
-    grpc::Status s =
-        client.stub()->ListTemplates(client.Context(true).get(), {}, &resp);
-    if (!s.ok()) return FailRpc(client, s);
-    if (json) {
-      PrintJson(resp);
-    } else {
-      std::cout << FormatTemplates(resp);
-    }
-    return 0;
+int RunTemplates(Client& client, const Args&) {
+  v1::ListTemplatesResponse resp;
+  grpc::Status s =
+      client.stub()->ListTemplates(client.Context(true).get(), {}, &resp);
+  if (!s.ok()) return FailRpc(client, s);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(resp);
+  } else {
+    std::cout << FormatTemplates(resp);
   }
-  if (command == "submit") {
-    v1::SubmitSearchRequest req;
-    std::string error;
-    if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
-    req.set_template_name(absl::GetFlag(FLAGS_template_name));
-    req.mutable_budget()->set_max_trials(
-        std::max(0, absl::GetFlag(FLAGS_max_trials)));
-    req.mutable_budget()->set_max_seconds(absl::GetFlag(FLAGS_max_seconds));
-    req.set_strategy(absl::GetFlag(FLAGS_strategy));
-    req.set_seed(absl::GetFlag(FLAGS_seed));
-    req.set_device(absl::GetFlag(FLAGS_device));
-    v1::SubmitSearchResponse resp;
-    grpc::Status s =
-        client.stub()->SubmitSearch(client.Context(true).get(), req, &resp);
-    if (!s.ok()) return FailRpc(client, s);
-    if (json) {
-      PrintJson(resp);
-    } else {
-      std::cout << resp.job_id() << "\n";
-    }
-    return absl::GetFlag(FLAGS_watch) ? Watch(client, resp.job_id()) : 0;
+  return 0;
+}
+
+int RunSubmit(Client& client, const Args&) {
+  v1::SubmitSearchRequest req;
+  std::string error;
+  if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
+  req.set_template_name(absl::GetFlag(FLAGS_template_name));
+  req.mutable_budget()->set_max_trials(
+      std::max(0, absl::GetFlag(FLAGS_max_trials)));
+  req.mutable_budget()->set_max_seconds(absl::GetFlag(FLAGS_max_seconds));
+  req.set_strategy(absl::GetFlag(FLAGS_strategy));
+  req.set_seed(absl::GetFlag(FLAGS_seed));
+  req.set_device(absl::GetFlag(FLAGS_device));
+  v1::SubmitSearchResponse resp;
+  grpc::Status s =
+      client.stub()->SubmitSearch(client.Context(true).get(), req, &resp);
+  if (!s.ok()) return FailRpc(client, s);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(resp);
+  } else {
+    std::cout << resp.job_id() << "\n";
   }
-  if (command == "watch") {
-    std::string id;
-    if (!need_id(&id)) return Fail("usage: evotune watch JOB");
-    return Watch(client, id);
+  return absl::GetFlag(FLAGS_watch) ? Watch(client, resp.job_id()) : 0;
+}
+
+int RunWatch(Client& client, const Args& args) {
+  return Watch(client, args[0]);
+}
+
+int PrintJobOrFail(Client& client, const grpc::Status& s, const v1::Job& job) {
+  if (!s.ok()) return FailRpc(client, s);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(job);
+  } else {
+    std::cout << FormatJob(job);
   }
-  if (command == "job" || command == "cancel") {
-    std::string id;
-    if (!need_id(&id))
-      return Fail(absl::StrCat("usage: evotune ", command, " JOB"));
-    v1::Job resp;
-    grpc::Status s;
-    if (command == "job") {
-      v1::GetJobRequest req;
-      req.set_job_id(id);
-      s = client.stub()->GetJob(client.Context(true).get(), req, &resp);
-    } else {
-      v1::CancelJobRequest req;
-      req.set_job_id(id);
-      s = client.stub()->CancelJob(client.Context(true).get(), req, &resp);
+  return 0;
+}
+
+int RunJob(Client& client, const Args& args) {
+  v1::GetJobRequest req;
+  req.set_job_id(args[0]);
+  v1::Job resp;
+  grpc::Status s =
+      client.stub()->GetJob(client.Context(true).get(), req, &resp);
+  return PrintJobOrFail(client, s, resp);
+}
+
+int RunCancel(Client& client, const Args& args) {
+  v1::CancelJobRequest req;
+  req.set_job_id(args[0]);
+  v1::Job resp;
+  grpc::Status s =
+      client.stub()->CancelJob(client.Context(true).get(), req, &resp);
+  return PrintJobOrFail(client, s, resp);
+}
+
+int RunJobs(Client& client, const Args&) {
+  v1::ListJobsRequest req;
+  const std::string state = absl::GetFlag(FLAGS_state);
+  if (!state.empty()) {
+    v1::JobState value;
+    std::string upper = "JOB_STATE_";
+    for (char c : state) upper += static_cast<char>(std::toupper(c));
+    if (!v1::JobState_Parse(upper, &value) ||
+        value == v1::JOB_STATE_UNSPECIFIED) {
+      return Fail(
+          absl::StrCat("--state: unknown state \"", state,
+                       "\" (queued, running, succeeded, failed, cancelled)"));
     }
-    if (!s.ok()) return FailRpc(client, s);
-    if (json) {
-      PrintJson(resp);
-    } else {
-      std::cout << FormatJob(resp);
-    }
-    return 0;
+    req.set_state(value);
   }
-  if (command == "jobs") {
-    v1::ListJobsRequest req;
-    const std::string state = absl::GetFlag(FLAGS_state);
-    if (!state.empty()) {
-      v1::JobState value;
-      std::string upper = "JOB_STATE_";
-      for (char c : state) upper += static_cast<char>(std::toupper(c));
-      if (!v1::JobState_Parse(upper, &value) ||
-          value == v1::JOB_STATE_UNSPECIFIED) {
-        return Fail(
-            absl::StrCat("--state: unknown state \"", state,
-                         "\" (queued, running, succeeded, failed, cancelled)"));
-      }
-      req.set_state(value);
-    }
-    v1::ListJobsResponse resp;
-    grpc::Status s =
-        client.stub()->ListJobs(client.Context(true).get(), req, &resp);
-    if (!s.ok()) return FailRpc(client, s);
-    if (json) {
-      PrintJson(resp);
-    } else {
-      std::cout << FormatJobsTable(resp);
-    }
-    return 0;
+  v1::ListJobsResponse resp;
+  grpc::Status s =
+      client.stub()->ListJobs(client.Context(true).get(), req, &resp);
+  if (!s.ok()) return FailRpc(client, s);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(resp);
+  } else {
+    std::cout << FormatJobsTable(resp);
   }
-  if (command == "best") {
-    v1::QueryBestRequest req;
-    std::string error;
-    if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
-    req.set_template_name(absl::GetFlag(FLAGS_template_name));
-    req.set_device(absl::GetFlag(FLAGS_device));
-    req.set_k(std::max(0, absl::GetFlag(FLAGS_k)));
-    v1::QueryBestResponse resp;
-    grpc::Status s =
-        client.stub()->QueryBest(client.Context(true).get(), req, &resp);
-    if (!s.ok()) return FailRpc(client, s);
-    if (json) {
-      PrintJson(resp);
-    } else {
-      std::cout << FormatBest(resp);
-    }
-    return 0;
+  return 0;
+}
+
+int RunBest(Client& client, const Args&) {
+  v1::QueryBestRequest req;
+  std::string error;
+  if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
+  req.set_template_name(absl::GetFlag(FLAGS_template_name));
+  req.set_device(absl::GetFlag(FLAGS_device));
+  req.set_k(std::max(0, absl::GetFlag(FLAGS_k)));
+  v1::QueryBestResponse resp;
+  grpc::Status s =
+      client.stub()->QueryBest(client.Context(true).get(), req, &resp);
+  if (!s.ok()) return FailRpc(client, s);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(resp);
+  } else {
+    std::cout << FormatBest(resp);
   }
-  if (command == "bench") {
-    v1::EvaluateConfigRequest req;
-    std::string error;
-    if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
-    req.set_template_name(absl::GetFlag(FLAGS_template_name));
-    req.set_device(absl::GetFlag(FLAGS_device));
-    absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
-    if (!config.ok()) {
-      return Fail(absl::StrCat("--config: ", config.status().message()));
-    }
-    for (const auto& [name, value] : *config) {
-      v1::ParamValue* p = req.mutable_config()->add_params();
-      p->set_name(name);
-      p->set_value(value);
-    }
-    v1::EvaluateConfigResponse resp;
-    // Compiling and measuring can take a while on a busy daemon.
-    auto ctx = client.Context(false);
-    grpc::Status s = client.stub()->EvaluateConfig(ctx.get(), req, &resp);
-    if (!s.ok()) return FailRpc(client, s);
-    if (json) {
-      PrintJson(resp);
-    } else {
-      std::cout << FormatEvaluation(req, resp);
-    }
-    return resp.trial().status() == v1::TRIAL_STATUS_OK ? 0 : 1;
+  return 0;
+}
+
+int RunBench(Client& client, const Args&) {
+  v1::EvaluateConfigRequest req;
+  std::string error;
+  if (!FillProblem(req.mutable_problem(), &error)) return Fail(error);
+  req.set_template_name(absl::GetFlag(FLAGS_template_name));
+  req.set_device(absl::GetFlag(FLAGS_device));
+  absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
+  if (!config.ok()) {
+    return Fail(absl::StrCat("--config: ", config.status().message()));
   }
-  return Fail(absl::StrCat("unknown command \"", command, "\"\n", kUsage));
+  for (const auto& [name, value] : *config) {
+    v1::ParamValue* p = req.mutable_config()->add_params();
+    p->set_name(name);
+    p->set_value(value);
+  }
+  v1::EvaluateConfigResponse resp;
+  // Compiling and measuring can take a while on a busy daemon.
+  auto ctx = client.Context(false);
+  grpc::Status s = client.stub()->EvaluateConfig(ctx.get(), req, &resp);
+  if (!s.ok()) return FailRpc(client, s);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(resp);
+  } else {
+    std::cout << FormatEvaluation(req, resp);
+  }
+  return resp.trial().status() == v1::TRIAL_STATUS_OK ? 0 : 1;
+}
+
+// The commands: usage and help come from this table.
+struct Command {
+  const char* name;
+  const char* args;   // Positional arguments after the name: "" or "JOB".
+  const char* flags;  // The flags it mostly takes, for the usage line.
+  const char* summary;
+  int (*run)(Client& client, const Args& args);
+};
+
+constexpr Command kCommands[] = {
+    {"templates", "", "", "list the daemon's kernel templates", RunTemplates},
+    {"submit", "", "--template_name=T [problem] [--max_trials=N] [--watch]",
+     "start a search; prints its job id", RunSubmit},
+    {"watch", "JOB", "", "follow a job until it ends (exit 0 if it succeeded)",
+     RunWatch},
+    {"job", "JOB", "", "show a job", RunJob},
+    {"jobs", "", "[--state=running]", "list jobs", RunJobs},
+    {"cancel", "JOB", "", "cancel a job", RunCancel},
+    {"best", "", "[--template_name=T] [problem] [--k=5]",
+     "the fastest validated configs for a problem", RunBest},
+    {"bench", "", "--template_name=T --config=NAME=v,... [problem]",
+     "compile, check and time one config", RunBench},
+};
+
+std::string Usage() {
+  std::string out =
+      "evotune: the command-line client of the evotune tuning daemon.\n";
+  for (const Command& c : kCommands) {
+    const std::string line =
+        absl::StrCat("  evotune [flags] ", c.name, *c.args ? " " : "", c.args,
+                     *c.flags ? " " : "", c.flags);
+    absl::StrAppend(&out, "\n", line, "\n      ", c.summary);
+  }
+  absl::StrAppend(
+      &out,
+      "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
+      "--head_dim --causal --dtype (default: the seed problem B=1 H=8 S=512 "
+      "D=64 fp16)\nErrors print one line and exit non-zero. --json prints "
+      "JSON.");
+  return out;
+}
+
+int Main(const std::vector<char*>& argv) {
+  if (argv.size() < 2) return Fail(absl::StrCat("missing command\n", Usage()));
+  const std::string name = argv[1];
+  const Args args(argv.begin() + 2, argv.end());
+  for (const Command& c : kCommands) {
+    if (name != c.name) continue;
+    const size_t want = *c.args ? 1 : 0;
+    if (args.size() != want) {
+      return Fail(args.size() > want
+                      ? absl::StrCat("unexpected argument \"", args[want], "\"")
+                      : absl::StrCat("usage: evotune ", c.name, " ", c.args));
+    }
+    Client client;
+    return c.run(client, args);
+  }
+  return Fail(absl::StrCat("unknown command \"", name, "\"\n", Usage()));
 }
 
 }  // namespace
 }  // namespace evotune
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(evotune::kUsage);
+  const std::string usage = evotune::Usage();
+  if (evotune::HelpRequested(argc, argv)) {
+    std::cout << evotune::HelpText(usage);
+    return 0;
+  }
+  absl::SetProgramUsageMessage(usage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   return evotune::Main(args);
 }

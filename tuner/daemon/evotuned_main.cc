@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
+#include "tuner/common/help.h"
 #include "tuner/common/log.h"
 #include "tuner/common/xdg.h"
 #include "tuner/daemon/grpc_service.h"
@@ -262,10 +264,15 @@ int main(int argc, char** argv) {
   // Cycle detection on every lock is a debugging aid; it costs the hot
   // QueryBest path measurably.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  absl::SetProgramUsageMessage(
+  const std::string usage =
       "evotuned: the evotune tuning daemon.\n"
       "  evotuned [--listen=127.0.0.1:7433] [--db=PATH] [--token=T] "
-      "[--evaluator=cuda|synthetic]");
+      "[--evaluator=cuda|synthetic]";
+  if (evotune::HelpRequested(argc, argv)) {
+    std::cout << evotune::HelpText(usage);
+    return 0;
+  }
+  absl::SetProgramUsageMessage(usage);
   absl::ParseCommandLine(argc, argv);
   return evotune::Run();
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "kernel_templates/template_registry.h"
+#include "tuner/common/help.h"
 #include "tuner/common/log.h"
 #include "tuner/common/xdg.h"
 #include "tuner/evaluator/cuda_driver.h"
@@ -188,10 +190,15 @@ int Run() {
 }  // namespace evotune
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  const std::string usage =
       "evotune-worker: evaluates trials for evotuned on one GPU.\n"
       "  evotune-worker --daemon=HOST:PORT [--token=T] [--gpu=N] "
-      "[--name=NAME]");
+      "[--name=NAME]";
+  if (evotune::HelpRequested(argc, argv)) {
+    std::cout << evotune::HelpText(usage);
+    return 0;
+  }
+  absl::SetProgramUsageMessage(usage);
   absl::ParseCommandLine(argc, argv);
   return evotune::Run();
 }
