@@ -121,80 +121,143 @@ std::string WorkerBinary() {
   return (self.parent_path() / "evotune-worker").string();
 }
 
-int Run() {
-  // Block the shutdown signals in every thread; one thread waits for them.
+// Blocks the shutdown signals in every thread (the ones started later
+// inherit the mask); Run waits for them.
+sigset_t BlockShutdownSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
-  std::string db_path = absl::GetFlag(FLAGS_db);
-  if (db_path.empty()) {
-    db_path =
-        (XdgDir("XDG_STATE_HOME", ".local/state") / "evotune.db").string();
+std::string DbPath() {
+  std::string path = absl::GetFlag(FLAGS_db);
+  if (path.empty()) {
+    path = (XdgDir("XDG_STATE_HOME", ".local/state") / "evotune.db").string();
   }
   std::error_code ec;
-  std::filesystem::create_directories(
-      std::filesystem::path(db_path).parent_path(), ec);
-  absl::StatusOr<std::unique_ptr<ResultStore>> store =
-      ResultStore::Open(db_path);
-  if (!store.ok()) {
-    LogError(absl::StrCat("evotuned: ", store.status().message()));
-    return 1;
-  }
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
+                                      ec);
+  return path;
+}
 
+std::string Token() {
   std::string token = absl::GetFlag(FLAGS_token);
   if (token.empty() && std::getenv("EVOTUNE_TOKEN") != nullptr) {
     token = std::getenv("EVOTUNE_TOKEN");
   }
-  const TemplateRegistry& templates = TemplateRegistry::Builtin();
+  return token;
+}
 
-  // Trials run in worker processes, or for a simulation in the daemon.
+// Where trials run: worker processes (pool set), or for --simulate a
+// recorded landscape inside the daemon (pool null). INVALID_ARGUMENT for a
+// bad flag.
+struct Trials {
   std::unique_ptr<TrialRunner> runner;
   WorkerPool* pool = nullptr;
+};
+
+std::unique_ptr<WorkerPool> MakeWorkerPool(ResultStore* store,
+                                           const TemplateRegistry* templates) {
+  WorkerPool::Options options;
+  options.deadline_slack =
+      absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_trial_slack_s)));
+  options.lease_timeout =
+      absl::Seconds(std::max(0.5, absl::GetFlag(FLAGS_lease_timeout_s)));
+  options.heartbeat = std::min(absl::Seconds(1), options.lease_timeout / 4);
+  auto pool = std::make_unique<WorkerPool>(options);
+  // Results that workers finished for an earlier daemon are still results.
+  pool->SetOrphanSink([store, templates](const TrialTask& task,
+                                         const TrialResult& result) {
+    const KernelTemplate* t = templates->Find(task.template_name);
+    if (t == nullptr || t->hash != task.template_hash) return;
+    const TrialScope scope{task.device, task.template_name, task.template_hash,
+                           task.problem};
+    if (absl::StatusOr<StoredTrial> s =
+            store->InsertTrial(scope, task.config, result);
+        !s.ok()) {
+      LogError(absl::StrCat("storing a late result: ", s.status().message()));
+    }
+  });
+  return pool;
+}
+
+absl::StatusOr<Trials> MakeTrials(ResultStore* store,
+                                  const TemplateRegistry* templates) {
+  Trials trials;
   if (const std::string file = absl::GetFlag(FLAGS_simulate); !file.empty()) {
     absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
         ReplayEvaluator::Load(file);
     if (!replay.ok()) {
-      LogError(
-          absl::StrCat("evotuned: --simulate: ", replay.status().message()));
-      return 2;
+      return absl::InvalidArgumentError(
+          absl::StrCat("--simulate: ", replay.status().message()));
     }
-    runner = std::make_unique<InProcessRunner>(*std::move(replay), &templates);
-  } else {
-    const std::string kind = absl::GetFlag(FLAGS_evaluator);
-    if (kind != "cuda" && kind != "synthetic") {
-      LogError(absl::StrCat("evotuned: --evaluator: unknown evaluator \"", kind,
-                            "\" (cuda or synthetic)"));
-      return 2;
-    }
-    WorkerPool::Options options;
-    options.deadline_slack =
-        absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_trial_slack_s)));
-    options.lease_timeout =
-        absl::Seconds(std::max(0.5, absl::GetFlag(FLAGS_lease_timeout_s)));
-    options.heartbeat = std::min(absl::Seconds(1), options.lease_timeout / 4);
-    auto made = std::make_unique<WorkerPool>(options);
-    pool = made.get();
-    // Results that workers finished for an earlier daemon are still results.
-    ResultStore* db = store->get();
-    pool->SetOrphanSink([db, &templates](const TrialTask& task,
-                                         const TrialResult& result) {
-      const KernelTemplate* t = templates.Find(task.template_name);
-      if (t == nullptr || t->hash != task.template_hash) return;
-      const TrialScope scope{task.device, task.template_name,
-                             task.template_hash, task.problem};
-      if (absl::StatusOr<StoredTrial> s =
-              db->InsertTrial(scope, task.config, result);
-          !s.ok()) {
-        LogError(absl::StrCat("storing a late result: ", s.status().message()));
-      }
-    });
-    runner = std::move(made);
+    trials.runner =
+        std::make_unique<InProcessRunner>(*std::move(replay), templates);
+    return trials;
   }
+  const std::string kind = absl::GetFlag(FLAGS_evaluator);
+  if (kind != "cuda" && kind != "synthetic") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--evaluator: unknown evaluator \"", kind, "\" (cuda or synthetic)"));
+  }
+  std::unique_ptr<WorkerPool> pool = MakeWorkerPool(store, templates);
+  trials.pool = pool.get();
+  trials.runner = std::move(pool);
+  return trials;
+}
 
-  JobManager jobs(store->get(), &templates, runner.get());
+// The local worker processes, once the server's port is known.
+absl::StatusOr<std::unique_ptr<Supervisor>> StartWorkers(
+    WorkerPool* pool, int port, const std::string& token) {
+  Supervisor::Options options;
+  options.worker_binary = WorkerBinary();
+  options.worker_flags = WorkerFlags(port);
+  options.token = token;
+  options.workers = absl::GetFlag(FLAGS_workers);
+  if (absl::GetFlag(FLAGS_evaluator) != "cuda") {
+    // Stand-in workers use no GPU: one unless told otherwise.
+    if (options.workers < 0) options.workers = 1;
+    options.visible_devices.assign(std::max(options.workers, 0), "");
+  }
+  auto supervisor = std::make_unique<Supervisor>(options, pool);
+  if (absl::Status s = supervisor->Start(); !s.ok()) return s;
+  return supervisor;
+}
+
+void WritePortFile(int port) {
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (port_file.empty()) return;
+  // Write then rename, so that a reader never sees a partial file.
+  const std::string tmp = port_file + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, port_file, ec);
+}
+
+// Logs a failed step; exit status 2 for a bad flag, else 1.
+int Fail(const absl::Status& s) {
+  LogError(absl::StrCat("evotuned: ", s.message()));
+  return absl::IsInvalidArgument(s) ? 2 : 1;
+}
+
+// Open the store, make the trial runner, serve, start the workers and the
+// job loop; then wait for SIGTERM or SIGINT and shut down in reverse.
+int Run() {
+  sigset_t signals = BlockShutdownSignals();
+  const std::string db_path = DbPath();
+  absl::StatusOr<std::unique_ptr<ResultStore>> store =
+      ResultStore::Open(db_path);
+  if (!store.ok()) return Fail(store.status());
+  const std::string token = Token();
+  const TemplateRegistry& templates = TemplateRegistry::Builtin();
+  absl::StatusOr<Trials> trials = MakeTrials(store->get(), &templates);
+  if (!trials.ok()) return Fail(trials.status());
+  WorkerPool* pool = trials->pool;
+
+  JobManager jobs(store->get(), &templates, trials->runner.get());
   TuningService service(store->get(), &templates, &jobs);
   GrpcTuner grpc_service(&service, token);
   std::unique_ptr<GrpcWorkerPool> worker_service;
@@ -203,46 +266,21 @@ int Run() {
     worker_service = std::make_unique<GrpcWorkerPool>(pool, token);
     services.push_back(worker_service.get());
   }
-
   absl::StatusOr<BuiltServer> built =
       BuildServer(absl::GetFlag(FLAGS_listen), services);
-  if (!built.ok()) {
-    LogError(absl::StrCat("evotuned: ", built.status().message()));
-    return 1;
-  }
+  if (!built.ok()) return Fail(built.status());
   std::unique_ptr<grpc::Server> server = std::move(built->server);
-  const int port = built->port;
   std::unique_ptr<Supervisor> supervisor;
   if (pool != nullptr) {
-    Supervisor::Options options;
-    options.worker_binary = WorkerBinary();
-    options.worker_flags = WorkerFlags(port);
-    options.token = token;
-    options.workers = absl::GetFlag(FLAGS_workers);
-    if (absl::GetFlag(FLAGS_evaluator) != "cuda") {
-      // Stand-in workers use no GPU: one unless told otherwise.
-      if (options.workers < 0) options.workers = 1;
-      options.visible_devices.assign(std::max(options.workers, 0), "");
-    }
-    supervisor = std::make_unique<Supervisor>(options, pool);
-    if (absl::Status s = supervisor->Start(); !s.ok()) {
-      LogError(absl::StrCat("evotuned: ", s.message()));
-      return 1;
-    }
+    absl::StatusOr<std::unique_ptr<Supervisor>> s =
+        StartWorkers(pool, built->port, token);
+    if (!s.ok()) return Fail(s.status());
+    supervisor = *std::move(s);
   }
-  if (absl::Status s = jobs.Start(); !s.ok()) {
-    LogError(absl::StrCat("evotuned: ", s.message()));
-    return 1;
-  }
-  LogInfo(absl::StrCat("evotuned serving on port ", port, ", database ",
+  if (absl::Status s = jobs.Start(); !s.ok()) return Fail(s);
+  LogInfo(absl::StrCat("evotuned serving on port ", built->port, ", database ",
                        db_path, token.empty() ? "" : ", token required"));
-  if (const std::string port_file = absl::GetFlag(FLAGS_port_file);
-      !port_file.empty()) {
-    // Write then rename, so that a reader never sees a partial file.
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::filesystem::rename(tmp, port_file, ec);
-  }
+  WritePortFile(built->port);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
