@@ -8,58 +8,15 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "tuner/common/log.h"
+#include "tuner/daemon/trial_loop.h"
 #include "tuner/evaluator/evaluator.h"
 #include "tuner/search/search_strategy.h"
 
 namespace evotune {
 namespace {
 
-// Trials queued beyond those the device's workers run at once, so that they
-// can be compiled ahead.
-constexpr int kQueuedAhead = 4;
 // Best configs of the nearest tuned problem that seed a search.
 constexpr int kTransferredSeeds = 6;
-
-// Multi-fidelity: every correct candidate is timed quickly; only one that
-// could enter the job's elite (its kEliteSize fastest fully timed configs,
-// with a margin for the quick timing's noise) is timed fully.
-constexpr int kEliteSize = 5;
-constexpr double kEliteMargin = 1.10;
-
-class Elite {
- public:
-  bool Admits(double median_us) const {
-    return static_cast<int>(fastest_.size()) < kEliteSize ||
-           median_us <= fastest_.back() * kEliteMargin;
-  }
-  void Add(const TrialResult& r) {
-    // Rows from before timing fidelity was recorded count as full.
-    if (r.status != TrialStatus::kOk ||
-        (r.samples != 0 && r.samples < kFullTimingSamples)) {
-      return;
-    }
-    fastest_.insert(
-        std::upper_bound(fastest_.begin(), fastest_.end(), r.median_us),
-        r.median_us);
-    if (static_cast<int>(fastest_.size()) > kEliteSize) fastest_.pop_back();
-  }
-
- private:
-  std::vector<double> fastest_;  // Ascending, at most kEliteSize.
-};
-
-// Completions of one job's trials, filled by runner callbacks on any thread.
-// Shared with the callbacks, which may outlive the job's run: once abandoned,
-// results that still arrive are stored without the job.
-struct Inbox {
-  struct Arrival {
-    uint64_t id;
-    absl::StatusOr<TrialResult> result;
-  };
-  absl::Mutex mu;
-  std::deque<Arrival> arrived ABSL_GUARDED_BY(mu);
-  bool abandoned ABSL_GUARDED_BY(mu) = false;
-};
 
 }  // namespace
 
@@ -317,8 +274,8 @@ void JobManager::RunJob(const std::string& job_id, const DeviceInfo& device) {
   Notify();
 }
 
-absl::Status JobManager::RunTrials(JobRecord& job, const DeviceInfo& device,
-                                   bool& cancelled) {
+absl::Status JobManager::RunTrials(const JobRecord& job,
+                                   const DeviceInfo& device, bool& cancelled) {
   const KernelTemplate* t = templates_->Find(job.template_name);
   if (t == nullptr || t->hash != job.template_hash) {
     return absl::FailedPreconditionError(
@@ -339,160 +296,14 @@ absl::Status JobManager::RunTrials(JobRecord& job, const DeviceInfo& device,
                                 SeedConfigs(*t, device, job.problem)},
                    job.seed);
   if (!strategy.ok()) return strategy.status();
-
-  // Resume: the strategy learns what this job already has.
-  absl::StatusOr<std::vector<JobEvent>> done =
-      store_->ListJobEvents(job.job_id, 0, std::numeric_limits<int>::max());
-  if (!done.ok()) return done.status();
-  std::vector<std::pair<Config, TrialResult>> known;
-  Elite elite;
-  for (const JobEvent& e : *done) {
-    known.push_back({e.trial.config, e.trial.result});
-    elite.Add(e.trial.result);
-  }
-  (*strategy)->Report(known);
-  int64_t trials_done = static_cast<int64_t>(done->size());
-
-  const TrialScope scope{device, job.template_name, job.template_hash,
-                         job.problem};
-  const absl::Time start = absl::Now();
-  const double base_seconds = job.elapsed_seconds;
-  auto elapsed = [&] {
-    return base_seconds + absl::ToDoubleSeconds(absl::Now() - start);
+  TrialLoop::Hooks hooks;
+  hooks.should_stop = [this, &job](bool* cancelled) {
+    return ShouldStop(job.job_id, cancelled);
   };
-
-  auto inbox = std::make_shared<Inbox>();
-  struct Flight {
-    Config config;
-    uint64_t runner_id = 0;
-  };
-  std::map<uint64_t, Flight> in_flight;  // By launch number.
-  uint64_t launches = 0;
-  ResultStore* store = store_;
-  auto launch = [&](const Config& config, bool quick) {
-    const uint64_t key = ++launches;
-    in_flight[key].config = config;
-    auto box = inbox;
-    in_flight[key].runner_id = runner_->Start(
-        TrialTask{device, t->name, t->hash, config, job.problem, quick},
-        [box, key, store, scope, config](absl::StatusOr<TrialResult> r) {
-          absl::MutexLock lock(&box->mu);
-          if (box->abandoned) {
-            // A finished measurement is kept even when nobody waits for it.
-            if (r.ok()) (void)store->InsertTrial(scope, config, *r);
-            return;
-          }
-          box->arrived.push_back({key, std::move(r)});
-        });
-  };
-  // A finished trial joins the job, its search and its elite.
-  auto record = [&](const Config& config, const TrialResult& result,
-                    bool cached) -> absl::Status {
-    absl::StatusOr<JobEvent> event =
-        store_->AppendJobTrial(job, config, result, cached, elapsed());
-    if (!event.ok()) return event.status();
-    (*strategy)->Report({{config, result}});
-    elite.Add(result);
-    trials_done = event->sequence;
-    Notify();
-    return absl::OkStatus();
-  };
-  // Stored results go straight to the job; the rest is launched.
-  std::deque<Config> pending;
-  bool exhausted = false;
-  absl::Status failure;
-  while (true) {
-    if (ShouldStop(job.job_id, &cancelled)) break;
-    const bool budget_left =
-        trials_done < job.max_trials && elapsed() < job.max_seconds;
-    // Keep the workers busy: launch until enough trials are in flight.
-    const int target = runner_->Parallelism(device) + kQueuedAhead;
-    while (budget_left && !exhausted &&
-           static_cast<int>(in_flight.size()) < target &&
-           trials_done + static_cast<int64_t>(in_flight.size()) <
-               job.max_trials) {
-      if (pending.empty()) {
-        if ((*strategy)->Done()) {  // Covered its space, or converged.
-          exhausted = true;
-          break;
-        }
-        const int n = static_cast<int>(std::min<int64_t>(
-            target, job.max_trials - trials_done -
-                        static_cast<int64_t>(in_flight.size())));
-        for (Config& c : (*strategy)->Propose(n)) pending.push_back(c);
-        if (pending.empty()) {
-          exhausted = true;
-          break;
-        }
-      }
-      const Config config = std::move(pending.front());
-      pending.pop_front();
-      absl::StatusOr<std::optional<StoredTrial>> stored =
-          store_->FindTrial(scope, config);
-      if (!stored.ok()) {
-        failure = stored.status();
-        break;
-      }
-      if (stored->has_value()) {
-        failure = record(config, (*stored)->result, /*cached=*/true);
-        if (!failure.ok()) break;
-        continue;
-      }
-      launch(config, /*quick=*/true);
-    }
-    if (!failure.ok()) break;
-    if (in_flight.empty()) {
-      if (!budget_left || exhausted) break;
-      if (trials_done >= job.max_trials) break;
-      continue;
-    }
-    // Wait for a result (or a reason to stop).
-    std::optional<Inbox::Arrival> arrival;
-    {
-      absl::MutexLock lock(&inbox->mu);
-      auto has = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(inbox->mu) {
-        return !inbox->arrived.empty();
-      };
-      inbox->mu.AwaitWithTimeout(absl::Condition(&has),
-                                 absl::Milliseconds(200));
-      if (!inbox->arrived.empty()) {
-        arrival = std::move(inbox->arrived.front());
-        inbox->arrived.pop_front();
-      }
-    }
-    if (!arrival.has_value()) continue;
-    const Config config = in_flight.at(arrival->id).config;
-    in_flight.erase(arrival->id);
-    if (!arrival->result.ok()) {
-      if (ShouldStop(job.job_id, &cancelled)) break;
-      failure = arrival->result.status();
-      break;
-    }
-    TrialResult result = *std::move(arrival->result);
-    // Multi-fidelity: a quick timing that could enter the elite is redone
-    // fully before it counts.
-    if (result.status == TrialStatus::kOk &&
-        result.samples < kFullTimingSamples && elite.Admits(result.median_us)) {
-      launch(config, /*quick=*/false);
-      continue;
-    }
-    failure = record(config, result, /*cached=*/false);
-    if (!failure.ok()) break;
-  }
-  // Whatever is still in flight is abandoned: queued trials are withdrawn,
-  // running ones store their result when it comes.
-  {
-    absl::MutexLock lock(&inbox->mu);
-    inbox->abandoned = true;
-    for (Inbox::Arrival& a : inbox->arrived) {
-      if (a.result.ok() && in_flight.count(a.id) != 0) {
-        (void)store_->InsertTrial(scope, in_flight.at(a.id).config, *a.result);
-      }
-    }
-  }
-  for (const auto& [key, flight] : in_flight)
-    runner_->Withdraw(flight.runner_id);
-  return failure;
+  hooks.notify = [this] { Notify(); };
+  TrialLoop loop(store_, runner_, std::move(hooks), job, *t, device,
+                 *std::move(strategy));
+  return loop.Run(cancelled);
 }
 
 }  // namespace evotune

@@ -88,7 +88,8 @@ class JobManager {
   std::optional<std::pair<std::string, DeviceInfo>> TakeRunnable();
   // Runs one job to a final state, or until shutdown.
   void RunJob(const std::string& job_id, const DeviceInfo& device);
-  absl::Status RunTrials(JobRecord& job, const DeviceInfo& device,
+  // The job's trials through a TrialLoop.
+  absl::Status RunTrials(const JobRecord& job, const DeviceInfo& device,
                          bool& cancelled);
   // Whether the job must stop now (shutdown or cancel).
   bool ShouldStop(const std::string& job_id, bool* cancelled) const;

@@ -1,0 +1,230 @@
+#include "tuner/daemon/trial_loop.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tuner/common/log.h"
+#include "tuner/evaluator/evaluator.h"
+
+namespace evotune {
+
+bool Elite::Admits(double median_us) const {
+  return static_cast<int>(fastest_.size()) < kSize ||
+         median_us <= fastest_.back() * kMargin;
+}
+
+void Elite::Add(const TrialResult& r) {
+  if (r.status != TrialStatus::kOk ||
+      (r.samples != 0 && r.samples < kFullTimingSamples)) {
+    return;
+  }
+  fastest_.insert(
+      std::upper_bound(fastest_.begin(), fastest_.end(), r.median_us),
+      r.median_us);
+  if (static_cast<int>(fastest_.size()) > kSize) fastest_.pop_back();
+}
+
+// Completions of the loop's trials, filled by runner callbacks on any
+// thread. Shared with the callbacks, which may outlive the loop: once
+// abandoned, results that still arrive are stored without the job.
+struct TrialLoop::Inbox {
+  absl::Mutex mu;
+  std::deque<Arrival> arrived ABSL_GUARDED_BY(mu);
+  bool abandoned ABSL_GUARDED_BY(mu) = false;
+};
+
+namespace {
+
+// A result nobody waits for any more is still a measurement.
+void StoreOrphan(ResultStore* store, const TrialScope& scope,
+                 const Config& config, const TrialResult& result) {
+  if (absl::StatusOr<StoredTrial> s = store->InsertTrial(scope, config, result);
+      !s.ok()) {
+    LogError(absl::StrCat("storing a result of an abandoned trial: ",
+                          s.status().message()));
+  }
+}
+
+}  // namespace
+
+TrialLoop::TrialLoop(ResultStore* store, TrialRunner* runner, Hooks hooks,
+                     const JobRecord& job, const KernelTemplate& t,
+                     const DeviceInfo& device,
+                     std::unique_ptr<SearchStrategy> strategy)
+    : store_(store),
+      runner_(runner),
+      hooks_(std::move(hooks)),
+      job_(job),
+      template_(t),
+      device_(device),
+      scope_{device, job.template_name, job.template_hash, job.problem},
+      strategy_(std::move(strategy)),
+      inbox_(std::make_shared<Inbox>()),
+      start_(absl::Now()) {
+  measured_ = {
+      [this](const Config& c, const TrialResult& r) {
+        strategy_->Report({{c, r}});
+      },
+      [this](const Config&, const TrialResult& r) { elite_.Add(r); },
+      [this](const Config&, const TrialResult&) { hooks_.notify(); },
+  };
+}
+
+TrialLoop::~TrialLoop() { Abandon(); }
+
+absl::Status TrialLoop::Run(bool& cancelled) {
+  absl::Status failure = Resume();
+  while (failure.ok() && !hooks_.should_stop(&cancelled)) {
+    failure = Fill();
+    if (!failure.ok()) break;
+    if (in_flight_.empty()) {
+      if (!BudgetLeft() || exhausted_) break;
+      continue;
+    }
+    std::optional<Arrival> arrival = Await();
+    if (!arrival.has_value()) continue;
+    const Config config = in_flight_.at(arrival->id).config;
+    in_flight_.erase(arrival->id);
+    if (!arrival->result.ok()) {
+      // A runner that failed because the job is stopping is no failure.
+      if (!hooks_.should_stop(&cancelled)) failure = arrival->result.status();
+      break;
+    }
+    failure = Tell(config, *arrival->result);
+  }
+  Abandon();
+  return failure;
+}
+
+absl::Status TrialLoop::Resume() {
+  absl::StatusOr<std::vector<JobEvent>> done =
+      store_->ListJobEvents(job_.job_id, 0, std::numeric_limits<int>::max());
+  if (!done.ok()) return done.status();
+  std::vector<std::pair<Config, TrialResult>> known;
+  for (const JobEvent& e : *done) {
+    known.push_back({e.trial.config, e.trial.result});
+    elite_.Add(e.trial.result);
+  }
+  strategy_->Report(known);
+  trials_done_ = static_cast<int64_t>(done->size());
+  return absl::OkStatus();
+}
+
+absl::Status TrialLoop::Fill() {
+  if (!BudgetLeft()) return absl::OkStatus();
+  const int target = runner_->Parallelism(device_) + kQueuedAhead;
+  while (!exhausted_ && InFlight() < target &&
+         trials_done_ + InFlight() < job_.max_trials) {
+    std::optional<Config> config = Next(target);
+    if (!config.has_value()) break;
+    absl::StatusOr<std::optional<StoredTrial>> stored =
+        store_->FindTrial(scope_, *config);
+    if (!stored.ok()) return stored.status();
+    if (stored->has_value()) {
+      absl::Status s = Record(*config, (*stored)->result, /*cached=*/true);
+      if (!s.ok()) return s;
+      continue;
+    }
+    Launch(*config, /*quick=*/true);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<Config> TrialLoop::Next(int target) {
+  if (pending_.empty()) {
+    if (strategy_->Done()) {  // Covered its space, or converged.
+      exhausted_ = true;
+      return std::nullopt;
+    }
+    const int n = static_cast<int>(
+        std::min<int64_t>(target, job_.max_trials - trials_done_ - InFlight()));
+    for (Config& c : strategy_->Propose(n)) pending_.push_back(std::move(c));
+    if (pending_.empty()) {
+      exhausted_ = true;
+      return std::nullopt;
+    }
+  }
+  Config config = std::move(pending_.front());
+  pending_.pop_front();
+  return config;
+}
+
+void TrialLoop::Launch(const Config& config, bool quick) {
+  const uint64_t key = ++launches_;
+  in_flight_[key].config = config;
+  in_flight_[key].runner_id =
+      runner_->Start(TrialTask{device_, template_.name, template_.hash, config,
+                               job_.problem, quick},
+                     [box = inbox_, key, store = store_, scope = scope_,
+                      config](absl::StatusOr<TrialResult> r) {
+                       absl::MutexLock lock(&box->mu);
+                       if (box->abandoned) {
+                         if (r.ok()) StoreOrphan(store, scope, config, *r);
+                         return;
+                       }
+                       box->arrived.push_back({key, std::move(r)});
+                     });
+}
+
+std::optional<TrialLoop::Arrival> TrialLoop::Await() {
+  absl::MutexLock lock(&inbox_->mu);
+  auto has = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(inbox_->mu) {
+    return !inbox_->arrived.empty();
+  };
+  // Wakes now and then to check whether the job must stop.
+  inbox_->mu.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(200));
+  if (inbox_->arrived.empty()) return std::nullopt;
+  Arrival arrival = std::move(inbox_->arrived.front());
+  inbox_->arrived.pop_front();
+  return arrival;
+}
+
+absl::Status TrialLoop::Tell(const Config& config, const TrialResult& result) {
+  if (result.status == TrialStatus::kOk &&
+      result.samples < kFullTimingSamples && elite_.Admits(result.median_us)) {
+    Launch(config, /*quick=*/false);
+    return absl::OkStatus();
+  }
+  return Record(config, result, /*cached=*/false);
+}
+
+absl::Status TrialLoop::Record(const Config& config, const TrialResult& result,
+                               bool cached) {
+  absl::StatusOr<JobEvent> event =
+      store_->AppendJobTrial(job_, config, result, cached, Elapsed());
+  if (!event.ok()) return event.status();
+  trials_done_ = event->sequence;
+  for (const MeasureCallback& measured : measured_) measured(config, result);
+  return absl::OkStatus();
+}
+
+void TrialLoop::Abandon() {
+  if (abandoned_) return;
+  abandoned_ = true;
+  {
+    absl::MutexLock lock(&inbox_->mu);
+    inbox_->abandoned = true;
+    for (const Arrival& a : inbox_->arrived) {
+      auto it = in_flight_.find(a.id);
+      if (a.result.ok() && it != in_flight_.end()) {
+        StoreOrphan(store_, scope_, it->second.config, *a.result);
+      }
+    }
+  }
+  for (const auto& [key, flight] : in_flight_) {
+    runner_->Withdraw(flight.runner_id);
+  }
+}
+
+bool TrialLoop::BudgetLeft() const {
+  return trials_done_ < job_.max_trials && Elapsed() < job_.max_seconds;
+}
+
+double TrialLoop::Elapsed() const {
+  return job_.elapsed_seconds + absl::ToDoubleSeconds(absl::Now() - start_);
+}
+
+}  // namespace evotune
