@@ -4,6 +4,8 @@
 # one CSV of the whole landscape, for replay by search tests and benchmarks.
 #
 #   bench/record_landscapes.sh BUNDLE SHAPES_JSON OUT_CSV COMMIT [TEMPLATE]
+#
+# PROBLEMS (a comma-separated list of suite names) restricts the suite.
 set -uo pipefail
 source "$(dirname "$0")/suite_lib.sh"
 b=$1
@@ -15,7 +17,7 @@ work=$(mktemp -d)
 
 start_evotuned "$b" "$work" "$work/db" "$work/log"
 pid=$EVOTUNED_PID
-suite_problems "$shapes" >"$work/problems"
+suite_problems "$shapes" "${PROBLEMS:-}" >"$work/problems"
 while read -r name flags; do
   job=$("$b/run" evotune submit --template_name="$template" $flags \
     --strategy=exhaustive --max_trials=100000) || continue

@@ -40,6 +40,28 @@ TEST(ReplayEvaluatorTest, AnswersFromTheRecording) {
   }
 }
 
+// The exhaustive decode_fwd recording of decode-long covers today's space
+// for that problem on the H100 it was made on: every config feasible there
+// was measured.
+TEST(ReplayEvaluatorTest, TheDecodeRecordingCoversItsSpace) {
+  auto replay = ReplayEvaluator::Load(EVOTUNE_TEST_DATA
+                                      "/decode_fwd_landscapes_h100.csv");
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  const ReplayEvaluator& r = **replay;
+  EXPECT_EQ(r.template_name(), "decode_fwd");
+  ASSERT_EQ(r.landscape().size(), 1u);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  const auto& [key, results] = *r.landscape().begin();
+  const Problem p = *ParseProblemKey(key);
+  EXPECT_EQ(p.seq_k, 32768);
+  const DeviceLimits h100{232448, 1024, 90};
+  const std::vector<Config> feasible = FeasibleConfigs(t, p, h100);
+  EXPECT_EQ(feasible.size(), results.size());
+  for (const Config& c : feasible) {
+    EXPECT_TRUE(r.Covers(t, c, p)) << ConfigKey(c);
+  }
+}
+
 TEST(ReplayEvaluatorTest, RefusesWhatWasNotRecorded) {
   auto replay = ReplayEvaluator::Load(kLandscape);
   ASSERT_TRUE(replay.ok());
