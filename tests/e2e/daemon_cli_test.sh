@@ -133,4 +133,11 @@ if "$evotune" --address="$address" submit --template_name=naive 2>"$work/err"; t
   fail "naive accepted by a flash_fwd replay"
 fi
 grep -q "template_name: this daemon replays" "$work/err" || fail "replay error: $(cat "$work/err")"
+# A problem the recording does not hold is refused, not "searched" in 0 trials.
+if "$evotune" --address="$address" submit --template_name=flash_fwd \
+  --seq_q=333 2>"$work/err"; then
+  fail "a problem outside the recording was accepted"
+fi
+grep -q "problem: this daemon replays a recorded landscape" "$work/err" ||
+  fail "unrecorded problem error: $(cat "$work/err")"
 echo "e2e: 3 passed, 0 failed"

@@ -274,6 +274,18 @@ void JobManager::RunJob(const std::string& job_id, const DeviceInfo& device) {
   Notify();
 }
 
+std::vector<Config> JobManager::SearchableConfigs(
+    const KernelTemplate& t, const Problem& problem,
+    const DeviceInfo& device) const {
+  std::vector<Config> configs = FeasibleConfigs(t, problem, device.limits);
+  configs.erase(std::remove_if(configs.begin(), configs.end(),
+                               [&](const Config& c) {
+                                 return !runner_->Covers(t, c, problem);
+                               }),
+                configs.end());
+  return configs;
+}
+
 absl::Status JobManager::RunTrials(const JobRecord& job,
                                    const DeviceInfo& device, bool& cancelled) {
   const KernelTemplate* t = templates_->Find(job.template_name);
@@ -283,18 +295,11 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
                      job.template_hash, " is not in this build (it has ",
                      t ? t->hash : std::string("no such template"), ")"));
   }
-  std::vector<Config> feasible =
-      FeasibleConfigs(*t, job.problem, device.limits);
-  feasible.erase(std::remove_if(feasible.begin(), feasible.end(),
-                                [&](const Config& c) {
-                                  return !runner_->Covers(*t, c, job.problem);
-                                }),
-                 feasible.end());
-  absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy =
-      MakeStrategy(job.strategy,
-                   SearchInputs{t->space, std::move(feasible),
-                                SeedConfigs(*t, device, job.problem)},
-                   job.seed);
+  absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
+      job.strategy,
+      SearchInputs{t->space, SearchableConfigs(*t, job.problem, device),
+                   SeedConfigs(*t, device, job.problem)},
+      job.seed);
   if (!strategy.ok()) return strategy.status();
   TrialLoop::Hooks hooks;
   hooks.should_stop = [this, &job](bool* cancelled) {

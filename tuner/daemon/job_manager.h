@@ -52,6 +52,13 @@ class JobManager {
   // at the next Start(). Idempotent.
   void Shutdown();
 
+  // The configs a search of `t` on `problem` may try on `device`: feasible
+  // there and answerable by the runner (a replay answers only what it
+  // recorded).
+  std::vector<Config> SearchableConfigs(const KernelTemplate& t,
+                                        const Problem& problem,
+                                        const DeviceInfo& device) const;
+
   // The device named `name` (empty: the default one); see
   // TrialRunner::FindDevice.
   absl::StatusOr<DeviceInfo> Device(const std::string& name) const;

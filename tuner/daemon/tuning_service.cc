@@ -93,6 +93,12 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
         absl::StrCat("problem: no config of template ", r.template_name,
                      " fits this problem on ", device->name));
   }
+  if (jobs_->SearchableConfigs(**t, r.problem, *device).empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "problem: this daemon replays a recorded landscape (--simulate) that "
+        "holds no trial of ",
+        r.template_name, " for this problem"));
+  }
   *device_out = *device;
   return absl::OkStatus();
 }
