@@ -18,15 +18,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/schema.h"
 #include "storage/sqlite.h"
 #include "tuner/space/config.h"
 #include "tuner/space/problem.h"
 #include "tuner/space/trial.h"
 
 namespace evotune {
-
-// The schema version that Open() migrates to.
-inline constexpr int kSchemaVersion = 4;
 
 // Values are stored and match evotune.v1.JobState: never renumber them.
 enum class JobState {
