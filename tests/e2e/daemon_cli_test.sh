@@ -138,6 +138,6 @@ if "$evotune" --address="$address" submit --template_name=flash_fwd \
   --seq_q=333 2>"$work/err"; then
   fail "a problem outside the recording was accepted"
 fi
-grep -q "problem: this daemon replays a recorded landscape" "$work/err" ||
+grep -q "problem: this daemon replays a recorded landscape.*q333.*; it holds .*b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" "$work/err" ||
   fail "unrecorded problem error: $(cat "$work/err")"
 echo "e2e: 3 passed, 0 failed"

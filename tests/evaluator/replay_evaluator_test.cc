@@ -54,6 +54,7 @@ TEST(ReplayEvaluatorTest, TheDecodeRecordingCoversItsSpace) {
   const auto& [key, results] = *r.landscape().begin();
   const Problem p = *ParseProblemKey(key);
   EXPECT_EQ(p.seq_k, 32768);
+  EXPECT_EQ(r.RecordedProblems(), std::vector<std::string>{key});
   const DeviceLimits h100{232448, 1024, 90};
   const std::vector<Config> feasible = FeasibleConfigs(t, p, h100);
   EXPECT_EQ(feasible.size(), results.size());

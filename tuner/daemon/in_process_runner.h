@@ -30,6 +30,9 @@ class InProcessRunner : public TrialRunner {
                            const KernelTemplate& t) const override;
   bool Covers(const KernelTemplate& t, const Config& config,
               const Problem& problem) const override;
+  std::vector<std::string> RecordedProblems() const override {
+    return evaluator_->RecordedProblems();
+  }
   int Parallelism(const DeviceInfo& device) const override { return 1; }
   uint64_t Start(TrialTask task, TrialDone done) override;
   void Withdraw(uint64_t id) override;

@@ -58,6 +58,10 @@ class JobManager {
   std::vector<Config> SearchableConfigs(const KernelTemplate& t,
                                         const Problem& problem,
                                         const DeviceInfo& device) const;
+  // What a replaying runner has recordings of (TrialRunner).
+  std::vector<std::string> RecordedProblems() const {
+    return runner_->RecordedProblems();
+  }
 
   // The device named `name` (empty: the default one); see
   // TrialRunner::FindDevice.

@@ -44,6 +44,10 @@ class TrialRunner {
     return true;
   }
 
+  // The problems a replay has recordings of (Evaluator::RecordedProblems);
+  // empty when trials are measured.
+  virtual std::vector<std::string> RecordedProblems() const { return {}; }
+
   // How many trials on `device` can usefully run at once now (at least 1).
   virtual int Parallelism(const DeviceInfo& device) const = 0;
 

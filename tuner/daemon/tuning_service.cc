@@ -97,7 +97,8 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
     return absl::FailedPreconditionError(absl::StrCat(
         "problem: this daemon replays a recorded landscape (--simulate) that "
         "holds no trial of ",
-        r.template_name, " for this problem"));
+        r.template_name, " for ", ProblemKey(r.problem), "; it holds ",
+        absl::StrJoin(jobs_->RecordedProblems(), ", ")));
   }
   *device_out = *device;
   return absl::OkStatus();

@@ -55,6 +55,10 @@ class Evaluator {
     return true;
   }
 
+  // The problems (ProblemKey) a replay has recordings of, for messages;
+  // empty for an evaluator that measures anything.
+  virtual std::vector<std::string> RecordedProblems() const { return {}; }
+
   // A hint that these configs will be evaluated soon, so that work which
   // needs no GPU (compiling) can start in the background. Optional.
   virtual void Prefetch(const KernelTemplate& t,

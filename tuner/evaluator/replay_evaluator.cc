@@ -147,6 +147,12 @@ const TrialResult* ReplayEvaluator::Find(const KernelTemplate& t,
   return c == p->second.end() ? nullptr : &c->second;
 }
 
+std::vector<std::string> ReplayEvaluator::RecordedProblems() const {
+  std::vector<std::string> keys;
+  for (const auto& [key, results] : landscape_) keys.push_back(key);
+  return keys;
+}
+
 bool ReplayEvaluator::Covers(const KernelTemplate& t, const Config& config,
                              const Problem& problem) const {
   return t.name == template_name_ && Find(t, config, problem) != nullptr;

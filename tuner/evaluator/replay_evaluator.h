@@ -44,6 +44,8 @@ class ReplayEvaluator : public Evaluator {
   bool Covers(const KernelTemplate& t, const Config& config,
               const Problem& problem) const override;
 
+  std::vector<std::string> RecordedProblems() const override;
+
   const std::string& template_name() const { return template_name_; }
   const Landscape& landscape() const { return landscape_; }
 
