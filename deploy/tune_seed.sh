@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds evotune, starts evotuned on its SQLite store and tunes the seed
 # problem (B=1 H=8 S=512 D=64 fp16) with flash_fwd on the first GPU (an
-# evolutionary search of 40 trials), then prints the best configs. Extra
+# evolutionary search of 40 trials), then prints the best configs and
+# writes the job's report (evotune-JOB.html, plots of the search). Extra
 # arguments go to `evotune submit` (e.g. --max_trials=10).
 #
 #   deploy/tune_seed.sh [--simulate[=LANDSCAPE.csv]] [submit flags...]
@@ -82,3 +83,4 @@ fi
 echo "tuning the seed problem as job $job"
 "$bin/evotune" watch "$job"
 "$bin/evotune" best "${seed[@]}" --k=5
+echo "report (plots of the search): $("$bin/evotune" report "$job")"

@@ -117,6 +117,13 @@ for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 address=127.0.0.1:$(cat "$work/port")
 "$evotune" --address="$address" submit --template_name=flash_fwd --max_trials=30 \
   --watch >"$work/sim.out" || fail "simulated search: $(tail -2 "$work/sim.out")"
+# Its report: one HTML page, plots of every trial, nothing to fetch.
+"$evotune" --address="$address" report "$(head -1 "$work/sim.out")" \
+  --output="$work/report.html" >/dev/null || fail "report failed"
+[ "$(grep -c '<svg ' "$work/report.html")" -ge 2 ] || fail "report has no plots"
+[ "$(grep -c 'class="trial"><title>#' "$work/report.html")" -ge 20 ] ||
+  fail "report plots fewer trials than the search ran"
+! grep -q "<script" "$work/report.html" || fail "report has a script"
 # The exhaustive optimum of the seed problem in the recording.
 optimum=$(grep '^seed,' "$landscape" | grep ',ok,' | awk -F'",' '{print $2}' |
   cut -d, -f2 | sort -g | head -1)

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
+#include "tuner/cli/report.h"
 #include "tuner/common/help.h"
 #include "tuner/space/config.h"
 
@@ -52,6 +54,8 @@ ABSL_FLAG(std::string, config, "",
           "bench: the config to run, NAME=value,... (see `evotune templates`)");
 ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
 ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
+ABSL_FLAG(std::string, output, "",
+          "report: the HTML file to write (default: evotune-JOB.html)");
 ABSL_FLAG(double, reconnect_s, 120,
           "watch: keep reconnecting this long when the daemon is unreachable");
 
@@ -370,6 +374,47 @@ int RunBench(Client& client, const Args&) {
   return resp.trial().status() == v1::TRIAL_STATUS_OK ? 0 : 1;
 }
 
+// The job's trials so far, in order: WatchJob from the start, read until
+// it reaches the trials the job had when asked (a finished job's stream
+// ends by itself).
+absl::StatusOr<std::vector<v1::TrialEvent>> JobEvents(Client& client,
+                                                      const v1::Job& job) {
+  v1::WatchJobRequest req;
+  req.set_job_id(job.job_id());
+  auto ctx = client.Context(false);
+  std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader =
+      client.stub()->WatchJob(ctx.get(), req);
+  std::vector<v1::TrialEvent> events;
+  v1::JobUpdate update;
+  while (events.size() < job.trials_done() && reader->Read(&update)) {
+    if (update.has_event()) events.push_back(update.event());
+  }
+  if (events.size() >= job.trials_done()) ctx->TryCancel();
+  const grpc::Status s = reader->Finish();
+  if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
+    return absl::UnavailableError(s.error_message());
+  }
+  return events;
+}
+
+int RunReport(Client& client, const Args& args) {
+  v1::GetJobRequest req;
+  req.set_job_id(args[0]);
+  v1::Job job;
+  grpc::Status s = client.stub()->GetJob(client.Context(true).get(), req, &job);
+  if (!s.ok()) return FailRpc(client, s);
+  absl::StatusOr<std::vector<v1::TrialEvent>> events = JobEvents(client, job);
+  if (!events.ok()) return Fail(std::string(events.status().message()));
+  std::string path = absl::GetFlag(FLAGS_output);
+  if (path.empty()) path = absl::StrCat("evotune-", job.job_id(), ".html");
+  std::ofstream out(path);
+  out << JobReportHtml(job, *events);
+  out.close();
+  if (!out) return Fail(absl::StrCat("--output: cannot write ", path));
+  std::cout << path << "\n";
+  return 0;
+}
+
 // The commands: usage and help come from this table.
 struct Command {
   const char* name;
@@ -392,6 +437,9 @@ constexpr Command kCommands[] = {
      "the fastest validated configs for a problem", RunBest},
     {"bench", "", "--template_name=T --config=NAME=v,... [problem]",
      "compile, check and time one config", RunBench},
+    {"report", "JOB", "[--output=FILE.html]",
+     "write the job as one HTML page with plots (prints the file name)",
+     RunReport},
 };
 
 std::string Usage() {
