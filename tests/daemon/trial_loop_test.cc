@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
+#include "tuner/common/clock.h"
 #include "tuner/evaluator/evaluator.h"
 
 namespace evotune {
@@ -215,6 +216,37 @@ TEST_F(TrialLoopTest, ARunnerFailureFailsTheJob) {
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_FALSE(cancelled);
   EXPECT_EQ(Events(), 0);
+}
+
+// The budget in seconds is read off the loop's clock: each trial here takes
+// 10 s of it, so a 35 s budget ends the search after the trials in flight
+// when it ran out, long before the trial budget.
+TEST_F(TrialLoopTest, ATimeBudgetEndsTheSearch) {
+  FakeClock clock;
+  runner_.answer = [&clock, next = runner_.answer](const TrialTask& t) {
+    clock.Advance(absl::Seconds(10));
+    return next(t);
+  };
+  job_.max_trials = 100;
+  job_.max_seconds = 35;
+  std::unique_ptr<SearchStrategy> strategy = *MakeStrategy(
+      "exhaustive",
+      SearchInputs{
+          naive().space, FeasibleConfigs(naive(), job_.problem, {}), {}},
+      1);
+  TrialLoop::Hooks hooks;
+  hooks.should_stop = [](bool* c) { return *c = false; };
+  hooks.notify = [] {};
+  hooks.clock = &clock;
+  bool cancelled = false;
+  {
+    TrialLoop loop(store_.get(), &runner_, hooks, job_, naive(), device_,
+                   std::move(strategy));
+    ASSERT_TRUE(loop.Run(cancelled).ok());
+  }
+  EXPECT_LE(Events(), 2 + TrialLoop::kQueuedAhead);
+  EXPECT_GE(Events(), 4);
+  EXPECT_GE(store_->GetJob("job1")->elapsed_seconds, 35);
 }
 
 TEST_F(TrialLoopTest, BadCandidatesAreRecordedNotRetimed) {

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tuner/common/clock.h"
 
 namespace evotune {
 namespace {
@@ -130,12 +131,16 @@ TEST(WorkerPoolTest, OnlyMatchingWorkersGetATask) {
 }
 
 TEST(WorkerPoolTest, ASilentWorkerLosesItsTrialToAnother) {
-  WorkerPool pool(Fast());
+  FakeClock clock;
+  WorkerPool::Options options = Fast();
+  options.clock = &clock;
+  WorkerPool pool(options);
   const std::string dies = *pool.Register(Info("dies"));
   Outcome o;
   pool.Start(Task(4), o.Callback());
   const LeasedTask leased = MustLease(pool, dies);
   // No heartbeat: after the lease timeout the trial goes back to the queue.
+  clock.Advance(options.lease_timeout + absl::Milliseconds(1));
   const std::string lives = *pool.Register(Info("lives"));
   const LeasedTask again = MustLease(pool, lives);
   EXPECT_EQ(again.task.config, leased.task.config);
@@ -172,7 +177,10 @@ TEST(WorkerPoolTest, ATrialThatBringsDownTwoWorkersIsRecordedAsCrashed) {
 }
 
 TEST(WorkerPoolTest, ATrialPastItsDeadlineTimesOutAndItsWorkerIsKilled) {
-  WorkerPool pool(Fast());
+  FakeClock clock;
+  WorkerPool::Options options = Fast();
+  options.clock = &clock;
+  WorkerPool pool(options);
   std::vector<std::string> killed;
   absl::Mutex mu;
   pool.SetKiller([&](const std::string& name) {
@@ -184,11 +192,17 @@ TEST(WorkerPoolTest, ATrialPastItsDeadlineTimesOutAndItsWorkerIsKilled) {
   pool.Start(Task(4), o.Callback());
   const LeasedTask leased = MustLease(pool, w);
   EXPECT_EQ(leased.deadline, absl::Milliseconds(300));  // No history: slack.
-  // Heartbeats keep coming (the worker is alive, its kernel is not).
+  // Heartbeats keep coming (the worker is alive, its kernel is not) while
+  // the clock passes the deadline.
   bool aborted = false;
-  for (int i = 0; i < 100 && !aborted; ++i) {
+  for (int i = 0; i < 8 && !aborted; ++i) {
+    clock.Advance(absl::Milliseconds(50));
     aborted = *pool.Heartbeat(w, leased.task_id);
-    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // The reaper, ticking in real time, finds it past its deadline.
+  for (int i = 0; i < 500 && !aborted; ++i) {
+    aborted = *pool.Heartbeat(w, leased.task_id);
+    if (!aborted) absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(aborted);
   ASSERT_TRUE(o.Wait());
@@ -206,21 +220,21 @@ TEST(WorkerPoolTest, ATrialPastItsDeadlineTimesOutAndItsWorkerIsKilled) {
 }
 
 TEST(WorkerPoolTest, DeadlinesFollowTheSlowestRecentTrial) {
+  FakeClock clock;
   WorkerPool::Options options = Fast();
   options.deadline_factor = 4;
+  options.clock = &clock;
   WorkerPool pool(options);
   const std::string w = *pool.Register(Info("w"));
   Outcome a, b;
   pool.Start(Task(4), a.Callback());
   const LeasedTask first = MustLease(pool, w);
-  absl::SleepFor(absl::Milliseconds(50));
+  clock.Advance(absl::Milliseconds(50));  // The first trial's duration.
   ASSERT_TRUE(pool.Complete(w, first, Ok(1), false).ok());
   pool.Start(Task(8), b.Callback());
   const LeasedTask second = MustLease(pool, w);
-  EXPECT_GE(second.deadline,
+  EXPECT_EQ(second.deadline,
             4 * absl::Milliseconds(50) + options.deadline_slack);
-  EXPECT_LT(second.deadline,
-            4 * absl::Milliseconds(500) + options.deadline_slack);
   ASSERT_TRUE(pool.Complete(w, second, Ok(1), false).ok());
 }
 

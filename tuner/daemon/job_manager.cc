@@ -21,8 +21,8 @@ constexpr int kTransferredSeeds = 6;
 }  // namespace
 
 JobManager::JobManager(ResultStore* store, const TemplateRegistry* templates,
-                       TrialRunner* runner)
-    : store_(store), templates_(templates), runner_(runner) {}
+                       TrialRunner* runner, Clock* clock)
+    : store_(store), templates_(templates), runner_(runner), clock_(clock) {}
 
 JobManager::~JobManager() { Shutdown(); }
 
@@ -77,7 +77,7 @@ absl::Status JobManager::CanEvaluate(const DeviceInfo& device,
 
 absl::StatusOr<JobRecord> JobManager::Submit(JobRecord job) {
   job.state = JobState::kQueued;
-  job.created_unix_s = absl::ToUnixSeconds(absl::Now());
+  job.created_unix_s = absl::ToUnixSeconds(clock_->Now());
   if (absl::Status s = store_->CreateJob(job); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   queue_.push_back(job.job_id);
@@ -306,6 +306,7 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
     return ShouldStop(job.job_id, cancelled);
   };
   hooks.notify = [this] { Notify(); };
+  hooks.clock = clock_;
   TrialLoop loop(store_, runner_, std::move(hooks), job, *t, device,
                  *std::move(strategy));
   return loop.Run(cancelled);

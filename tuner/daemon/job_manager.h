@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
+#include "tuner/common/clock.h"
 #include "tuner/daemon/trial_runner.h"
 
 namespace evotune {
@@ -39,9 +40,10 @@ class JobManager {
   // Jobs that run at once.
   static constexpr int kMaxRunningJobs = 4;
 
-  // store, templates and runner must outlive the manager.
+  // store, templates, runner and clock must outlive the manager; the clock
+  // times jobs (their budget in seconds, creation times).
   JobManager(ResultStore* store, const TemplateRegistry* templates,
-             TrialRunner* runner);
+             TrialRunner* runner, Clock* clock = Clock::Real());
   ~JobManager();
 
   // Queues the unfinished jobs of the store (oldest first) and starts the
@@ -114,6 +116,7 @@ class JobManager {
   ResultStore* const store_;
   const TemplateRegistry* const templates_;
   TrialRunner* const runner_;
+  Clock* const clock_;
 
   mutable absl::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);

@@ -63,7 +63,7 @@ TrialLoop::TrialLoop(ResultStore* store, TrialRunner* runner, Hooks hooks,
       scope_{device, job.template_name, job.template_hash, job.problem},
       strategy_(std::move(strategy)),
       inbox_(std::make_shared<Inbox>()),
-      start_(absl::Now()) {
+      start_(hooks_.clock->Now()) {
   measured_ = {
       [this](const Config& c, const TrialResult& r) {
         strategy_->Report({{c, r}});
@@ -224,7 +224,8 @@ bool TrialLoop::BudgetLeft() const {
 }
 
 double TrialLoop::Elapsed() const {
-  return job_.elapsed_seconds + absl::ToDoubleSeconds(absl::Now() - start_);
+  return job_.elapsed_seconds +
+         absl::ToDoubleSeconds(hooks_.clock->Now() - start_);
 }
 
 }  // namespace evotune

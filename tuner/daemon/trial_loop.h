@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "kernel_templates/kernel_template.h"
 #include "storage/result_store.h"
+#include "tuner/common/clock.h"
 #include "tuner/daemon/trial_runner.h"
 #include "tuner/search/search_strategy.h"
 
@@ -68,6 +69,8 @@ class TrialLoop {
     std::function<bool(bool* cancelled)> should_stop;
     // After each recorded trial (wakes the job's watchers).
     std::function<void()> notify;
+    // Times the job against its budget in seconds.
+    Clock* clock = Clock::Real();
   };
   using MeasureCallback =
       std::function<void(const Config& config, const TrialResult& result)>;

@@ -176,7 +176,7 @@ absl::StatusOr<std::string> WorkerPool::Register(WorkerInfo info) {
     id = absl::StrCat(instance_, "-w", next_worker_++);
     LogInfo(
         absl::StrCat("worker ", name, " registered (", info.device.name, ")"));
-    workers_[id] = Worker{std::move(info), absl::Now()};
+    workers_[id] = Worker{std::move(info), options_.clock->Now()};
     worker_order_.push_back(id);
     on_register = on_register_;
   }
@@ -238,14 +238,14 @@ absl::StatusOr<std::optional<LeasedTask>> WorkerPool::Lease(
   }
   Worker& w = it->second;
   --w.leasing;
-  w.last_seen = absl::Now();
+  w.last_seen = options_.clock->Now();
   auto next = pick();
   if (stopping_ || next == queue_.end()) return std::nullopt;
   const uint64_t id = *next;
   queue_.erase(next);
   Task& task = tasks_.at(id);
   task.worker_id = worker_id;
-  task.leased_at = absl::Now();
+  task.leased_at = options_.clock->Now();
   task.deadline = DeadlineFor(task.task);
   w.task = id;
   if (upcoming != nullptr) {
@@ -267,7 +267,7 @@ absl::StatusOr<bool> WorkerPool::Heartbeat(const std::string& worker_id,
     return absl::NotFoundError(
         absl::StrCat("worker_id: unknown worker ", worker_id));
   }
-  it->second.last_seen = absl::Now();
+  it->second.last_seen = options_.clock->Now();
   return it->second.aborted;
 }
 
@@ -290,7 +290,7 @@ absl::Status WorkerPool::Complete(const std::string& worker_id,
   {
     absl::MutexLock lock(&mu_);
     auto w = workers_.find(worker_id);
-    if (w != workers_.end()) w->second.last_seen = absl::Now();
+    if (w != workers_.end()) w->second.last_seen = options_.clock->Now();
     const std::optional<uint64_t> id = ParseTaskId(leased.task_id);
     if (!id.has_value()) {
       // Leased from an earlier daemon: the result is still a result.
@@ -304,7 +304,8 @@ absl::Status WorkerPool::Complete(const std::string& worker_id,
           CountCrash(*id, result.error, &finished);
         }
       } else {
-        RecordDuration(t->second.task, absl::Now() - t->second.leased_at);
+        RecordDuration(t->second.task,
+                       options_.clock->Now() - t->second.leased_at);
         if (holder) w->second.task = 0;
         Finish(*id, std::move(result), &finished);
       }
@@ -405,7 +406,7 @@ void WorkerPool::Reap() {
                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
     mu_.AwaitWithTimeout(absl::Condition(&stop), tick);
     if (stopping_) break;
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     Finished finished;
     std::vector<std::string> to_kill;
     std::vector<std::string> silent;

@@ -26,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "tuner/common/clock.h"
 #include "tuner/daemon/trial_runner.h"
 
 namespace evotune {
@@ -58,6 +59,8 @@ class WorkerPool : public TrialRunner {
     // For this long after construction, FindDevice waits for a first worker
     // (local workers take a moment to start).
     absl::Duration startup_wait = absl::Seconds(20);
+    // Heartbeat ages, trial deadlines and durations; tests pass a FakeClock.
+    Clock* clock = Clock::Real();
   };
 
   explicit WorkerPool(Options options);
