@@ -1,0 +1,245 @@
+#include "tuner/daemon/job_manager.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tuner/evaluator/evaluator.h"
+
+namespace evotune {
+namespace {
+
+// A thread-safe TrialRunner for the job threads: a task is answered at once
+// by `answer`, or held (HoldAfter) until Withdraw ends it.
+class FakeRunner : public TrialRunner {
+ public:
+  using Answer = std::function<absl::StatusOr<TrialResult>(const TrialTask&)>;
+
+  explicit FakeRunner(Answer answer = Correct) : answer_(std::move(answer)) {}
+
+  // A correct, fully timed result whose latency is the config's KV_TILE +
+  // WARPS (so no trial is timed twice; trial_loop_test covers re-timing).
+  static absl::StatusOr<TrialResult> Correct(const TrialTask& t) {
+    TrialResult r;
+    r.median_us = r.min_us = r.p90_us =
+        static_cast<double>(t.config.at("KV_TILE") + t.config.at("WARPS"));
+    r.samples = kFullTimingSamples;
+    return r;
+  }
+
+  // Holds every task started after the first n.
+  void HoldAfter(int n) {
+    absl::MutexLock lock(&mu_);
+    answer_first_ = n;
+  }
+  // Configs it was asked to run (ConfigKey), in order.
+  std::vector<std::string> Ran() const {
+    absl::MutexLock lock(&mu_);
+    return ran_;
+  }
+  size_t Held() const {
+    absl::MutexLock lock(&mu_);
+    return held_.size();
+  }
+  size_t Withdrawn() const {
+    absl::MutexLock lock(&mu_);
+    return withdrawn_;
+  }
+
+  absl::StatusOr<DeviceInfo> FindDevice(const std::string&) override {
+    DeviceInfo d;
+    d.name = "fake";
+    return d;
+  }
+  absl::Status CanEvaluate(const DeviceInfo&,
+                           const KernelTemplate&) const override {
+    return absl::OkStatus();
+  }
+  int Parallelism(const DeviceInfo&) const override { return 1; }
+  uint64_t Start(TrialTask task, TrialDone done) override {
+    uint64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = ++ids_;
+      ran_.push_back(ConfigKey(task.config));
+      if (static_cast<int>(ran_.size()) > answer_first_) {
+        held_[id] = std::move(done);
+        return id;
+      }
+    }
+    done(answer_(task));
+    return id;
+  }
+  void Withdraw(uint64_t id) override {
+    TrialDone done;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = held_.find(id);
+      if (it == held_.end()) return;
+      done = std::move(it->second);
+      held_.erase(it);
+      ++withdrawn_;
+    }
+    done(absl::CancelledError("withdrawn"));
+  }
+
+ private:
+  const Answer answer_;
+  mutable absl::Mutex mu_;
+  int answer_first_ ABSL_GUARDED_BY(mu_) = 1 << 30;
+  uint64_t ids_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> ran_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, TrialDone> held_ ABSL_GUARDED_BY(mu_);
+  size_t withdrawn_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat(
+               "job_manager_test_", getpid(), "_",
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    store_ = *ResultStore::Open((dir_ / "db").string());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  JobRecord NaiveJob(int max_trials) {
+    const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+    JobRecord job;
+    job.job_id = absl::StrCat("job", ++jobs_);
+    job.template_name = t.name;
+    job.template_hash = t.hash;
+    job.problem.seq_q = job.problem.seq_k = 128;
+    job.max_trials = max_trials;
+    job.max_seconds = 3600;
+    job.strategy = "exhaustive";
+    job.device.name = "fake";
+    return job;
+  }
+  // Waits (on the manager's change signal) until `done` holds; false after
+  // 10 s.
+  bool WaitFor(JobManager& m, const std::function<bool()>& done) {
+    for (int i = 0; i < 100 && !done(); ++i) {
+      m.WaitForChange(m.version(), absl::Milliseconds(100));
+    }
+    return done();
+  }
+  JobState State(const std::string& id) { return store_->GetJob(id)->state; }
+  std::vector<JobEvent> Events(const std::string& id) {
+    return *store_->ListJobEvents(id, 0, 1000);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<ResultStore> store_;
+  int jobs_ = 0;
+};
+
+TEST_F(JobManagerTest, ASubmittedJobRunsItsBudgetAndSucceeds) {
+  FakeRunner runner;
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(NaiveJob(8))->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  EXPECT_EQ(State(id), JobState::kSucceeded);
+  EXPECT_EQ(Events(id).size(), 8u);
+  EXPECT_EQ(store_->GetJob(id)->trials_done, 8);
+}
+
+TEST_F(JobManagerTest, CancelMidTrialWithdrawsItAndEndsTheJob) {
+  FakeRunner runner;
+  runner.HoldAfter(0);
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(NaiveJob(8))->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return runner.Held() > 0; }));
+  absl::StatusOr<JobRecord> cancelled = m.Cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state, JobState::kCancelled);
+  EXPECT_EQ(State(id), JobState::kCancelled);
+  EXPECT_EQ(runner.Held(), 0u);
+  EXPECT_GT(runner.Withdrawn(), 0u);
+  EXPECT_TRUE(Events(id).empty());
+  EXPECT_TRUE(absl::IsFailedPrecondition(m.Cancel(id).status()));
+}
+
+// What the worker pool reports for a trial that took its workers down or
+// passed its deadline is a result like any other: recorded, and the search
+// goes on.
+TEST_F(JobManagerTest, CrashedAndTimedOutTrialsAreRecordedAndTheJobGoesOn) {
+  int n = 0;
+  FakeRunner runner([&n](const TrialTask& t) -> absl::StatusOr<TrialResult> {
+    TrialResult r;
+    switch (n++) {
+      case 0:
+        r.status = TrialStatus::kCrashed;
+        r.error = "brought down 2 workers";
+        return r;
+      case 1:
+        r.status = TrialStatus::kTimeout;
+        r.error = "no result within the deadline";
+        return r;
+      default:
+        return FakeRunner::Correct(t);
+    }
+  });
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(NaiveJob(6))->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  EXPECT_EQ(State(id), JobState::kSucceeded);
+  const std::vector<JobEvent> events = Events(id);
+  ASSERT_EQ(events.size(), 6u);
+  EXPECT_EQ(events[0].trial.result.status, TrialStatus::kCrashed);
+  EXPECT_EQ(events[1].trial.result.status, TrialStatus::kTimeout);
+  EXPECT_EQ(events[5].trial.result.status, TrialStatus::kOk);
+}
+
+// A daemon that stops mid-job leaves it queued; the next one resumes it
+// from the store: nothing stored is measured again, nothing is lost.
+TEST_F(JobManagerTest, AJobResumesAfterARestartWithoutRepeatingTrials) {
+  std::string id;
+  {
+    // Three trials are answered, then the runner stops answering.
+    FakeRunner runner;
+    runner.HoldAfter(3);
+    JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+    ASSERT_TRUE(m.Start().ok());
+    id = m.Submit(NaiveJob(10))->job_id;
+    ASSERT_TRUE(WaitFor(
+        m, [&] { return Events(id).size() == 3 && runner.Held() > 0; }));
+    m.Shutdown();
+  }
+  EXPECT_EQ(State(id), JobState::kQueued);
+  const std::vector<JobEvent> before = Events(id);
+  ASSERT_EQ(before.size(), 3u);
+  FakeRunner runner;
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  ASSERT_TRUE(m.Start().ok());
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  EXPECT_EQ(State(id), JobState::kSucceeded);
+  const std::vector<JobEvent> after = Events(id);
+  ASSERT_EQ(after.size(), 10u);
+  std::set<std::string> stored;
+  for (const JobEvent& e : before) stored.insert(ConfigKey(e.trial.config));
+  for (const std::string& c : runner.Ran()) {
+    EXPECT_EQ(stored.count(c), 0u) << c << " measured again";
+  }
+  std::set<std::string> all;
+  for (const JobEvent& e : after) all.insert(ConfigKey(e.trial.config));
+  EXPECT_EQ(all.size(), 10u);
+}
+
+}  // namespace
+}  // namespace evotune
