@@ -192,11 +192,11 @@ void Supervisor::OnRegister(const std::string& name) {
     // It got as far as serving: its next death restarts it quickly.
     s.backoff = options_.min_backoff;
     if (s.down_since == absl::InfinitePast()) continue;
-    LogInfo(
-        absl::StrCat("worker ", name, " ready again ",
-                     absl::FormatDuration(absl::Trunc(
-                         absl::Now() - s.down_since, absl::Milliseconds(1))),
-                     " after its predecessor went down"));
+    LogInfo(absl::StrCat(
+        "worker ", name, " ready again ",
+        absl::FormatDuration(absl::Trunc(options_.clock->Now() - s.down_since,
+                                         absl::Milliseconds(1))),
+        " after its predecessor went down"));
     s.down_since = absl::InfinitePast();
   }
 }
@@ -222,7 +222,7 @@ void Supervisor::Spawn(int index) {
   if (pid < 0) {
     LogError(absl::StrCat("cannot start worker ", s.name, ": ",
                           std::strerror(errno)));
-    s.restart_at = absl::Now() + options_.max_backoff;
+    s.restart_at = options_.clock->Now() + options_.max_backoff;
     return;
   }
   s.pid = pid;
@@ -235,7 +235,7 @@ void Supervisor::Reap() {
     for (Slot& s : slots_) {
       if (s.pid != pid) continue;
       s.pid = 0;
-      const absl::Time now = absl::Now();
+      const absl::Time now = options_.clock->Now();
       s.down_since = now;
       const std::string how = DescribeExit(status);
       // The pool takes the worker's trial back (or counts it as a crash).
@@ -266,7 +266,7 @@ void Supervisor::Loop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     Reap();
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
       Slot& s = slots_[i];
       if (s.pid == 0 && !s.gave_up && now >= s.restart_at) Spawn(i);

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "tuner/common/clock.h"
 #include "tuner/daemon/worker_pool.h"
 
 namespace evotune {
@@ -38,6 +39,8 @@ class Supervisor {
     std::vector<std::string> visible_devices;
     absl::Duration min_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(10);
+    // Restart times and down times (the shutdown wait stays in real time).
+    Clock* clock = Clock::Real();
   };
 
   // pool must outlive the supervisor.
