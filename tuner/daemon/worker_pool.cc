@@ -448,10 +448,11 @@ void WorkerPool::Reap() {
     if (finished.empty() && to_kill.empty()) continue;
     std::function<void(const std::string&)> killer = killer_;
     mu_.Unlock();
-    for (auto& [done, result] : finished) done(std::move(result));
+    // Kill first: a result that says "the worker was killed" is then true.
     if (killer) {
       for (const std::string& name : to_kill) killer(name);
     }
+    for (auto& [done, result] : finished) done(std::move(result));
     mu_.Lock();
   }
 }
