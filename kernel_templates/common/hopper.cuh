@@ -261,6 +261,14 @@ __device__ __forceinline__ void RaiseRegisters() {
 
 // ---- Split-KV through a thread block cluster.
 
+// The kernel attribute of a template with a KV_SPLITS tunable: its split
+// blocks form clusters of (KV_SPLITS, 1, 1) along grid x.
+#if defined(KV_SPLITS) && KV_SPLITS > 1
+#define EVT_CLUSTER_DIMS __cluster_dims__(KV_SPLITS, 1, 1)
+#else
+#define EVT_CLUSTER_DIMS
+#endif
+
 // Address `address` of this block's shared memory at the same place in the
 // shared memory of block `rank` of the cluster.
 __device__ __forceinline__ unsigned ClusterAddress(unsigned address, int rank) {

@@ -87,12 +87,6 @@ static_assert(kM * (kClusterPartStride<kD> + 2) * 4 <=
 
 }  // namespace
 
-#if KV_SPLITS > 1
-#define EVT_CLUSTER_DIMS __cluster_dims__(KV_SPLITS, 1, 1)
-#else
-#define EVT_CLUSTER_DIMS
-#endif
-
 extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
                                                               MIN_BLOCKS)
     attention_fwd(const __grid_constant__ AttentionParams p) {

@@ -474,12 +474,6 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
 
 }  // namespace
 
-#if KV_SPLITS > 1
-#define EVT_CLUSTER_DIMS __cluster_dims__(KV_SPLITS, 1, 1)
-#else
-#define EVT_CLUSTER_DIMS
-#endif
-
 extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
     attention_fwd(const __grid_constant__ AttentionParams p,
                   const __grid_constant__ AttentionTensorMaps maps) {

@@ -21,6 +21,71 @@ int64_t RegisterEstimate(const Config& c, const Problem& p) {
          c.at("OVERLAP") * c.at("BLOCK_N") / 4 + 32 + 8 * c.at("PERSISTENT");
 }
 
+std::vector<Constraint> Constraints() {
+  return {
+      {"KV_SPLITS == 1 || PERSISTENT == 0",
+       [](const Config& c, const Problem&) {
+         return c.at("KV_SPLITS") == 1 || c.at("PERSISTENT") == 0;
+       }},
+      {"PINGPONG == 0 || CONSUMERS == 2",
+       [](const Config& c, const Problem&) {
+         return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
+       }},
+      {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / 4 + 32 + "
+       "8 * PERSISTENT <= "
+       "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? 240 : 160)",
+       [](const Config& c, const Problem& p) {
+         return RegisterEstimate(c, p) <= ConsumerRegisters(c.at("CONSUMERS"));
+       }},
+      {"HEAD_DIM % 64 == 0",
+       [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
+  };
+}
+
+// Configs known to do well: persistent ping-pong first, split-KV for small
+// grids, one of each consumer count.
+std::vector<Config> Defaults() {
+  auto config = [](int64_t consumers, int64_t n, int64_t stages,
+                   int64_t overlap, int64_t pingpong, int64_t persistent,
+                   int64_t splits) {
+    return Config{{"BLOCK_N", n},
+                  {"CONSUMERS", consumers},
+                  {"KV_SPLITS", splits},
+                  {"OVERLAP", overlap},
+                  {"PERSISTENT", persistent},
+                  {"PINGPONG", pingpong},
+                  {"STAGES", stages}};
+  };
+  return {config(2, 128, 2, 1, 1, 1, 1), config(2, 128, 2, 1, 1, 0, 1),
+          config(2, 192, 2, 1, 1, 0, 1), config(2, 128, 2, 1, 1, 0, 2),
+          config(2, 128, 2, 1, 1, 0, 4), config(2, 128, 2, 0, 1, 0, 1),
+          config(3, 128, 2, 1, 0, 0, 1), config(1, 128, 2, 1, 0, 0, 1)};
+}
+
+// Grid (persistent: the tiles, walked by LaunchGrid's blocks), threads,
+// shared memory and tensor map boxes.
+LaunchGeometry Geometry(const Config& c, const Problem& p) {
+  const int64_t block_m = 64 * c.at("CONSUMERS");
+  LaunchGeometry g =
+      SplitKvGeometry(p, block_m, c.at("KV_SPLITS"), SplitCombine::kCluster);
+  const bool persistent = c.at("PERSISTENT") == 1;
+  if (persistent) {  // The tiles, walked by LaunchGrid's blocks.
+    g.grid[0] *= g.grid[1] * g.grid[2];
+    g.grid[1] = g.grid[2] = 1;
+    g.persistent = true;
+  }
+  g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
+  // Q (and, persistent, O), the K/V ring; 1024 B to align the swizzled
+  // tiles, 256 B of mbarriers.
+  const int64_t rows =
+      block_m * (persistent ? 2 : 1) + 2 * c.at("STAGES") * c.at("BLOCK_N");
+  g.smem_bytes = rows * p.head_dim * 2 + 1024 + 256;
+  g.tma.q_rows = static_cast<int>(block_m);
+  g.tma.kv_rows = static_cast<int>(c.at("BLOCK_N"));
+  g.tma.o_rows = 64;
+  return g;
+}
+
 }  // namespace
 
 KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
@@ -55,60 +120,9 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
-  t.constraints = {
-      {"KV_SPLITS == 1 || PERSISTENT == 0",
-       [](const Config& c, const Problem&) {
-         return c.at("KV_SPLITS") == 1 || c.at("PERSISTENT") == 0;
-       }},
-      {"PINGPONG == 0 || CONSUMERS == 2",
-       [](const Config& c, const Problem&) {
-         return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
-       }},
-      {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / 4 + 32 + "
-       "8 * PERSISTENT <= "
-       "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? 240 : 160)",
-       [](const Config& c, const Problem& p) {
-         return RegisterEstimate(c, p) <= ConsumerRegisters(c.at("CONSUMERS"));
-       }},
-      {"HEAD_DIM % 64 == 0",
-       [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
-  };
-  auto config = [](int64_t consumers, int64_t n, int64_t stages,
-                   int64_t overlap, int64_t pingpong, int64_t persistent,
-                   int64_t splits) {
-    return Config{{"BLOCK_N", n},
-                  {"CONSUMERS", consumers},
-                  {"KV_SPLITS", splits},
-                  {"OVERLAP", overlap},
-                  {"PERSISTENT", persistent},
-                  {"PINGPONG", pingpong},
-                  {"STAGES", stages}};
-  };
-  t.defaults = {config(2, 128, 2, 1, 1, 1, 1), config(2, 128, 2, 1, 1, 0, 1),
-                config(2, 192, 2, 1, 1, 0, 1), config(2, 128, 2, 1, 1, 0, 2),
-                config(2, 128, 2, 1, 1, 0, 4), config(2, 128, 2, 0, 1, 0, 1),
-                config(3, 128, 2, 1, 0, 0, 1), config(1, 128, 2, 1, 0, 0, 1)};
-  t.geometry = [](const Config& c, const Problem& p) {
-    const int64_t block_m = 64 * c.at("CONSUMERS");
-    LaunchGeometry g =
-        SplitKvGeometry(p, block_m, c.at("KV_SPLITS"), SplitCombine::kCluster);
-    const bool persistent = c.at("PERSISTENT") == 1;
-    if (persistent) {  // The tiles, walked by LaunchGrid's blocks.
-      g.grid[0] *= g.grid[1] * g.grid[2];
-      g.grid[1] = g.grid[2] = 1;
-      g.persistent = true;
-    }
-    g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
-    // Q (and, persistent, O), the K/V ring; 1024 B to align the swizzled
-    // tiles, 256 B of mbarriers.
-    const int64_t rows =
-        block_m * (persistent ? 2 : 1) + 2 * c.at("STAGES") * c.at("BLOCK_N");
-    g.smem_bytes = rows * p.head_dim * 2 + 1024 + 256;
-    g.tma.q_rows = static_cast<int>(block_m);
-    g.tma.kv_rows = static_cast<int>(c.at("BLOCK_N"));
-    g.tma.o_rows = 64;
-    return g;
-  };
+  t.constraints = Constraints();
+  t.defaults = Defaults();
+  t.geometry = Geometry;
   return t;
 }
 

@@ -96,23 +96,27 @@ class TrialLoopTest : public ::testing::Test {
   static const KernelTemplate& naive() {
     return *TemplateRegistry::Builtin().Find("naive");
   }
-  // Runs the job's loop; stop_after: should_stop says yes once that many
-  // trials are recorded.
-  absl::Status RunLoop(bool& cancelled, int stop_after = 1 << 30) {
+  // Runs the job's loop, an exhaustive search of naive, with `hooks`.
+  absl::Status RunWith(TrialLoop::Hooks hooks, bool& cancelled) {
     std::unique_ptr<SearchStrategy> strategy = *MakeStrategy(
         job_.strategy,
         SearchInputs{
             naive().space, FeasibleConfigs(naive(), job_.problem, {}), {}},
         1);
+    TrialLoop loop(store_.get(), &runner_, std::move(hooks), job_, naive(),
+                   device_, std::move(strategy));
+    return loop.Run(cancelled);
+  }
+  // Runs the job's loop; stop_after: should_stop says yes once that many
+  // trials are recorded.
+  absl::Status RunLoop(bool& cancelled, int stop_after = 1 << 30) {
     TrialLoop::Hooks hooks;
     hooks.should_stop = [&](bool* c) {
       *c = notified_ >= stop_after;
       return *c;
     };
     hooks.notify = [&] { ++notified_; };
-    TrialLoop loop(store_.get(), &runner_, hooks, job_, naive(), device_,
-                   std::move(strategy));
-    return loop.Run(cancelled);
+    return RunWith(std::move(hooks), cancelled);
   }
   int64_t Events() {
     return static_cast<int64_t>(store_->ListJobEvents("job1", 0, 1000)->size());
@@ -178,22 +182,13 @@ TEST_F(TrialLoopTest, AStopWithdrawsWhatIsInFlight) {
   // Nothing finishes; the loop launches Parallelism + kQueuedAhead trials,
   // then should_stop (asked every wait) ends it.
   int asked = 0;
-  std::unique_ptr<SearchStrategy> strategy = *MakeStrategy(
-      "exhaustive",
-      SearchInputs{
-          naive().space, FeasibleConfigs(naive(), job_.problem, {}), {}},
-      1);
   TrialLoop::Hooks hooks;
   hooks.should_stop = [&](bool* c) {
     *c = ++asked > 2;
     return *c;
   };
   hooks.notify = [] {};
-  {
-    TrialLoop loop(store_.get(), &runner_, hooks, job_, naive(), device_,
-                   std::move(strategy));
-    ASSERT_TRUE(loop.Run(cancelled).ok());
-  }
+  ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
   EXPECT_TRUE(cancelled);
   const size_t launched = 2 + TrialLoop::kQueuedAhead;
   ASSERT_EQ(runner_.started.size(), launched);
@@ -229,21 +224,12 @@ TEST_F(TrialLoopTest, ATimeBudgetEndsTheSearch) {
   };
   job_.max_trials = 100;
   job_.max_seconds = 35;
-  std::unique_ptr<SearchStrategy> strategy = *MakeStrategy(
-      "exhaustive",
-      SearchInputs{
-          naive().space, FeasibleConfigs(naive(), job_.problem, {}), {}},
-      1);
   TrialLoop::Hooks hooks;
   hooks.should_stop = [](bool* c) { return *c = false; };
   hooks.notify = [] {};
   hooks.clock = &clock;
   bool cancelled = false;
-  {
-    TrialLoop loop(store_.get(), &runner_, hooks, job_, naive(), device_,
-                   std::move(strategy));
-    ASSERT_TRUE(loop.Run(cancelled).ok());
-  }
+  ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
   EXPECT_LE(Events(), 2 + TrialLoop::kQueuedAhead);
   EXPECT_GE(Events(), 4);
   EXPECT_GE(store_->GetJob("job1")->elapsed_seconds, 35);
