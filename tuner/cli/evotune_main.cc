@@ -232,17 +232,24 @@ int Watch(Client& client, const std::string& job_id) {
 
 using Args = std::vector<std::string>;  // After the command's name.
 
-int RunTemplates(Client& client, const Args&) {
-  v1::ListTemplatesResponse resp;
-  grpc::Status s =
-      client.stub()->ListTemplates(client.Context(true).get(), {}, &resp);
+// The answer of a unary call: JSON with --json, else `format`'s text.
+template <typename Response>
+int PrintOrFail(Client& client, const grpc::Status& s, const Response& resp,
+                std::string (*format)(const Response&)) {
   if (!s.ok()) return FailRpc(client, s);
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(resp);
   } else {
-    std::cout << FormatTemplates(resp);
+    std::cout << format(resp);
   }
   return 0;
+}
+
+int RunTemplates(Client& client, const Args&) {
+  v1::ListTemplatesResponse resp;
+  grpc::Status s =
+      client.stub()->ListTemplates(client.Context(true).get(), {}, &resp);
+  return PrintOrFail(client, s, resp, FormatTemplates);
 }
 
 int RunSubmit(Client& client, const Args&) {
@@ -272,23 +279,13 @@ int RunWatch(Client& client, const Args& args) {
   return Watch(client, args[0]);
 }
 
-int PrintJobOrFail(Client& client, const grpc::Status& s, const v1::Job& job) {
-  if (!s.ok()) return FailRpc(client, s);
-  if (absl::GetFlag(FLAGS_json)) {
-    PrintJson(job);
-  } else {
-    std::cout << FormatJob(job);
-  }
-  return 0;
-}
-
 int RunJob(Client& client, const Args& args) {
   v1::GetJobRequest req;
   req.set_job_id(args[0]);
   v1::Job resp;
   grpc::Status s =
       client.stub()->GetJob(client.Context(true).get(), req, &resp);
-  return PrintJobOrFail(client, s, resp);
+  return PrintOrFail(client, s, resp, FormatJob);
 }
 
 int RunCancel(Client& client, const Args& args) {
@@ -297,7 +294,7 @@ int RunCancel(Client& client, const Args& args) {
   v1::Job resp;
   grpc::Status s =
       client.stub()->CancelJob(client.Context(true).get(), req, &resp);
-  return PrintJobOrFail(client, s, resp);
+  return PrintOrFail(client, s, resp, FormatJob);
 }
 
 int RunJobs(Client& client, const Args&) {
@@ -318,13 +315,7 @@ int RunJobs(Client& client, const Args&) {
   v1::ListJobsResponse resp;
   grpc::Status s =
       client.stub()->ListJobs(client.Context(true).get(), req, &resp);
-  if (!s.ok()) return FailRpc(client, s);
-  if (absl::GetFlag(FLAGS_json)) {
-    PrintJson(resp);
-  } else {
-    std::cout << FormatJobsTable(resp);
-  }
-  return 0;
+  return PrintOrFail(client, s, resp, FormatJobsTable);
 }
 
 int RunBest(Client& client, const Args&) {
@@ -337,13 +328,7 @@ int RunBest(Client& client, const Args&) {
   v1::QueryBestResponse resp;
   grpc::Status s =
       client.stub()->QueryBest(client.Context(true).get(), req, &resp);
-  if (!s.ok()) return FailRpc(client, s);
-  if (absl::GetFlag(FLAGS_json)) {
-    PrintJson(resp);
-  } else {
-    std::cout << FormatBest(resp);
-  }
-  return 0;
+  return PrintOrFail(client, s, resp, FormatBest);
 }
 
 int RunBench(Client& client, const Args&) {
