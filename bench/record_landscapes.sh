@@ -7,7 +7,6 @@
 #
 # PROBLEMS (a comma-separated list of suite names) restricts the suite.
 set -uo pipefail
-source "$(dirname "$0")/suite_lib.sh"
 b=$1
 shapes=$2
 out=$3
@@ -15,16 +14,7 @@ commit=$4
 template=${5:-flash_fwd}
 work=$(mktemp -d)
 
-start_evotuned "$b" "$work" "$work/db" "$work/log"
-pid=$EVOTUNED_PID
-suite_problems "$shapes" "${PROBLEMS:-}" >"$work/problems"
-while read -r name flags; do
-  job=$("$b/run" evotune submit --template_name="$template" $flags \
-    --strategy=exhaustive --max_trials=100000) || continue
-  "$b/run" evotune watch "$job" | tail -1 | sed "s/^/$name: /"
-done <"$work/problems"
-kill -TERM $pid
-wait $pid
+"$(dirname "$0")/exhaustive_suite.sh" "$b" "$shapes" "$work/db" "$template"
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 python3 - "$work/db" "$shapes" "$out" "$gpu" "$commit" "$template" <<'PY'

@@ -1,13 +1,13 @@
 # Shared by the GPU-machine benchmark scripts; source it.
 
 # start_evotuned BUNDLE WORK_DIR DB LOG: starts evotuned (CUDA evaluator,
-# cubin cache under WORK_DIR) on a free port, exports EVOTUNE_ADDRESS and sets
-# EVOTUNED_PID.
+# cubin cache in $CUBIN_CACHE, else under WORK_DIR) on a free port, exports
+# EVOTUNE_ADDRESS and sets EVOTUNED_PID.
 start_evotuned() {
   local bundle=$1 work=$2 db=$3 log=$4
   rm -f "$work/port"
   "$bundle/run" evotuned --db="$db" --listen=127.0.0.1:0 \
-    --port_file="$work/port" --cache_dir="$work/cubins" 2>"$log" &
+    --port_file="$work/port" --cache_dir="${CUBIN_CACHE:-$work/cubins}" ${EVOTUNED_FLAGS:-} 2>"$log" &
   EVOTUNED_PID=$!
   for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
   export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
