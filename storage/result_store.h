@@ -166,7 +166,22 @@ class ResultStore {
 
  private:
   // Borrowed reader connection, returned to the pool on destruction.
-  class Reader;
+  class Reader {
+   public:
+    Reader(ResultStore* store, std::unique_ptr<SqliteDb> db)
+        : store_(store), db_(std::move(db)) {}
+    Reader(Reader&&) = default;
+    ~Reader() {
+      if (db_ == nullptr) return;
+      absl::MutexLock lock(&store_->pool_mu_);
+      store_->readers_.push_back(std::move(db_));
+    }
+    SqliteDb* db() { return db_.get(); }
+
+   private:
+    ResultStore* store_;
+    std::unique_ptr<SqliteDb> db_;
+  };
 
   explicit ResultStore(std::string path) : path_(std::move(path)) {}
   absl::Status Migrate();
@@ -183,7 +198,6 @@ class ResultStore {
                                                 const Config& config,
                                                 const TrialResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
-  absl::StatusOr<JobRecord> ReadJob(Statement* s);
 
   const std::string path_;
   absl::Mutex writer_mu_;

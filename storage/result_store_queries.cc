@@ -1,0 +1,323 @@
+// ResultStore's queries: trials by key and scope, the fastest per problem,
+// the nearest tuned problem, devices and jobs. Each runs on a pooled reader
+// connection and never blocks the writer.
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "storage/result_store.h"
+#include "storage/store_rows.h"
+
+namespace evotune {
+
+using store_rows::kJobSelect;
+using store_rows::kTrialColumns;
+using store_rows::ReadJob;
+using store_rows::ReadTrial;
+
+std::string TopKSql(int n_templates) {
+  std::vector<std::string> marks(n_templates, "?");
+  // The trials_best index yields rows in median_us order for the (device,
+  // problem) prefix; the template filter is applied while scanning it.
+  return absl::StrCat(
+      "SELECT template_id, ", kTrialColumns,
+      " FROM trials INDEXED BY trials_best WHERE device_id = ? AND "
+      "problem_id = ? AND status = 1 AND template_id IN (",
+      absl::StrJoin(marks, ","), ") ORDER BY median_us LIMIT ?");
+}
+
+absl::StatusOr<std::optional<StoredTrial>> ResultStore::FindTrial(
+    const TrialScope& scope, const Config& config) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
+  absl::StatusOr<int64_t> device_id = DeviceId(db, scope.device, false);
+  absl::StatusOr<int64_t> template_id =
+      TemplateId(db, scope.template_name, scope.template_hash, false);
+  absl::StatusOr<int64_t> problem_id = ProblemId(db, scope.problem, false);
+  for (const absl::Status& s :
+       {device_id.status(), template_id.status(), problem_id.status()}) {
+    if (absl::IsNotFound(s)) return std::nullopt;
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
+      "SELECT ", kTrialColumns,
+      " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
+      "? AND config_key = ?"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)
+      ->Bind(1, *device_id)
+      .Bind(2, *template_id)
+      .Bind(3, *problem_id)
+      .Bind(4, ConfigKey(config));
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::nullopt;
+  absl::StatusOr<StoredTrial> t = ReadTrial(*sel);
+  if (!t.ok()) return t.status();
+  return std::optional<StoredTrial>(*std::move(t));
+}
+
+absl::StatusOr<std::vector<StoredTrial>> ResultStore::ListTrials(
+    const TrialScope& scope) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
+  std::vector<StoredTrial> out;
+  absl::StatusOr<int64_t> device_id = DeviceId(db, scope.device, false);
+  absl::StatusOr<int64_t> template_id =
+      TemplateId(db, scope.template_name, scope.template_hash, false);
+  absl::StatusOr<int64_t> problem_id = ProblemId(db, scope.problem, false);
+  for (const absl::Status& s :
+       {device_id.status(), template_id.status(), problem_id.status()}) {
+    if (absl::IsNotFound(s)) return out;
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
+      "SELECT ", kTrialColumns,
+      " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
+      "? ORDER BY id"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)->Bind(1, *device_id).Bind(2, *template_id).Bind(3, *problem_id);
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<StoredTrial> t = ReadTrial(*sel);
+    if (!t.ok()) return t.status();
+    out.push_back(*std::move(t));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
+    const DeviceInfo& device, const Problem& problem,
+    const std::vector<std::pair<std::string, std::string>>& templates, int k) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
+  std::vector<RankedTrial> out;
+  absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
+  absl::StatusOr<int64_t> problem_id = ProblemId(db, problem, false);
+  for (const absl::Status& s : {device_id.status(), problem_id.status()}) {
+    if (absl::IsNotFound(s)) return out;
+    if (!s.ok()) return s;
+  }
+  std::vector<int64_t> template_ids;
+  absl::flat_hash_map<int64_t, const std::pair<std::string, std::string>*>
+      by_id;
+  for (const auto& t : templates) {
+    absl::StatusOr<int64_t> id = TemplateId(db, t.first, t.second, false);
+    if (absl::IsNotFound(id.status())) continue;
+    if (!id.ok()) return id.status();
+    template_ids.push_back(*id);
+    by_id[*id] = &t;
+  }
+  if (template_ids.empty()) return out;
+  absl::StatusOr<Statement*> sel =
+      db->Prepare(TopKSql(static_cast<int>(template_ids.size())));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  int index = 1;
+  (*sel)->Bind(index++, *device_id);
+  (*sel)->Bind(index++, *problem_id);
+  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
+  (*sel)->Bind(index, int64_t{k});
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<StoredTrial> t = ReadTrial(*sel, 1);
+    if (!t.ok()) return t.status();
+    const auto* tmpl = by_id[(*sel)->Int(0)];
+    out.push_back({tmpl->first, tmpl->second, *std::move(t)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
+    const DeviceInfo& device, const Problem& problem,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
+  absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
+  if (absl::IsNotFound(device_id.status())) return std::nullopt;
+  if (!device_id.ok()) return device_id.status();
+  std::vector<int64_t> template_ids;
+  for (const auto& t : templates) {
+    absl::StatusOr<int64_t> id = TemplateId(db, t.first, t.second, false);
+    if (absl::IsNotFound(id.status())) continue;
+    if (!id.ok()) return id.status();
+    template_ids.push_back(*id);
+  }
+  if (template_ids.empty()) return std::nullopt;
+  std::vector<std::string> marks(template_ids.size(), "?");
+  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
+      "SELECT DISTINCT p.key FROM tuned_problems tp JOIN problems p ON p.id = "
+      "tp.problem_id WHERE tp.device_id = ? AND tp.template_id IN (",
+      absl::StrJoin(marks, ","),
+      ") AND p.head_dim = ? AND p.dtype = ? AND p.causal = ?"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  int index = 1;
+  (*sel)->Bind(index++, *device_id);
+  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
+  (*sel)->Bind(index++, problem.head_dim);
+  (*sel)->Bind(index++, DTypeName(problem.dtype));
+  (*sel)->Bind(index, int64_t{problem.causal});
+  auto distance = [&](const Problem& p) {
+    double d = 0;
+    for (auto [a, b] : {std::pair{p.batch, problem.batch},
+                        {p.heads, problem.heads},
+                        {p.kv_heads, problem.kv_heads},
+                        {p.seq_q, problem.seq_q},
+                        {p.seq_k, problem.seq_k}}) {
+      const double x = std::log2(static_cast<double>(a) / b);
+      d += x * x;
+    }
+    return d;
+  };
+  std::optional<Problem> best;
+  double best_distance = std::numeric_limits<double>::infinity();
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<Problem> p = ParseProblemKey((*sel)->Text(0));
+    if (!p.ok()) return absl::DataLossError(p.status().message());
+    if (*p == problem) continue;
+    const double d = distance(*p);
+    if (d < best_distance) {
+      best = *p;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<DeviceInfo> ResultStore::FindDevice(const std::string& name) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(
+      "SELECT d.name, d.cc_major, d.cc_minor, d.driver_version, "
+      "d.nvrtc_version FROM devices d WHERE d.name = ? ORDER BY (SELECT "
+      "MAX(id) FROM trials t WHERE t.device_id = d.id) DESC, d.id DESC "
+      "LIMIT 1");
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)->Bind(1, name);
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    return absl::NotFoundError(
+        absl::StrCat("device: no results for a device named \"", name, "\""));
+  }
+  DeviceInfo d;
+  d.name = (*sel)->Text(0);
+  d.cc_major = static_cast<int>((*sel)->Int(1));
+  d.cc_minor = static_cast<int>((*sel)->Int(2));
+  d.driver_version = (*sel)->Text(3);
+  d.nvrtc_version = (*sel)->Text(4);
+  return d;
+}
+
+absl::StatusOr<int64_t> ResultStore::CountTrials() {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel =
+      r->db()->Prepare("SELECT COUNT(*) FROM trials");
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  return (*sel)->Int(0);
+}
+
+absl::StatusOr<JobRecord> ResultStore::GetJob(const std::string& job_id) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel =
+      r->db()->Prepare(absl::StrCat(kJobSelect, "WHERE j.id = ?"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)->Bind(1, job_id);
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row)
+    return absl::NotFoundError(absl::StrCat("job_id: no job ", job_id));
+  return ReadJob(*sel);
+}
+
+absl::StatusOr<std::vector<JobRecord>> ResultStore::ListJobs(
+    std::optional<JobState> state) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(
+      absl::StrCat(kJobSelect, state ? "WHERE j.state = ? " : "",
+                   "ORDER BY j.created_at DESC, j.rowid DESC"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  if (state) (*sel)->Bind(1, int64_t{static_cast<int>(*state)});
+  std::vector<JobRecord> out;
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<JobRecord> j = ReadJob(*sel);
+    if (!j.ok()) return j.status();
+    out.push_back(*std::move(j));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<JobEvent>> ResultStore::ListJobEvents(
+    const std::string& job_id, int64_t after, int limit) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
+      "SELECT jt.seq, jt.cached, t.id, t.config_key, t.status, t.median_us, "
+      "t.min_us, t.p90_us, t.cv, t.error, t.created_at, t.samples FROM "
+      "job_trials jt "
+      "JOIN trials t ON t.id = jt.trial_id WHERE jt.job_id = ? AND jt.seq > ? "
+      "ORDER BY jt.seq LIMIT ?"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)->Bind(1, job_id).Bind(2, after).Bind(3, int64_t{limit});
+  std::vector<JobEvent> out;
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<StoredTrial> t = ReadTrial(*sel, 2);
+    if (!t.ok()) return t.status();
+    out.push_back({(*sel)->Int(0), *std::move(t), (*sel)->Int(1) != 0});
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<StoredTrial>> ResultStore::JobBest(
+    const std::string& job_id) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
+      "SELECT t.id, t.config_key, t.status, t.median_us, t.min_us, t.p90_us, "
+      "t.cv, t.error, t.created_at, t.samples FROM job_trials jt JOIN trials t "
+      "ON t.id = "
+      "jt.trial_id WHERE jt.job_id = ? AND t.status = 1 ORDER BY t.median_us "
+      "LIMIT 1"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)->Bind(1, job_id);
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::optional<StoredTrial>();
+  absl::StatusOr<StoredTrial> t = ReadTrial(*sel);
+  if (!t.ok()) return t.status();
+  return std::optional<StoredTrial>(*std::move(t));
+}
+
+}  // namespace evotune

@@ -1,0 +1,40 @@
+// The row formats ResultStore's statements share: the columns a trial and a
+// job are read from, and their decoding. Internal to storage/.
+#ifndef EVOTUNE_STORAGE_STORE_ROWS_H_
+#define EVOTUNE_STORAGE_STORE_ROWS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "storage/result_store.h"
+#include "storage/sqlite.h"
+
+namespace evotune::store_rows {
+
+// A trial's columns, in the order ReadTrial reads them.
+inline constexpr char kTrialColumns[] =
+    "id, config_key, status, median_us, min_us, p90_us, cv, error, created_at, "
+    "samples";
+
+// Every job column (joined with its device), in the order ReadJob reads
+// them; a statement appends its WHERE and ORDER BY.
+inline constexpr char kJobSelect[] =
+    "SELECT j.id, j.template_name, j.template_hash, j.problem_key, "
+    "j.max_trials, j.max_seconds, j.strategy, j.seed, d.name, d.cc_major, "
+    "d.cc_minor, d.driver_version, d.nvrtc_version, j.state, j.error, "
+    "j.trials_done, j.elapsed_seconds, j.created_at, j.finished_at "
+    "FROM jobs j JOIN devices d ON d.id = j.device_id ";
+
+int64_t NowUnixSeconds();
+
+// Reads kTrialColumns starting at column `first`. DATA_LOSS for a status the
+// store does not know.
+absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first = 0);
+
+// Reads kJobSelect's columns. DATA_LOSS for a state or problem key the store
+// does not know.
+absl::StatusOr<JobRecord> ReadJob(Statement* s);
+
+}  // namespace evotune::store_rows
+
+#endif  // EVOTUNE_STORAGE_STORE_ROWS_H_
