@@ -38,18 +38,7 @@ while read -r name flags; do
   done
   echo "$name: $(( $(date +%s) - start )) s"
   "$b/run" evotune --json best $flags --k=1 >"$work/best.json"
-  read -r template config problem < <(python3 - "$work/best.json" <<'PY'
-import json, sys
-best = json.load(open(sys.argv[1]))
-r = best["results"][0]
-p = best["source_problem"]
-print(r["template_name"],
-      ",".join(f"{x['name']}={x.get('value', 0)}" for x in r["trial"]["config"]["params"]),
-      f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}_k{p['seq_k']}"
-      f"_d{p['head_dim']}_{'causal' if p.get('causal') else 'full'}_"
-      f"{'bf16' if p['dtype'] == 'DTYPE_BF16' else 'fp16'}_bhsd")
-PY
-)
+  read -r template config problem < <(python3 bench/best_config.py "$work/best.json")
   "$b/run" export_kernel --template_name="$template" --config="$config" \
     --problem="$problem" --out="$work/kernels/$name" || continue
   printf '%s{"name": "%s", "cubin": "%s", "meta": "%s"}\n' "$sep" "$name" \

@@ -2,20 +2,23 @@
 # Builds evotune, starts evotuned on its SQLite store and tunes the seed
 # problem (B=1 H=8 S=512 D=64 fp16) with flash_fwd on the first GPU (an
 # evolutionary search of 40 trials), then prints the best configs and
-# writes the job's report (evotune-JOB.html, plots of the search). Extra
-# arguments go to `evotune submit` (e.g. --max_trials=10).
+# writes the job's report (evotune-JOB.html, plots of the search; with
+# PyTorch present, the winner timed beside SDPA by bench/compare_best.sh).
+# Extra arguments go to `evotune submit` (e.g. --max_trials=10).
 #
 #   deploy/tune_seed.sh [--simulate[=LANDSCAPE.csv]] [submit flags...]
 #
 # --simulate runs the same flow with no GPU: a daemon of its own answers
 # every trial from measurements recorded on an H100 (default
-# tests/data/flash_fwd_landscapes_h100.csv), on a temporary store.
+# tests/data/flash_fwd_landscapes_h100.csv), on a temporary store; the
+# report's comparison with SDPA is a recorded H100 run too.
 #
 # Environment: EVOTUNE_ADDRESS (default 127.0.0.1:7433), EVOTUNE_DB (default
 # under $XDG_STATE_HOME/evotune/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 landscape=""
+recorded_comparison=bench/results/2026-11-23_h100_6d9dd1b_flash-fwd-tma-snake-splits.json
 case "${1:-}" in
   --simulate) landscape=tests/data/flash_fwd_landscapes_h100.csv; shift ;;
   --simulate=*) landscape=${1#--simulate=}; shift ;;
@@ -83,4 +86,19 @@ fi
 echo "tuning the seed problem as job $job"
 "$bin/evotune" watch "$job"
 "$bin/evotune" best "${seed[@]}" --k=5
-echo "report (plots of the search): $("$bin/evotune" report "$job")"
+# The report shows the winner beside PyTorch SDPA when a comparison run exists.
+compare=()
+if [ -n "$landscape" ]; then
+  compare=(--compare="$recorded_comparison")
+  echo "The report also shows a recorded H100 run of evotune's fastest seed"
+  echo "kernels beside PyTorch SDPA ($recorded_comparison)."
+elif python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  run=$(mktemp -t evotune-compare.XXXXXX.json)
+  echo "timing the winner beside PyTorch SDPA (bench/compare_best.sh)"
+  if bench/compare_best.sh "$bin" "$run" --template_name=flash_fwd "${seed[@]}"; then
+    compare=(--compare="$run")
+  fi
+else
+  echo "(no PyTorch with CUDA here: the report does not compare with SDPA)"
+fi
+echo "report (plots of the search): $("$bin/evotune" report "$job" "${compare[@]}")"

@@ -104,6 +104,56 @@ TEST_F(ReportTest, TheTableRanksTheFastestCorrectTrials) {
   EXPECT_NE(third, std::string::npos);
 }
 
+v1::SdpaComparisonRow Row(const std::string& config, double us) {
+  v1::SdpaComparisonRow r;
+  r.set_template_name("naive");
+  r.set_config(config);
+  r.set_us(us);
+  r.set_cudnn_us(10);
+  r.set_flash_us(16);
+  r.set_tflops(50);
+  r.set_finite(true);
+  return r;
+}
+
+TEST_F(ReportTest, AComparisonRunShowsTheWinnerBesideSdpa) {
+  JobComparison c;
+  c.run.set_gpu("NVIDIA H100");
+  c.run.set_commit("abc<1>");
+  c.rows = {Row("BLOCK=128,WARPS=4", 8), Row("BLOCK=64,WARPS=4", 12.5)};
+  const std::string html = JobReportHtml(job_, events_, &c);
+  const size_t section = html.find("<h2>Beside PyTorch SDPA</h2>");
+  ASSERT_NE(section, std::string::npos);
+  const std::string part = html.substr(section);
+  EXPECT_THAT(part, HasSubstr("abc&lt;1&gt;"));
+  EXPECT_THAT(part, HasSubstr("naive (this job's winner)"));
+  EXPECT_EQ(Count(part, "this job's winner"), 1);
+  EXPECT_THAT(part, Not(HasSubstr("did not time this job's winner")));
+  // cuDNN 10 us and flash 16 us against 8 us, then against 12.5 us.
+  EXPECT_THAT(part, HasSubstr("<td>1.25x</td><td>2.00x</td>"));
+  EXPECT_THAT(part, HasSubstr("<td>0.80x</td><td>1.28x</td>"));
+  // One bar per kernel timed and one per SDPA backend.
+  EXPECT_EQ(Count(part, "class=\"ours\""), 2);
+  EXPECT_EQ(Count(part, "class=\"sdpa\""), 2);
+  EXPECT_EQ(Count(html, "<svg "), Count(html, "</svg>"));
+}
+
+TEST_F(ReportTest, AComparisonWithoutTheWinnerSaysSo) {
+  JobComparison c;
+  c.rows = {Row("BLOCK=64,WARPS=4", 12.5)};
+  c.rows[0].clear_flash_us();
+  const std::string html = JobReportHtml(job_, events_, &c);
+  EXPECT_THAT(html, HasSubstr("did not time this job's winner"));
+  EXPECT_THAT(html, Not(HasSubstr("(this job's winner)")));
+  // SDPA flash did not run: no bar, no ratio.
+  EXPECT_EQ(Count(html, "class=\"sdpa\""), 1);
+  EXPECT_THAT(html, HasSubstr("<td>0.80x</td><td>-</td>"));
+}
+
+TEST_F(ReportTest, NoComparisonNoSection) {
+  EXPECT_THAT(JobReportHtml(job_, events_), Not(HasSubstr("PyTorch SDPA")));
+}
+
 TEST_F(ReportTest, AJobWithoutTrialsStillRenders) {
   const std::string html = JobReportHtml(job_, {});
   EXPECT_THAT(html, HasSubstr("</html>"));

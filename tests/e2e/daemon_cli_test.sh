@@ -124,6 +124,21 @@ address=127.0.0.1:$(cat "$work/port")
 [ "$(grep -c 'class="trial"><title>#' "$work/report.html")" -ge 20 ] ||
   fail "report plots fewer trials than the search ran"
 ! grep -q "<script" "$work/report.html" || fail "report has a script"
+# Beside a comparison run with SDPA: the run's rows for the job's problem.
+results=$(dirname "$0")/../../bench/results
+"$evotune" --address="$address" report "$(head -1 "$work/sim.out")" \
+  --output="$work/report.html" \
+  --compare="$results/2026-11-23_h100_6d9dd1b_flash-fwd-tma-snake-splits.json" \
+  >/dev/null || fail "report --compare failed"
+grep -q "Beside PyTorch SDPA" "$work/report.html" || fail "report has no comparison"
+# A run without the problem is refused, naming the flag and what it holds.
+! "$evotune" --address="$address" report "$(head -1 "$work/sim.out")" \
+  --output="$work/report2.html" \
+  --compare="$results/2026-11-23_h100_59e0190_decode-long-exhaustive-batch-d128.json" \
+  2>"$work/compare.err" || fail "report --compare took a run without the problem"
+grep -q "^evotune: --compare: .*no result for the job's problem .*it holds: b1_h64" \
+  "$work/compare.err" || fail "report --compare error: $(cat "$work/compare.err")"
+[ ! -e "$work/report2.html" ] || fail "a refused report wrote a file"
 # The exhaustive optimum of the seed problem in the recording.
 optimum=$(grep '^seed,' "$landscape" | grep ',ok,' | awk -F'",' '{print $2}' |
   cut -d, -f2 | sort -g | head -1)

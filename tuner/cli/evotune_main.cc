@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
+#include "tuner/cli/comparison.h"
 #include "tuner/cli/report.h"
 #include "tuner/common/help.h"
 #include "tuner/space/config.h"
@@ -56,6 +58,9 @@ ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
 ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
 ABSL_FLAG(std::string, output, "",
           "report: the HTML file to write (default: evotune-JOB.html)");
+ABSL_FLAG(std::string, compare, "",
+          "report: a comparison run (bench/sdpa_compare.py --json) whose rows "
+          "for the job's problem are shown beside PyTorch SDPA");
 ABSL_FLAG(double, reconnect_s, 120,
           "watch: keep reconnecting this long when the daemon is unreachable");
 
@@ -382,18 +387,39 @@ absl::StatusOr<std::vector<v1::TrialEvent>> JobEvents(Client& client,
   return events;
 }
 
+// --compare's file and its rows for the job; errors name the flag.
+absl::StatusOr<JobComparison> LoadComparison(const std::string& file,
+                                             const v1::Job& job) {
+  const std::string what = absl::StrCat("--compare: ", file);
+  absl::StatusOr<v1::SdpaComparison> run = ReadComparison(file);
+  if (!run.ok()) {
+    return absl::Status(run.status().code(),
+                        absl::StrCat("--compare: ", run.status().message()));
+  }
+  absl::StatusOr<std::vector<v1::SdpaComparisonRow>> rows =
+      RowsForJob(*run, job, what);
+  if (!rows.ok()) return rows.status();
+  return JobComparison{*std::move(run), *std::move(rows)};
+}
+
 int RunReport(Client& client, const Args& args) {
   v1::GetJobRequest req;
   req.set_job_id(args[0]);
   v1::Job job;
   grpc::Status s = client.stub()->GetJob(client.Context(true).get(), req, &job);
   if (!s.ok()) return FailRpc(client, s);
+  std::optional<JobComparison> comparison;
+  if (const std::string file = absl::GetFlag(FLAGS_compare); !file.empty()) {
+    absl::StatusOr<JobComparison> c = LoadComparison(file, job);
+    if (!c.ok()) return Fail(std::string(c.status().message()));
+    comparison = *std::move(c);
+  }
   absl::StatusOr<std::vector<v1::TrialEvent>> events = JobEvents(client, job);
   if (!events.ok()) return Fail(std::string(events.status().message()));
   std::string path = absl::GetFlag(FLAGS_output);
   if (path.empty()) path = absl::StrCat("evotune-", job.job_id(), ".html");
   std::ofstream out(path);
-  out << JobReportHtml(job, *events);
+  out << JobReportHtml(job, *events, comparison ? &*comparison : nullptr);
   out.close();
   if (!out) return Fail(absl::StrCat("--output: cannot write ", path));
   std::cout << path << "\n";
@@ -422,7 +448,7 @@ constexpr Command kCommands[] = {
      "the fastest validated configs for a problem", RunBest},
     {"bench", "", "--template_name=T --config=NAME=v,... [problem]",
      "compile, check and time one config", RunBench},
-    {"report", "JOB", "[--output=FILE.html]",
+    {"report", "JOB", "[--output=FILE.html] [--compare=RUN.json]",
      "write the job as one HTML page with plots (prints the file name)",
      RunReport},
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "tuner/cli/cli_format.h"
+#include "tuner/cli/comparison.h"
 
 namespace evotune {
 namespace {
@@ -221,6 +222,79 @@ std::string Summary(const v1::Job& job) {
   return out + "</dl>\n";
 }
 
+// Horizontal bars of the comparison run's times: each evotune row, then
+// SDPA's backends.
+std::string ComparisonSvg(const JobComparison& c, const v1::Job& job) {
+  std::vector<std::pair<std::string, double>> bars;
+  for (const v1::SdpaComparisonRow& r : c.rows) {
+    bars.push_back(
+        {absl::StrCat(IsJobWinner(r, job) ? "winner " : "", r.template_name()),
+         r.us()});
+  }
+  const v1::SdpaComparisonRow& first = c.rows.front();
+  if (first.has_cudnn_us()) bars.push_back({"SDPA cuDNN", first.cudnn_us()});
+  if (first.has_flash_us()) bars.push_back({"SDPA flash", first.flash_us()});
+  double longest = 0;
+  for (const auto& [label, us] : bars) longest = std::max(longest, us);
+  constexpr int kBar = 22, kLabel = 170;
+  const int height = kBar * static_cast<int>(bars.size()) + 8;
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "role=\"img\" aria-label=\"times beside SDPA\">\n",
+      kWidth, height);
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const auto& [label, us] = bars[i];
+    const double w = (kWidth - kLabel - 90) * us / std::max(1e-9, longest);
+    const bool sdpa = label.rfind("SDPA", 0) == 0;
+    absl::StrAppendFormat(
+        &svg,
+        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" class=\"tick\">%s</text>"
+        "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" class=\"%s\"/>"
+        "<text x=\"%.1f\" y=\"%d\" class=\"tick\">%.2f us</text>\n",
+        kLabel - 6, 4 + kBar * static_cast<int>(i) + 15, Escape(label), kLabel,
+        4 + kBar * static_cast<int>(i), w, kBar - 6, sdpa ? "sdpa" : "ours",
+        kLabel + w + 6, 4 + kBar * static_cast<int>(i) + 15, us);
+  }
+  return svg + "</svg>\n";
+}
+
+std::string Ratio(const v1::SdpaComparisonRow& r, bool has, double sdpa_us) {
+  return has && r.us() > 0 ? absl::StrFormat("%.2fx", sdpa_us / r.us()) : "-";
+}
+
+std::string ComparisonSection(const JobComparison& c, const v1::Job& job) {
+  const v1::SdpaComparison& run = c.run;
+  std::string out = absl::StrCat(
+      "<h2>Beside PyTorch SDPA</h2>\n<p>Timed in one process by "
+      "bench/sdpa_compare.py on ",
+      Escape(run.gpu()), " (", Escape(run.date()), ", commit ",
+      Escape(run.commit()), ", torch ", Escape(run.torch()),
+      "): the same inputs for every kernel, CUDA graphs, the median per "
+      "call. These times are that run's, not this job's trials'; a ratio "
+      "above 1 means the evotune kernel is faster.</p>\n");
+  if (!IsJobWinner(c.rows.front(), job)) {
+    absl::StrAppend(&out,
+                    "<p>That run did not time this job's winner; its rows "
+                    "are other kernels for the same problem.</p>\n");
+  }
+  absl::StrAppend(&out, ComparisonSvg(c, job),
+                  "<table>\n<tr><th>kernel</th><th>config</th><th>time</th>"
+                  "<th>TFLOP/s</th><th>SDPA cuDNN / ours</th>"
+                  "<th>SDPA flash / ours</th><th>rel. error</th></tr>\n");
+  for (const v1::SdpaComparisonRow& r : c.rows) {
+    absl::StrAppendFormat(
+        &out,
+        "<tr><td>%s%s</td><td>%s</td><td>%.2f us</td><td>%.1f</td><td>%s</td>"
+        "<td>%s</td><td>%.1e%s</td></tr>\n",
+        Escape(r.template_name()),
+        IsJobWinner(r, job) ? " (this job's winner)" : "", Escape(r.config()),
+        r.us(), r.tflops(), Ratio(r, r.has_cudnn_us(), r.cudnn_us()),
+        Ratio(r, r.has_flash_us(), r.flash_us()), r.rel_err(),
+        r.finite() ? "" : ", NON-FINITE OUTPUT");
+  }
+  return out + "</table>\n";
+}
+
 constexpr char kStyle[] =
     "body{font-family:sans-serif;margin:2em;max-width:60em}"
     "svg{display:block;margin:0.5em 0 1.5em}"
@@ -229,12 +303,15 @@ constexpr char kStyle[] =
     "stroke-width:2}.median{stroke:#ff7f0e;stroke-width:2}"
     ".fail{font-size:12px;font-weight:bold}"
     "table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-    "padding:2px 6px;font-size:13px}dt{font-weight:bold}";
+    "padding:2px 6px;font-size:13px}td{white-space:nowrap}"
+    "dt{font-weight:bold}"
+    ".ours{fill:#1f77b4}.sdpa{fill:#7f7f7f}";
 
 }  // namespace
 
 std::string JobReportHtml(const v1::Job& job,
-                          const std::vector<v1::TrialEvent>& events) {
+                          const std::vector<v1::TrialEvent>& events,
+                          const JobComparison* comparison) {
   std::string html = absl::StrCat(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<title>evotune job ",
@@ -258,8 +335,11 @@ std::string JobReportHtml(const v1::Job& job,
                       ParamSvg(p.name(), events, axis));
     }
   }
-  absl::StrAppend(&html, "<h2>Fastest trials</h2>\n", TopTable(events),
-                  "</body>\n</html>\n");
+  absl::StrAppend(&html, "<h2>Fastest trials</h2>\n", TopTable(events));
+  if (comparison != nullptr && !comparison->rows.empty()) {
+    absl::StrAppend(&html, ComparisonSection(*comparison, job));
+  }
+  absl::StrAppend(&html, "</body>\n</html>\n");
   return html;
 }
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On a GPU machine with PyTorch: times the fastest tuned config of a problem
+# beside PyTorch SDPA's flash and cuDNN backends in one process
+# (bench/sdpa_compare.py) and writes that comparison run's JSON, which
+# `evotune report JOB --compare=OUT.json` shows beside the job.
+#
+#   bench/compare_best.sh BIN_DIR OUT.json [best flags: problem, --template_name]
+#
+# BIN_DIR holds evotune and export_kernel; EVOTUNE_ADDRESS names the daemon.
+set -euo pipefail
+here=$(dirname "$0")
+bin=$1
+out=$2
+shift 2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$bin/evotune" --json best "$@" --k=1 >"$work/best.json"
+read -r template config problem < <(python3 "$here/best_config.py" "$work/best.json")
+"$bin/export_kernel" --template_name="$template" --config="$config" \
+  --problem="$problem" --out="$work/kernel" >/dev/null
+printf '[{"name": "best", "cubin": "%s", "meta": "%s"}]\n' \
+  "$work/kernel.cubin" "$work/kernel.json" >"$work/plan.json"
+commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+python3 "$here/sdpa_compare.py" "$work/plan.json" --json "$out" --commit "$commit"
