@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The commands of the README's "Using the daemon" block, run as written
+# against evotuned with the synthetic evaluator, in order; each must exit 0.
+# Substitutions: build/bin/ is the build's bin directory; evotuned gets a
+# temporary store and a free port; JOB is the job the block submits (for
+# `cancel`, a job still running); RUN.json a comparison run for its problem.
+#
+#   readme_test.sh README.md BIN_DIR
+set -euo pipefail
+readme=$1
+bin=$2
+work=$(mktemp -d)
+pid=""
+cleanup() {
+  [ -n "$pid" ] && { kill -9 "$pid"; wait "$pid"; } 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; cat "$work/daemon.log" >&2 2>/dev/null || true; exit 1; }
+
+# The block's commands: comment lines and trailing comments dropped,
+# continuation lines joined.
+awk '/^## Using the daemon/ { s = 1 } s && /^```/ { if (b) exit; b = 1; next } b' \
+  "$readme" | grep -v '^#' | sed 's/[[:space:]]\+#.*$//' |
+  sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' | grep . >"$work/commands"
+[ "$(wc -l <"$work/commands")" -ge 10 ] || fail "README: no 'Using the daemon' block"
+grep -q "^build/bin/evotuned" "$work/commands" || fail "README block starts no daemon"
+
+start_daemon() {
+  "$bin/evotuned" "$@" --db="$work/evotune.db" --listen=127.0.0.1:0 \
+    --port_file="$work/port" --evaluator=synthetic --synthetic_delay_ms=20 \
+    2>"$work/daemon.log" &
+  pid=$!
+  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  [ -s "$work/port" ] || fail "evotuned did not start"
+  export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
+}
+
+# A comparison run (bench/sdpa_compare.py's JSON) timing the job's winner.
+write_comparison() {
+  "$bin/evotune" --json job "$1" >"$work/job.json"
+  python3 - "$work/job.json" "$work/run.json" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+p = job["problem"]
+key = (f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}"
+       f"_k{p['seq_k']}_d{p['head_dim']}_{'causal' if p.get('causal') else 'full'}"
+       f"_{'bf16' if p['dtype'] == 'DTYPE_BF16' else 'fp16'}_bhsd")
+config = ",".join(f"{x['name']}={x.get('value', 0)}"
+                  for x in job["best"]["config"]["params"])
+json.dump({"gpu": "test", "results": [
+    {"name": "best", "problem": key, "config": config,
+     "template": job["template_name"], "us": 10.0, "cudnn_us": 12.0,
+     "flash_us": 15.0, "finite": True}]}, open(sys.argv[2], "w"))
+PY
+}
+
+cd "$work"  # `report` writes its page to the working directory.
+set -f      # Commands are split into words, never globbed.
+job=""
+while read -r line; do
+  words=($line)
+  prog=${words[0]}
+  args=("${words[@]:1}")
+  case "$prog" in
+    build/bin/evotuned) start_daemon "${args[@]}"; continue ;;
+    build/bin/evotune) ;;
+    *) fail "README command of an unknown program: $line" ;;
+  esac
+  target=$job
+  if [ "${args[0]}" = cancel ]; then  # A job that is still running.
+    target=$("$bin/evotune" submit --template_name=naive --max_trials=1000)
+  fi
+  for i in "${!args[@]}"; do
+    args[$i]=${args[$i]//JOB/$target}
+    if [ "${args[$i]}" = "--compare=RUN.json" ]; then
+      write_comparison "$target" || fail "no comparison run for $target"
+      args[$i]=--compare=$work/run.json
+    fi
+  done
+  "$bin/evotune" "${args[@]}" >"$work/out" 2>&1 ||
+    fail "README command exited non-zero: $line: $(tail -3 "$work/out")"
+  if [ "${args[0]}" = submit ]; then job=$(head -1 "$work/out"); fi
+  echo "ok: $line"
+done <"$work/commands"
+set +f
+[ -n "$job" ] || fail "README block submits no job"
+grep -q "Beside PyTorch SDPA" "$work"/evotune-*.html || fail "report --compare: no comparison"
