@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/replay_evaluator.h"
-#include "tuner/search/search_strategy.h"
+#include "tuner/search/strategy_registry.h"
 
 ABSL_FLAG(std::string, landscape, "tests/data/flash_fwd_landscapes_h100.csv",
           "recorded landscape (bench/record_landscapes.sh)");

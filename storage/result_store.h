@@ -52,6 +52,9 @@ struct JobRecord {
   int64_t max_trials = 0;
   double max_seconds = 0;
   std::string strategy;
+  // Every option of the strategy, NAME=value,... (FormatStrategyOptions);
+  // empty for a job stored before options existed (the defaults).
+  std::string strategy_options;
   uint64_t seed = 0;
   DeviceInfo device;
   JobState state = JobState::kQueued;

@@ -96,6 +96,11 @@ INSERT OR IGNORE INTO tuned_problems
     R"sql(
 ALTER TABLE trials ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 4 -> 5: the strategy's options a job runs with (NAME=value,...);
+    // empty for jobs from before, which ran with the defaults.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN strategy_options TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 

@@ -58,6 +58,7 @@ absl::StatusOr<JobRecord> ReadJob(Statement* s) {
   j.elapsed_seconds = s->Double(16);
   j.created_unix_s = s->Int(17);
   j.finished_unix_s = s->Int(18);
+  j.strategy_options = s->Text(19);
   return j;
 }
 

@@ -14,7 +14,7 @@
 #include "tuner/daemon/tuning_service.h"
 #include "tuner/daemon/worker_pool.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
-#include "tuner/search/search_strategy.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 namespace {
@@ -195,6 +195,18 @@ TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
        grpc::INVALID_ARGUMENT, "budget.max_seconds:"},
       {"unknown strategy", [](auto& r) { r.set_strategy("annealing"); },
        grpc::INVALID_ARGUMENT, "strategy:"},
+      {"unknown strategy option",
+       [](auto& r) { (*r.mutable_strategy_options())["temperature"] = 1; },
+       grpc::INVALID_ARGUMENT, "strategy_options:"},
+      {"strategy option out of range",
+       [](auto& r) { (*r.mutable_strategy_options())["population"] = 0; },
+       grpc::INVALID_ARGUMENT, "strategy_options.population:"},
+      {"an option of another strategy",
+       [](auto& r) {
+         r.set_strategy("random");
+         (*r.mutable_strategy_options())["population"] = 8;
+       },
+       grpc::INVALID_ARGUMENT, "strategy_options:"},
       {"other device", [](auto& r) { r.set_device("NVIDIA L4"); },
        grpc::INVALID_ARGUMENT, "device:"},
   };
@@ -280,6 +292,39 @@ TEST_F(GrpcApiTest, TokenIsRequiredWhenSet) {
     registered.insert(t.name);
   }
   EXPECT_EQ(names, registered);
+}
+
+// Options reach the job (stored with it, every default filled in) and its
+// search: a patience of 1 on a flat landscape stops long before the budget.
+TEST_F(GrpcApiTest, StrategyOptionsAreStoredWithTheJobAndUsed) {
+  Daemon d(db_, "", &evaluations_);
+  v1::SubmitSearchRequest req = SeedRequest(200);
+  (*req.mutable_strategy_options())["patience"] = 1;
+  (*req.mutable_strategy_options())["population"] = 4;
+  grpc::ClientContext ctx;
+  v1::SubmitSearchResponse submitted;
+  ASSERT_TRUE(d.stub()->SubmitSearch(&ctx, req, &submitted).ok());
+  std::vector<v1::JobUpdate> updates = WatchAll(d, submitted.job_id());
+  ASSERT_FALSE(updates.empty());
+  const v1::Job& job = updates.back().job();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.strategy_options().at("patience"), 1);
+  EXPECT_EQ(job.strategy_options().at("population"), 4);
+  EXPECT_EQ(job.strategy_options().size(),
+            FindStrategy("evolutionary")->options.size());
+  EXPECT_EQ(d.store()->GetJob(submitted.job_id())->strategy_options,
+            "local_prob=0.65,min_gain=0.002,parents=6,patience=1,"
+            "population=4,reset_prob=0.08,step_prob=0.35,tournament=2");
+  // The same search with the defaults (on another problem, so nothing is
+  // answered from the store) runs longer.
+  v1::SubmitSearchRequest defaults = SeedRequest(200);
+  defaults.mutable_problem()->set_seq_q(1024);
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(d.stub()->SubmitSearch(&ctx2, defaults, &submitted).ok());
+  updates = WatchAll(d, submitted.job_id());
+  ASSERT_FALSE(updates.empty());
+  EXPECT_LT(job.trials_done(), updates.back().job().trials_done());
+  EXPECT_EQ(updates.back().job().strategy_options().at("patience"), 8);
 }
 
 TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {

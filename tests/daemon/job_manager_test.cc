@@ -13,94 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/daemon/fake_runner.h"
 #include "tuner/evaluator/evaluator.h"
 
 namespace evotune {
 namespace {
-
-// A thread-safe TrialRunner for the job threads: a task is answered at once
-// by `answer`, or held (HoldAfter) until Withdraw ends it.
-class FakeRunner : public TrialRunner {
- public:
-  using Answer = std::function<absl::StatusOr<TrialResult>(const TrialTask&)>;
-
-  explicit FakeRunner(Answer answer = Correct) : answer_(std::move(answer)) {}
-
-  // A correct, fully timed result whose latency is the config's KV_TILE +
-  // WARPS (so no trial is timed twice; trial_loop_test covers re-timing).
-  static absl::StatusOr<TrialResult> Correct(const TrialTask& t) {
-    TrialResult r;
-    r.median_us = r.min_us = r.p90_us =
-        static_cast<double>(t.config.at("KV_TILE") + t.config.at("WARPS"));
-    r.samples = kFullTimingSamples;
-    return r;
-  }
-
-  // Holds every task started after the first n.
-  void HoldAfter(int n) {
-    absl::MutexLock lock(&mu_);
-    answer_first_ = n;
-  }
-  // Configs it was asked to run (ConfigKey), in order.
-  std::vector<std::string> Ran() const {
-    absl::MutexLock lock(&mu_);
-    return ran_;
-  }
-  size_t Held() const {
-    absl::MutexLock lock(&mu_);
-    return held_.size();
-  }
-  size_t Withdrawn() const {
-    absl::MutexLock lock(&mu_);
-    return withdrawn_;
-  }
-
-  absl::StatusOr<DeviceInfo> FindDevice(const std::string&) override {
-    DeviceInfo d;
-    d.name = "fake";
-    return d;
-  }
-  absl::Status CanEvaluate(const DeviceInfo&,
-                           const KernelTemplate&) const override {
-    return absl::OkStatus();
-  }
-  int Parallelism(const DeviceInfo&) const override { return 1; }
-  uint64_t Start(TrialTask task, TrialDone done) override {
-    uint64_t id;
-    {
-      absl::MutexLock lock(&mu_);
-      id = ++ids_;
-      ran_.push_back(ConfigKey(task.config));
-      if (static_cast<int>(ran_.size()) > answer_first_) {
-        held_[id] = std::move(done);
-        return id;
-      }
-    }
-    done(answer_(task));
-    return id;
-  }
-  void Withdraw(uint64_t id) override {
-    TrialDone done;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = held_.find(id);
-      if (it == held_.end()) return;
-      done = std::move(it->second);
-      held_.erase(it);
-      ++withdrawn_;
-    }
-    done(absl::CancelledError("withdrawn"));
-  }
-
- private:
-  const Answer answer_;
-  mutable absl::Mutex mu_;
-  int answer_first_ ABSL_GUARDED_BY(mu_) = 1 << 30;
-  uint64_t ids_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::string> ran_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, TrialDone> held_ ABSL_GUARDED_BY(mu_);
-  size_t withdrawn_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 class JobManagerTest : public ::testing::Test {
  protected:
@@ -147,7 +64,7 @@ class JobManagerTest : public ::testing::Test {
 };
 
 TEST_F(JobManagerTest, ASubmittedJobRunsItsBudgetAndSucceeds) {
-  FakeRunner runner;
+  FakeRunner runner(FakeRunner::FullyTimed);
   JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
   ASSERT_TRUE(m.Start().ok());
   const std::string id = m.Submit(NaiveJob(8))->job_id;
@@ -158,7 +75,7 @@ TEST_F(JobManagerTest, ASubmittedJobRunsItsBudgetAndSucceeds) {
 }
 
 TEST_F(JobManagerTest, CancelMidTrialWithdrawsItAndEndsTheJob) {
-  FakeRunner runner;
+  FakeRunner runner(FakeRunner::FullyTimed);
   runner.HoldAfter(0);
   JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
   ASSERT_TRUE(m.Start().ok());
@@ -169,7 +86,7 @@ TEST_F(JobManagerTest, CancelMidTrialWithdrawsItAndEndsTheJob) {
   EXPECT_EQ(cancelled->state, JobState::kCancelled);
   EXPECT_EQ(State(id), JobState::kCancelled);
   EXPECT_EQ(runner.Held(), 0u);
-  EXPECT_GT(runner.Withdrawn(), 0u);
+  EXPECT_GT(runner.Withdrawals(), 0u);
   EXPECT_TRUE(Events(id).empty());
   EXPECT_TRUE(absl::IsFailedPrecondition(m.Cancel(id).status()));
 }
@@ -191,7 +108,7 @@ TEST_F(JobManagerTest, CrashedAndTimedOutTrialsAreRecordedAndTheJobGoesOn) {
         r.error = "no result within the deadline";
         return r;
       default:
-        return FakeRunner::Correct(t);
+        return FakeRunner::FullyTimed(t);
     }
   });
   JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
@@ -212,7 +129,7 @@ TEST_F(JobManagerTest, AJobResumesAfterARestartWithoutRepeatingTrials) {
   std::string id;
   {
     // Three trials are answered, then the runner stops answering.
-    FakeRunner runner;
+    FakeRunner runner(FakeRunner::FullyTimed);
     runner.HoldAfter(3);
     JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
     ASSERT_TRUE(m.Start().ok());
@@ -224,7 +141,7 @@ TEST_F(JobManagerTest, AJobResumesAfterARestartWithoutRepeatingTrials) {
   EXPECT_EQ(State(id), JobState::kQueued);
   const std::vector<JobEvent> before = Events(id);
   ASSERT_EQ(before.size(), 3u);
-  FakeRunner runner;
+  FakeRunner runner(FakeRunner::FullyTimed);
   JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
   ASSERT_TRUE(m.Start().ok());
   ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));

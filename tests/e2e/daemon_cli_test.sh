@@ -66,6 +66,26 @@ if "$evotune" --address="$address" jobs 2>"$work/err"; then fail "call without t
 grep -q "bearer token" "$work/err" || fail "auth error: $(cat "$work/err")"
 if cli cancel "$job" 2>"$work/err"; then fail "cancel of a finished job accepted"; fi
 grep -q "already succeeded" "$work/err" || fail "cancel error: $(cat "$work/err")"
+# Strategy options: listed by --help, stored with the job, checked.
+"$evotune" --help >"$work/help.txt"
+grep -q "^      patience (1..1000, default 8)" "$work/help.txt" ||
+  fail "evotune --help lists no strategy options"
+cli submit --template_name=naive --seq_q=256 --max_trials=40 \
+  --strategy_options=patience=1,population=4 --watch >"$work/submit3.out" ||
+  fail "submit with options: $(tail -1 "$work/submit3.out")"
+job3=$(head -1 "$work/submit3.out")
+cli job "$job3" | grep -q "^strategy  evolutionary (seed 1, .*patience=1, population=4" ||
+  fail "job shows no options: $(cli job "$job3")"
+if cli submit --template_name=naive --strategy_options=patience=0 2>"$work/err"; then
+  fail "an option out of range accepted"
+fi
+grep -q "strategy_options.patience: must be a whole number in \[1, 1000\], got 0" "$work/err" ||
+  fail "option error: $(cat "$work/err")"
+if cli submit --template_name=naive --strategy_options=patience 2>"$work/err"; then
+  fail "a malformed option accepted"
+fi
+grep -q "^evotune: --strategy_options: \"patience\" is not NAME=number" "$work/err" ||
+  fail "option error: $(cat "$work/err")"
 
 # --- 2. kill -9 in the middle of a job, restart, finish.
 kill -TERM "$daemon_pid"

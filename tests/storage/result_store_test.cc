@@ -108,6 +108,9 @@ INSERT INTO templates VALUES(1, 'naive', 'abc');
 INSERT INTO problems VALUES(1, 'b1_h8_kv8_q512_k512_d64_full_fp16_bhsd',
   1, 8, 8, 512, 512, 64, 0, 'fp16', 'bhsd');
 INSERT INTO trials VALUES(1, 1, 1, 1, 'A=1', 1, 5.0, 4.5, 5.5, '', 0);
+INSERT INTO jobs VALUES('j1', 'naive', 'abc',
+  'b1_h8_kv8_q512_k512_d64_full_fp16_bhsd', 10, 60, 'evolutionary', 1, 1, 3,
+  '', 1, 1.0, 0, 0);
 PRAGMA user_version = 1;
 )sql");
   auto store = OpenStore();
@@ -120,6 +123,11 @@ PRAGMA user_version = 1;
   EXPECT_EQ(ConfigKey((*top)[0].trial.config), "A=1");
   EXPECT_DOUBLE_EQ((*top)[0].trial.result.median_us, 5.0);
   EXPECT_DOUBLE_EQ((*top)[0].trial.result.cv, 0.0);  // New column, default.
+  // A job from before strategy options ran with the defaults: none stored.
+  absl::StatusOr<JobRecord> job = store->GetJob("j1");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->strategy, "evolutionary");
+  EXPECT_EQ(job->strategy_options, "");
   // The tuned-problem index was backfilled from the old trials.
   Problem other = Scope().problem;
   other.seq_q = 600;
@@ -244,6 +252,7 @@ TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
   job.max_trials = 10;
   job.max_seconds = 60;
   job.strategy = "random";
+  job.strategy_options = "patience=3,population=16";
   job.device = Scope().device;
   ASSERT_TRUE(store->CreateJob(job).ok());
   EXPECT_TRUE(absl::IsAlreadyExists(store->CreateJob(job)));
@@ -261,6 +270,7 @@ TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
   EXPECT_EQ(got->trials_done, 3);
   EXPECT_DOUBLE_EQ(got->elapsed_seconds, 2);
   EXPECT_EQ(got->problem, job.problem);
+  EXPECT_EQ(got->strategy_options, "patience=3,population=16");
   EXPECT_DOUBLE_EQ((*store->JobBest("j1"))->result.median_us, 8);
   ASSERT_TRUE(store->SetJobState("j1", JobState::kSucceeded, "").ok());
   EXPECT_GT(store->GetJob("j1")->finished_unix_s, 0);

@@ -58,6 +58,9 @@ TEST_F(SchemaTest, AnEmptyDatabaseGetsEveryTable) {
   EXPECT_EQ(Query("SELECT COUNT(*) FROM pragma_table_info('trials') WHERE "
                   "name IN ('cv', 'samples')"),
             2);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE "
+                  "name = 'strategy_options'"),
+            1);
 }
 
 TEST_F(SchemaTest, MigratingAgainChangesNothing) {

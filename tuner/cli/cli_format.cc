@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -92,6 +93,21 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+namespace {
+
+// ", NAME=value, ..." of the job's strategy options, sorted by name.
+std::string FormatOptions(const v1::Job& job) {
+  std::map<std::string, double> sorted(job.strategy_options().begin(),
+                                       job.strategy_options().end());
+  std::string out;
+  for (const auto& [name, value] : sorted) {
+    absl::StrAppendFormat(&out, ", %s=%g", name, value);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatJob(const v1::Job& job) {
   std::string out = absl::StrCat(
       "job       ", job.job_id(), "\n", "state     ", StateName(job.state()),
@@ -99,8 +115,8 @@ std::string FormatJob(const v1::Job& job) {
       "template  ", job.template_name(), " @", job.template_hash(), "\n",
       "problem   ", FormatProblem(job.problem()), "\n", "device    ",
       FormatDevice(job.device()), "\n", "strategy  ", job.strategy(), " (seed ",
-      job.seed(), ")\n", "progress  ", job.trials_done(), " of ",
-      job.budget().max_trials(), " trials, ",
+      job.seed(), FormatOptions(job), ")\n", "progress  ", job.trials_done(),
+      " of ", job.budget().max_trials(), " trials, ",
       FormatDuration(job.elapsed_seconds()), " of ",
       FormatDuration(job.budget().max_seconds()), "\n");
   if (job.has_best()) {

@@ -24,6 +24,7 @@
 #include "tuner/cli/comparison.h"
 #include "tuner/cli/report.h"
 #include "tuner/common/help.h"
+#include "tuner/search/strategy_registry.h"
 #include "tuner/space/config.h"
 
 ABSL_FLAG(std::string, address, "",
@@ -47,7 +48,10 @@ ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
 ABSL_FLAG(int, max_trials, 50, "submit: trial budget");
 ABSL_FLAG(double, max_seconds, 3600, "submit: time budget in seconds");
 ABSL_FLAG(std::string, strategy, "evolutionary",
-          "submit: evolutionary, random or exhaustive");
+          "submit: the search strategy (listed below with their options)");
+ABSL_FLAG(std::string, strategy_options, "",
+          "submit: options of the strategy, NAME=value,... (e.g. "
+          "population=16,patience=4)");
 ABSL_FLAG(uint64_t, seed, 1, "submit: seed of the search");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
 // Others.
@@ -266,6 +270,12 @@ int RunSubmit(Client& client, const Args&) {
       std::max(0, absl::GetFlag(FLAGS_max_trials)));
   req.mutable_budget()->set_max_seconds(absl::GetFlag(FLAGS_max_seconds));
   req.set_strategy(absl::GetFlag(FLAGS_strategy));
+  absl::StatusOr<StrategyOptions> options =
+      ParseStrategyOptions(absl::GetFlag(FLAGS_strategy_options));
+  if (!options.ok()) {
+    return Fail(absl::StrCat("--", options.status().message()));
+  }
+  req.mutable_strategy_options()->insert(options->begin(), options->end());
   req.set_seed(absl::GetFlag(FLAGS_seed));
   req.set_device(absl::GetFlag(FLAGS_device));
   v1::SubmitSearchResponse resp;
@@ -467,7 +477,8 @@ std::string Usage() {
       "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
       "--head_dim --causal --dtype (default: the seed problem B=1 H=8 S=512 "
       "D=64 fp16)\nErrors print one line and exit non-zero. --json prints "
-      "JSON.");
+      "JSON.\n\nstrategies (--strategy, --strategy_options=NAME=value,...):\n",
+      StrategiesHelp());
   return out;
 }
 

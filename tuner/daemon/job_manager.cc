@@ -10,7 +10,7 @@
 #include "tuner/common/log.h"
 #include "tuner/daemon/trial_loop.h"
 #include "tuner/evaluator/evaluator.h"
-#include "tuner/search/search_strategy.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 namespace {
@@ -295,11 +295,14 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
                      job.template_hash, " is not in this build (it has ",
                      t ? t->hash : std::string("no such template"), ")"));
   }
+  absl::StatusOr<StrategyOptions> options =
+      ParseStrategyOptions(job.strategy_options);
+  if (!options.ok()) return options.status();
   absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
       job.strategy,
       SearchInputs{t->space, SearchableConfigs(*t, job.problem, device),
                    SeedConfigs(*t, device, job.problem)},
-      job.seed);
+      job.seed, *options);
   if (!strategy.ok()) return strategy.status();
   TrialLoop::Hooks hooks;
   hooks.should_stop = [this, &job](bool* cancelled) {

@@ -1,6 +1,7 @@
 #include "tuner/daemon/proto_convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 
@@ -36,6 +37,12 @@ v1::Job JobToProto(const JobView& view) {
   if (view.best) *out.mutable_best() = TrialToProto(*view.best);
   out.set_created_unix_s(j.created_unix_s);
   out.set_finished_unix_s(j.finished_unix_s);
+  // Stored by the daemon itself as FormatStrategyOptions writes them.
+  if (absl::StatusOr<StrategyOptions> o =
+          ParseStrategyOptions(j.strategy_options);
+      o.ok()) {
+    out.mutable_strategy_options()->insert(o->begin(), o->end());
+  }
   return out;
 }
 
@@ -87,6 +94,8 @@ absl::StatusOr<SearchRequest> SearchFromProto(
   out.max_trials = r.budget().max_trials();
   out.max_seconds = r.budget().max_seconds();
   out.strategy = r.strategy();
+  out.strategy_options.insert(r.strategy_options().begin(),
+                              r.strategy_options().end());
   out.seed = r.seed();
   out.device = r.device();
   return out;

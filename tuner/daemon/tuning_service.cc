@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "tuner/search/search_strategy.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 namespace {
@@ -77,14 +77,16 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
         absl::StrCat("budget.max_seconds: must be in (0, ", kMaxSecondsLimit,
                      "], got ", r.max_seconds));
   }
-  const std::string strategy =
-      r.strategy.empty() ? kDefaultStrategy : r.strategy;
-  const std::vector<std::string>& names = StrategyNames();
-  if (std::find(names.begin(), names.end(), strategy) == names.end()) {
+  const StrategySpec* strategy =
+      FindStrategy(r.strategy.empty() ? kDefaultStrategy : r.strategy);
+  if (strategy == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("strategy: unknown strategy \"", r.strategy, "\" (one of ",
-                     absl::StrJoin(names, ", "), ")"));
+                     absl::StrJoin(StrategyNames(), ", "), ")"));
   }
+  absl::StatusOr<StrategyOptions> options =
+      CompleteStrategyOptions(*strategy, r.strategy_options);
+  if (!options.ok()) return options.status();
   absl::StatusOr<DeviceInfo> device = LocalDevice(r.device);
   if (!device.ok()) return device.status();
   if (absl::Status s = jobs_->CanEvaluate(*device, **t); !s.ok()) return s;
@@ -117,6 +119,8 @@ absl::StatusOr<JobRecord> TuningService::SubmitSearch(
   job.max_trials = request.max_trials;
   job.max_seconds = request.max_seconds;
   job.strategy = request.strategy.empty() ? kDefaultStrategy : request.strategy;
+  job.strategy_options = FormatStrategyOptions(*CompleteStrategyOptions(
+      *FindStrategy(job.strategy), request.strategy_options));
   job.seed = request.seed;
   // A collision of 48 random bits is unlikely; try again if it happens.
   for (int attempt = 0;; ++attempt) {

@@ -17,6 +17,7 @@
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/daemon/job_manager.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 
@@ -31,7 +32,8 @@ struct SearchRequest {
   Problem problem;
   int64_t max_trials = 0;
   double max_seconds = 0;
-  std::string strategy;  // Empty means kDefaultStrategy.
+  std::string strategy;              // Empty means kDefaultStrategy.
+  StrategyOptions strategy_options;  // Validated against the strategy.
   uint64_t seed = 0;
   std::string device;  // Empty means the daemon's device.
 };

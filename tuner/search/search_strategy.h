@@ -8,12 +8,9 @@
 #define EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_
 
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "tuner/space/config.h"
 #include "tuner/space/param_space.h"
 #include "tuner/space/trial.h"
@@ -45,15 +42,6 @@ struct SearchInputs {
   std::vector<Config> feasible;
   std::vector<Config> seeds;
 };
-
-// Names accepted by MakeStrategy.
-const std::vector<std::string>& StrategyNames();
-
-// "evolutionary" (EvolutionaryStrategy), "random" (uniform without
-// replacement), "exhaustive" (every feasible config in order).
-// INVALID_ARGUMENT naming "strategy" for an unknown name.
-absl::StatusOr<std::unique_ptr<SearchStrategy>> MakeStrategy(
-    const std::string& name, SearchInputs inputs, uint64_t seed);
 
 }  // namespace evotune
 

@@ -20,8 +20,8 @@
 //     `min_gain`.
 // Deterministic under a seed: its random draws come from std::mt19937_64,
 // whose sequence the standard fixes, without library distributions.
-#ifndef EVOTUNE_TUNER_SEARCH_EVOLUTIONARY_STRATEGY_H_
-#define EVOTUNE_TUNER_SEARCH_EVOLUTIONARY_STRATEGY_H_
+#ifndef EVOTUNE_TUNER_SEARCH_STRATEGIES_EVOLUTIONARY_STRATEGY_H_
+#define EVOTUNE_TUNER_SEARCH_STRATEGIES_EVOLUTIONARY_STRATEGY_H_
 
 #include <cstdint>
 #include <deque>
@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tuner/search/search_strategy.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 
@@ -86,6 +87,10 @@ class EvolutionaryStrategy : public SearchStrategy {
   double best_at_generation_start_ = 0;
 };
 
+// "evolutionary": EvolutionaryStrategy, every EvolutionOptions field an
+// option.
+StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)();
+
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SEARCH_EVOLUTIONARY_STRATEGY_H_
+#endif  // EVOTUNE_TUNER_SEARCH_STRATEGIES_EVOLUTIONARY_STRATEGY_H_

@@ -1,4 +1,4 @@
-#include "tuner/search/evolutionary_strategy.h"
+#include "tuner/search/strategies/evolutionary_strategy.h"
 
 #include <algorithm>
 #include <limits>
@@ -195,6 +195,43 @@ void EvolutionaryStrategy::Report(
 
 bool EvolutionaryStrategy::Done() const {
   return seen_.size() >= feasible_keys_.size() || stalled_ >= options_.patience;
+}
+
+StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)() {
+  const EvolutionOptions d;
+  return {"evolutionary",
+          "a genetic search seeded with the best configs of the nearest tuned "
+          "problem and the template's defaults; stops after `patience` "
+          "generations without gain (the default)",
+          {{"population", 1, 256, double(d.population), true,
+            "configs per generation"},
+           {"parents", 1, 256, double(d.parents), true,
+            "breeding pool: the best evaluated configs"},
+           {"tournament", 1, 16, double(d.tournament), true,
+            "contestants per parent choice"},
+           {"step_prob", 0, 1, d.step_prob, false,
+            "per parameter: move to a neighbouring value"},
+           {"reset_prob", 0, 1, d.reset_prob, false,
+            "per parameter: draw a random value"},
+           {"local_prob", 0, 1, d.local_prob, false,
+            "per child: an untried neighbour of the best instead"},
+           {"patience", 1, 1000, double(d.patience), true,
+            "generations without gain before it stops"},
+           {"min_gain", 0, 1, d.min_gain, false,
+            "relative improvement that counts as gain"}},
+          [](SearchInputs inputs, uint64_t seed, const StrategyOptions& o) {
+            EvolutionOptions e;
+            e.population = static_cast<int>(o.at("population"));
+            e.parents = static_cast<int>(o.at("parents"));
+            e.tournament = static_cast<int>(o.at("tournament"));
+            e.step_prob = o.at("step_prob");
+            e.reset_prob = o.at("reset_prob");
+            e.local_prob = o.at("local_prob");
+            e.patience = static_cast<int>(o.at("patience"));
+            e.min_gain = o.at("min_gain");
+            return std::unique_ptr<SearchStrategy>(
+                new EvolutionaryStrategy(std::move(inputs), seed, e));
+          }};
 }
 
 }  // namespace evotune

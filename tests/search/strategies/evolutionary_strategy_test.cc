@@ -1,6 +1,6 @@
 // The evolutionary strategy on real landscapes of flash_fwd recorded on the
 // H100 (tests/data), answered by the replay evaluator.
-#include "tuner/search/evolutionary_strategy.h"
+#include "tuner/search/strategies/evolutionary_strategy.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,172 @@
+// FakeRunner: a TrialRunner for the daemon's unit tests whose trials finish
+// when the test says (ninja's FakeCommandRunner in spirit). Thread-safe, for
+// the job threads of JobManager as for TrialLoop on the test's thread.
+//
+// A task is answered at once by `answer` unless the runner holds it
+// (HoldAfter). A held task waits, queued, until Withdraw ends it with
+// CANCELLED or the test finishes it (FinishOldest); MarkHeldRunning makes
+// the held tasks running ones, which Withdraw leaves alone (as a real runner
+// leaves a trial already on the GPU) so that they finish later.
+#ifndef EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
+#define EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "tuner/daemon/trial_runner.h"
+#include "tuner/evaluator/evaluator.h"
+
+namespace evotune {
+
+class FakeRunner : public TrialRunner {
+ public:
+  using Answer = std::function<absl::StatusOr<TrialResult>(const TrialTask&)>;
+
+  // A correct result whose latency is the config's KV_TILE + WARPS, timed
+  // as the task asked (quickly or fully).
+  static absl::StatusOr<TrialResult> AsAsked(const TrialTask& t) {
+    TrialResult r;
+    r.median_us = r.min_us = r.p90_us =
+        static_cast<double>(t.config.at("KV_TILE") + t.config.at("WARPS"));
+    r.samples = t.quick ? kQuickTimingSamples : kFullTimingSamples;
+    return r;
+  }
+  // The same, always fully timed: no trial is ever timed again.
+  static absl::StatusOr<TrialResult> FullyTimed(const TrialTask& t) {
+    absl::StatusOr<TrialResult> r = AsAsked(t);
+    r->samples = kFullTimingSamples;
+    return r;
+  }
+
+  explicit FakeRunner(Answer answer = AsAsked, int parallelism = 1)
+      : answer_(std::move(answer)), parallelism_(parallelism) {}
+
+  void set_answer(Answer answer) {
+    absl::MutexLock lock(&mu_);
+    answer_ = std::move(answer);
+  }
+  // Holds every task started after the first n (0: all).
+  void HoldAfter(int n) {
+    absl::MutexLock lock(&mu_);
+    answer_first_ = n;
+  }
+  void MarkHeldRunning() {
+    absl::MutexLock lock(&mu_);
+    for (HeldTask& h : held_) h.running = true;
+  }
+  // Answers the oldest held task; false when none is held.
+  bool FinishOldest() {
+    HeldTask h;
+    Answer answer;
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_.empty()) return false;
+      h = std::move(held_.front());
+      held_.pop_front();
+      answer = answer_;
+    }
+    Finish(std::move(h.done), answer, h.task);
+    return true;
+  }
+
+  // Configs it was asked to run (ConfigKey), in order.
+  std::vector<std::string> Ran() const {
+    absl::MutexLock lock(&mu_);
+    return ran_;
+  }
+  size_t Held() const {
+    absl::MutexLock lock(&mu_);
+    return held_.size();
+  }
+  // Withdraw calls, including those for tasks it had already answered.
+  size_t Withdrawals() const {
+    absl::MutexLock lock(&mu_);
+    return withdrawals_;
+  }
+  // Tasks answered, and of those how many asked for a quick timing.
+  int Finished() const {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+  int Quick() const {
+    absl::MutexLock lock(&mu_);
+    return quick_;
+  }
+
+  absl::StatusOr<DeviceInfo> FindDevice(const std::string&) override {
+    DeviceInfo d;
+    d.name = "fake";
+    return d;
+  }
+  absl::Status CanEvaluate(const DeviceInfo&,
+                           const KernelTemplate&) const override {
+    return absl::OkStatus();
+  }
+  int Parallelism(const DeviceInfo&) const override { return parallelism_; }
+  uint64_t Start(TrialTask task, TrialDone done) override {
+    Answer answer;
+    uint64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = ++ids_;
+      ran_.push_back(ConfigKey(task.config));
+      if (static_cast<int>(ran_.size()) > answer_first_) {
+        held_.push_back({id, std::move(task), std::move(done), false});
+        return id;
+      }
+      answer = answer_;
+    }
+    Finish(std::move(done), answer, task);
+    return id;
+  }
+  void Withdraw(uint64_t id) override {
+    TrialDone done;
+    {
+      absl::MutexLock lock(&mu_);
+      ++withdrawals_;
+      auto it = held_.begin();
+      while (it != held_.end() && it->id != id) ++it;
+      if (it == held_.end() || it->running) return;
+      done = std::move(it->done);
+      held_.erase(it);
+    }
+    done(absl::CancelledError("withdrawn"));
+  }
+
+ private:
+  struct HeldTask {
+    uint64_t id = 0;
+    TrialTask task;
+    TrialDone done;
+    bool running = false;
+  };
+
+  void Finish(TrialDone done, const Answer& answer, const TrialTask& task) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++finished_;
+      quick_ += task.quick ? 1 : 0;
+    }
+    done(answer(task));
+  }
+
+  const int parallelism_;
+  mutable absl::Mutex mu_;
+  Answer answer_ ABSL_GUARDED_BY(mu_);
+  int answer_first_ ABSL_GUARDED_BY(mu_) = 1 << 30;
+  uint64_t ids_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> ran_ ABSL_GUARDED_BY(mu_);
+  std::deque<HeldTask> held_ ABSL_GUARDED_BY(mu_);
+  size_t withdrawals_ ABSL_GUARDED_BY(mu_) = 0;
+  int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  int quick_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
