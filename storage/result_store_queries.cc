@@ -14,7 +14,9 @@ namespace evotune {
 using store_rows::kJobSelect;
 using store_rows::kTrialColumns;
 using store_rows::ReadJob;
+using store_rows::ReadRows;
 using store_rows::ReadTrial;
+using store_rows::SelectTrial;
 
 std::string TopKSql(int n_templates) {
   std::vector<std::string> marks(n_templates, "?");
@@ -41,23 +43,8 @@ absl::StatusOr<std::optional<StoredTrial>> ResultStore::FindTrial(
     if (absl::IsNotFound(s)) return std::nullopt;
     if (!s.ok()) return s;
   }
-  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
-      "SELECT ", kTrialColumns,
-      " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
-      "? AND config_key = ?"));
-  if (!sel.ok()) return sel.status();
-  ScopedReset reset(*sel);
-  (*sel)
-      ->Bind(1, *device_id)
-      .Bind(2, *template_id)
-      .Bind(3, *problem_id)
-      .Bind(4, ConfigKey(config));
-  absl::StatusOr<bool> row = (*sel)->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return std::nullopt;
-  absl::StatusOr<StoredTrial> t = ReadTrial(*sel);
-  if (!t.ok()) return t.status();
-  return std::optional<StoredTrial>(*std::move(t));
+  return SelectTrial(db, *device_id, *template_id, *problem_id,
+                     ConfigKey(config));
 }
 
 absl::StatusOr<std::vector<StoredTrial>> ResultStore::ListTrials(
@@ -82,15 +69,7 @@ absl::StatusOr<std::vector<StoredTrial>> ResultStore::ListTrials(
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   (*sel)->Bind(1, *device_id).Bind(2, *template_id).Bind(3, *problem_id);
-  while (true) {
-    absl::StatusOr<bool> row = (*sel)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<StoredTrial> t = ReadTrial(*sel);
-    if (!t.ok()) return t.status();
-    out.push_back(*std::move(t));
-  }
-  return out;
+  return ReadRows<StoredTrial>(*sel, [](Statement* s) { return ReadTrial(s); });
 }
 
 absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
@@ -126,16 +105,13 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
   (*sel)->Bind(index++, *problem_id);
   for (int64_t id : template_ids) (*sel)->Bind(index++, id);
   (*sel)->Bind(index, int64_t{k});
-  while (true) {
-    absl::StatusOr<bool> row = (*sel)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<StoredTrial> t = ReadTrial(*sel, 1);
-    if (!t.ok()) return t.status();
-    const auto* tmpl = by_id[(*sel)->Int(0)];
-    out.push_back({tmpl->first, tmpl->second, *std::move(t)});
-  }
-  return out;
+  return ReadRows<RankedTrial>(
+      *sel, [&](Statement* s) -> absl::StatusOr<RankedTrial> {
+        absl::StatusOr<StoredTrial> t = ReadTrial(s, 1);
+        if (!t.ok()) return t.status();
+        const auto* tmpl = by_id[s->Int(0)];
+        return RankedTrial{tmpl->first, tmpl->second, *std::move(t)};
+      });
 }
 
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
@@ -262,16 +238,7 @@ absl::StatusOr<std::vector<JobRecord>> ResultStore::ListJobs(
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   if (state) (*sel)->Bind(1, int64_t{static_cast<int>(*state)});
-  std::vector<JobRecord> out;
-  while (true) {
-    absl::StatusOr<bool> row = (*sel)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<JobRecord> j = ReadJob(*sel);
-    if (!j.ok()) return j.status();
-    out.push_back(*std::move(j));
-  }
-  return out;
+  return ReadRows<JobRecord>(*sel, ReadJob);
 }
 
 absl::StatusOr<std::vector<JobEvent>> ResultStore::ListJobEvents(
@@ -287,16 +254,11 @@ absl::StatusOr<std::vector<JobEvent>> ResultStore::ListJobEvents(
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   (*sel)->Bind(1, job_id).Bind(2, after).Bind(3, int64_t{limit});
-  std::vector<JobEvent> out;
-  while (true) {
-    absl::StatusOr<bool> row = (*sel)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<StoredTrial> t = ReadTrial(*sel, 2);
+  return ReadRows<JobEvent>(*sel, [](Statement* s) -> absl::StatusOr<JobEvent> {
+    absl::StatusOr<StoredTrial> t = ReadTrial(s, 2);
     if (!t.ok()) return t.status();
-    out.push_back({(*sel)->Int(0), *std::move(t), (*sel)->Int(1) != 0});
-  }
-  return out;
+    return JobEvent{s->Int(0), *std::move(t), s->Int(1) != 0};
+  });
 }
 
 absl::StatusOr<std::optional<StoredTrial>> ResultStore::JobBest(

@@ -6,9 +6,8 @@
 
 namespace evotune {
 
-using store_rows::kTrialColumns;
 using store_rows::NowUnixSeconds;
-using store_rows::ReadTrial;
+using store_rows::SelectTrial;
 
 absl::StatusOr<StoredTrial> ResultStore::InsertTrial(
     const TrialScope& scope, const Config& config, const TrialResult& result) {
@@ -62,21 +61,13 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
     if (absl::Status s = (*tuned)->Run(); !s.ok()) return s;
   }
 
-  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
-      "SELECT ", kTrialColumns,
-      " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
-      "? AND config_key = ?"));
-  if (!sel.ok()) return sel.status();
-  ScopedReset reset(*sel);
-  (*sel)
-      ->Bind(1, *device_id)
-      .Bind(2, *template_id)
-      .Bind(3, *problem_id)
-      .Bind(4, config_key);
-  absl::StatusOr<bool> row = (*sel)->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::InternalError("inserted trial not found");
-  return ReadTrial(*sel);
+  absl::StatusOr<std::optional<StoredTrial>> stored =
+      SelectTrial(db, *device_id, *template_id, *problem_id, config_key);
+  if (!stored.ok()) return stored.status();
+  if (!stored->has_value()) {
+    return absl::InternalError("inserted trial not found");
+  }
+  return **std::move(stored);
 }
 
 absl::Status ResultStore::BulkInsertTrials(

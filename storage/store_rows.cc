@@ -62,4 +62,26 @@ absl::StatusOr<JobRecord> ReadJob(Statement* s) {
   return j;
 }
 
+absl::StatusOr<std::optional<StoredTrial>> SelectTrial(
+    SqliteDb* db, int64_t device_id, int64_t template_id, int64_t problem_id,
+    const std::string& config_key) {
+  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
+      "SELECT ", kTrialColumns,
+      " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
+      "? AND config_key = ?"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)
+      ->Bind(1, device_id)
+      .Bind(2, template_id)
+      .Bind(3, problem_id)
+      .Bind(4, config_key);
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::nullopt;
+  absl::StatusOr<StoredTrial> t = ReadTrial(*sel);
+  if (!t.ok()) return t.status();
+  return std::optional<StoredTrial>(*std::move(t));
+}
+
 }  // namespace evotune::store_rows

@@ -4,6 +4,9 @@
 #define EVOTUNE_STORAGE_STORE_ROWS_H_
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "storage/result_store.h"
@@ -35,6 +38,27 @@ absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first = 0);
 // Reads kJobSelect's columns. DATA_LOSS for a state or problem key the store
 // does not know.
 absl::StatusOr<JobRecord> ReadJob(Statement* s);
+
+// The trial stored under the key (ids of its key rows and the config key);
+// std::nullopt when there is none.
+absl::StatusOr<std::optional<StoredTrial>> SelectTrial(
+    SqliteDb* db, int64_t device_id, int64_t template_id, int64_t problem_id,
+    const std::string& config_key);
+
+// Steps `s` to its end, `read` (Statement* -> absl::StatusOr<T>) turning
+// each row into an element.
+template <typename T, typename Read>
+absl::StatusOr<std::vector<T>> ReadRows(Statement* s, const Read& read) {
+  std::vector<T> out;
+  while (true) {
+    absl::StatusOr<bool> more = s->Step();
+    if (!more.ok()) return more.status();
+    if (!*more) return out;
+    absl::StatusOr<T> row = read(s);
+    if (!row.ok()) return row.status();
+    out.push_back(*std::move(row));
+  }
+}
 
 }  // namespace evotune::store_rows
 

@@ -5,33 +5,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/search/strategy_testing.h"
 
 namespace evotune {
 namespace {
 
-SearchInputs Space(int n) {
-  SearchInputs inputs;
-  std::vector<int64_t> values;
-  for (int i = 0; i < n; ++i) {
-    inputs.feasible.push_back({{"X", i}});
-    values.push_back(i);
-  }
-  inputs.space = ParamSpace({{"X", values, ""}});
-  return inputs;
-}
-
-std::vector<std::string> Drain(SearchStrategy& s) {
-  std::vector<std::string> keys;
-  while (!s.Done()) {
-    std::vector<Config> next = s.Propose(3);
-    EXPECT_FALSE(next.empty());
-    for (const Config& c : next) keys.push_back(ConfigKey(c));
-  }
-  return keys;
-}
-
 std::vector<std::string> RunWithSeed(uint64_t seed) {
-  return Drain(*EVOTUNE_STRATEGY_SPEC(random)().make(Space(50), seed, {}));
+  return Drain(*EVOTUNE_STRATEGY_SPEC(random)().make(LineSpace(50), seed, {}));
 }
 
 TEST(RandomStrategyTest, CoversTheSpaceWithoutRepeats) {
