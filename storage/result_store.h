@@ -123,12 +123,15 @@ class ResultStore {
       const DeviceInfo& device, const Problem& problem,
       const std::vector<std::pair<std::string, std::string>>& templates, int k);
 
-  // The problem nearest to `problem` (same head_dim, dtype and causal; by
-  // distance in log of batch, heads, seq_q, seq_k) that has OK trials on the
-  // device for one of the templates; std::nullopt when none has.
+  // The problem nearest to `problem` (by distance in log of batch, heads,
+  // kv_heads, seq_q, seq_k and head_dim, another dtype or causal flag
+  // counting 1 each) that has OK trials on the device for one of the
+  // templates; with `same_class`, only problems of the same head_dim, dtype
+  // and causal flag. std::nullopt when none has.
   absl::StatusOr<std::optional<Problem>> NearestTunedProblem(
       const DeviceInfo& device, const Problem& problem,
-      const std::vector<std::pair<std::string, std::string>>& templates);
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      bool same_class = true);
 
   // The device with this name that most recently got a trial; NOT_FOUND when
   // the store has no device of that name.

@@ -10,6 +10,25 @@
 #include "storage/store_rows.h"
 
 namespace evotune {
+namespace {
+
+// Squared distance in log2 of the sizes (batch, heads, kv_heads, seq_q,
+// seq_k, head_dim), plus 1 for another dtype and 1 for another causal flag.
+double ProblemDistance(const Problem& p, const Problem& q) {
+  double d = (p.dtype != q.dtype) + (p.causal != q.causal);
+  for (auto [a, b] : {std::pair{p.batch, q.batch},
+                      {p.heads, q.heads},
+                      {p.kv_heads, q.kv_heads},
+                      {p.seq_q, q.seq_q},
+                      {p.seq_k, q.seq_k},
+                      {p.head_dim, q.head_dim}}) {
+    const double x = std::log2(static_cast<double>(a) / b);
+    d += x * x;
+  }
+  return d;
+}
+
+}  // namespace
 
 using store_rows::kJobSelect;
 using store_rows::kTrialColumns;
@@ -116,7 +135,8 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
 
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     const DeviceInfo& device, const Problem& problem,
-    const std::vector<std::pair<std::string, std::string>>& templates) {
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    bool same_class) {
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
   SqliteDb* db = r->db();
@@ -135,28 +155,19 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
       "SELECT DISTINCT p.key FROM tuned_problems tp JOIN problems p ON p.id = "
       "tp.problem_id WHERE tp.device_id = ? AND tp.template_id IN (",
-      absl::StrJoin(marks, ","),
-      ") AND p.head_dim = ? AND p.dtype = ? AND p.causal = ?"));
+      absl::StrJoin(marks, ","), ")",
+      same_class ? " AND p.head_dim = ? AND p.dtype = ? AND p.causal = ?"
+                 : ""));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   int index = 1;
   (*sel)->Bind(index++, *device_id);
   for (int64_t id : template_ids) (*sel)->Bind(index++, id);
-  (*sel)->Bind(index++, problem.head_dim);
-  (*sel)->Bind(index++, DTypeName(problem.dtype));
-  (*sel)->Bind(index, int64_t{problem.causal});
-  auto distance = [&](const Problem& p) {
-    double d = 0;
-    for (auto [a, b] : {std::pair{p.batch, problem.batch},
-                        {p.heads, problem.heads},
-                        {p.kv_heads, problem.kv_heads},
-                        {p.seq_q, problem.seq_q},
-                        {p.seq_k, problem.seq_k}}) {
-      const double x = std::log2(static_cast<double>(a) / b);
-      d += x * x;
-    }
-    return d;
-  };
+  if (same_class) {
+    (*sel)->Bind(index++, problem.head_dim);
+    (*sel)->Bind(index++, DTypeName(problem.dtype));
+    (*sel)->Bind(index, int64_t{problem.causal});
+  }
   std::optional<Problem> best;
   double best_distance = std::numeric_limits<double>::infinity();
   while (true) {
@@ -166,7 +177,7 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     absl::StatusOr<Problem> p = ParseProblemKey((*sel)->Text(0));
     if (!p.ok()) return absl::DataLossError(p.status().message());
     if (*p == problem) continue;
-    const double d = distance(*p);
+    const double d = ProblemDistance(*p, problem);
     if (d < best_distance) {
       best = *p;
       best_distance = d;

@@ -15,6 +15,7 @@
 #include "tuner/daemon/worker_pool.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
 #include "tuner/search/strategy_registry.h"
+#include "tuner/wire/message_convert.h"
 
 namespace evotune {
 namespace {
@@ -296,6 +297,98 @@ TEST_F(GrpcApiTest, TokenIsRequiredWhenSet) {
 
 // Options reach the job (stored with it, every default filled in) and its
 // search: a patience of 1 on a flat landscape stops long before the budget.
+// A decode problem: 8 heads on 2, one query, `seq_k` keys, bf16.
+Problem Decode(int64_t seq_k, int64_t head_dim) {
+  Problem p;
+  p.heads = 8;
+  p.kv_heads = 2;
+  p.seq_q = 1;
+  p.seq_k = seq_k;
+  p.head_dim = head_dim;
+  p.dtype = DType::kBf16;
+  return p;
+}
+
+// QueryBest on the daemon.
+v1::QueryBestResponse Best(Daemon& d, const Problem& p,
+                           const std::string& template_name = "") {
+  v1::QueryBestRequest q;
+  *q.mutable_problem() = ProblemToProto(p);
+  q.set_template_name(template_name);
+  q.set_k(100);
+  grpc::ClientContext ctx;
+  v1::QueryBestResponse resp;
+  EXPECT_TRUE(d.stub()->QueryBest(&ctx, q, &resp).ok());
+  return resp;
+}
+
+std::vector<std::string> Configs(const v1::QueryBestResponse& resp) {
+  std::vector<std::string> out;
+  for (const v1::RankedConfig& r : resp.results()) {
+    out.push_back(r.template_name() + " " +
+                  ConfigKey(*ConfigFromProto(r.trial().config())));
+  }
+  return out;
+}
+
+// Every valid problem gets configs that run on it: its own, else those of
+// the nearest tuned problem that run on it (of its class first, then of
+// any), else the templates' defaults, flagged as never measured.
+TEST_F(GrpcApiTest, EveryProblemGetsConfigsThatRunOnIt) {
+  Daemon d(db_, "", &evaluations_);
+  const Problem decode = Decode(8192, 128);
+  v1::QueryBestResponse resp = Best(d, decode, "decode_fwd");
+  EXPECT_TRUE(resp.defaults());
+  EXPECT_FALSE(resp.transferred());
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  // Those of its defaults that run on the problem (one packs more rows than
+  // the problem has).
+  DeviceLimits any;
+  any.smem_per_block_bytes = int64_t{1} << 40;
+  std::vector<std::string> runnable;
+  for (const Config& c : t.defaults) {
+    if (CheckConfig(t, c, decode, any).ok()) {
+      runnable.push_back("decode_fwd " + ConfigKey(c));
+    }
+  }
+  ASSERT_LT(runnable.size(), t.defaults.size());
+  EXPECT_EQ(Configs(resp), runnable);
+  for (const v1::RankedConfig& r : resp.results()) {
+    EXPECT_FALSE(r.trial().has_latency());
+    EXPECT_EQ(r.trial().status(), v1::TRIAL_STATUS_UNSPECIFIED);
+  }
+
+  // Measured on the long decode problem: a config with 64 key splits (the
+  // fastest) and one without.
+  const DeviceInfo device = DeviceKeyFromProto(resp.device());
+  const TrialScope scope{device, t.name, t.hash, decode};
+  auto config = [](int64_t splits, int64_t rows) {
+    return Config{{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", rows},
+                  {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
+  };
+  TrialResult fast, slow;
+  fast.median_us = fast.min_us = fast.p90_us = 10;
+  slow.median_us = slow.min_us = slow.p90_us = 30;
+  ASSERT_TRUE(d.store()->InsertTrial(scope, config(64, 16), fast).ok());
+  ASSERT_TRUE(d.store()->InsertTrial(scope, config(1, 16), slow).ok());
+
+  // 100 keys: 64 splits of 32-key tiles leave most splits idle, which the
+  // template refuses; only the other config is served.
+  resp = Best(d, Decode(100, 128), "decode_fwd");
+  EXPECT_TRUE(resp.transferred());
+  EXPECT_FALSE(resp.defaults());
+  EXPECT_EQ(resp.source_problem().seq_k(), 8192u);
+  EXPECT_EQ(Configs(resp),
+            std::vector<std::string>{"decode_fwd " + ConfigKey(config(1, 16))});
+
+  // Nothing of head_dim 64 is tuned: the nearest problem of any class.
+  resp = Best(d, Decode(8192, 64));
+  EXPECT_TRUE(resp.transferred());
+  EXPECT_EQ(resp.source_problem().head_dim(), 128u);
+  EXPECT_EQ(resp.results_size(), 2);
+  EXPECT_EQ(resp.results(0).trial().latency().median_us(), 10);
+}
+
 TEST_F(GrpcApiTest, StrategyOptionsAreStoredWithTheJobAndUsed) {
   Daemon d(db_, "", &evaluations_);
   v1::SubmitSearchRequest req = SeedRequest(200);

@@ -142,11 +142,15 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
   std::string out =
       absl::StrCat("device   ", FormatDevice(best.device()), "\n");
   if (best.results().empty()) {
-    absl::StrAppend(&out,
-                    "no tuned result for this problem or a similar one\n");
+    absl::StrAppend(&out, "no template supports this problem\n");
     return out;
   }
-  if (best.transferred()) {
+  if (best.defaults()) {
+    absl::StrAppend(&out,
+                    "nothing tuned on this GPU runs on this problem: the "
+                    "templates' default configs, not measured (tune it: "
+                    "evotune submit)\n");
+  } else if (best.transferred()) {
     absl::StrAppend(
         &out, "no exact match: transferred from the nearest tuned problem ",
         FormatProblem(best.source_problem()), "\n");
@@ -158,6 +162,12 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
   int rank = 1;
   for (const v1::RankedConfig& r : best.results()) {
     const v1::Latency& l = r.trial().latency();
+    if (!r.trial().has_latency()) {  // A default config, never measured.
+      rows.push_back({absl::StrCat(rank++), r.template_name(),
+                      FormatConfig(r.trial().config()), "-", "-", "-", "-",
+                      "-"});
+      continue;
+    }
     rows.push_back({absl::StrCat(rank++), r.template_name(),
                     FormatConfig(r.trial().config()),
                     absl::StrFormat("%.2f us", l.median_us()),

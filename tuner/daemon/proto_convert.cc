@@ -71,12 +71,18 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
   v1::QueryBestResponse out;
   *out.mutable_device() = DeviceToProto(answer.device);
   out.set_transferred(answer.transferred);
+  out.set_defaults(answer.defaults);
   *out.mutable_source_problem() = ProblemToProto(answer.source_problem);
   for (const RankedTrial& r : answer.results) {
     v1::RankedConfig* c = out.add_results();
     c->set_template_name(r.template_name);
     c->set_template_hash(r.template_hash);
     *c->mutable_trial() = TrialToProto(r.trial);
+    // A default config was never measured: no status, no latency.
+    if (answer.defaults) {
+      c->mutable_trial()->clear_status();
+      c->mutable_trial()->clear_latency();
+    }
   }
   return out;
 }

@@ -201,18 +201,72 @@ absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
       store_->TopK(answer.device, query.problem, templates, query.k);
   if (!top.ok()) return top.status();
   answer.source_problem = query.problem;
-  if (top->empty()) {
+  if (top->empty()) return Transfer(query, templates, std::move(answer));
+  answer.results = *std::move(top);
+  return answer;
+}
+
+namespace {
+
+// What configs are checked against before they are served: the device's
+// limits when they are known (this daemon's device), else none beyond the
+// templates' own (a device known only from the store has no limits kept).
+DeviceLimits ServingLimits(const DeviceInfo& device) {
+  if (device.limits.compute_capability != 0) return device.limits;
+  DeviceLimits any;
+  any.smem_per_block_bytes = int64_t{1} << 40;
+  return any;
+}
+
+}  // namespace
+
+bool TuningService::Runnable(const std::string& template_name,
+                             const std::string& template_hash,
+                             const Config& config, const Problem& problem,
+                             const DeviceLimits& limits) const {
+  const KernelTemplate* t = templates_->Find(template_name);
+  return t != nullptr && t->hash == template_hash &&
+         CheckSupports(*t, problem).ok() &&
+         CheckConfig(*t, config, problem, limits).ok();
+}
+
+absl::StatusOr<BestAnswer> TuningService::Transfer(
+    const BestQuery& query,
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    BestAnswer answer) {
+  const DeviceLimits limits = ServingLimits(answer.device);
+  const size_t k = static_cast<size_t>(query.k);
+  for (bool same_class : {true, false}) {
     absl::StatusOr<std::optional<Problem>> nearest =
-        store_->NearestTunedProblem(answer.device, query.problem, templates);
+        store_->NearestTunedProblem(answer.device, query.problem, templates,
+                                    same_class);
     if (!nearest.ok()) return nearest.status();
-    if (nearest->has_value()) {
-      top = store_->TopK(answer.device, **nearest, templates, query.k);
-      if (!top.ok()) return top.status();
+    if (!nearest->has_value()) continue;
+    absl::StatusOr<std::vector<RankedTrial>> top = store_->TopK(
+        answer.device, **nearest, templates, std::max(query.k, kTransferPool));
+    if (!top.ok()) return top.status();
+    for (RankedTrial& r : *top) {
+      if (answer.results.size() < k &&
+          Runnable(r.template_name, r.template_hash, r.trial.config,
+                   query.problem, limits)) {
+        answer.results.push_back(std::move(r));
+      }
+    }
+    if (!answer.results.empty()) {
       answer.transferred = true;
       answer.source_problem = **nearest;
+      return answer;
     }
   }
-  answer.results = *std::move(top);
+  answer.defaults = true;
+  for (const auto& [name, hash] : templates) {
+    for (const Config& c : templates_->Find(name)->defaults) {
+      if (answer.results.size() < k &&
+          Runnable(name, hash, c, query.problem, limits)) {
+        answer.results.push_back({name, hash, StoredTrial{0, c, {}, 0}});
+      }
+    }
+  }
   return answer;
 }
 

@@ -71,12 +71,20 @@ struct EvaluateAnswer {
   double tflops = 0;  // Set when the trial is OK.
 };
 
+// The answer to QueryBest: the problem's own fastest configs; else those of
+// the nearest tuned problem that run on it (transferred); else, when nothing
+// tuned on the device runs on it, the templates' defaults (not measured).
 struct BestAnswer {
   DeviceInfo device;
   bool transferred = false;
+  bool defaults = false;
   Problem source_problem;
   std::vector<RankedTrial> results;
 };
+
+// How many of a transfer source's fastest configs are checked against the
+// asked problem (some may not run on it).
+inline constexpr int kTransferPool = 50;
 
 class TuningService {
  public:
@@ -88,6 +96,7 @@ class TuningService {
   absl::StatusOr<JobView> GetJob(const std::string& job_id);
   absl::StatusOr<std::vector<JobView>> ListJobs(std::optional<JobState> state);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id);
+  // Every valid problem gets runnable configs (see BestAnswer).
   absl::StatusOr<BestAnswer> QueryBest(const BestQuery& query);
   // A config outside the template's space or breaking its constraints is
   // INVALID_ARGUMENT naming "config"; one that exceeds the device's limits is
@@ -104,6 +113,16 @@ class TuningService {
                         const std::function<bool()>& stop);
 
  private:
+  // Whether `config` of that template version runs on `problem` within
+  // `limits`.
+  bool Runnable(const std::string& template_name,
+                const std::string& template_hash, const Config& config,
+                const Problem& problem, const DeviceLimits& limits) const;
+  // QueryBest when the problem has no trial of its own.
+  absl::StatusOr<BestAnswer> Transfer(
+      const BestQuery& query,
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      BestAnswer answer);
   absl::Status ValidateSearch(const SearchRequest& request,
                               const KernelTemplate** t, DeviceInfo* device);
   // template_name, the problem and whether the template supports it.
