@@ -56,6 +56,9 @@ struct JobRecord {
   // empty for a job stored before options existed (the defaults).
   std::string strategy_options;
   uint64_t seed = 0;
+  // Started by the daemon (tune on miss), not by a user: runs only while no
+  // user's job is queued or running.
+  bool background = false;
   DeviceInfo device;
   JobState state = JobState::kQueued;
   std::string error;

@@ -94,8 +94,9 @@ absl::Status ResultStore::CreateJob(const JobRecord& job) {
       "INSERT OR IGNORE INTO jobs(id, template_name, template_hash, "
       "problem_key, max_trials, max_seconds, strategy, seed, device_id, "
       "state, error, trials_done, elapsed_seconds, created_at, finished_at, "
-      "strategy_options) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, 0, "
-      "?)");
+      "strategy_options, background) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "0, "
+      "0, ?, 0, ?, ?)");
   if (!ins.ok()) return ins.status();
   (*ins)
       ->Bind(1, job.job_id)
@@ -110,7 +111,8 @@ absl::Status ResultStore::CreateJob(const JobRecord& job) {
       .Bind(10, int64_t{static_cast<int>(job.state)})
       .Bind(11, job.error)
       .Bind(12, job.created_unix_s ? job.created_unix_s : NowUnixSeconds())
-      .Bind(13, job.strategy_options);
+      .Bind(13, job.strategy_options)
+      .Bind(14, int64_t{job.background});
   if (absl::Status s = (*ins)->Run(); !s.ok()) return s;
   if (db->Changes() == 0) {
     return absl::AlreadyExistsError(

@@ -101,6 +101,11 @@ ALTER TABLE trials ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE jobs ADD COLUMN strategy_options TEXT NOT NULL DEFAULT '';
 )sql",
+    // 5 -> 6: jobs the daemon started itself (tune on miss), which yield to
+    // jobs users submitted.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 

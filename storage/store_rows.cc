@@ -59,6 +59,7 @@ absl::StatusOr<JobRecord> ReadJob(Statement* s) {
   j.created_unix_s = s->Int(17);
   j.finished_unix_s = s->Int(18);
   j.strategy_options = s->Text(19);
+  j.background = s->Int(20) != 0;
   return j;
 }
 

@@ -26,7 +26,7 @@ inline constexpr char kJobSelect[] =
     "j.max_trials, j.max_seconds, j.strategy, j.seed, d.name, d.cc_major, "
     "d.cc_minor, d.driver_version, d.nvrtc_version, j.state, j.error, "
     "j.trials_done, j.elapsed_seconds, j.created_at, j.finished_at, "
-    "j.strategy_options "
+    "j.strategy_options, j.background "
     "FROM jobs j JOIN devices d ON d.id = j.device_id ";
 
 int64_t NowUnixSeconds();

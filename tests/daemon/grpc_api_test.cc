@@ -389,6 +389,45 @@ TEST_F(GrpcApiTest, EveryProblemGetsConfigsThatRunOnIt) {
   EXPECT_EQ(resp.results(0).trial().latency().median_us(), 10);
 }
 
+// Tune on miss: a query for a problem without results of its own starts one
+// background search for it however many queries ask; once it has run, the
+// problem is answered from its own results.
+TEST_F(GrpcApiTest, AMissStartsOneBackgroundSearch) {
+  Daemon d(db_, "", &evaluations_);
+  Problem p = *ProblemFromProto(SeedRequest().problem());
+  // Off by default (this daemon's --tune_on_miss).
+  EXPECT_EQ(Best(d, p, "naive").tuning_job_id(), "");
+  auto ask = [&] {
+    v1::QueryBestRequest q;
+    *q.mutable_problem() = ProblemToProto(p);
+    q.set_template_name("naive");
+    q.set_tune_on_miss(true);
+    grpc::ClientContext ctx;
+    v1::QueryBestResponse resp;
+    EXPECT_TRUE(d.stub()->QueryBest(&ctx, q, &resp).ok());
+    return resp;
+  };
+  v1::QueryBestResponse first = ask();
+  EXPECT_TRUE(first.defaults());
+  const std::string job_id = first.tuning_job_id();
+  ASSERT_FALSE(job_id.empty());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ask().tuning_job_id(), job_id);
+  std::vector<v1::JobUpdate> updates = WatchAll(d, job_id);
+  ASSERT_FALSE(updates.empty());
+  const v1::Job& job = updates.back().job();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(job.background());
+  EXPECT_EQ(job.template_name(), "naive");
+  EXPECT_EQ(d.store()->ListJobs(std::nullopt)->size(), 1u);
+  // Now the problem's own results, and nothing more to tune.
+  v1::QueryBestResponse later = ask();
+  EXPECT_FALSE(later.transferred());
+  EXPECT_FALSE(later.defaults());
+  EXPECT_EQ(later.tuning_job_id(), "");
+  ASSERT_GE(later.results_size(), 1);
+  EXPECT_TRUE(later.results(0).trial().has_latency());
+}
+
 TEST_F(GrpcApiTest, StrategyOptionsAreStoredWithTheJobAndUsed) {
   Daemon d(db_, "", &evaluations_);
   v1::SubmitSearchRequest req = SeedRequest(200);

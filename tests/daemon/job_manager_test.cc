@@ -91,6 +91,45 @@ TEST_F(JobManagerTest, CancelMidTrialWithdrawsItAndEndsTheJob) {
   EXPECT_TRUE(absl::IsFailedPrecondition(m.Cancel(id).status()));
 }
 
+// evotuned serves before it starts its job manager: a job submitted in
+// between runs once, not once more when Start queues the unfinished jobs.
+TEST_F(JobManagerTest, AJobSubmittedBeforeStartRunsOnce) {
+  FakeRunner runner(FakeRunner::FullyTimed);
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  const std::string id = m.Submit(NaiveJob(4))->job_id;
+  ASSERT_TRUE(m.Start().ok());
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  for (int i = 0; i < 5; ++i) {
+    m.WaitForChange(m.version(), absl::Milliseconds(50));
+  }
+  EXPECT_EQ(Events(id).size(), 4u);
+  EXPECT_EQ(runner.Ran().size(), 4u);
+}
+
+// A background job (tune on miss) waits while a user's job is queued or
+// running, and runs once none is.
+TEST_F(JobManagerTest, ABackgroundJobWaitsForUsersJobs) {
+  FakeRunner runner(FakeRunner::FullyTimed);
+  runner.HoldAfter(0);  // The user's job never gets an answer.
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  ASSERT_TRUE(m.Start().ok());
+  const std::string user = m.Submit(NaiveJob(4))->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return runner.Held() > 0; }));
+  JobRecord background = NaiveJob(4);
+  background.background = true;
+  const std::string bg = m.Submit(background)->job_id;
+  // Everything started belongs to the user's job; the background job waits.
+  for (int i = 0; i < 5; ++i)
+    m.WaitForChange(m.version(), absl::Milliseconds(50));
+  EXPECT_EQ(State(user), JobState::kRunning);
+  EXPECT_EQ(State(bg), JobState::kQueued);
+  runner.HoldAfter(1 << 30);
+  ASSERT_TRUE(m.Cancel(user).ok());
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(bg)); }));
+  EXPECT_EQ(State(bg), JobState::kSucceeded);
+  EXPECT_EQ(Events(bg).size(), 4u);
+}
+
 // What the worker pool reports for a trial that took its workers down or
 // passed its deadline is a result like any other: recorded, and the search
 // goes on.

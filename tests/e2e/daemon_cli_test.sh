@@ -25,7 +25,7 @@ for bin in "$evotuned" "$evotune" "$(dirname "$evotuned")/evotune-worker"; do
   grep -q -- "--token" "$work/help.txt" || fail "$bin --help lists no flags"
   ! grep -q "\.cc" "$work/help.txt" || fail "$bin --help names source files"
 done
-"$evotune" --help | grep -q "evotune \[flags\] best" ||
+"$evotune" --help | grep "evotune \[flags\] best" >/dev/null ||
   fail "evotune --help has no command list"
 
 start_daemon() {  # start_daemon LOGNAME DELAY_MS
@@ -55,7 +55,7 @@ grep -q "succeeded: 12 trials" "$work/watch1.out" || fail "watch summary: $(tail
 cli best --template_name=naive --k=3 >"$work/best.out"
 grep -q "exact match" "$work/best.out" || fail "best: $(cat "$work/best.out")"
 [ "$(grep -c '^[123] ' "$work/best.out")" = 3 ] || fail "best rows: $(cat "$work/best.out")"
-cli --json best --k=1 | grep -q '"median_us"' || fail "best --json"
+cli --json best --k=1 | grep '"median_us"' >/dev/null || fail "best --json"
 cli bench --template_name=naive --config=KV_TILE=64,WARPS=4 >"$work/bench.out" || true
 grep -q "^trial .*measured now" "$work/bench.out" || grep -q "^trial .*from the store" "$work/bench.out" ||
   fail "bench: $(cat "$work/bench.out")"
@@ -66,6 +66,13 @@ if "$evotune" --address="$address" jobs 2>"$work/err"; then fail "call without t
 grep -q "bearer token" "$work/err" || fail "auth error: $(cat "$work/err")"
 if cli cancel "$job" 2>"$work/err"; then fail "cancel of a finished job accepted"; fi
 grep -q "already succeeded" "$work/err" || fail "cancel error: $(cat "$work/err")"
+# Tune on miss: an untuned problem is answered at once and tuned behind.
+cli best --template_name=naive --seq_q=384 --tune_on_miss=yes >"$work/miss.out" ||
+  fail "best --tune_on_miss: $(cat "$work/miss.out")"
+grep -q "^tuning this problem in the background as job j" "$work/miss.out" ||
+  fail "best --tune_on_miss: $(cat "$work/miss.out")"
+if cli best --tune_on_miss=maybe 2>"$work/err"; then fail "--tune_on_miss=maybe accepted"; fi
+grep -q "^evotune: --tune_on_miss: yes or no" "$work/err" || fail "tune error: $(cat "$work/err")"
 # Strategy options: listed by --help, stored with the job, checked.
 "$evotune" --help >"$work/help.txt"
 grep -q "^      patience (1..1000, default 8)" "$work/help.txt" ||
@@ -74,7 +81,7 @@ cli submit --template_name=naive --seq_q=256 --max_trials=40 \
   --strategy_options=patience=1,population=4 --watch >"$work/submit3.out" ||
   fail "submit with options: $(tail -1 "$work/submit3.out")"
 job3=$(head -1 "$work/submit3.out")
-cli job "$job3" | grep -q "^strategy  evolutionary (seed 1, .*patience=1, population=4" ||
+cli job "$job3" | grep "^strategy  evolutionary (seed 1, .*patience=1, population=4" >/dev/null ||
   fail "job shows no options: $(cli job "$job3")"
 if cli submit --template_name=naive --strategy_options=patience=0 2>"$work/err"; then
   fail "an option out of range accepted"
@@ -122,7 +129,7 @@ printf '%s\n' "$stored" | awk '{print $2}' | sort >"$work/stored_before"
   fail "measured again after restart: $(comm -12 "$work/measured_after" "$work/stored_before")"
 [ "$(sql "SELECT COUNT(*) FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.key='$problem'")" = 25 ] ||
   fail "trials of the problem are not exactly 25"
-cli jobs --state=succeeded | grep -q "$job2" || fail "jobs --state"
+cli jobs --state=succeeded | grep "$job2" >/dev/null || fail "jobs --state"
 kill -TERM "$daemon_pid"
 wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
 daemon_pid=""

@@ -44,8 +44,8 @@ kill -0 "$daemon_pid" || fail "daemon died"
 grep -q "succeeded: 24 trials" "$work/search.out" || fail "search: $(tail -1 "$work/search.out")"
 grep -q "succeeded: 2 trials" "$work/faults.out" || fail "faults: $(tail -1 "$work/faults.out")"
 status() { sql "SELECT status || ' ' || error FROM trials WHERE config_key='FAULT=$1'"; }
-status 1 | grep -q "^6 .*brought down 2 workers" || fail "FAULT=1: $(status 1)"
-status 2 | grep -q "^5 " || fail "FAULT=2: $(status 2)"
+status 1 | grep "^6 .*brought down 2 workers" >/dev/null || fail "FAULT=1: $(status 1)"
+status 2 | grep "^5 " >/dev/null || fail "FAULT=2: $(status 2)"
 # The best config is an OK trial, validated against the reference on the GPU.
 cli best --template_name=flash_fwd >"$work/best.out" || fail "best"
 cat "$work/best.out"

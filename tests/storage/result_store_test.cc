@@ -128,6 +128,7 @@ PRAGMA user_version = 1;
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->strategy, "evolutionary");
   EXPECT_EQ(job->strategy_options, "");
+  EXPECT_FALSE(job->background);
   // The tuned-problem index was backfilled from the old trials.
   Problem other = Scope().problem;
   other.seq_q = 600;
@@ -253,6 +254,7 @@ TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
   job.max_seconds = 60;
   job.strategy = "random";
   job.strategy_options = "patience=3,population=16";
+  job.background = true;
   job.device = Scope().device;
   ASSERT_TRUE(store->CreateJob(job).ok());
   EXPECT_TRUE(absl::IsAlreadyExists(store->CreateJob(job)));
@@ -271,6 +273,7 @@ TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
   EXPECT_DOUBLE_EQ(got->elapsed_seconds, 2);
   EXPECT_EQ(got->problem, job.problem);
   EXPECT_EQ(got->strategy_options, "patience=3,population=16");
+  EXPECT_TRUE(got->background);
   EXPECT_DOUBLE_EQ((*store->JobBest("j1"))->result.median_us, 8);
   ASSERT_TRUE(store->SetJobState("j1", JobState::kSucceeded, "").ok());
   EXPECT_GT(store->GetJob("j1")->finished_unix_s, 0);

@@ -176,7 +176,14 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
                     absl::StrFormat("%.1f%%", 100 * l.cv()),
                     absl::StrCat(r.trial().trial_id())});
   }
-  return out + FormatTable(rows);
+  absl::StrAppend(&out, FormatTable(rows));
+  if (!best.tuning_job_id().empty()) {
+    absl::StrAppend(&out, "tuning this problem in the background as job ",
+                    best.tuning_job_id(), " (evotune watch ",
+                    best.tuning_job_id(),
+                    "); ask again for its own configs once it has results\n");
+  }
+  return out;
 }
 
 std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {

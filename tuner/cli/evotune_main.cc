@@ -56,6 +56,9 @@ ABSL_FLAG(uint64_t, seed, 1, "submit: seed of the search");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
 // Others.
 ABSL_FLAG(int, k, 5, "best: how many configs");
+ABSL_FLAG(std::string, tune_on_miss, "",
+          "best: yes or no: start a background search when the problem has "
+          "no results of its own (default: the daemon's --tune_on_miss)");
 ABSL_FLAG(std::string, config, "",
           "bench: the config to run, NAME=value,... (see `evotune templates`)");
 ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
@@ -340,6 +343,12 @@ int RunBest(Client& client, const Args&) {
   req.set_template_name(absl::GetFlag(FLAGS_template_name));
   req.set_device(absl::GetFlag(FLAGS_device));
   req.set_k(std::max(0, absl::GetFlag(FLAGS_k)));
+  if (const std::string tune = absl::GetFlag(FLAGS_tune_on_miss);
+      tune == "yes" || tune == "no") {
+    req.set_tune_on_miss(tune == "yes");
+  } else if (!tune.empty()) {
+    return Fail(absl::StrCat("--tune_on_miss: yes or no, got \"", tune, "\""));
+  }
   v1::QueryBestResponse resp;
   grpc::Status s =
       client.stub()->QueryBest(client.Context(true).get(), req, &resp);
@@ -454,7 +463,7 @@ constexpr Command kCommands[] = {
     {"job", "JOB", "", "show a job", RunJob},
     {"jobs", "", "[--state=running]", "list jobs", RunJobs},
     {"cancel", "JOB", "", "cancel a job", RunCancel},
-    {"best", "", "[--template_name=T] [problem] [--k=5]",
+    {"best", "", "[--template_name=T] [problem] [--k=5] [--tune_on_miss=yes]",
      "the fastest validated configs for a problem", RunBest},
     {"bench", "", "--template_name=T --config=NAME=v,... [problem]",
      "compile, check and time one config", RunBench},

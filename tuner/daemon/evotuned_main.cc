@@ -77,6 +77,11 @@ ABSL_FLAG(double, lease_timeout_s, 5,
           "another one");
 ABSL_FLAG(std::string, port_file, "",
           "write the port actually listened on to this file once serving");
+ABSL_FLAG(bool, tune_on_miss, false,
+          "QueryBest for a problem with no results of its own starts a "
+          "background search for it (a query may say otherwise)");
+ABSL_FLAG(int, tune_on_miss_trials, 40,
+          "trial budget of a tune-on-miss search");
 
 namespace evotune {
 namespace {
@@ -258,7 +263,11 @@ int Run() {
   WorkerPool* pool = trials->pool;
 
   JobManager jobs(store->get(), &templates, trials->runner.get());
-  TuningService service(store->get(), &templates, &jobs);
+  TuningService service(
+      store->get(), &templates, &jobs,
+      {absl::GetFlag(FLAGS_tune_on_miss),
+       std::clamp<int64_t>(absl::GetFlag(FLAGS_tune_on_miss_trials), 1,
+                           kMaxTrialsLimit)});
   GrpcTuner grpc_service(&service, token);
   std::unique_ptr<GrpcWorkerPool> worker_service;
   std::vector<grpc::Service*> services = {&grpc_service};

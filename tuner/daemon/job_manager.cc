@@ -40,6 +40,10 @@ absl::Status JobManager::Start() {
   {
     absl::MutexLock lock(&mu_);
     for (const JobRecord& job : pending) {
+      // One submitted since the server started serving is queued already.
+      if (std::find(queue_.begin(), queue_.end(), job.job_id) != queue_.end()) {
+        continue;
+      }
       LogInfo(absl::StrCat("resuming job ", job.job_id, " at trial ",
                            job.trials_done, " of ", job.max_trials));
       queue_.push_back(job.job_id);
@@ -192,19 +196,43 @@ std::optional<std::pair<std::string, DeviceInfo>> JobManager::TakeRunnable() {
     absl::MutexLock lock(&mu_);
     queued = queue_;
   }
+  // Users' jobs first; background ones only while no user's job is queued
+  // or running.
+  std::vector<std::pair<std::string, JobRecord>> background;
+  bool user_queued = false;
   for (const std::string& id : queued) {
     absl::StatusOr<JobRecord> job = store_->GetJob(id);
     if (!job.ok()) continue;
-    absl::StatusOr<DeviceInfo> device = runner_->FindDevice(job->device.name);
-    if (!device.ok() || !device->SameKey(job->device)) continue;
+    if (job->background) {
+      background.push_back({id, *std::move(job)});
+      continue;
+    }
+    user_queued = true;
+    if (auto taken = Take(id, *job, false)) return taken;
+  }
+  {
     absl::MutexLock lock(&mu_);
-    auto it = std::find(queue_.begin(), queue_.end(), id);
-    if (it == queue_.end()) continue;  // Taken or cancelled meanwhile.
-    queue_.erase(it);
-    running_[id] = false;
-    return std::make_pair(id, *device);
+    if (user_queued || running_.size() > running_background_.size()) {
+      return std::nullopt;
+    }
+  }
+  for (const auto& [id, job] : background) {
+    if (auto taken = Take(id, job, true)) return taken;
   }
   return std::nullopt;
+}
+
+std::optional<std::pair<std::string, DeviceInfo>> JobManager::Take(
+    const std::string& id, const JobRecord& job, bool background) {
+  absl::StatusOr<DeviceInfo> device = runner_->FindDevice(job.device.name);
+  if (!device.ok() || !device->SameKey(job.device)) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  auto it = std::find(queue_.begin(), queue_.end(), id);
+  if (it == queue_.end()) return std::nullopt;  // Taken or cancelled.
+  queue_.erase(it);
+  running_[id] = false;
+  if (background) running_background_.insert(id);
+  return std::make_pair(id, *device);
 }
 
 void JobManager::RunLoop() {
@@ -229,6 +257,7 @@ void JobManager::RunLoop() {
     RunJob(next->first, next->second);
     absl::MutexLock lock(&mu_);
     running_.erase(next->first);
+    running_background_.erase(next->first);
     ++version_;
     changed_.SignalAll();
   }

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -97,8 +98,13 @@ class JobManager {
  private:
   void RunLoop();
   // The first queued job whose device has a worker, taken off the queue, with
-  // that device; nullopt when none can run now.
+  // that device; nullopt when none can run now. A background job only while
+  // no user's job is queued or running.
   std::optional<std::pair<std::string, DeviceInfo>> TakeRunnable();
+  // Takes job `id` off the queue if its device has a worker.
+  std::optional<std::pair<std::string, DeviceInfo>> Take(const std::string& id,
+                                                         const JobRecord& job,
+                                                         bool background);
   // Runs one job to a final state, or until shutdown.
   void RunJob(const std::string& job_id, const DeviceInfo& device);
   // The job's trials through a TrialLoop.
@@ -122,6 +128,7 @@ class JobManager {
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   // Running jobs, and whether each was asked to cancel.
   std::map<std::string, bool> running_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> running_background_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::CondVar changed_;

@@ -37,6 +37,7 @@ v1::Job JobToProto(const JobView& view) {
   if (view.best) *out.mutable_best() = TrialToProto(*view.best);
   out.set_created_unix_s(j.created_unix_s);
   out.set_finished_unix_s(j.finished_unix_s);
+  out.set_background(j.background);
   // Stored by the daemon itself as FormatStrategyOptions writes them.
   if (absl::StatusOr<StrategyOptions> o =
           ParseStrategyOptions(j.strategy_options);
@@ -72,6 +73,7 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
   *out.mutable_device() = DeviceToProto(answer.device);
   out.set_transferred(answer.transferred);
   out.set_defaults(answer.defaults);
+  out.set_tuning_job_id(answer.tuning_job_id);
   *out.mutable_source_problem() = ProblemToProto(answer.source_problem);
   for (const RankedTrial& r : answer.results) {
     v1::RankedConfig* c = out.add_results();
@@ -117,6 +119,7 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
   out.problem = *problem;
   out.device = r.device();
   out.template_name = r.template_name();
+  if (r.has_tune_on_miss()) out.tune_on_miss = r.tune_on_miss();
   out.k = r.k() == 0 ? 1 : static_cast<int>(std::min<uint32_t>(r.k(), 1 << 20));
   return out;
 }

@@ -34,8 +34,11 @@ absl::Status ValidateJobId(const std::string& job_id) {
 
 TuningService::TuningService(ResultStore* store,
                              const TemplateRegistry* templates,
-                             JobManager* jobs)
-    : store_(store), templates_(templates), jobs_(jobs) {}
+                             JobManager* jobs, TuneOnMiss tune_on_miss)
+    : store_(store),
+      templates_(templates),
+      jobs_(jobs),
+      tune_on_miss_(tune_on_miss) {}
 
 absl::StatusOr<const KernelTemplate*> TuningService::ValidateTemplate(
     const std::string& template_name, const Problem& problem) {
@@ -122,6 +125,7 @@ absl::StatusOr<JobRecord> TuningService::SubmitSearch(
   job.strategy_options = FormatStrategyOptions(*CompleteStrategyOptions(
       *FindStrategy(job.strategy), request.strategy_options));
   job.seed = request.seed;
+  job.background = request.background;
   // A collision of 48 random bits is unlikely; try again if it happens.
   for (int attempt = 0;; ++attempt) {
     job.job_id = NewJobId();
@@ -201,9 +205,50 @@ absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
       store_->TopK(answer.device, query.problem, templates, query.k);
   if (!top.ok()) return top.status();
   answer.source_problem = query.problem;
-  if (top->empty()) return Transfer(query, templates, std::move(answer));
-  answer.results = *std::move(top);
-  return answer;
+  if (!top->empty()) {
+    answer.results = *std::move(top);
+    return answer;
+  }
+  absl::StatusOr<BestAnswer> transfer =
+      Transfer(query, templates, std::move(answer));
+  if (transfer.ok() && query.tune_on_miss.value_or(tune_on_miss_.enabled)) {
+    transfer->tuning_job_id = TuneOnMissJob(query, *transfer);
+  }
+  return transfer;
+}
+
+std::string TuningService::TuneOnMissJob(const BestQuery& query,
+                                         const BestAnswer& answer) {
+  SearchRequest search;
+  search.template_name = !query.template_name.empty() ? query.template_name
+                         : answer.results.empty()
+                             ? ""
+                             : answer.results.front().template_name;
+  search.problem = query.problem;
+  search.device = query.device;
+  search.max_trials = tune_on_miss_.max_trials;
+  search.max_seconds = 3600;
+  search.seed = 1;
+  search.background = true;
+  const std::string key =
+      absl::StrCat(answer.device.name, "\x1f", search.template_name, "\x1f",
+                   ProblemKey(query.problem));
+  absl::MutexLock lock(&tuning_mu_);
+  if (auto it = tuning_jobs_.find(key); it != tuning_jobs_.end()) {
+    return it->second;
+  }
+  // One started before a restart, or a search that cannot run here.
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(std::nullopt);
+  if (!jobs.ok()) return "";
+  for (const JobRecord& j : *jobs) {
+    if (j.background && j.template_name == search.template_name &&
+        j.problem == query.problem && j.device.SameKey(answer.device)) {
+      return tuning_jobs_[key] = j.job_id;
+    }
+  }
+  absl::StatusOr<JobRecord> job = SubmitSearch(search);
+  if (!job.ok()) return "";  // Not tunable here (no GPU, a replay, ...).
+  return tuning_jobs_[key] = job->job_id;
 }
 
 namespace {

@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/daemon/job_manager.h"
@@ -35,7 +37,8 @@ struct SearchRequest {
   std::string strategy;              // Empty means kDefaultStrategy.
   StrategyOptions strategy_options;  // Validated against the strategy.
   uint64_t seed = 0;
-  std::string device;  // Empty means the daemon's device.
+  std::string device;       // Empty means the daemon's device.
+  bool background = false;  // Started by the daemon (tune on miss).
 };
 
 struct JobView {
@@ -54,6 +57,18 @@ struct BestQuery {
   std::string device;         // Empty means the daemon's device.
   std::string template_name;  // Empty means every template.
   int k = 1;
+  // Start a background search when the problem has no results of its own;
+  // unset means the daemon's default (TuneOnMiss::enabled).
+  std::optional<bool> tune_on_miss;
+};
+
+// Tune on miss: a QueryBest whose problem has no results of its own starts
+// one background search per (device, template, problem), however many
+// queries ask: the template of the answer's first config (or the one asked
+// for), the evolutionary strategy, this budget.
+struct TuneOnMiss {
+  bool enabled = false;
+  int64_t max_trials = 40;
 };
 
 struct EvaluateRequest {
@@ -80,6 +95,8 @@ struct BestAnswer {
   bool defaults = false;
   Problem source_problem;
   std::vector<RankedTrial> results;
+  // The background search tuning the problem (tune on miss), if any.
+  std::string tuning_job_id;
 };
 
 // How many of a transfer source's fastest configs are checked against the
@@ -90,7 +107,7 @@ class TuningService {
  public:
   // All three must outlive the service.
   TuningService(ResultStore* store, const TemplateRegistry* templates,
-                JobManager* jobs);
+                JobManager* jobs, TuneOnMiss tune_on_miss = {});
 
   absl::StatusOr<JobRecord> SubmitSearch(const SearchRequest& request);
   absl::StatusOr<JobView> GetJob(const std::string& job_id);
@@ -118,6 +135,9 @@ class TuningService {
   bool Runnable(const std::string& template_name,
                 const std::string& template_hash, const Config& config,
                 const Problem& problem, const DeviceLimits& limits) const;
+  // The background search for the answer's problem, started unless one
+  // exists; empty when the problem cannot be tuned here.
+  std::string TuneOnMissJob(const BestQuery& query, const BestAnswer& answer);
   // QueryBest when the problem has no trial of its own.
   absl::StatusOr<BestAnswer> Transfer(
       const BestQuery& query,
@@ -135,6 +155,10 @@ class TuningService {
   ResultStore* const store_;
   const TemplateRegistry* const templates_;
   JobManager* const jobs_;
+  const TuneOnMiss tune_on_miss_;
+  absl::Mutex tuning_mu_;
+  // Background jobs by (device, template, problem) key.
+  std::map<std::string, std::string> tuning_jobs_ ABSL_GUARDED_BY(tuning_mu_);
 };
 
 }  // namespace evotune
