@@ -246,9 +246,10 @@ std::string TuningService::TuneOnMissJob(const BestQuery& query,
       return tuning_jobs_[key] = j.job_id;
     }
   }
+  // Not tunable here (no GPU, a replay without the problem, ...): remembered
+  // as such, so that further queries do not try again.
   absl::StatusOr<JobRecord> job = SubmitSearch(search);
-  if (!job.ok()) return "";  // Not tunable here (no GPU, a replay, ...).
-  return tuning_jobs_[key] = job->job_id;
+  return tuning_jobs_[key] = job.ok() ? job->job_id : "";
 }
 
 namespace {

@@ -157,7 +157,8 @@ class TuningService {
   JobManager* const jobs_;
   const TuneOnMiss tune_on_miss_;
   absl::Mutex tuning_mu_;
-  // Background jobs by (device, template, problem) key.
+  // Background jobs by (device, template, problem) key; empty for a problem
+  // that could not be tuned here.
   std::map<std::string, std::string> tuning_jobs_ ABSL_GUARDED_BY(tuning_mu_);
 };
 
