@@ -411,10 +411,18 @@ TEST_F(GrpcApiTest, AMissStartsOneBackgroundSearch) {
   EXPECT_TRUE(first.defaults());
   const std::string job_id = first.tuning_job_id();
   ASSERT_FALSE(job_id.empty());
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(ask().tuning_job_id(), job_id);
+  // The same job, or (once it has results) the problem's own answer.
+  for (int i = 0; i < 5; ++i) {
+    const v1::QueryBestResponse again = ask();
+    if (again.defaults() || again.transferred()) {
+      EXPECT_EQ(again.tuning_job_id(), job_id);
+    } else {
+      EXPECT_EQ(again.tuning_job_id(), "");
+    }
+  }
   std::vector<v1::JobUpdate> updates = WatchAll(d, job_id);
   ASSERT_FALSE(updates.empty());
-  const v1::Job& job = updates.back().job();
+  const v1::Job job = updates.back().job();
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_TRUE(job.background());
   EXPECT_EQ(job.template_name(), "naive");
@@ -438,7 +446,7 @@ TEST_F(GrpcApiTest, StrategyOptionsAreStoredWithTheJobAndUsed) {
   ASSERT_TRUE(d.stub()->SubmitSearch(&ctx, req, &submitted).ok());
   std::vector<v1::JobUpdate> updates = WatchAll(d, submitted.job_id());
   ASSERT_FALSE(updates.empty());
-  const v1::Job& job = updates.back().job();
+  const v1::Job job = updates.back().job();
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(job.strategy_options().at("patience"), 1);
   EXPECT_EQ(job.strategy_options().at("population"), 4);
