@@ -31,18 +31,18 @@ double ProblemDistance(const Problem& p, const Problem& q) {
 }  // namespace
 
 using store_rows::kJobSelect;
-using store_rows::kTrialColumns;
 using store_rows::ReadJob;
 using store_rows::ReadRows;
 using store_rows::ReadTrial;
 using store_rows::SelectTrial;
+using store_rows::TrialColumns;
 
 std::string TopKSql(int n_templates) {
   std::vector<std::string> marks(n_templates, "?");
   // The trials_best index yields rows in median_us order for the (device,
   // problem) prefix; the template filter is applied while scanning it.
   return absl::StrCat(
-      "SELECT template_id, ", kTrialColumns,
+      "SELECT template_id, ", TrialColumns(),
       " FROM trials INDEXED BY trials_best WHERE device_id = ? AND "
       "problem_id = ? AND status = 1 AND template_id IN (",
       absl::StrJoin(marks, ","), ") ORDER BY median_us LIMIT ?");
@@ -82,7 +82,7 @@ absl::StatusOr<std::vector<StoredTrial>> ResultStore::ListTrials(
     if (!s.ok()) return s;
   }
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
-      "SELECT ", kTrialColumns,
+      "SELECT ", TrialColumns(),
       " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
       "? ORDER BY id"));
   if (!sel.ok()) return sel.status();
@@ -257,11 +257,9 @@ absl::StatusOr<std::vector<JobEvent>> ResultStore::ListJobEvents(
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
   absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
-      "SELECT jt.seq, jt.cached, t.id, t.config_key, t.status, t.median_us, "
-      "t.min_us, t.p90_us, t.cv, t.error, t.created_at, t.samples FROM "
-      "job_trials jt "
-      "JOIN trials t ON t.id = jt.trial_id WHERE jt.job_id = ? AND jt.seq > ? "
-      "ORDER BY jt.seq LIMIT ?"));
+      "SELECT jt.seq, jt.cached, ", TrialColumns("t."),
+      " FROM job_trials jt JOIN trials t ON t.id = jt.trial_id WHERE "
+      "jt.job_id = ? AND jt.seq > ? ORDER BY jt.seq LIMIT ?"));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   (*sel)->Bind(1, job_id).Bind(2, after).Bind(3, int64_t{limit});
@@ -277,11 +275,9 @@ absl::StatusOr<std::optional<StoredTrial>> ResultStore::JobBest(
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
   absl::StatusOr<Statement*> sel = r->db()->Prepare(absl::StrCat(
-      "SELECT t.id, t.config_key, t.status, t.median_us, t.min_us, t.p90_us, "
-      "t.cv, t.error, t.created_at, t.samples FROM job_trials jt JOIN trials t "
-      "ON t.id = "
-      "jt.trial_id WHERE jt.job_id = ? AND t.status = 1 ORDER BY t.median_us "
-      "LIMIT 1"));
+      "SELECT ", TrialColumns("t."),
+      " FROM job_trials jt JOIN trials t ON t.id = jt.trial_id WHERE "
+      "jt.job_id = ? AND t.status = 1 ORDER BY t.median_us LIMIT 1"));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   (*sel)->Bind(1, job_id);

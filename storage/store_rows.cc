@@ -1,10 +1,20 @@
 #include "storage/store_rows.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace evotune::store_rows {
+
+std::string TrialColumns(absl::string_view alias) {
+  std::vector<std::string> columns;
+  for (const char* c : {"id", "config_key", "status", "median_us", "min_us",
+                        "p90_us", "cv", "error", "created_at", "samples"}) {
+    columns.push_back(absl::StrCat(alias, c));
+  }
+  return absl::StrJoin(columns, ", ");
+}
 
 int64_t NowUnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
@@ -67,7 +77,7 @@ absl::StatusOr<std::optional<StoredTrial>> SelectTrial(
     SqliteDb* db, int64_t device_id, int64_t template_id, int64_t problem_id,
     const std::string& config_key) {
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
-      "SELECT ", kTrialColumns,
+      "SELECT ", TrialColumns(),
       " FROM trials WHERE device_id = ? AND template_id = ? AND problem_id = "
       "? AND config_key = ?"));
   if (!sel.ok()) return sel.status();

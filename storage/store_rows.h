@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "storage/result_store.h"
 #include "storage/sqlite.h"
 
 namespace evotune::store_rows {
 
-// A trial's columns, in the order ReadTrial reads them.
-inline constexpr char kTrialColumns[] =
-    "id, config_key, status, median_us, min_us, p90_us, cv, error, created_at, "
-    "samples";
+// A trial's columns, in the order ReadTrial reads them, each prefixed with
+// `alias` (e.g. "t." in a join; empty for the trials table alone).
+std::string TrialColumns(absl::string_view alias = "");
 
 // Every job column (joined with its device), in the order ReadJob reads
 // them; a statement appends its WHERE and ORDER BY.
@@ -31,7 +31,7 @@ inline constexpr char kJobSelect[] =
 
 int64_t NowUnixSeconds();
 
-// Reads kTrialColumns starting at column `first`. DATA_LOSS for a status the
+// Reads TrialColumns() starting at column `first`. DATA_LOSS for a status the
 // store does not know.
 absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first = 0);
 
