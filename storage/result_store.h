@@ -87,6 +87,18 @@ struct RankedTrial {
   std::string template_name;
   std::string template_hash;
   StoredTrial trial;
+  // A cost model's prediction for another problem than the trial's; 0 when
+  // none was made.
+  double predicted_us = 0;
+};
+
+// An OK trial with the template and problem it measured.
+struct MeasuredTrial {
+  std::string template_name;
+  std::string template_hash;
+  Problem problem;
+  Config config;
+  double median_us = 0;
 };
 
 // The statement TopK runs for n templates (parameters: device id, problem id,
@@ -141,6 +153,13 @@ class ResultStore {
   absl::StatusOr<DeviceInfo> FindDevice(const std::string& name);
 
   absl::StatusOr<int64_t> CountTrials();
+  // The id of the newest trial (0 for none): grows with every insert.
+  absl::StatusOr<int64_t> LastTrialId();
+
+  // Every OK trial on the device, with its template and problem (what a cost
+  // model learns from), oldest first.
+  absl::StatusOr<std::vector<MeasuredTrial>> MeasuredTrials(
+      const DeviceInfo& device);
 
   // --- Jobs.
 

@@ -10,25 +10,6 @@
 #include "storage/store_rows.h"
 
 namespace evotune {
-namespace {
-
-// Squared distance in log2 of the sizes (batch, heads, kv_heads, seq_q,
-// seq_k, head_dim), plus 1 for another dtype and 1 for another causal flag.
-double ProblemDistance(const Problem& p, const Problem& q) {
-  double d = (p.dtype != q.dtype) + (p.causal != q.causal);
-  for (auto [a, b] : {std::pair{p.batch, q.batch},
-                      {p.heads, q.heads},
-                      {p.kv_heads, q.kv_heads},
-                      {p.seq_q, q.seq_q},
-                      {p.seq_k, q.seq_k},
-                      {p.head_dim, q.head_dim}}) {
-    const double x = std::log2(static_cast<double>(a) / b);
-    d += x * x;
-  }
-  return d;
-}
-
-}  // namespace
 
 using store_rows::kJobSelect;
 using store_rows::ReadJob;
@@ -222,6 +203,50 @@ absl::StatusOr<int64_t> ResultStore::CountTrials() {
   absl::StatusOr<bool> row = (*sel)->Step();
   if (!row.ok()) return row.status();
   return (*sel)->Int(0);
+}
+
+absl::StatusOr<int64_t> ResultStore::LastTrialId() {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Statement*> sel =
+      r->db()->Prepare("SELECT COALESCE(MAX(id), 0) FROM trials");
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  absl::StatusOr<bool> row = (*sel)->Step();
+  if (!row.ok()) return row.status();
+  return (*sel)->Int(0);
+}
+
+absl::StatusOr<std::vector<MeasuredTrial>> ResultStore::MeasuredTrials(
+    const DeviceInfo& device) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  absl::StatusOr<int64_t> device_id = DeviceId(r->db(), device, false);
+  if (absl::IsNotFound(device_id.status())) {
+    return std::vector<MeasuredTrial>{};
+  }
+  if (!device_id.ok()) return device_id.status();
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(
+      "SELECT t.name, t.source_hash, p.key, tr.config_key, tr.median_us FROM "
+      "trials tr JOIN templates t ON t.id = tr.template_id JOIN problems p ON "
+      "p.id = tr.problem_id WHERE tr.device_id = ? AND tr.status = 1 ORDER BY "
+      "tr.id");
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)->Bind(1, *device_id);
+  std::vector<MeasuredTrial> out;
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return out;
+    absl::StatusOr<Problem> problem = ParseProblemKey((*sel)->Text(2));
+    absl::StatusOr<Config> config = ParseConfigKey((*sel)->Text(3));
+    if (!problem.ok() || !config.ok()) {
+      return absl::DataLossError("trials: a malformed problem or config key");
+    }
+    out.push_back({(*sel)->Text(0), (*sel)->Text(1), *problem, *config,
+                   (*sel)->Double(4)});
+  }
 }
 
 absl::StatusOr<JobRecord> ResultStore::GetJob(const std::string& job_id) {

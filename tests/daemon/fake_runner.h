@@ -44,7 +44,7 @@ class FakeRunner : public TrialRunner {
   }
 
   explicit FakeRunner(Answer answer = AsAsked, int parallelism = 1)
-      : answer_(std::move(answer)), parallelism_(parallelism) {}
+      : parallelism_(parallelism), answer_(std::move(answer)) {}
 
   void set_answer(Answer answer) {
     absl::MutexLock lock(&mu_);

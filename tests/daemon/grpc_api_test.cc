@@ -49,8 +49,16 @@ class CountingEvaluator : public Evaluator {
 class Daemon {
  public:
   Daemon(const std::string& db, const std::string& token,
-         std::atomic<int>* evaluations, bool with_device = true) {
+         std::atomic<int>* evaluations, bool with_device = true,
+         bool cost_model = false) {
     store_ = *ResultStore::Open(db);
+    if (cost_model) {
+      CostModelsOptions options;
+      options.min_trials = 10;
+      options.model.rounds = 50;
+      models_ = std::make_unique<CostModels>(
+          store_.get(), &TemplateRegistry::Builtin(), options);
+    }
     if (with_device) {
       runner_ = std::make_unique<InProcessRunner>(
           std::make_unique<CountingEvaluator>(evaluations),
@@ -66,7 +74,8 @@ class Daemon {
     jobs_ = std::make_unique<JobManager>(
         store_.get(), &TemplateRegistry::Builtin(), runner_.get());
     service_ = std::make_unique<TuningService>(
-        store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
+        store_.get(), &TemplateRegistry::Builtin(), jobs_.get(), TuneOnMiss{},
+        models_.get());
     grpc_ = std::make_unique<GrpcTuner>(service_.get(), token);
     grpc::ServerBuilder builder;
     builder.RegisterService(grpc_.get());
@@ -81,9 +90,11 @@ class Daemon {
   v1::Tuner::Stub* stub() { return stub_.get(); }
   ResultStore* store() { return store_.get(); }
   JobManager* jobs() { return jobs_.get(); }
+  CostModels* models() { return models_.get(); }
 
  private:
   std::unique_ptr<ResultStore> store_;
+  std::unique_ptr<CostModels> models_;
   std::unique_ptr<TrialRunner> runner_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TuningService> service_;
@@ -311,11 +322,11 @@ Problem Decode(int64_t seq_k, int64_t head_dim) {
 
 // QueryBest on the daemon.
 v1::QueryBestResponse Best(Daemon& d, const Problem& p,
-                           const std::string& template_name = "") {
+                           const std::string& template_name = "", int k = 100) {
   v1::QueryBestRequest q;
   *q.mutable_problem() = ProblemToProto(p);
   q.set_template_name(template_name);
-  q.set_k(100);
+  q.set_k(k);
   grpc::ClientContext ctx;
   v1::QueryBestResponse resp;
   EXPECT_TRUE(d.stub()->QueryBest(&ctx, q, &resp).ok());
@@ -387,6 +398,56 @@ TEST_F(GrpcApiTest, EveryProblemGetsConfigsThatRunOnIt) {
   EXPECT_EQ(resp.source_problem().head_dim(), 128u);
   EXPECT_EQ(resp.results_size(), 2);
   EXPECT_EQ(resp.results(0).trial().latency().median_us(), 10);
+}
+
+// Once the device's cost model is trained, a problem never tuned is served
+// the configs of every tuned problem that run on it, fastest predicted
+// first; before that, the nearest tuned problem's.
+TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
+  Daemon d(db_, "", &evaluations_, true, /*cost_model=*/true);
+  const Problem asked = Decode(8192, 128);
+  const DeviceInfo device =
+      DeviceKeyFromProto(Best(d, asked, "decode_fwd").device());
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  const DeviceLimits limits = ServingLimits(*d.jobs()->Device(""));
+  // Measured on four other key lengths: more key splits are faster.
+  auto config = [](int64_t splits) {
+    return Config{{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
+                  {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
+  };
+  for (int64_t seq_k : {2048, 4096, 16384, 32768}) {
+    const TrialScope scope{device, t.name, t.hash, Decode(seq_k, 128)};
+    for (int64_t splits : {1, 2, 4, 8, 16, 32}) {
+      if (!CheckConfig(t, config(splits), scope.problem, limits).ok()) continue;
+      TrialResult r;
+      r.median_us = r.min_us = r.p90_us = seq_k / 64.0 / splits;
+      ASSERT_TRUE(d.store()->InsertTrial(scope, config(splits), r).ok());
+    }
+  }
+  // No model yet: the nearest tuned problem's fastest that run.
+  v1::QueryBestResponse before = Best(d, asked, "decode_fwd", 3);
+  EXPECT_TRUE(before.transferred());
+  EXPECT_FALSE(before.predicted());
+
+  ASSERT_TRUE(d.models()->Refresh().ok());
+  v1::QueryBestResponse after = Best(d, asked, "decode_fwd", 3);
+  EXPECT_TRUE(after.transferred());
+  EXPECT_TRUE(after.predicted());
+  ASSERT_EQ(after.results_size(), 3);
+  std::set<std::string> seen;
+  double last = 0;
+  for (const v1::RankedConfig& r : after.results()) {
+    const Config c = *ConfigFromProto(r.trial().config());
+    EXPECT_TRUE(CheckConfig(t, c, asked, limits).ok()) << ConfigKey(c);
+    EXPECT_TRUE(seen.insert(ConfigKey(c)).second) << "served twice";
+    EXPECT_GT(r.predicted_us(), last);
+    last = r.predicted_us();
+  }
+  EXPECT_EQ(ConfigFromProto(after.results(0).trial().config())->at("KV_SPLITS"),
+            32);
+  // The same question is answered again (from the cache) alike.
+  v1::QueryBestResponse again = Best(d, asked, "decode_fwd", 3);
+  EXPECT_EQ(Configs(again), Configs(after));
 }
 
 // Tune on miss: a query for a problem without results of its own starts one

@@ -138,6 +138,41 @@ std::string FormatJobsTable(const v1::ListJobsResponse& jobs) {
   return FormatTable(rows);
 }
 
+namespace {
+
+// The table of FormatBest: a PREDICTED column when the cost model ranked
+// the results; dashes for a default config, never measured.
+std::vector<std::vector<std::string>> BestRows(
+    const v1::QueryBestResponse& best) {
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "TEMPLATE", "CONFIG", "MEDIAN", "MIN", "P90", "CV", "TRIAL"}};
+  if (best.predicted()) rows[0].insert(rows[0].begin() + 3, "PREDICTED");
+  int rank = 1;
+  for (const v1::RankedConfig& r : best.results()) {
+    const v1::Latency& l = r.trial().latency();
+    std::vector<std::string> row = {absl::StrCat(rank++), r.template_name(),
+                                    FormatConfig(r.trial().config())};
+    if (best.predicted()) {
+      row.push_back(absl::StrFormat("%.2f us", r.predicted_us()));
+    }
+    if (!r.trial().has_latency()) {
+      row.insert(row.end(), {"-", "-", "-", "-", "-"});
+    } else {
+      row.insert(row.end(),
+                 {absl::StrFormat("%.2f us", l.median_us()),
+                  l.min_us() > 0 ? absl::StrFormat("%.2f us", l.min_us()) : "-",
+                  l.p90_us() > 0 ? absl::StrFormat("%.2f us", l.p90_us()) : "-",
+                  absl::StrFormat("%.1f%%", 100 * l.cv()),
+                  r.trial().trial_id() > 0 ? absl::StrCat(r.trial().trial_id())
+                                           : "-"});
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
+
 std::string FormatBest(const v1::QueryBestResponse& best) {
   std::string out =
       absl::StrCat("device   ", FormatDevice(best.device()), "\n");
@@ -150,6 +185,13 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
                     "nothing tuned on this GPU runs on this problem: the "
                     "templates' default configs, not measured (tune it: "
                     "evotune submit)\n");
+  } else if (best.predicted()) {
+    absl::StrAppend(
+        &out,
+        "no exact match: configs tuned for other problems, ranked by this "
+        "GPU's cost model (PREDICTED: on this problem; MEDIAN: measured on "
+        "the problem it was tuned for; the first from ",
+        FormatProblem(best.source_problem()), ")\n");
   } else if (best.transferred()) {
     absl::StrAppend(
         &out, "no exact match: transferred from the nearest tuned problem ",
@@ -157,26 +199,7 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
   } else {
     absl::StrAppend(&out, "exact match\n");
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"RANK", "TEMPLATE", "CONFIG", "MEDIAN", "MIN", "P90", "CV", "TRIAL"}};
-  int rank = 1;
-  for (const v1::RankedConfig& r : best.results()) {
-    const v1::Latency& l = r.trial().latency();
-    if (!r.trial().has_latency()) {  // A default config, never measured.
-      rows.push_back({absl::StrCat(rank++), r.template_name(),
-                      FormatConfig(r.trial().config()), "-", "-", "-", "-",
-                      "-"});
-      continue;
-    }
-    rows.push_back({absl::StrCat(rank++), r.template_name(),
-                    FormatConfig(r.trial().config()),
-                    absl::StrFormat("%.2f us", l.median_us()),
-                    absl::StrFormat("%.2f us", l.min_us()),
-                    absl::StrFormat("%.2f us", l.p90_us()),
-                    absl::StrFormat("%.1f%%", 100 * l.cv()),
-                    absl::StrCat(r.trial().trial_id())});
-  }
-  absl::StrAppend(&out, FormatTable(rows));
+  absl::StrAppend(&out, FormatTable(BestRows(best)));
   if (!best.tuning_job_id().empty()) {
     absl::StrAppend(&out, "tuning this problem in the background as job ",
                     best.tuning_job_id(), " (evotune watch ",

@@ -82,6 +82,12 @@ ABSL_FLAG(bool, tune_on_miss, false,
           "background search for it (a query may say otherwise)");
 ABSL_FLAG(int, tune_on_miss_trials, 40,
           "trial budget of a tune-on-miss search");
+ABSL_FLAG(bool, cost_model, true,
+          "rank the configs served for untuned problems with a cost model "
+          "trained on the device's trials (retrained in the background as "
+          "trials arrive); without it, the nearest tuned problem's");
+ABSL_FLAG(int, cost_model_min_trials, 50,
+          "OK trials a device needs before its cost model is trained");
 
 namespace evotune {
 namespace {
@@ -263,11 +269,20 @@ int Run() {
   WorkerPool* pool = trials->pool;
 
   JobManager jobs(store->get(), &templates, trials->runner.get());
+  std::unique_ptr<CostModels> models;
+  if (absl::GetFlag(FLAGS_cost_model)) {
+    CostModelsOptions options;
+    options.min_trials =
+        std::max(1, absl::GetFlag(FLAGS_cost_model_min_trials));
+    models = std::make_unique<CostModels>(store->get(), &templates, options);
+    models->Start();
+  }
   TuningService service(
       store->get(), &templates, &jobs,
       {absl::GetFlag(FLAGS_tune_on_miss),
        std::clamp<int64_t>(absl::GetFlag(FLAGS_tune_on_miss_trials), 1,
-                           kMaxTrialsLimit)});
+                           kMaxTrialsLimit)},
+      models.get());
   GrpcTuner grpc_service(&service, token);
   std::unique_ptr<GrpcWorkerPool> worker_service;
   std::vector<grpc::Service*> services = {&grpc_service};

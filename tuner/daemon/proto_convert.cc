@@ -72,6 +72,7 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
   v1::QueryBestResponse out;
   *out.mutable_device() = DeviceToProto(answer.device);
   out.set_transferred(answer.transferred);
+  out.set_predicted(answer.predicted);
   out.set_defaults(answer.defaults);
   out.set_tuning_job_id(answer.tuning_job_id);
   *out.mutable_source_problem() = ProblemToProto(answer.source_problem);
@@ -80,6 +81,7 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
     c->set_template_name(r.template_name);
     c->set_template_hash(r.template_hash);
     *c->mutable_trial() = TrialToProto(r.trial);
+    c->set_predicted_us(r.predicted_us);
     // A default config was never measured: no status, no latency.
     if (answer.defaults) {
       c->mutable_trial()->clear_status();

@@ -1,5 +1,6 @@
 #include "tuner/daemon/tuning_service.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/random/random.h"
@@ -34,11 +35,13 @@ absl::Status ValidateJobId(const std::string& job_id) {
 
 TuningService::TuningService(ResultStore* store,
                              const TemplateRegistry* templates,
-                             JobManager* jobs, TuneOnMiss tune_on_miss)
+                             JobManager* jobs, TuneOnMiss tune_on_miss,
+                             CostModels* models)
     : store_(store),
       templates_(templates),
       jobs_(jobs),
-      tune_on_miss_(tune_on_miss) {}
+      tune_on_miss_(tune_on_miss),
+      models_(models) {}
 
 absl::StatusOr<const KernelTemplate*> TuningService::ValidateTemplate(
     const std::string& template_name, const Problem& problem) {
@@ -252,20 +255,6 @@ std::string TuningService::TuneOnMissJob(const BestQuery& query,
   return tuning_jobs_[key] = job.ok() ? job->job_id : "";
 }
 
-namespace {
-
-// What configs are checked against before they are served: the device's
-// limits when they are known (this daemon's device), else none beyond the
-// templates' own (a device known only from the store has no limits kept).
-DeviceLimits ServingLimits(const DeviceInfo& device) {
-  if (device.limits.compute_capability != 0) return device.limits;
-  DeviceLimits any;
-  any.smem_per_block_bytes = int64_t{1} << 40;
-  return any;
-}
-
-}  // namespace
-
 bool TuningService::Runnable(const std::string& template_name,
                              const std::string& template_hash,
                              const Config& config, const Problem& problem,
@@ -280,6 +269,9 @@ absl::StatusOr<BestAnswer> TuningService::Transfer(
     const BestQuery& query,
     const std::vector<std::pair<std::string, std::string>>& templates,
     BestAnswer answer) {
+  absl::StatusOr<bool> predicted = Predict(query, templates, &answer);
+  if (!predicted.ok()) return predicted.status();
+  if (*predicted) return answer;
   const DeviceLimits limits = ServingLimits(answer.device);
   const size_t k = static_cast<size_t>(query.k);
   for (bool same_class : {true, false}) {
@@ -314,6 +306,53 @@ absl::StatusOr<BestAnswer> TuningService::Transfer(
     }
   }
   return answer;
+}
+
+absl::StatusOr<bool> TuningService::Predict(
+    const BestQuery& query,
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    BestAnswer* answer) {
+  std::shared_ptr<const ModelSnapshot> snapshot =
+      models_ == nullptr ? nullptr : models_->Get(answer->device);
+  if (snapshot == nullptr) return false;
+  std::vector<std::string> names;
+  for (const auto& [name, hash] : templates) names.push_back(name);
+  const std::string key =
+      absl::StrCat(snapshot->version, "/", ProblemKey(query.problem), "/",
+                   query.k, "/", absl::StrJoin(names, ","));
+  {
+    absl::MutexLock lock(&predicted_mu_);
+    if (auto it = predicted_.find(key); it != predicted_.end()) {
+      answer->results = it->second.results;
+      answer->source_problem = it->second.source_problem;
+      answer->transferred = answer->predicted = !answer->results.empty();
+      return answer->predicted;
+    }
+  }
+  std::vector<TransferCandidate> pool;
+  for (const TransferCandidate& c : snapshot->pool) {
+    if (std::find(names.begin(), names.end(), c.t->name) != names.end()) {
+      pool.push_back(c);
+    }
+  }
+  absl::StatusOr<std::vector<RankedTransfer>> ranked =
+      RankTransfers(*snapshot->model, pool, query.problem, query.k);
+  if (!ranked.ok()) return ranked.status();
+  for (const RankedTransfer& r : *ranked) {
+    StoredTrial trial;
+    trial.config = r.candidate.config;
+    trial.result.status = TrialStatus::kOk;
+    trial.result.median_us = r.candidate.median_us;
+    answer->results.push_back(
+        {r.candidate.t->name, r.candidate.t->hash, trial, r.predicted_us});
+  }
+  if (!ranked->empty())
+    answer->source_problem = ranked->front().candidate.problem;
+  answer->transferred = answer->predicted = !ranked->empty();
+  absl::MutexLock lock(&predicted_mu_);
+  if (predicted_.size() >= kMaxPredictedAnswers) predicted_.clear();
+  predicted_[key] = *answer;
+  return answer->predicted;
 }
 
 absl::StatusOr<EvaluateAnswer> TuningService::EvaluateConfig(

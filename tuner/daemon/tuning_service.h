@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
+#include "tuner/daemon/cost_models.h"
 #include "tuner/daemon/job_manager.h"
 #include "tuner/search/strategy_registry.h"
 
@@ -86,12 +87,15 @@ struct EvaluateAnswer {
   double tflops = 0;  // Set when the trial is OK.
 };
 
-// The answer to QueryBest: the problem's own fastest configs; else those of
-// the nearest tuned problem that run on it (transferred); else, when nothing
-// tuned on the device runs on it, the templates' defaults (not measured).
+// The answer to QueryBest: the problem's own fastest configs; else configs
+// tuned for other problems that run on it (transferred): ranked by the
+// device's cost model when it has one (predicted), else those of the
+// nearest tuned problem; else, when nothing tuned on the device runs on
+// it, the templates' defaults (not measured).
 struct BestAnswer {
   DeviceInfo device;
   bool transferred = false;
+  bool predicted = false;
   bool defaults = false;
   Problem source_problem;
   std::vector<RankedTrial> results;
@@ -102,12 +106,16 @@ struct BestAnswer {
 // How many of a transfer source's fastest configs are checked against the
 // asked problem (some may not run on it).
 inline constexpr int kTransferPool = 50;
+// Predicted answers kept (see TuningService::Predict).
+inline constexpr size_t kMaxPredictedAnswers = 4096;
 
 class TuningService {
  public:
-  // All three must outlive the service.
+  // All must outlive the service; `models` may be null (no cost model:
+  // transfers come from the nearest tuned problem).
   TuningService(ResultStore* store, const TemplateRegistry* templates,
-                JobManager* jobs, TuneOnMiss tune_on_miss = {});
+                JobManager* jobs, TuneOnMiss tune_on_miss = {},
+                CostModels* models = nullptr);
 
   absl::StatusOr<JobRecord> SubmitSearch(const SearchRequest& request);
   absl::StatusOr<JobView> GetJob(const std::string& job_id);
@@ -143,6 +151,13 @@ class TuningService {
       const BestQuery& query,
       const std::vector<std::pair<std::string, std::string>>& templates,
       BestAnswer answer);
+  // Fills answer->results from the device's cost model; false when it has
+  // none or nothing in its pool runs on the problem. Answers are cached per
+  // model version.
+  absl::StatusOr<bool> Predict(
+      const BestQuery& query,
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      BestAnswer* answer);
   absl::Status ValidateSearch(const SearchRequest& request,
                               const KernelTemplate** t, DeviceInfo* device);
   // template_name, the problem and whether the template supports it.
@@ -156,6 +171,11 @@ class TuningService {
   const TemplateRegistry* const templates_;
   JobManager* const jobs_;
   const TuneOnMiss tune_on_miss_;
+  CostModels* const models_;
+  absl::Mutex predicted_mu_;
+  // Predicted answers (results and source problem) by model version and
+  // query; cleared when it grows past kMaxPredictedAnswers.
+  std::map<std::string, BestAnswer> predicted_ ABSL_GUARDED_BY(predicted_mu_);
   absl::Mutex tuning_mu_;
   // Background jobs by (device, template, problem) key; empty for a problem
   // that could not be tuned here.

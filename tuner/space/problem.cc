@@ -1,6 +1,8 @@
 #include "tuner/space/problem.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -133,6 +135,20 @@ double ProblemFlops(const Problem& p) {
     }
   }
   return 4.0 * static_cast<double>(p.batch * p.heads * p.head_dim) * pairs;
+}
+
+double ProblemDistance(const Problem& p, const Problem& q) {
+  double d = (p.dtype != q.dtype) + (p.causal != q.causal);
+  for (auto [a, b] : {std::pair{p.batch, q.batch},
+                      {p.heads, q.heads},
+                      {p.kv_heads, q.kv_heads},
+                      {p.seq_q, q.seq_q},
+                      {p.seq_k, q.seq_k},
+                      {p.head_dim, q.head_dim}}) {
+    const double x = std::log2(static_cast<double>(a) / b);
+    d += x * x;
+  }
+  return d;
 }
 
 }  // namespace evotune

@@ -59,6 +59,11 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 // causal problems only the unmasked part.
 double ProblemFlops(const Problem& problem);
 
+// How far apart two problems are for transferring configs: the squared
+// distance in log2 of the sizes (batch, heads, kv_heads, seq_q, seq_k,
+// head_dim), plus 1 for another dtype and 1 for another causal flag.
+double ProblemDistance(const Problem& p, const Problem& q);
+
 }  // namespace evotune
 
 #endif  // EVOTUNE_TUNER_SPACE_PROBLEM_H_

@@ -1,0 +1,35 @@
+// The cost model on the recorded H100 landscapes, each problem left out in
+// turn: a loose bound (bench/transfer_loo prints the real figures).
+#include "tuner/model/leave_one_out.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
+  absl::StatusOr<RecordedLandscape> flash =
+      LoadRecordedLandscape(EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv",
+                            TemplateRegistry::Builtin(), H100Limits());
+  ASSERT_TRUE(flash.ok()) << flash.status();
+  absl::StatusOr<std::vector<LeftOut>> rows =
+      LeaveOneProblemOut({*flash}, H100Limits());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 8u);
+  std::vector<double> ratios;
+  for (const LeftOut& r : *rows) {
+    // Never a config that failed there (d64 configs exceed the registers at
+    // d128: configs measured at the problem's head_dim come first).
+    ASSERT_TRUE(std::isfinite(r.model_us)) << r.problem;
+    ratios.push_back(r.model_us / r.optimum_us);
+    EXPECT_LE(ratios.back(), 1.6) << r.problem;
+  }
+  std::sort(ratios.begin(), ratios.end());
+  EXPECT_LE(ratios[ratios.size() / 2], 1.10);
+}
+
+}  // namespace
+}  // namespace evotune

@@ -1,0 +1,75 @@
+// CostModel: predicts a config's median latency on a problem from the trials
+// measured on one device, with gradient-boosted trees (XGBoost, through its C
+// API) over FeatureMap's features, fitted to log(median_us).
+//
+// It serves two uses: ranking the configs tuned for other problems on a
+// problem never tuned (transfer), and screening a search's candidates so
+// that the ones predicted fastest are measured first. Thread-safe; immutable
+// after Train.
+#ifndef EVOTUNE_TUNER_MODEL_COST_MODEL_H_
+#define EVOTUNE_TUNER_MODEL_COST_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "tuner/model/features.h"
+
+namespace evotune {
+
+// One config of a template on a problem; median_us is the measured latency
+// (training) and is ignored for prediction.
+struct CostSample {
+  const KernelTemplate* t = nullptr;
+  Config config;
+  Problem problem;
+  double median_us = 0;
+};
+
+struct CostModelOptions {
+  int rounds = 500;
+  int max_depth = 6;
+  double learning_rate = 0.05;
+  int threads = 2;
+  uint64_t seed = 1;
+};
+
+class CostModel {
+ public:
+  // Fits the samples (all with median_us > 0, each config passing
+  // CheckConfig for its problem on `limits`). INVALID_ARGUMENT without
+  // samples; INTERNAL with XGBoost's message if it fails.
+  static absl::StatusOr<std::unique_ptr<CostModel>> Train(
+      std::shared_ptr<const FeatureMap> features,
+      const std::vector<CostSample>& samples, const DeviceLimits& limits,
+      const CostModelOptions& options = {});
+
+  ~CostModel();
+  CostModel(const CostModel&) = delete;
+  CostModel& operator=(const CostModel&) = delete;
+
+  // Predicted median latency (µs) of each sample, on the device trained for.
+  absl::StatusOr<std::vector<double>> PredictUs(
+      const std::vector<CostSample>& samples) const;
+
+  int64_t trained_samples() const { return trained_samples_; }
+  const DeviceLimits& limits() const { return limits_; }
+
+ private:
+  CostModel(std::shared_ptr<const FeatureMap> features, DeviceLimits limits,
+            void* booster, int64_t trained_samples);
+
+  const std::shared_ptr<const FeatureMap> features_;
+  const DeviceLimits limits_;
+  // XGBoost's prediction buffer belongs to the booster: one call at a time.
+  mutable absl::Mutex mu_;
+  void* const booster_ ABSL_GUARDED_BY(mu_);
+  const int64_t trained_samples_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_MODEL_COST_MODEL_H_

@@ -1,0 +1,46 @@
+// FeatureMap: the numbers a cost model sees for one config of a template on
+// one problem and device. Every template's rows share one layout, so that one
+// model learns from all of them:
+//
+//   - the template (its index in the registry, a category to the trees);
+//   - the problem: batch, heads, GQA group, query and key lengths (log2),
+//     head_dim, causal, dtype, its flops and the bytes it must read (log2);
+//   - every parameter of every template, by name (missing, NaN, where the
+//     template lacks it);
+//   - the launch the template's geometry gives: blocks, threads, shared
+//     memory, blocks per multiprocessor, waves over the multiprocessors and
+//     how full the last wave is, work per block, persistence, cluster size
+//     and split-KV scratch.
+#ifndef EVOTUNE_TUNER_MODEL_FEATURES_H_
+#define EVOTUNE_TUNER_MODEL_FEATURES_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+
+class FeatureMap {
+ public:
+  explicit FeatureMap(const TemplateRegistry& templates);
+
+  int size() const { return static_cast<int>(names_.size()); }
+  const std::vector<std::string>& names() const { return names_; }
+
+  // Appends size() values. `config` must pass CheckConfig for `problem`;
+  // unknown device figures (0 multiprocessors) give NaN where they matter.
+  void Append(const KernelTemplate& t, const Config& config,
+              const Problem& problem, const DeviceLimits& limits,
+              std::vector<float>* out) const;
+
+ private:
+  std::map<std::string, int> template_index_;
+  std::vector<std::string> params_;  // Every template's, sorted, unique.
+  std::vector<std::string> names_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_MODEL_FEATURES_H_

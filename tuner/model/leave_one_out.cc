@@ -1,0 +1,162 @@
+#include "tuner/model/leave_one_out.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "tuner/evaluator/replay_evaluator.h"
+#include "tuner/model/transfer.h"
+
+namespace evotune {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr size_t kPoolPerProblem = 50;
+
+// Recorded results of one problem: template name -> config key -> result.
+using Truth = std::map<std::string, std::map<std::string, TrialResult>>;
+
+Truth TruthOf(const std::vector<RecordedLandscape>& landscapes,
+              const std::string& problem) {
+  Truth truth;
+  for (const RecordedLandscape& l : landscapes) {
+    auto it = l.problems.find(problem);
+    if (it == l.problems.end()) continue;
+    for (const auto& [config, result] : it->second) {
+      truth[l.t->name][ConfigKey(config)] = result;
+    }
+  }
+  return truth;
+}
+
+double Recorded(const Truth& truth, const KernelTemplate& t,
+                const Config& config) {
+  auto by_template = truth.find(t.name);
+  if (by_template == truth.end()) return kInf;
+  auto r = by_template->second.find(ConfigKey(config));
+  if (r == by_template->second.end() || r->second.status != TrialStatus::kOk) {
+    return kInf;
+  }
+  return r->second.median_us;
+}
+
+bool Runs(const CostSample& s, const Problem& p, const DeviceLimits& limits) {
+  return CheckSupports(*s.t, p).ok() &&
+         CheckConfig(*s.t, s.config, p, limits).ok();
+}
+
+// The nearest-problem rule on `samples` for `problem`.
+double Nearest(const std::vector<CostSample>& samples, const Problem& problem,
+               const Truth& truth, const DeviceLimits& limits) {
+  for (bool same_class : {true, false}) {
+    const CostSample* nearest = nullptr;
+    for (const CostSample& s : samples) {
+      const bool in_class = s.problem.head_dim == problem.head_dim &&
+                            s.problem.dtype == problem.dtype &&
+                            s.problem.causal == problem.causal;
+      if ((same_class && !in_class) || !Runs(s, problem, limits)) continue;
+      if (nearest == nullptr ||
+          ProblemDistance(s.problem, problem) <
+              ProblemDistance(nearest->problem, problem) ||
+          (s.problem == nearest->problem && s.median_us < nearest->median_us)) {
+        nearest = &s;
+      }
+    }
+    if (nearest != nullptr)
+      return Recorded(truth, *nearest->t, nearest->config);
+  }
+  return kInf;
+}
+
+}  // namespace
+
+DeviceLimits H100Limits() {
+  DeviceLimits h100;
+  h100.smem_per_block_bytes = 227 * 1024;
+  h100.max_threads_per_block = 1024;
+  h100.compute_capability = 90;
+  h100.multiprocessors = 132;
+  return h100;
+}
+
+absl::StatusOr<RecordedLandscape> LoadRecordedLandscape(
+    const std::string& path, const TemplateRegistry& templates,
+    const DeviceLimits& limits) {
+  absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
+      ReplayEvaluator::Load(path);
+  if (!replay.ok()) return replay.status();
+  RecordedLandscape out;
+  out.t = templates.Find((*replay)->template_name());
+  if (out.t == nullptr) {
+    return absl::InvalidArgumentError(path + ": no template named " +
+                                      (*replay)->template_name());
+  }
+  for (const auto& [key, results] : (*replay)->landscape()) {
+    const Problem p = *ParseProblemKey(key);
+    for (const Config& c : FeasibleConfigs(*out.t, p, limits)) {
+      absl::StatusOr<TrialResult> r = (*replay)->Evaluate(*out.t, c, p);
+      if (r.ok()) out.problems[key].push_back({c, *r});
+    }
+  }
+  return out;
+}
+
+std::vector<CostSample> RecordedSamples(
+    const std::vector<RecordedLandscape>& landscapes, const std::string& skip) {
+  std::vector<CostSample> samples;
+  for (const RecordedLandscape& l : landscapes) {
+    for (const auto& [key, results] : l.problems) {
+      if (key == skip) continue;
+      const Problem p = *ParseProblemKey(key);
+      for (const auto& [config, r] : results) {
+        if (r.status == TrialStatus::kOk && r.median_us > 0) {
+          samples.push_back({l.t, config, p, r.median_us});
+        }
+      }
+    }
+  }
+  return samples;
+}
+
+absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
+    const std::vector<RecordedLandscape>& landscapes,
+    const DeviceLimits& limits, const CostModelOptions& options) {
+  std::set<std::string> problems;
+  for (const RecordedLandscape& l : landscapes) {
+    for (const auto& [key, results] : l.problems) problems.insert(key);
+  }
+  auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
+  std::vector<LeftOut> out;
+  for (const std::string& key : problems) {
+    const Problem problem = *ParseProblemKey(key);
+    const Truth truth = TruthOf(landscapes, key);
+    std::vector<CostSample> serving;  // Of the templates recorded for it.
+    std::vector<CostSample> all = RecordedSamples(landscapes, key);
+    for (const CostSample& s : all) {
+      if (truth.count(s.t->name) > 0) serving.push_back(s);
+    }
+    if (serving.empty()) continue;
+    absl::StatusOr<std::unique_ptr<CostModel>> model =
+        CostModel::Train(features, all, limits, options);
+    if (!model.ok()) return model.status();
+    absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
+        **model, TransferPool(serving, kPoolPerProblem), problem, 1);
+    if (!ranked.ok()) return ranked.status();
+    LeftOut row{key, kInf, kInf, Nearest(serving, problem, truth, limits)};
+    for (const auto& [name, results] : truth) {
+      for (const auto& [config, r] : results) {
+        if (r.status == TrialStatus::kOk) {
+          row.optimum_us = std::min(row.optimum_us, r.median_us);
+        }
+      }
+    }
+    if (!ranked->empty()) {
+      const CostSample& served = ranked->front().candidate;
+      row.model_us = Recorded(truth, *served.t, served.config);
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace evotune

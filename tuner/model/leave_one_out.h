@@ -1,0 +1,59 @@
+// Leave-one-problem-out on recorded landscapes: how well configs transferred
+// from other problems serve a problem never tuned, measured against that
+// problem's recorded optimum, for the cost model and for the nearest-problem
+// rule it replaces. The evidence behind the cost model (bench/transfer_loo,
+// tests/model/leave_one_out_test.cc).
+#ifndef EVOTUNE_TUNER_MODEL_LEAVE_ONE_OUT_H_
+#define EVOTUNE_TUNER_MODEL_LEAVE_ONE_OUT_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/model/cost_model.h"
+
+namespace evotune {
+
+// The limits of the H100 SXM the recordings in tests/data were made on.
+DeviceLimits H100Limits();
+
+// One template's recorded results: every config feasible on `limits` of
+// every recorded problem (by problem key), with its result.
+struct RecordedLandscape {
+  const KernelTemplate* t = nullptr;
+  std::map<std::string, std::vector<std::pair<Config, TrialResult>>> problems;
+};
+
+// Reads a CSV as bench/record_landscapes.sh writes it (see ReplayEvaluator).
+absl::StatusOr<RecordedLandscape> LoadRecordedLandscape(
+    const std::string& path, const TemplateRegistry& templates,
+    const DeviceLimits& limits);
+
+// The OK results of every landscape as training samples, leaving out the
+// problem `skip` (a problem key; empty leaves out none).
+std::vector<CostSample> RecordedSamples(
+    const std::vector<RecordedLandscape>& landscapes, const std::string& skip);
+
+// One problem left out: its recorded optimum and the recorded latency of the
+// config each rule serves (infinity when that config failed there).
+struct LeftOut {
+  std::string problem;
+  double optimum_us = 0;
+  double model_us = 0;
+  double nearest_us = 0;
+};
+
+// Every recorded problem left out in turn, served from the other problems'
+// results of the templates recorded for it: a model trained on all the
+// other problems ranks their TransferPool; the nearest-problem rule serves
+// the fastest runnable config of the nearest other problem (same head_dim,
+// dtype and causal first). A problem no other problem can serve is skipped.
+absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
+    const std::vector<RecordedLandscape>& landscapes,
+    const DeviceLimits& limits, const CostModelOptions& options = {});
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_MODEL_LEAVE_ONE_OUT_H_

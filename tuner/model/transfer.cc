@@ -1,0 +1,88 @@
+#include "tuner/model/transfer.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace evotune {
+
+std::vector<TransferCandidate> TransferPool(
+    const std::vector<CostSample>& samples, size_t per_problem) {
+  std::map<std::pair<std::string, std::string>, std::vector<const CostSample*>>
+      groups;
+  for (const CostSample& s : samples) {
+    groups[{s.t->name, ProblemKey(s.problem)}].push_back(&s);
+  }
+  std::vector<TransferCandidate> pool;
+  for (auto& [key, group] : groups) {
+    std::sort(group.begin(), group.end(),
+              [](const CostSample* a, const CostSample* b) {
+                return a->median_us < b->median_us;
+              });
+    if (group.size() > per_problem) group.resize(per_problem);
+    for (const CostSample* s : group) pool.push_back(*s);
+  }
+  return pool;
+}
+
+namespace {
+
+// How closely `source` compiled the kernel `problem` needs: 2 for the same
+// head_dim and dtype, 1 for the same head_dim. A config that ran at one
+// head_dim may exceed the registers at another.
+int Kinship(const Problem& source, const Problem& problem) {
+  if (source.head_dim != problem.head_dim) return 0;
+  return source.dtype == problem.dtype ? 2 : 1;
+}
+
+// The pool's distinct configs that run on `problem`, each with its source
+// problem, of the closest kinship that has any.
+std::vector<TransferCandidate> Runnable(
+    const std::vector<TransferCandidate>& pool, const Problem& problem,
+    const DeviceLimits& limits) {
+  for (int kinship : {2, 1, 0}) {
+    std::vector<TransferCandidate> runnable;
+    std::set<std::string> seen;
+    for (const TransferCandidate& c : pool) {
+      if (Kinship(c.problem, problem) < kinship ||
+          !CheckSupports(*c.t, problem).ok() ||
+          !CheckConfig(*c.t, c.config, problem, limits).ok() ||
+          !seen.insert(absl::StrCat(c.t->name, "/", ConfigKey(c.config)))
+               .second) {
+        continue;
+      }
+      runnable.push_back(c);
+    }
+    if (!runnable.empty()) return runnable;
+  }
+  return {};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
+    const CostModel& model, const std::vector<TransferCandidate>& pool,
+    const Problem& problem, size_t k) {
+  const std::vector<TransferCandidate> runnable =
+      Runnable(pool, problem, model.limits());
+  std::vector<CostSample> asked = runnable;  // The same configs on `problem`.
+  for (CostSample& s : asked) s.problem = problem;
+  absl::StatusOr<std::vector<double>> us = model.PredictUs(asked);
+  if (!us.ok()) return us.status();
+  std::vector<RankedTransfer> ranked;
+  for (size_t i = 0; i < runnable.size(); ++i) {
+    ranked.push_back({runnable[i], (*us)[i]});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const RankedTransfer& a, const RankedTransfer& b) {
+                     return a.predicted_us < b.predicted_us;
+                   });
+  if (ranked.size() > k) ranked.resize(k);
+  return ranked;
+}
+
+}  // namespace evotune

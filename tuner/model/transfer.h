@@ -1,0 +1,39 @@
+// Transfer: serving a problem that was never tuned with configs tuned for
+// other problems, ranked by a cost model's prediction for the asked problem.
+#ifndef EVOTUNE_TUNER_MODEL_TRANSFER_H_
+#define EVOTUNE_TUNER_MODEL_TRANSFER_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/model/cost_model.h"
+
+namespace evotune {
+
+// A measured config of a tuned problem (`sample.problem`): a candidate for
+// serving another problem.
+using TransferCandidate = CostSample;
+
+struct RankedTransfer {
+  TransferCandidate candidate;
+  double predicted_us = 0;  // On the asked problem.
+};
+
+// The `per_problem` fastest samples of each (template, problem), the pool
+// transfers are chosen from.
+std::vector<TransferCandidate> TransferPool(
+    const std::vector<CostSample>& samples, size_t per_problem);
+
+// The pool's distinct configs that run on `problem` (CheckSupports and
+// CheckConfig on the model's device), fastest predicted first, at most k.
+// Configs measured at the problem's head_dim and dtype come alone when
+// there are any, else those of its head_dim: register use, which no check
+// foresees, changes with them.
+absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
+    const CostModel& model, const std::vector<TransferCandidate>& pool,
+    const Problem& problem, size_t k);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_MODEL_TRANSFER_H_
