@@ -109,7 +109,7 @@ absl::StatusOr<std::shared_ptr<const ModelSnapshot>> CostModels::Train(
   auto snapshot = std::make_shared<ModelSnapshot>();
   snapshot->device = device;
   snapshot->model = *std::move(model);
-  snapshot->pool = TransferPool(samples, kModelPoolPerProblem);
+  snapshot->pool = TransferPool(samples, kTransferPoolPerProblem);
   absl::MutexLock lock(&mu_);
   snapshot->version = ++versions_;
   return snapshot;

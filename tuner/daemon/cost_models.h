@@ -48,10 +48,6 @@ struct ModelSnapshot {
 // has no limits kept).
 DeviceLimits ServingLimits(const DeviceInfo& device);
 
-// How many of each tuned problem's fastest configs (per template) the
-// transfer pool holds.
-inline constexpr size_t kModelPoolPerProblem = 50;
-
 class CostModels {
  public:
   // `store` and `templates` must outlive this.

@@ -11,7 +11,6 @@ namespace evotune {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr size_t kPoolPerProblem = 50;
 
 // Recorded results of one problem: template name -> config key -> result.
 using Truth = std::map<std::string, std::map<std::string, TrialResult>>;
@@ -140,7 +139,7 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
         CostModel::Train(features, all, limits, options);
     if (!model.ok()) return model.status();
     absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
-        **model, TransferPool(serving, kPoolPerProblem), problem, 1);
+        **model, TransferPool(serving, kTransferPoolPerProblem), problem, 1);
     if (!ranked.ok()) return ranked.status();
     LeftOut row{key, kInf, kInf, Nearest(serving, problem, truth, limits)};
     for (const auto& [name, results] : truth) {

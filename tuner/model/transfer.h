@@ -20,6 +20,11 @@ struct RankedTransfer {
   double predicted_us = 0;  // On the asked problem.
 };
 
+// How many of each tuned problem's fastest configs (per template) the pool
+// transfers are chosen from holds: the daemon's and the leave-one-out
+// measurement's alike.
+inline constexpr size_t kTransferPoolPerProblem = 50;
+
 // The `per_problem` fastest samples of each (template, problem), the pool
 // transfers are chosen from.
 std::vector<TransferCandidate> TransferPool(
