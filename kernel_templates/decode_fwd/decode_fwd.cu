@@ -16,13 +16,16 @@
 //     STAGES-deep ring of shared buffers filled with 16-byte cp.async (L2
 //     evict-first: K and V are read once), so the main loop has no
 //     block-wide barrier; every warp keeps an online
-//     softmax and an fp32 output for all ROWS rows;
+//     softmax and an fp32 output for all ROWS rows, rescaling the output
+//     only when a row's max rises by more than 2^8 (the probabilities are
+//     taken against a reference that may trail the max by that much);
 //   - S = Q K^T and O += P V on mma.sync m16n8k16 (sm_80 and newer), K and V
 //     read with ldmatrix from tiles swizzled by 16-byte chunk XOR row mod 8;
 //   - at the end the warps merge through shared memory, and with KV_SPLITS >
 //     1 each block stores its merged rows (fp32, unnormalised, with their max
 //     and sum) to the workspace; the last block of a (batch, kv_head, row
-//     block) to finish merges the splits and writes O.
+//     block) to finish merges the splits and writes O, issuing its loads
+//     together (the merge is on the launch's critical path).
 //
 // Tunables (compile-time macros):
 //   ROWS       packed query rows per block (16, 32, 64): at least
@@ -38,7 +41,8 @@
 // Grid: (ceil(seq_q * group / ROWS) * KV_SPLITS, kv_heads, batch); block:
 // 32 * WARPS threads; dynamic shared memory: the larger of the Q tile plus
 // the warps' rings, (ROWS + WARPS * STAGES * 2 * TILE_N) * HEAD_DIM * 2 B,
-// and the merge area WARPS * ROWS * (HEAD_DIM + 2) * 4 B, plus 16 B. With
+// the merge area WARPS * ROWS * (HEAD_DIM + 2) * 4 B and, with KV_SPLITS >
+// 8, the splits' (max, sum) ROWS * KV_SPLITS * 8 B; plus 16 B. With
 // KV_SPLITS > 1 the workspace holds batch * kv_heads * row_blocks *
 // KV_SPLITS * ROWS * (HEAD_DIM + 2) floats and one counter per (batch,
 // kv_head, row block).
@@ -236,6 +240,67 @@ struct RowMerge {
   }
 };
 
+// How far (exp2 domain) a row's tile max may rise above the reference its
+// probabilities are taken against before the reference is raised: they stay
+// at most 2^8, far from 16-bit or fp32 limits.
+constexpr float kRescaleSlack = 8.f;
+
+// One step of the online softmax, rescaling lazily: as SoftmaxTile, but
+// row_max is a reference raised only when some row of the warp sees a score
+// more than kRescaleSlack above its own (always on its first keys), so the
+// output accumulator is rarely rescaled once the first tiles have set the
+// references. Exact: O and the row sum share each row's reference.
+template <int kNTiles>
+__device__ __forceinline__ void SoftmaxTileLazy(
+    float (&s)[kMTiles][kNTiles][4], float (&o)[kMTiles][kDTiles][4],
+    float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2],
+    float scale_log2) {
+  float tile_max[kMTiles][2];
+  bool raise = false;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = RowMax(s[mt], half);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      tile_max[mt][half] = mx * scale_log2;
+      raise |= tile_max[mt][half] > row_max[mt][half] + kRescaleSlack;
+    }
+  }
+  if (__any_sync(0xffffffffu, raise)) {
+    float correction[kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float new_max = fmaxf(row_max[mt][half], tile_max[mt][half]);
+        correction[mt][half] =
+            Exp2(row_max[mt][half] - (new_max == NegInf() ? 0.f : new_max));
+        row_max[mt][half] = new_max;
+        row_sum[mt][half] *= correction[mt][half];
+      }
+    }
+    RescaleRows(o, correction);
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float ref = row_max[mt][half] == NegInf() ? 0.f : row_max[mt][half];
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float& x = s[mt][nt][2 * half + i];
+          x = Exp2(fmaf(x, scale_log2, -ref));
+        }
+      }
+      row_sum[mt][half] += RowSum(s[mt], half);
+    }
+  }
+}
+
 // One warp's pass over its key tiles: acc, row_max and row_sum as in
 // flash_common's SoftmaxTile.
 __device__ __forceinline__ void StreamKeys(
@@ -333,7 +398,7 @@ __device__ __forceinline__ void StreamKeys(
       }
     }
 
-    SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
+    SoftmaxTileLazy(s_acc, o_acc, row_max, row_sum, p.scale_log2);
     PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_lane, f.v_chunk);
   }
   CpAsyncWait<0>();
@@ -366,33 +431,142 @@ struct Workspace {
   }
 };
 
-// The last split of a row block to finish merges all of them into O.
-__device__ __forceinline__ void MergeSplits(const AttentionParams& p,
-                                            const DecodePlan& w,
-                                            const Workspace& ws,
-                                            int rows_here) {
-  evt_elem* o = static_cast<evt_elem*>(p.o);
+// Splits whose partial rows a merging thread loads at once.
+constexpr int kMergeBatch = 8;
+// Shared bytes of the (max, sum) of every row and split, for MergeMany.
+constexpr int kMergeMlBytes = kSplits > kMergeBatch ? kRows * kSplits * 8 : 0;
+
+// Stores eight normalised columns of packed row `row` of the block into O.
+__device__ __forceinline__ void StoreRow(const AttentionParams& p,
+                                         const DecodePlan& w, int row, int col,
+                                         uint4 packed) {
+  const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
+                                 p.o_head_stride, p.o_row_stride);
+  *reinterpret_cast<uint4*>(static_cast<evt_elem*>(p.o) + at + col) = packed;
+}
+
+// The merge of up to kMergeBatch splits: every load of a thread's eight
+// columns, every split's (max, sum) and columns, issued at once (one L2
+// round trip), combined by flash_common's CombineSplits.
+__device__ __forceinline__ void MergeFew(const AttentionParams& p,
+                                         const DecodePlan& w,
+                                         const Workspace& ws, int rows_here) {
   for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
     const int row = idx / kChunks;
     const int col = (idx % kChunks) * 8;
-    RowMerge merge;
-#pragma unroll 4
+    float m[kSplits], l[kSplits];
+    float4 lo[kSplits], hi[kSplits];
+#pragma unroll
     for (int s = 0; s < kSplits; ++s) {
       const float2 ml =
           __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(s, row)));
-      const float4* part =
-          reinterpret_cast<const float4*>(ws.Out(s, row) + col);
-      merge.Add(ml.x, ml.y, __ldcg(part), __ldcg(part + 1));
+      m[s] = ml.x;
+      l[s] = ml.y;
+      const float4* src = reinterpret_cast<const float4*>(ws.Out(s, row) + col);
+      lo[s] = __ldcg(src);
+      hi[s] = __ldcg(src + 1);
     }
-    const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
-                                   p.o_head_stride, p.o_row_stride);
-    *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();
+    StoreRow(p, w, row, col, CombineSplits(m, l, lo, hi));
   }
 }
 
+// The merge of many splits: first the (max, sum) of every row and split into
+// shared `ml` (loads issued at once), then each thread's eight columns of a
+// row, kMergeBatch splits' loads at a time, weighted by exp2(m_s - max).
+__device__ __forceinline__ void MergeMany(const AttentionParams& p,
+                                          const DecodePlan& w,
+                                          const Workspace& ws, int rows_here,
+                                          float2* ml) {
+  constexpr int kEntries = kRows * kSplits;
+#pragma unroll
+  for (int j = 0; j < (kEntries + kThreads - 1) / kThreads; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int row = i / kSplits;
+    if (i < kEntries && row < rows_here) {
+      ml[i] = __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(i % kSplits, row)));
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
+    const int row = idx / kChunks;
+    const int col = (idx % kChunks) * 8;
+    const float2* row_ml = ml + row * kSplits;
+    float mx = NegInf();
+    for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, row_ml[s].x);
+    const float ref = mx == NegInf() ? 0.f : mx;
+    float total = 0.f;
+    float acc[8] = {};
+    for (int s0 = 0; s0 < kSplits; s0 += kMergeBatch) {
+      float4 part[kMergeBatch][2];
+#pragma unroll
+      for (int b = 0; b < kMergeBatch; ++b) {
+        const float4* src =
+            reinterpret_cast<const float4*>(ws.Out(s0 + b, row) + col);
+        part[b][0] = __ldcg(src);
+        part[b][1] = __ldcg(src + 1);
+      }
+#pragma unroll
+      for (int b = 0; b < kMergeBatch; ++b) {
+        const float x = Exp2(row_ml[s0 + b].x - ref);  // 0: saw no key.
+        total += x * row_ml[s0 + b].y;
+        const float y[8] = {part[b][0].x, part[b][0].y, part[b][0].z,
+                            part[b][0].w, part[b][1].x, part[b][1].y,
+                            part[b][1].z, part[b][1].w};
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[c] += x * y[c];
+      }
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    StoreRow(p, w, row, col,
+             make_uint4(Pack(acc[0] * inv, acc[1] * inv),
+                        Pack(acc[2] * inv, acc[3] * inv),
+                        Pack(acc[4] * inv, acc[5] * inv),
+                        Pack(acc[6] * inv, acc[7] * inv)));
+  }
+}
+
+// The last split of a row block to finish merges all of them into O. It runs
+// after every other block of the row block, on the launch's critical path,
+// so its loads are issued together: one L2 round trip for a few splits, one
+// per kMergeBatch splits for many (not one per split). `scratch`: shared,
+// kMergeMlBytes.
+__device__ __forceinline__ void MergeSplits(const AttentionParams& p,
+                                            const DecodePlan& w,
+                                            const Workspace& ws, int rows_here,
+                                            void* scratch) {
+  if constexpr (kSplits <= kMergeBatch) {
+    MergeFew(p, w, ws, rows_here);
+  } else {
+    MergeMany(p, w, ws, rows_here, static_cast<float2*>(scratch));
+  }
+}
+
+// Dynamic shared memory (as the spec's geometry): the Q tile and rings, or
+// the warps' merge area, or the splits' (max, sum); then the last-split flag.
+constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
+constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
+constexpr int kFlagOffset =
+    kRingBytes > kMergeBytes
+        ? (kRingBytes > kMergeMlBytes ? kRingBytes : kMergeMlBytes)
+        : (kMergeBytes > kMergeMlBytes ? kMergeBytes : kMergeMlBytes);
+constexpr int kSmemBytes = kFlagOffset + 16;
+
+// Where shared memory holds one block of this config per SM (1 KB of it is
+// reserved per block), ptxas is told so: left to itself it may trade a spill
+// for registers no second block could use. Elsewhere it chooses (0: no
+// hint).
+#if __CUDA_ARCH__ >= 900
+constexpr int kSmemPerSm = 228 * 1024;
+#elif __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870
+constexpr int kSmemPerSm = 164 * 1024;
+#else
+constexpr int kSmemPerSm = 100 * 1024;
+#endif
+constexpr int kMinBlocks = kSmemPerSm / (kSmemBytes + 1024) <= 1 ? 1 : 0;
+
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_fwd(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   evt_elem* q_tile = reinterpret_cast<evt_elem*>(smem);
@@ -450,10 +624,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     // Publish, then count this split in; the last one merges.
     __threadfence();
     __syncthreads();
-    constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
-    constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
-    int* last = reinterpret_cast<int*>(
-        smem + (kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes));
+    int* last = reinterpret_cast<int*>(smem + kFlagOffset);
     if (threadIdx.x == 0) {
       int* counter =
           p.counters +
@@ -465,6 +636,6 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!*last) return;
     __threadfence();
-    MergeSplits(p, w, ws, rows_here);
+    MergeSplits(p, w, ws, rows_here, smem);  // Over the rings: done with.
   }
 }

@@ -82,7 +82,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
     const int64_t rings =
         (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
     const int64_t merge = warps * rows * (p.head_dim + 2) * 4;
-    g.smem_bytes = std::max(rings, merge) + 16;  // + the last-split flag.
+    const int64_t split_ml = splits > 8 ? rows * splits * 8 : 0;
+    g.smem_bytes = std::max({rings, merge, split_ml}) + 16;  // + the flag.
     if (splits > 1) {
       const int64_t blocks = p.batch * p.kv_heads * row_blocks;
       g.workspace_floats = blocks * splits * rows * (p.head_dim + 2);

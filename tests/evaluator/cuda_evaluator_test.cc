@@ -378,6 +378,11 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
       {"decode_fwd",
        *ParseConfigKey(
            "KV_SPLITS=4,Q_IN_REGS=1,ROWS=32,STAGES=3,TILE_N=32,WARPS=2")},
+      // More splits than one merge batch: the (max, sum) of every split go
+      // through shared memory first.
+      {"decode_fwd",
+       *ParseConfigKey(
+           "KV_SPLITS=16,Q_IN_REGS=0,ROWS=16,STAGES=2,TILE_N=16,WARPS=4")},
   };
   for (const auto& [name, c] : cases) {
     const KernelTemplate& t = *registry.Find(name);
