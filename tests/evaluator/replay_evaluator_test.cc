@@ -40,26 +40,28 @@ TEST(ReplayEvaluatorTest, AnswersFromTheRecording) {
   }
 }
 
-// The exhaustive decode_fwd recording of decode-long covers today's space
-// for that problem on the H100 it was made on: every config feasible there
-// was measured.
+// The exhaustive decode_fwd recording of the suite's decode problems covers
+// today's space for each of them on the H100 it was made on: every config
+// feasible there was measured.
 TEST(ReplayEvaluatorTest, TheDecodeRecordingCoversItsSpace) {
   auto replay = ReplayEvaluator::Load(EVOTUNE_TEST_DATA
                                       "/decode_fwd_landscapes_h100.csv");
   ASSERT_TRUE(replay.ok()) << replay.status();
   const ReplayEvaluator& r = **replay;
   EXPECT_EQ(r.template_name(), "decode_fwd");
-  ASSERT_EQ(r.landscape().size(), 1u);
+  // decode-gqa, decode-long, decode-d64 and spec-decode.
+  ASSERT_EQ(r.landscape().size(), 4u);
+  EXPECT_EQ(r.RecordedProblems().size(), 4u);
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
-  const auto& [key, results] = *r.landscape().begin();
-  const Problem p = *ParseProblemKey(key);
-  EXPECT_EQ(p.seq_k, 32768);
-  EXPECT_EQ(r.RecordedProblems(), std::vector<std::string>{key});
   const DeviceLimits h100{232448, 1024, 90};
-  const std::vector<Config> feasible = FeasibleConfigs(t, p, h100);
-  EXPECT_EQ(feasible.size(), results.size());
-  for (const Config& c : feasible) {
-    EXPECT_TRUE(r.Covers(t, c, p)) << ConfigKey(c);
+  for (const auto& [key, results] : r.landscape()) {
+    const Problem p = *ParseProblemKey(key);
+    EXPECT_LE(p.seq_q, 8) << key;
+    const std::vector<Config> feasible = FeasibleConfigs(t, p, h100);
+    EXPECT_EQ(feasible.size(), results.size()) << key;
+    for (const Config& c : feasible) {
+      EXPECT_TRUE(r.Covers(t, c, p)) << key << " " << ConfigKey(c);
+    }
   }
 }
 
