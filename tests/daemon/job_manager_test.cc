@@ -74,6 +74,34 @@ TEST_F(JobManagerTest, ASubmittedJobRunsItsBudgetAndSucceeds) {
   EXPECT_EQ(store_->GetJob(id)->trials_done, 8);
 }
 
+// Searches get the device's cost model once it has one: predictions from
+// the model trained on the store's trials, and nothing before.
+TEST_F(JobManagerTest, SearchesGetTheDevicesCostModel) {
+  FakeRunner runner(FakeRunner::FullyTimed);
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  const JobRecord job = NaiveJob(1000);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  const std::vector<Config> configs =
+      m.SearchableConfigs(t, job.problem, job.device);
+  EXPECT_FALSE(m.Predictor(t, job.device, job.problem)) << "no models";
+  CostModelsOptions options;
+  options.min_trials = 4;
+  options.model.rounds = 20;
+  CostModels models(store_.get(), &TemplateRegistry::Builtin(), options);
+  m.UseCostModels(&models);
+  EXPECT_FALSE(m.Predictor(t, job.device, job.problem)) << "no model yet";
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(job)->job_id;  // Every config, measured.
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  ASSERT_TRUE(models.Refresh().ok());
+  LatencyPredictor predict = m.Predictor(t, job.device, job.problem);
+  ASSERT_TRUE(predict);
+  std::vector<CostSample> samples;
+  for (const Config& c : configs) samples.push_back({&t, c, job.problem, 0});
+  EXPECT_EQ(predict(configs),
+            *models.Get(job.device)->model->PredictUs(samples));
+}
+
 TEST_F(JobManagerTest, CancelMidTrialWithdrawsItAndEndsTheJob) {
   FakeRunner runner(FakeRunner::FullyTimed);
   runner.HoldAfter(0);

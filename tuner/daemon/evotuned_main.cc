@@ -276,6 +276,7 @@ int Run() {
         std::max(1, absl::GetFlag(FLAGS_cost_model_min_trials));
     models = std::make_unique<CostModels>(store->get(), &templates, options);
     models->Start();
+    jobs.UseCostModels(models.get());
   }
   TuningService service(
       store->get(), &templates, &jobs,

@@ -315,6 +315,22 @@ std::vector<Config> JobManager::SearchableConfigs(
   return configs;
 }
 
+LatencyPredictor JobManager::Predictor(const KernelTemplate& t,
+                                       const DeviceInfo& device,
+                                       const Problem& problem) {
+  std::shared_ptr<const ModelSnapshot> snapshot =
+      models_ != nullptr ? models_->Get(device) : nullptr;
+  if (snapshot == nullptr) return {};
+  return [snapshot, &t, problem](const std::vector<Config>& configs) {
+    std::vector<CostSample> samples;
+    for (const Config& c : configs) samples.push_back({&t, c, problem, 0});
+    absl::StatusOr<std::vector<double>> us =
+        snapshot->model->PredictUs(samples);
+    // Unpredictable: all alike, so the screen keeps the first drawn.
+    return us.ok() ? *std::move(us) : std::vector<double>(configs.size(), 0);
+  };
+}
+
 absl::Status JobManager::RunTrials(const JobRecord& job,
                                    const DeviceInfo& device, bool& cancelled) {
   const KernelTemplate* t = templates_->Find(job.template_name);
@@ -330,7 +346,8 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
   absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
       job.strategy,
       SearchInputs{t->space, SearchableConfigs(*t, job.problem, device),
-                   SeedConfigs(*t, device, job.problem)},
+                   SeedConfigs(*t, device, job.problem),
+                   Predictor(*t, device, job.problem)},
       job.seed, *options);
   if (!strategy.ok()) return strategy.status();
   TrialLoop::Hooks hooks;

@@ -32,7 +32,9 @@
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/common/clock.h"
+#include "tuner/daemon/cost_models.h"
 #include "tuner/daemon/trial_runner.h"
+#include "tuner/search/search_strategy.h"
 
 namespace evotune {
 
@@ -46,6 +48,11 @@ class JobManager {
   JobManager(ResultStore* store, const TemplateRegistry* templates,
              TrialRunner* runner, Clock* clock = Clock::Real());
   ~JobManager();
+
+  // Searches then get the device's cost model, when it has one, for the
+  // strategies that screen with it. `models` must outlive the manager; call
+  // before Start().
+  void UseCostModels(CostModels* models) { models_ = models; }
 
   // Queues the unfinished jobs of the store (oldest first) and starts the
   // job threads.
@@ -61,6 +68,10 @@ class JobManager {
   std::vector<Config> SearchableConfigs(const KernelTemplate& t,
                                         const Problem& problem,
                                         const DeviceInfo& device) const;
+  // The predictor a search of `t` on `problem` gets: the device's cost
+  // model's (`t` must outlive it), or empty while it has none.
+  LatencyPredictor Predictor(const KernelTemplate& t, const DeviceInfo& device,
+                             const Problem& problem);
   // What a replaying runner has recordings of (TrialRunner).
   std::vector<std::string> RecordedProblems() const {
     return runner_->RecordedProblems();
@@ -123,6 +134,7 @@ class JobManager {
   const TemplateRegistry* const templates_;
   TrialRunner* const runner_;
   Clock* const clock_;
+  CostModels* models_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);

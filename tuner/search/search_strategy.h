@@ -8,6 +8,7 @@
 #define EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -33,14 +34,21 @@ class SearchStrategy {
   virtual bool Done() const = 0;
 };
 
+// A cost model's predicted latency (us, lower is faster) of each config on
+// the searched problem, in order; deterministic.
+using LatencyPredictor =
+    std::function<std::vector<double>(const std::vector<Config>&)>;
+
 // What a strategy searches: the space, its configs that pass every
 // constraint on the target device (a strategy never proposes another one),
-// and configs worth trying first (the best of similar problems, the
-// template's defaults), best first.
+// configs worth trying first (the best of similar problems, the template's
+// defaults), best first, and a cost model's predictor when the device has
+// one (empty otherwise; a strategy may ignore it).
 struct SearchInputs {
   ParamSpace space;
   std::vector<Config> feasible;
   std::vector<Config> seeds;
+  LatencyPredictor predict_us;
 };
 
 }  // namespace evotune

@@ -9,6 +9,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kChildAttempts = 32;
 constexpr int kRepairSteps = 12;
+constexpr size_t kMinMeasuredForConcordance = 8;
 
 }  // namespace
 
@@ -145,6 +146,62 @@ std::optional<Config> EvolutionaryStrategy::NeighbourOfBest() {
   return candidates[Below(candidates.size())];
 }
 
+std::optional<Config> EvolutionaryStrategy::Candidate(bool breeding) {
+  std::optional<Config> next;
+  if (breeding && Unit() < options_.local_prob) next = NeighbourOfBest();
+  if (!next && breeding) next = Child();
+  if (!next) next = RandomUnseen();
+  return next;
+}
+
+bool EvolutionaryStrategy::ModelOrdersMeasurements() {
+  const size_t n = ranked_.size();
+  if (!model_trusted_ || n < kMinMeasuredForConcordance ||
+      n == concordance_checked_at_) {
+    return model_trusted_;
+  }
+  concordance_checked_at_ = n;
+  std::vector<Config> measured;
+  for (const auto& [fitness, config] : ranked_) measured.push_back(config);
+  const std::vector<double> predicted = inputs_.predict_us(measured);
+  if (predicted.size() != n) return model_trusted_ = false;
+  // ranked_ is sorted by measurement (failures last): a pair is ordered
+  // alike when the faster measured is predicted faster. Only pairs with one
+  // of the faster half count: screening is for finding the fastest.
+  size_t alike = 0, pairs = 0;
+  for (size_t i = 0; i < (n + 1) / 2; ++i) {
+    for (size_t j = i + 1; j < n; ++j) {
+      if (ranked_[i].first == ranked_[j].first) continue;
+      ++pairs;
+      alike += predicted[i] < predicted[j];
+    }
+  }
+  model_trusted_ = pairs == 0 || alike >= options_.min_concordance * pairs;
+  return model_trusted_;
+}
+
+std::optional<Config> EvolutionaryStrategy::Screened(bool breeding) {
+  if (options_.prescreen <= 1 || !inputs_.predict_us ||
+      !ModelOrdersMeasurements()) {
+    return Candidate(breeding);
+  }
+  std::vector<Config> drawn;
+  std::set<std::string> keys;
+  for (int i = 0; i < options_.prescreen; ++i) {
+    std::optional<Config> c = Candidate(breeding);
+    if (!c) break;
+    if (keys.insert(ConfigKey(*c)).second) drawn.push_back(*std::move(c));
+  }
+  if (drawn.size() < 2) {
+    return drawn.empty() ? std::nullopt : std::optional<Config>(drawn[0]);
+  }
+  const std::vector<double> predicted = inputs_.predict_us(drawn);
+  if (predicted.size() != drawn.size()) return drawn[0];
+  const size_t best =
+      std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
+  return drawn[best];
+}
+
 std::vector<Config> EvolutionaryStrategy::Propose(int n) {
   std::vector<Config> out;
   while (static_cast<int>(out.size()) < n) {
@@ -157,11 +214,7 @@ std::vector<Config> EvolutionaryStrategy::Propose(int n) {
     const bool breeding =
         ranked_.size() >= 2 && ranked_[1].first < kInf &&
         seen_.size() >= static_cast<size_t>(options_.population);
-    if (!next && breeding && Unit() < options_.local_prob) {
-      next = NeighbourOfBest();
-    }
-    if (!next && breeding) next = Child();
-    if (!next) next = RandomUnseen();
+    if (!next) next = Screened(breeding);
     if (!next) break;
     seen_.insert(ConfigKey(*next));
     out.push_back(*std::move(next));
@@ -218,7 +271,13 @@ StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)() {
            {"patience", 1, 1000, double(d.patience), true,
             "generations without gain before it stops"},
            {"min_gain", 0, 1, d.min_gain, false,
-            "relative improvement that counts as gain"}},
+            "relative improvement that counts as gain"},
+           {"prescreen", 1, 1024, double(d.prescreen), true,
+            "with the device's cost model: candidates drawn per config "
+            "measured, the predicted fastest measured (1: no screening)"},
+           {"min_concordance", 0, 1, d.min_concordance, false,
+            "screening stops when the model orders fewer of the search's "
+            "measured pairs right"}},
           [](SearchInputs inputs, uint64_t seed, const StrategyOptions& o) {
             EvolutionOptions e;
             e.population = static_cast<int>(o.at("population"));
@@ -229,6 +288,8 @@ StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)() {
             e.local_prob = o.at("local_prob");
             e.patience = static_cast<int>(o.at("patience"));
             e.min_gain = o.at("min_gain");
+            e.prescreen = static_cast<int>(o.at("prescreen"));
+            e.min_concordance = o.at("min_concordance");
             return std::unique_ptr<SearchStrategy>(
                 new EvolutionaryStrategy(std::move(inputs), seed, e));
           }};

@@ -15,6 +15,14 @@
 //   - A child outside the feasible set, or already seen, is repaired by
 //     neighbouring steps and otherwise replaced by a random unseen feasible
 //     config: nothing infeasible or repeated is ever proposed.
+//   - With a cost model at hand and `prescreen` > 1, each config after the
+//     seeds is the one predicted fastest of `prescreen` candidates drawn as
+//     above (the others stay unseen): the model filters, the GPU measures.
+//     The model is trusted only while it orders this search's own
+//     measurements: once 8 configs ran, screening stops for good when fewer
+//     than `min_concordance` of their pairs (each with one of the faster
+//     half; failures slowest) are ordered alike by prediction and
+//     measurement (a model learned on unlike problems can mislead).
 //   - Done when every feasible config was seen, or when `patience`
 //     generations in a row improved the best latency by less than
 //     `min_gain`.
@@ -46,6 +54,8 @@ struct EvolutionOptions {
   double local_prob = 0.65;  // Per child: a neighbour of the best instead.
   int patience = 8;          // Generations without gain before Done().
   double min_gain = 0.002;   // Relative improvement that counts as gain.
+  int prescreen = 1;         // Candidates per proposal, with a model.
+  double min_concordance = 0.65;  // Pairs the model must order right.
 };
 
 class EvolutionaryStrategy : public SearchStrategy {
@@ -65,6 +75,9 @@ class EvolutionaryStrategy : public SearchStrategy {
   double Unit();                       // Uniform in [0, 1).
   bool Usable(const Config& c) const;  // Feasible and not seen.
   std::optional<Config> RandomUnseen();
+  std::optional<Config> Candidate(bool breeding);
+  std::optional<Config> Screened(bool breeding);
+  bool ModelOrdersMeasurements();
   std::optional<Config> Child();
   std::optional<Config> NeighbourOfBest();
   std::optional<Config> Repair(Config c);
@@ -83,6 +96,8 @@ class EvolutionaryStrategy : public SearchStrategy {
   int reported_this_generation_ = 0;
   int generation_ = 0;
   int stalled_ = 0;
+  bool model_trusted_ = true;
+  size_t concordance_checked_at_ = 0;  // Results when last checked.
   double best_ = 0;
   double best_at_generation_start_ = 0;
 };
