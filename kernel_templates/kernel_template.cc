@@ -109,6 +109,12 @@ absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
   return CheckGeometry(t.geometry(config, problem), limits);
 }
 
+bool RunsOn(const KernelTemplate& t, const Config& config,
+            const Problem& problem, const DeviceLimits& limits) {
+  return CheckSupports(t, problem).ok() &&
+         CheckConfig(t, config, problem, limits).ok();
+}
+
 std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const Problem& problem,
                                     const DeviceLimits& limits) {

@@ -123,6 +123,13 @@ absl::Status CheckGeometry(const LaunchGeometry& g, const DeviceLimits& limits);
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits);
 
+// Whether `config` of `t` can serve `problem` on a device of `limits`: the
+// template supports the problem (CheckSupports) and the config passes
+// CheckConfig there. What every answer that moves a config to another
+// problem checks first.
+bool RunsOn(const KernelTemplate& t, const Config& config,
+            const Problem& problem, const DeviceLimits& limits);
+
 // Every config of the space that passes CheckConfig, in enumeration order.
 std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const Problem& problem,

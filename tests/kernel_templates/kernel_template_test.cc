@@ -105,6 +105,33 @@ TEST(KernelTemplateTest, DeviceLimitsRejectBeforeCompiling) {
   for (const Config& c : on_l4) EXPECT_TRUE(CheckConfig(t, c, p, l4).ok());
 }
 
+// A config runs on a problem when the template supports the problem and the
+// config passes every gate there.
+TEST(KernelTemplateTest, RunsOnNeedsSupportAndTheGates) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  DeviceLimits h100;
+  h100.smem_per_block_bytes = 227 * 1024;
+  h100.compute_capability = 90;
+  Problem p;
+  p.heads = 32;
+  p.kv_heads = 8;
+  p.seq_q = 1;
+  p.seq_k = 4096;
+  p.head_dim = 128;
+  const Config c = {{"KV_SPLITS", 4}, {"Q_IN_REGS", 1}, {"ROWS", 16},
+                    {"STAGES", 3},    {"TILE_N", 32},   {"WARPS", 4}};
+  EXPECT_TRUE(RunsOn(t, c, p, h100));
+  Problem unsupported = p;
+  unsupported.head_dim = 96;
+  EXPECT_FALSE(RunsOn(t, c, unsupported, h100));
+  Problem few_keys = p;  // Half the splits would get no key tile.
+  few_keys.seq_k = 40;
+  EXPECT_FALSE(RunsOn(t, c, few_keys, h100));
+  DeviceLimits small = h100;
+  small.smem_per_block_bytes = 48 * 1024;  // The rings do not fit.
+  EXPECT_FALSE(RunsOn(t, c, p, small));
+}
+
 // flash_fwd_sm90 uses sm_90a's own instructions: other devices refuse it
 // before anything compiles; a device of unknown capability does not.
 TEST(KernelTemplateTest, ArchitectureSpecificTemplatesNeedTheirDevice) {

@@ -261,8 +261,7 @@ bool TuningService::Runnable(const std::string& template_name,
                              const DeviceLimits& limits) const {
   const KernelTemplate* t = templates_->Find(template_name);
   return t != nullptr && t->hash == template_hash &&
-         CheckSupports(*t, problem).ok() &&
-         CheckConfig(*t, config, problem, limits).ok();
+         RunsOn(*t, config, problem, limits);
 }
 
 absl::StatusOr<BestAnswer> TuningService::Transfer(

@@ -39,11 +39,6 @@ double Recorded(const Truth& truth, const KernelTemplate& t,
   return r->second.median_us;
 }
 
-bool Runs(const CostSample& s, const Problem& p, const DeviceLimits& limits) {
-  return CheckSupports(*s.t, p).ok() &&
-         CheckConfig(*s.t, s.config, p, limits).ok();
-}
-
 // The nearest-problem rule on `samples` for `problem`.
 double Nearest(const std::vector<CostSample>& samples, const Problem& problem,
                const Truth& truth, const DeviceLimits& limits) {
@@ -53,7 +48,10 @@ double Nearest(const std::vector<CostSample>& samples, const Problem& problem,
       const bool in_class = s.problem.head_dim == problem.head_dim &&
                             s.problem.dtype == problem.dtype &&
                             s.problem.causal == problem.causal;
-      if ((same_class && !in_class) || !Runs(s, problem, limits)) continue;
+      if ((same_class && !in_class) ||
+          !RunsOn(*s.t, s.config, problem, limits)) {
+        continue;
+      }
       if (nearest == nullptr ||
           ProblemDistance(s.problem, problem) <
               ProblemDistance(nearest->problem, problem) ||

@@ -49,8 +49,7 @@ std::vector<TransferCandidate> Runnable(
     std::set<std::string> seen;
     for (const TransferCandidate& c : pool) {
       if (Kinship(c.problem, problem) < kinship ||
-          !CheckSupports(*c.t, problem).ok() ||
-          !CheckConfig(*c.t, c.config, problem, limits).ok() ||
+          !RunsOn(*c.t, c.config, problem, limits) ||
           !seen.insert(absl::StrCat(c.t->name, "/", ConfigKey(c.config)))
                .second) {
         continue;
