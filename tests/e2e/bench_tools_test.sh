@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The CPU tools of bench/ that the README names, run on the recordings in
+# tests/data as the README describes them: each must run to its end and
+# print its summary (search_curves with few seeds, to stay quick).
+#
+#   bench_tools_test.sh SOURCE_DIR BIN_DIR
+set -euo pipefail
+src=$1
+bin=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for landscape in flash_fwd decode_fwd; do
+  out=$("$bin/search_curves" --seeds=2 \
+    --landscape="$src/tests/data/${landscape}_landscapes_h100.csv") ||
+    fail "search_curves on $landscape exited $?"
+  grep -q "^bar: evolutionary median" <<<"$out" ||
+    fail "search_curves on $landscape: no summary"$'\n'"$out"
+  grep -q "^bar: with the model" <<<"$out" ||
+    fail "search_curves on $landscape: no model summary"$'\n'"$out"
+done
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+out=$("$bin/transfer_loo" \
+  --landscapes="$src/tests/data/flash_fwd_landscapes_h100.csv" \
+  --rounds=50 --json="$json") || fail "transfer_loo exited $?"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$json" ||
+  fail "transfer_loo wrote no JSON"
+echo "$out" | tail -3
+echo "PASS"
