@@ -328,6 +328,33 @@ __device__ __forceinline__ float RowSum(const float (&s)[kNTiles][4],
   return ReduceRowHalf(s, half, [](float a, float b) { return a + b; });
 }
 
+// The max of one row half of an m-tile's scores over the whole row (the
+// four lanes of a quad share it).
+template <int kNTiles>
+__device__ __forceinline__ float QuadRowMax(const float (&s)[kNTiles][4],
+                                            int half) {
+  float mx = RowMax(s, half);
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+}
+
+// Turns one row half of an m-tile's scores into probabilities against the
+// reference `ref` (exp2 domain, scale * log2(e) folded in); returns the
+// lane's part of their sum.
+template <int kNTiles>
+__device__ __forceinline__ float ExpRowHalf(float (&s)[kNTiles][4], int half,
+                                            float scale_log2, float ref) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float& x = s[nt][2 * half + i];
+      x = Exp2(fmaf(x, scale_log2, -ref));
+    }
+  }
+  return RowSum(s, half);
+}
+
 // One step of the online softmax on the scores alone: turns `s` into
 // probabilities in place (exp2 domain, scale * log2(e) folded in), updates
 // the running max and sum of each row and leaves in `correction` the factor
@@ -344,23 +371,13 @@ __device__ __forceinline__ void SoftmaxScores(float (&s)[kMTiles][kNTiles][4],
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float mx = RowMax(s[mt], half);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mx = QuadRowMax(s[mt], half);
       const float new_max = fmaxf(row_max[mt][half], mx * scale_log2);
       const float ref = new_max == NegInf() ? 0.f : new_max;
       correction[mt][half] = Exp2(row_max[mt][half] - ref);
       row_max[mt][half] = new_max;
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          float& x = s[mt][nt][2 * half + i];
-          x = Exp2(fmaf(x, scale_log2, -ref));
-        }
-      }
-      row_sum[mt][half] =
-          row_sum[mt][half] * correction[mt][half] + RowSum(s[mt], half);
+      row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] +
+                          ExpRowHalf(s[mt], half, scale_log2, ref);
     }
   }
 }

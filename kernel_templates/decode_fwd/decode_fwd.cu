@@ -251,20 +251,18 @@ constexpr float kRescaleSlack = 8.f;
 // output accumulator is rarely rescaled once the first tiles have set the
 // references. Exact: O and the row sum share each row's reference.
 template <int kNTiles>
-__device__ __forceinline__ void SoftmaxTileLazy(
-    float (&s)[kMTiles][kNTiles][4], float (&o)[kMTiles][kDTiles][4],
-    float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2],
-    float scale_log2) {
+__device__ __forceinline__ void SoftmaxTileLazy(float (&s)[kMTiles][kNTiles][4],
+                                                float (&o)[kMTiles][kDTiles][4],
+                                                float (&row_max)[kMTiles][2],
+                                                float (&row_sum)[kMTiles][2],
+                                                float scale_log2) {
   float tile_max[kMTiles][2];
   bool raise = false;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float mx = RowMax(s[mt], half);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      tile_max[mt][half] = mx * scale_log2;
+      tile_max[mt][half] = QuadRowMax(s[mt], half) * scale_log2;
       raise |= tile_max[mt][half] > row_max[mt][half] + kRescaleSlack;
     }
   }
@@ -288,15 +286,7 @@ __device__ __forceinline__ void SoftmaxTileLazy(
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float ref = row_max[mt][half] == NegInf() ? 0.f : row_max[mt][half];
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          float& x = s[mt][nt][2 * half + i];
-          x = Exp2(fmaf(x, scale_log2, -ref));
-        }
-      }
-      row_sum[mt][half] += RowSum(s[mt], half);
+      row_sum[mt][half] += ExpRowHalf(s[mt], half, scale_log2, ref);
     }
   }
 }
@@ -434,7 +424,7 @@ struct Workspace {
 // Splits whose partial rows a merging thread loads at once.
 constexpr int kMergeBatch = 8;
 // Shared bytes of the (max, sum) of every row and split, for MergeMany.
-constexpr int kMergeMlBytes = kSplits > kMergeBatch ? kRows * kSplits * 8 : 0;
+constexpr int kMergeMlBytes = kSplits > kMergeBatch ? kRows* kSplits * 8 : 0;
 
 // Stores eight normalised columns of packed row `row` of the block into O.
 __device__ __forceinline__ void StoreRow(const AttentionParams& p,
@@ -483,7 +473,8 @@ __device__ __forceinline__ void MergeMany(const AttentionParams& p,
     const int i = threadIdx.x + j * kThreads;
     const int row = i / kSplits;
     if (i < kEntries && row < rows_here) {
-      ml[i] = __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(i % kSplits, row)));
+      ml[i] =
+          __ldcg(reinterpret_cast<const float2*>(ws.MaxSum(i % kSplits, row)));
     }
   }
   __syncthreads();
@@ -545,10 +536,11 @@ __device__ __forceinline__ void MergeSplits(const AttentionParams& p,
 // the warps' merge area, or the splits' (max, sum); then the last-split flag.
 constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
 constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
-constexpr int kFlagOffset =
-    kRingBytes > kMergeBytes
-        ? (kRingBytes > kMergeMlBytes ? kRingBytes : kMergeMlBytes)
-        : (kMergeBytes > kMergeMlBytes ? kMergeBytes : kMergeMlBytes);
+constexpr int kFlagOffset = kRingBytes > kMergeBytes
+                                ? (kRingBytes > kMergeMlBytes ? kRingBytes
+                                                              : kMergeMlBytes)
+                                : (kMergeBytes > kMergeMlBytes ? kMergeBytes
+                                                               : kMergeMlBytes);
 constexpr int kSmemBytes = kFlagOffset + 16;
 
 // Where shared memory holds one block of this config per SM (1 KB of it is
