@@ -47,6 +47,12 @@ struct LaunchGeometry {
 // when the count is unknown, 0).
 std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g, int multiprocessors);
 
+// The version of the launch parameters' layout (AttentionParams and
+// AttentionTensorMaps of common/attention_params.cuh, and how LaunchGeometry
+// describes a launch). Raise it with every change there: served kernels
+// carry it, and loaders refuse a kernel of another version.
+inline constexpr int kParamLayoutVersion = 1;
+
 // The most rows a tensor map's box may have.
 inline constexpr int kMaxTmaBoxRows = 256;
 

@@ -101,6 +101,13 @@ struct MeasuredTrial {
   double median_us = 0;
 };
 
+// A kernel compiled for serving: the cubin for a real architecture and the
+// PTX of its virtual one.
+struct CompiledKernel {
+  std::string cubin;
+  std::string ptx;
+};
+
 // The statement TopK runs for n templates (parameters: device id, problem id,
 // the n template ids, k), exposed so that tests and tools can EXPLAIN it.
 std::string TopKSql(int n_templates);
@@ -186,6 +193,18 @@ class ResultStore {
                                                       int64_t after, int limit);
   // The fastest OK trial among the job's events.
   absl::StatusOr<std::optional<StoredTrial>> JobBest(const std::string& job_id);
+
+  // --- Compiled kernels (GetKernel's cache), by a key the caller makes
+  // (one that names template version, config, the problem fields the
+  // compiler sees, architecture and compiler version).
+
+  // std::nullopt when nothing is stored under the key.
+  absl::StatusOr<std::optional<CompiledKernel>> FindCompiledKernel(
+      const std::string& key);
+  // Stores the kernel unless the key is taken (compiles are deterministic,
+  // so the first stored one stays).
+  absl::Status PutCompiledKernel(const std::string& key,
+                                 const CompiledKernel& kernel);
 
   // Loads many trials in one transaction (benchmarks and tests).
   absl::Status BulkInsertTrials(

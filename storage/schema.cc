@@ -106,6 +106,15 @@ ALTER TABLE jobs ADD COLUMN strategy_options TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE jobs ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6 -> 7: kernels compiled for serving (GetKernel), by a key naming
+    // everything that changes the binary (CompiledKernelKey).
+    R"sql(
+CREATE TABLE compiled_kernels(
+  key TEXT PRIMARY KEY,
+  cubin BLOB NOT NULL,
+  ptx TEXT NOT NULL,
+  created_at INTEGER NOT NULL);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 

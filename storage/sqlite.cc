@@ -86,6 +86,12 @@ Statement& Statement::Bind(int index, absl::string_view value) {
   return *this;
 }
 
+Statement& Statement::BindBlob(int index, absl::string_view bytes) {
+  sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(),
+                      SQLITE_TRANSIENT);
+  return *this;
+}
+
 absl::StatusOr<bool> Statement::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
@@ -124,6 +130,13 @@ std::string Statement::Text(int column) const {
   return text ? std::string(reinterpret_cast<const char*>(text),
                             sqlite3_column_bytes(stmt_, column))
               : std::string();
+}
+
+std::string Statement::Blob(int column) const {
+  const void* bytes = sqlite3_column_blob(stmt_, column);
+  return bytes ? std::string(static_cast<const char*>(bytes),
+                             sqlite3_column_bytes(stmt_, column))
+               : std::string();
 }
 
 Transaction::~Transaction() {

@@ -56,6 +56,7 @@ class Statement {
   Statement& Bind(int index, int64_t value);
   Statement& Bind(int index, double value);
   Statement& Bind(int index, absl::string_view value);
+  Statement& BindBlob(int index, absl::string_view bytes);
 
   // Steps once: true when a row is available, false when done.
   absl::StatusOr<bool> Step();
@@ -66,6 +67,7 @@ class Statement {
   int64_t Int(int column) const;
   double Double(int column) const;
   std::string Text(int column) const;
+  std::string Blob(int column) const;
 
  private:
   SqliteDb* db_;

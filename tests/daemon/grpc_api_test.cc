@@ -11,6 +11,7 @@
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/in_process_runner.h"
 #include "tuner/daemon/job_manager.h"
+#include "tuner/daemon/kernel_service.h"
 #include "tuner/daemon/tuning_service.h"
 #include "tuner/daemon/worker_pool.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
@@ -76,7 +77,8 @@ class Daemon {
     service_ = std::make_unique<TuningService>(
         store_.get(), &TemplateRegistry::Builtin(), jobs_.get(), TuneOnMiss{},
         models_.get());
-    grpc_ = std::make_unique<GrpcTuner>(service_.get(), token);
+    kernels_ = std::make_unique<KernelService>(service_.get(), store_.get());
+    grpc_ = std::make_unique<GrpcTuner>(service_.get(), token, kernels_.get());
     grpc::ServerBuilder builder;
     builder.RegisterService(grpc_.get());
     server_ = builder.BuildAndStart();
@@ -98,6 +100,7 @@ class Daemon {
   std::unique_ptr<TrialRunner> runner_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TuningService> service_;
+  std::unique_ptr<KernelService> kernels_;
   std::unique_ptr<GrpcTuner> grpc_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Tuner::Stub> stub_;
@@ -768,6 +771,61 @@ TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
   EXPECT_EQ(keys.size(), 15u);
   for (const std::string& k : before) EXPECT_EQ(keys.count(k), 1u);
   EXPECT_EQ(*d.store()->CountTrials(), 15);
+}
+
+// GetKernel with the real compiler: a tuned config of a device the store
+// knows (this daemon's own is synthetic), compiled for its architecture.
+TEST_F(GrpcApiTest, GetKernelCompilesTheBestConfigForTheDevice) {
+  Daemon d(db_, "s3cret", &evaluations_);
+  DeviceInfo l4;
+  l4.name = "NVIDIA L4";
+  l4.cc_major = 8;
+  l4.cc_minor = 9;
+  l4.driver_version = "580.1";
+  l4.nvrtc_version = "13.0";
+  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+  absl::StatusOr<Problem> seed = ProblemFromProto(SeedRequest().problem());
+  TrialResult r;
+  r.median_us = r.min_us = r.p90_us = 40;
+  const Config config = naive.defaults.front();
+  ASSERT_TRUE(d.store()
+                  ->InsertTrial({l4, naive.name, naive.hash, *seed}, config, r)
+                  .ok());
+  v1::GetKernelRequest req;
+  *req.mutable_problem() = SeedRequest().problem();
+  req.set_device("NVIDIA L4");
+  v1::Kernel k;
+  grpc::ClientContext none;
+  EXPECT_EQ(d.stub()->GetKernel(&none, req, &k).error_code(),
+            grpc::UNAUTHENTICATED);
+
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer s3cret");
+  grpc::Status s = d.stub()->GetKernel(&ctx, req, &k);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(k.template_name(), "naive");
+  EXPECT_EQ(k.template_hash(), naive.hash);
+  EXPECT_EQ(k.trial().latency().median_us(), 40);
+  EXPECT_FALSE(k.transferred());
+  EXPECT_EQ(k.arch(), "sm_89");
+  EXPECT_EQ(k.cubin().substr(0, 4),
+            "\x7f"
+            "ELF");
+  EXPECT_THAT(k.ptx(), HasSubstr(".target sm_89"));
+  EXPECT_THAT(k.ptx(), HasSubstr(".entry " + naive.kernel_name));
+  const LaunchGeometry g = naive.geometry(config, *seed);
+  EXPECT_EQ(k.geometry().grid_x(), static_cast<uint64_t>(g.grid[0]));
+  EXPECT_EQ(k.geometry().block_threads(),
+            static_cast<uint32_t>(g.block_threads));
+  EXPECT_EQ(k.param_layout_version(),
+            static_cast<uint32_t>(kParamLayoutVersion));
+
+  grpc::ClientContext bad;
+  bad.AddMetadata("authorization", "Bearer s3cret");
+  req.mutable_problem()->set_kv_heads(3);
+  s = d.stub()->GetKernel(&bad, req, &k);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("problem.kv_heads"));
 }
 
 }  // namespace

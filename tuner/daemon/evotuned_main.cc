@@ -284,7 +284,8 @@ int Run() {
        std::clamp<int64_t>(absl::GetFlag(FLAGS_tune_on_miss_trials), 1,
                            kMaxTrialsLimit)},
       models.get());
-  GrpcTuner grpc_service(&service, token);
+  KernelService kernels(&service, store->get());
+  GrpcTuner grpc_service(&service, token, &kernels);
   std::unique_ptr<GrpcWorkerPool> worker_service;
   std::vector<grpc::Service*> services = {&grpc_service};
   if (pool != nullptr) {

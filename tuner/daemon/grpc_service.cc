@@ -6,8 +6,9 @@
 
 namespace evotune {
 
-GrpcTuner::GrpcTuner(TuningService* service, std::string token)
-    : service_(service), token_(std::move(token)) {}
+GrpcTuner::GrpcTuner(TuningService* service, std::string token,
+                     KernelService* kernels)
+    : service_(service), token_(std::move(token)), kernels_(kernels) {}
 
 grpc::Status GrpcTuner::Authorize(const grpc::ServerContextBase* ctx) const {
   return CheckBearerToken(ctx, token_);
@@ -108,6 +109,22 @@ grpc::Status GrpcTuner::EvaluateConfig(grpc::ServerContext* ctx,
   absl::StatusOr<EvaluateAnswer> answer = service_->EvaluateConfig(*request);
   if (!answer.ok()) return ToGrpcStatus(answer.status());
   *resp = EvaluateToProto(*answer);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcTuner::GetKernel(grpc::ServerContext* ctx,
+                                  const v1::GetKernelRequest* req,
+                                  v1::Kernel* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  if (kernels_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this daemon serves no kernels");
+  }
+  absl::StatusOr<KernelQuery> query = KernelQueryFromProto(*req);
+  if (!query.ok()) return ToGrpcStatus(query.status());
+  absl::StatusOr<ServedKernel> kernel = kernels_->GetKernel(*query);
+  if (!kernel.ok()) return ToGrpcStatus(kernel.status());
+  *resp = KernelToProto(*kernel);
   return grpc::Status::OK;
 }
 

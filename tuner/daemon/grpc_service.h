@@ -6,6 +6,7 @@
 #include <string>
 
 #include "evotune/v1/evotune.grpc.pb.h"
+#include "tuner/daemon/kernel_service.h"
 #include "tuner/daemon/tuning_service.h"
 
 namespace evotune {
@@ -14,8 +15,10 @@ namespace evotune {
 // the hot read path, faster than the callback API (bench/RESULTS.md).
 class GrpcTuner final : public v1::Tuner::Service {
  public:
-  // An empty token disables authentication. service must outlive this.
-  GrpcTuner(TuningService* service, std::string token);
+  // An empty token disables authentication. service and kernels must
+  // outlive this; without kernels, GetKernel is UNIMPLEMENTED.
+  GrpcTuner(TuningService* service, std::string token,
+            KernelService* kernels = nullptr);
 
   grpc::Status SubmitSearch(grpc::ServerContext* ctx,
                             const v1::SubmitSearchRequest* req,
@@ -40,6 +43,9 @@ class GrpcTuner final : public v1::Tuner::Service {
   grpc::Status EvaluateConfig(grpc::ServerContext* ctx,
                               const v1::EvaluateConfigRequest* req,
                               v1::EvaluateConfigResponse* resp) override;
+  grpc::Status GetKernel(grpc::ServerContext* ctx,
+                         const v1::GetKernelRequest* req,
+                         v1::Kernel* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".
@@ -47,6 +53,7 @@ class GrpcTuner final : public v1::Tuner::Service {
 
   TuningService* const service_;
   const std::string token_;
+  KernelService* const kernels_;
 };
 
 }  // namespace evotune

@@ -126,6 +126,68 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
   return out;
 }
 
+absl::StatusOr<KernelQuery> KernelQueryFromProto(
+    const v1::GetKernelRequest& r) {
+  KernelQuery out;
+  if (!r.has_problem()) {
+    return absl::InvalidArgumentError("problem: required");
+  }
+  absl::StatusOr<Problem> problem = ProblemFromProto(r.problem());
+  if (!problem.ok()) return problem.status();
+  out.problem = *problem;
+  out.device = r.device();
+  out.template_name = r.template_name();
+  if (r.has_tune_on_miss()) out.tune_on_miss = r.tune_on_miss();
+  return out;
+}
+
+namespace {
+
+v1::LaunchGeometry GeometryToProto(const LaunchGeometry& g) {
+  v1::LaunchGeometry out;
+  out.set_grid_x(g.grid[0]);
+  out.set_grid_y(g.grid[1]);
+  out.set_grid_z(g.grid[2]);
+  out.set_cluster_x(g.cluster_x);
+  out.set_block_threads(g.block_threads);
+  out.set_smem_bytes(g.smem_bytes);
+  out.set_workspace_floats(g.workspace_floats);
+  out.set_counters(g.counters);
+  out.set_tma_q_rows(g.tma.q_rows);
+  out.set_tma_kv_rows(g.tma.kv_rows);
+  out.set_tma_o_rows(g.tma.o_rows);
+  out.set_persistent(g.persistent);
+  return out;
+}
+
+}  // namespace
+
+v1::Kernel KernelToProto(const ServedKernel& kernel) {
+  // The answer's fields as QueryBest sends them, k = 1.
+  const v1::QueryBestResponse best = BestToProto(kernel.answer);
+  const v1::RankedConfig& chosen = best.results(0);
+  v1::Kernel out;
+  *out.mutable_problem() = ProblemToProto(kernel.problem);
+  *out.mutable_device() = best.device();
+  out.set_template_name(chosen.template_name());
+  out.set_template_hash(chosen.template_hash());
+  *out.mutable_config() = chosen.trial().config();
+  if (!best.defaults()) *out.mutable_trial() = chosen.trial();
+  out.set_transferred(best.transferred());
+  out.set_predicted(best.predicted());
+  out.set_defaults(best.defaults());
+  *out.mutable_source_problem() = best.source_problem();
+  out.set_tuning_job_id(best.tuning_job_id());
+  out.set_arch(kernel.arch);
+  out.set_nvrtc_version(kernel.nvrtc_version);
+  out.set_kernel_name(kernel.kernel_name);
+  out.set_cubin(kernel.compiled.cubin);
+  out.set_ptx(kernel.compiled.ptx);
+  *out.mutable_geometry() = GeometryToProto(kernel.geometry);
+  out.set_param_layout_version(kernel.param_layout_version);
+  return out;
+}
+
 absl::StatusOr<EvaluateRequest> EvaluateFromProto(
     const v1::EvaluateConfigRequest& r) {
   EvaluateRequest out;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "evotune/v1/evotune.pb.h"
+#include "tuner/daemon/kernel_service.h"
 #include "tuner/daemon/tuning_service.h"
 #include "tuner/wire/message_convert.h"
 
@@ -25,6 +26,8 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r);
 absl::StatusOr<EvaluateRequest> EvaluateFromProto(
     const v1::EvaluateConfigRequest& r);
 v1::EvaluateConfigResponse EvaluateToProto(const EvaluateAnswer& answer);
+absl::StatusOr<KernelQuery> KernelQueryFromProto(const v1::GetKernelRequest& r);
+v1::Kernel KernelToProto(const ServedKernel& kernel);
 // INVALID_ARGUMENT naming "state" for a value outside the enum.
 absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state);
 

@@ -1,6 +1,5 @@
 #include "tuner/evaluator/cubin_cache.h"
 
-#include <nvrtc.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,9 +12,6 @@ namespace evotune {
 
 CubinCache::CubinCache(std::string dir, std::string arch, int threads)
     : dir_(std::move(dir)), arch_(std::move(arch)) {
-  int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
-  nvrtc_version_ = absl::StrCat(major, ".", minor);
   if (!dir_.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
@@ -33,11 +29,7 @@ CubinCache::~CubinCache() {
 
 std::string CubinCache::Key(const KernelTemplate& t, const Config& config,
                             const Problem& problem) const {
-  // Only head_dim and dtype reach the compiler (CompileDefines); other
-  // problem fields are launch arguments.
-  return absl::StrCat(t.name, "-", t.hash, "-", arch_, "-nvrtc", nvrtc_version_,
-                      "-d", problem.head_dim, "-", DTypeName(problem.dtype),
-                      "-", ConfigKey(config));
+  return CompileKey(t, config, problem, arch_);
 }
 
 void CubinCache::Prefetch(const KernelTemplate& t, const Config& config,

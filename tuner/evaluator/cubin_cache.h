@@ -60,7 +60,6 @@ class CubinCache {
 
   const std::string dir_;
   const std::string arch_;
-  std::string nvrtc_version_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);

@@ -2,10 +2,13 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "kernel_templates/embedded_sources.h"
 
 namespace evotune {
@@ -31,6 +34,33 @@ std::string ArchName(int cc_major, int cc_minor) {
   // where they are compiled for.
   return absl::StrCat("sm_", cc_major, cc_minor,
                       cc_major == 9 && cc_minor == 0 ? "a" : "");
+}
+
+std::string NvrtcVersion() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return absl::StrCat(major, ".", minor);
+}
+
+std::string CompileKey(const KernelTemplate& t, const Config& config,
+                       const Problem& problem, const std::string& arch) {
+  static const std::string* const nvrtc = new std::string(NvrtcVersion());
+  return absl::StrCat(t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d",
+                      problem.head_dim, "-", DTypeName(problem.dtype), "-",
+                      ConfigKey(config));
+}
+
+bool NvrtcCompilesFor(int cc_major, int cc_minor) {
+  int count = 0;
+  if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS) return false;
+  std::vector<int> archs(count);
+  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return false;
+  return std::find(archs.begin(), archs.end(), cc_major * 10 + cc_minor) !=
+         archs.end();
+}
+
+std::string VirtualArchName(const std::string& arch) {
+  return absl::StrCat("compute_", absl::StripPrefix(arch, "sm_"));
 }
 
 namespace {
@@ -69,6 +99,23 @@ absl::StatusOr<CompileResult> Compile(const std::string& source,
   }
   if (compiled == NVRTC_ERROR_COMPILATION) return result;
   if (compiled != NVRTC_SUCCESS) return NvrtcError(compiled, "compile");
+  if (options.front().find("=compute_") != std::string::npos) {
+    size_t ptx_size = 0;
+    if (nvrtcResult r = nvrtcGetPTXSize(*program, &ptx_size);
+        r != NVRTC_SUCCESS) {
+      return NvrtcError(r, "get PTX size");
+    }
+    result.ptx.resize(ptx_size);
+    if (nvrtcResult r = nvrtcGetPTX(*program, result.ptx.data());
+        r != NVRTC_SUCCESS) {
+      return NvrtcError(r, "get PTX");
+    }
+    while (!result.ptx.empty() && result.ptx.back() == '\0') {
+      result.ptx.pop_back();
+    }
+    result.ok = true;
+    return result;
+  }
   size_t cubin_size = 0;
   if (nvrtcResult r = nvrtcGetCUBINSize(*program, &cubin_size);
       r != NVRTC_SUCCESS) {
@@ -83,9 +130,16 @@ absl::StatusOr<CompileResult> Compile(const std::string& source,
   return result;
 }
 
+// The architecture comes first (Compile reads it back).
 std::vector<std::string> BaseOptions(const std::string& arch) {
-  return {absl::StrCat("--gpu-architecture=", arch), "-std=c++17",
-          "--device-as-default-execution-space", "--ptxas-options=-v"};
+  std::vector<std::string> options = {absl::StrCat("--gpu-architecture=", arch),
+                                      "-std=c++17",
+                                      "--device-as-default-execution-space"};
+  // ptxas runs only for a real architecture.
+  if (!absl::StartsWith(arch, "compute_")) {
+    options.push_back("--ptxas-options=-v");
+  }
+  return options;
 }
 
 }  // namespace
@@ -94,8 +148,10 @@ absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
                                               const Config& config,
                                               const Problem& problem,
                                               const std::string& arch) {
-  std::vector<std::string> options = CompileDefines(config, problem);
-  for (std::string& o : BaseOptions(arch)) options.push_back(std::move(o));
+  std::vector<std::string> options = BaseOptions(arch);
+  for (std::string& o : CompileDefines(config, problem)) {
+    options.push_back(std::move(o));
+  }
   return Compile(t.source, t.name + ".cu", EmbeddedHeaders(), options);
 }
 

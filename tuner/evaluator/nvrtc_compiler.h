@@ -12,7 +12,8 @@ namespace evotune {
 
 struct CompileResult {
   bool ok = false;
-  std::string cubin;  // Set when ok.
+  std::string cubin;  // Set when ok, for a real architecture (sm_XY).
+  std::string ptx;    // Set when ok, for a virtual one (compute_XY).
   std::string log;    // Compiler output, errors when !ok.
 };
 
@@ -20,8 +21,25 @@ struct CompileResult {
 // instructions are available.
 std::string ArchName(int cc_major, int cc_minor);
 
-// A compile error of the candidate is data (ok == false); a non-OK status
-// means NVRTC itself failed (out of memory, bad options).
+// Whether this NVRTC compiles for devices of that compute capability.
+bool NvrtcCompilesFor(int cc_major, int cc_minor);
+
+// The virtual architecture of a real one: "compute_90a" for "sm_90a".
+std::string VirtualArchName(const std::string& arch);
+
+// NVRTC's version, "13.0".
+std::string NvrtcVersion();
+
+// Names everything that changes a compiled instantiation: template version,
+// architecture, NVRTC version, the problem fields the compiler sees
+// (head_dim and dtype: CompileDefines) and the config. Usable as a file
+// name.
+std::string CompileKey(const KernelTemplate& t, const Config& config,
+                       const Problem& problem, const std::string& arch);
+
+// `arch` is a real architecture ("sm_90a": a cubin) or a virtual one
+// ("compute_90a": PTX). A compile error of the candidate is data (ok == false);
+// a non-OK status means NVRTC itself failed (out of memory, bad options).
 absl::StatusOr<CompileResult> CompileTemplate(const KernelTemplate& t,
                                               const Config& config,
                                               const Problem& problem,
