@@ -17,9 +17,10 @@ work=$(mktemp -d)
 "$(dirname "$0")/exhaustive_suite.sh" "$b" "$shapes" "$work/db" "$template"
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
-python3 - "$work/db" "$shapes" "$out" "$gpu" "$commit" "$template" <<'PY'
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)
+python3 - "$work/db" "$shapes" "$out" "$gpu" "$commit" "$template" "$cc" <<'PY'
 import csv, datetime, json, sqlite3, sys
-db, shapes, out, gpu, commit, template = sys.argv[1:]
+db, shapes, out, gpu, commit, template, cc = sys.argv[1:]
 names = {}
 for p in json.load(open(shapes))["problems"]:
     key = (f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}"
@@ -35,7 +36,8 @@ rows = sqlite3.connect(db).execute(
     "WHERE tp.name = ? ORDER BY p.key, t.config_key", (template,)).fetchall()
 with open(out, "w", newline="") as f:
     f.write(f"# evotune landscape: every feasible {template} config per problem\n")
-    f.write(f"# gpu: {gpu}\n# date: {datetime.date.today()}\n")
+    f.write(f"# gpu: {gpu}\n# compute capability: {cc}\n")
+    f.write(f"# date: {datetime.date.today()}\n")
     f.write(f"# commit: {commit}\n# template hash: {rows[0][1] if rows else '?'}\n")
     w = csv.writer(f)
     w.writerow(["problem", "problem_key", "config", "status", "median_us",

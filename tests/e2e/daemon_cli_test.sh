@@ -166,6 +166,22 @@ grep -q "Beside PyTorch SDPA" "$work/report.html" || fail "report has no compari
 grep -q "^evotune: --compare: .*no result for the job's problem .*it holds: b1_h64" \
   "$work/compare.err" || fail "report --compare error: $(cat "$work/compare.err")"
 [ ! -e "$work/report2.html" ] || fail "a refused report wrote a file"
+# Export: the recorded H100's best seed kernel and a transferred one,
+# compiled for sm_90a, in one bundle; nothing written when a problem is bad.
+"$evotune" --address="$address" export \
+  --problems=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd,b2_h8_kv8_q700_k700_d64_full_fp16_bhsd \
+  --output="$work/kernels.evtb" >"$work/export.out" 2>"$work/export.err" ||
+  fail "export: $(cat "$work/export.err")"
+grep -q "^\[1/2\] .*flash_fwd .*(tuned, .* us), sm_90a" "$work/export.err" ||
+  fail "export progress: $(cat "$work/export.err")"
+grep -q "^\[2/2\] .*transferred from" "$work/export.err" ||
+  fail "export progress: $(cat "$work/export.err")"
+[ "$(cat "$work/export.out")" = "$work/kernels.evtb" ] && [ -s "$work/kernels.evtb" ] ||
+  fail "export wrote no bundle"
+! "$evotune" --address="$address" export --problems=b1_h8_kv3_q5_k5_d64_full_fp16_bhsd \
+  --output="$work/bad.evtb" 2>"$work/err" || fail "export took a bad problem"
+grep -q "problem.kv_heads" "$work/err" || fail "export error: $(cat "$work/err")"
+[ ! -e "$work/bad.evtb" ] || fail "a refused export wrote a file"
 # The exhaustive optimum of the seed problem in the recording.
 optimum=$(grep '^seed,' "$landscape" | grep ',ok,' | awk -F'",' '{print $2}' |
   cut -d, -f2 | sort -g | head -1)

@@ -20,12 +20,15 @@
 #include "absl/time/time.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "runtime/kernel_bundle.h"
 #include "tuner/cli/cli_format.h"
 #include "tuner/cli/comparison.h"
+#include "tuner/cli/export.h"
 #include "tuner/cli/report.h"
 #include "tuner/common/help.h"
 #include "tuner/search/strategy_registry.h"
 #include "tuner/space/config.h"
+#include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, address, "",
           "daemon address (default: $EVOTUNE_ADDRESS or 127.0.0.1:7433)");
@@ -64,7 +67,11 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
 ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
 ABSL_FLAG(std::string, output, "",
-          "report: the HTML file to write (default: evotune-JOB.html)");
+          "report: the HTML file to write (default: evotune-JOB.html); "
+          "export: the bundle to write (default: evotune-kernels.evtb)");
+ABSL_FLAG(std::string, problems, "",
+          "export: problem keys, comma-separated, or a file of one per line "
+          "(default: the problem flags' one)");
 ABSL_FLAG(std::string, compare, "",
           "report: a comparison run (bench/sdpa_compare.py --json) whose rows "
           "for the job's problem are shown beside PyTorch SDPA");
@@ -445,6 +452,55 @@ int RunReport(Client& client, const Args& args) {
   return 0;
 }
 
+// GetKernel for every problem, then one bundle file; nothing is written
+// unless every problem got a kernel.
+int RunExport(Client& client, const Args&) {
+  std::vector<Problem> problems;
+  if (const std::string spec = absl::GetFlag(FLAGS_problems); !spec.empty()) {
+    absl::StatusOr<std::vector<Problem>> parsed = ParseProblemList(spec);
+    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    problems = *std::move(parsed);
+  } else {
+    v1::Problem p;
+    std::string error;
+    if (!FillProblem(&p, &error)) return Fail(error);
+    absl::StatusOr<Problem> problem = ProblemFromProto(p);
+    if (!problem.ok()) return Fail(std::string(problem.status().message()));
+    problems.push_back(*problem);
+  }
+  v1::KernelBundle bundle;
+  bundle.set_created_unix_s(absl::ToUnixSeconds(absl::Now()));
+  for (size_t i = 0; i < problems.size(); ++i) {
+    v1::GetKernelRequest req;
+    *req.mutable_problem() = ProblemToProto(problems[i]);
+    req.set_template_name(absl::GetFlag(FLAGS_template_name));
+    req.set_device(absl::GetFlag(FLAGS_device));
+    v1::Kernel* kernel = bundle.add_kernels();
+    // A kernel compiles on its first request: allow minutes.
+    std::unique_ptr<grpc::ClientContext> ctx = client.Context(false);
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::minutes(5));
+    grpc::Status s = client.stub()->GetKernel(ctx.get(), req, kernel);
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return FailRpc(client, s);
+    }
+    if (!s.ok()) {
+      return Fail(
+          absl::StrCat(ProblemKey(problems[i]), ": ", s.error_message()));
+    }
+    std::cerr << "[" << i + 1 << "/" << problems.size() << "] "
+              << FormatExportedKernel(*kernel) << "\n";
+  }
+  std::string path = absl::GetFlag(FLAGS_output);
+  if (path.empty()) path = "evotune-kernels.evtb";
+  if (absl::Status s = WriteKernelBundle(path, std::move(bundle)); !s.ok()) {
+    return Fail(absl::StrCat("--output: ", s.message()));
+  }
+  std::cout << path << "\n";
+  return 0;
+}
+
 // The commands: usage and help come from this table.
 struct Command {
   const char* name;
@@ -470,6 +526,10 @@ constexpr Command kCommands[] = {
     {"report", "JOB", "[--output=FILE.html] [--compare=RUN.json]",
      "write the job as one HTML page with plots (prints the file name)",
      RunReport},
+    {"export", "", "[--problems=KEY,...|FILE] [problem] [--output=FILE.evtb]",
+     "compile the best kernels of problems into one bundle for the runtime "
+     "(prints the file name)",
+     RunExport},
 };
 
 std::string Usage() {

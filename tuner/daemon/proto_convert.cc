@@ -141,27 +141,6 @@ absl::StatusOr<KernelQuery> KernelQueryFromProto(
   return out;
 }
 
-namespace {
-
-v1::LaunchGeometry GeometryToProto(const LaunchGeometry& g) {
-  v1::LaunchGeometry out;
-  out.set_grid_x(g.grid[0]);
-  out.set_grid_y(g.grid[1]);
-  out.set_grid_z(g.grid[2]);
-  out.set_cluster_x(g.cluster_x);
-  out.set_block_threads(g.block_threads);
-  out.set_smem_bytes(g.smem_bytes);
-  out.set_workspace_floats(g.workspace_floats);
-  out.set_counters(g.counters);
-  out.set_tma_q_rows(g.tma.q_rows);
-  out.set_tma_kv_rows(g.tma.kv_rows);
-  out.set_tma_o_rows(g.tma.o_rows);
-  out.set_persistent(g.persistent);
-  return out;
-}
-
-}  // namespace
-
 v1::Kernel KernelToProto(const ServedKernel& kernel) {
   // The answer's fields as QueryBest sends them, k = 1.
   const v1::QueryBestResponse best = BestToProto(kernel.answer);

@@ -49,6 +49,11 @@ absl::StatusOr<const CudaDriver*> Load() {
   EVOTUNE_RESOLVE(cuDevicePrimaryCtxRetain);
   EVOTUNE_RESOLVE(cuCtxSetCurrent);
   EVOTUNE_RESOLVE(cuCtxSynchronize);
+  EVOTUNE_RESOLVE(cuCtxGetDevice);
+  EVOTUNE_RESOLVE(cuCtxPushCurrent);
+  EVOTUNE_RESOLVE(cuCtxPopCurrent);
+  EVOTUNE_RESOLVE(cuStreamGetCtx);
+  EVOTUNE_RESOLVE(cuMemsetD32Async);
   EVOTUNE_RESOLVE(cuModuleLoadData);
   EVOTUNE_RESOLVE(cuModuleUnload);
   EVOTUNE_RESOLVE(cuModuleGetFunction);

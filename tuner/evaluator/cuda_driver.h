@@ -28,6 +28,11 @@ struct CudaDriver {
   EVOTUNE_CU_FN(cuDevicePrimaryCtxRetain);
   EVOTUNE_CU_FN(cuCtxSetCurrent);
   EVOTUNE_CU_FN(cuCtxSynchronize);
+  EVOTUNE_CU_FN(cuCtxGetDevice);
+  EVOTUNE_CU_FN(cuCtxPushCurrent);
+  EVOTUNE_CU_FN(cuCtxPopCurrent);
+  EVOTUNE_CU_FN(cuStreamGetCtx);
+  EVOTUNE_CU_FN(cuMemsetD32Async);
   EVOTUNE_CU_FN(cuModuleLoadData);
   EVOTUNE_CU_FN(cuModuleUnload);
   EVOTUNE_CU_FN(cuModuleGetFunction);

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace evotune {
@@ -62,6 +63,15 @@ absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
       text = absl::StripAsciiWhitespace(text);
       if (absl::ConsumePrefix(&text, "gpu:")) {
         gpu = std::string(absl::StripAsciiWhitespace(text));
+      } else if (absl::ConsumePrefix(&text, "compute capability:")) {
+        std::pair<std::string, std::string> cc =
+            absl::StrSplit(absl::StripAsciiWhitespace(text), '.');
+        if (!absl::SimpleAtoi(cc.first, &r->device_.cc_major) ||
+            !absl::SimpleAtoi(cc.second, &r->device_.cc_minor)) {
+          return bad("compute capability: expected MAJOR.MINOR");
+        }
+        r->device_.limits.compute_capability =
+            10 * r->device_.cc_major + r->device_.cc_minor;
       } else if (absl::ConsumePrefix(&text, "template hash:")) {
         hash = std::string(absl::StripAsciiWhitespace(text));
       } else if (absl::ConsumePrefix(&text,

@@ -1,5 +1,7 @@
 #include "tuner/evaluator/tensor_maps.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace evotune {
@@ -7,6 +9,26 @@ namespace evotune {
 static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) &&
                   alignof(TensorMap) == alignof(CUtensorMap),
               "TensorMap mirrors CUtensorMap");
+
+AttentionParams ContiguousParams(const Problem& p) {
+  AttentionParams params{};
+  const long long d = p.head_dim;
+  params.q_row_stride = params.o_row_stride = d;
+  params.q_head_stride = params.o_head_stride = p.seq_q * d;
+  params.q_batch_stride = params.o_batch_stride = p.heads * p.seq_q * d;
+  params.k_row_stride = params.v_row_stride = d;
+  params.k_head_stride = params.v_head_stride = p.seq_k * d;
+  params.k_batch_stride = params.v_batch_stride = p.kv_heads * p.seq_k * d;
+  params.batch = static_cast<int>(p.batch);
+  params.heads = static_cast<int>(p.heads);
+  params.kv_heads = static_cast<int>(p.kv_heads);
+  params.seq_q = static_cast<int>(p.seq_q);
+  params.seq_k = static_cast<int>(p.seq_k);
+  params.causal = p.causal ? 1 : 0;
+  params.scale_log2 =
+      static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
+  return params;
+}
 
 namespace {
 

@@ -1,6 +1,7 @@
-// The tensor maps of a template that copies tiles with the Tensor Memory
-// Accelerator (LaunchGeometry::uses_tma): Q, K, V and O of one launch as the
-// 4-D maps common/attention_params.cuh describes.
+// The arguments every template is launched with (common/attention_params.cuh):
+// the AttentionParams of a problem, and for a template that copies tiles
+// with the Tensor Memory Accelerator (LaunchGeometry::uses_tma) the tensor
+// maps of Q, K, V and O.
 #ifndef EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
 #define EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
 
@@ -15,6 +16,10 @@ namespace evotune {
 
 // cuTensorMapEncodeTiled's signature: the driver's, or a fake in tests.
 using EncodeTiledFn = decltype(&::cuTensorMapEncodeTiled);
+
+// The sizes, causal flag and softmax scale (1 / sqrt(head_dim)) of
+// `problem`, with the strides of contiguous tensors; no pointers.
+AttentionParams ContiguousParams(const Problem& problem);
 
 // Encodes the maps of the tensors in `params` (pointers and element strides
 // as the kernel gets them) for boxes of 64 columns by `boxes` rows, 128-byte

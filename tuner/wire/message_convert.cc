@@ -173,4 +173,38 @@ absl::StatusOr<TrialResult> ResultFromProto(const v1::CompleteTrialRequest& r) {
   return out;
 }
 
+v1::LaunchGeometry GeometryToProto(const LaunchGeometry& g) {
+  v1::LaunchGeometry out;
+  out.set_grid_x(g.grid[0]);
+  out.set_grid_y(g.grid[1]);
+  out.set_grid_z(g.grid[2]);
+  out.set_cluster_x(g.cluster_x);
+  out.set_block_threads(g.block_threads);
+  out.set_smem_bytes(g.smem_bytes);
+  out.set_workspace_floats(g.workspace_floats);
+  out.set_counters(g.counters);
+  out.set_tma_q_rows(g.tma.q_rows);
+  out.set_tma_kv_rows(g.tma.kv_rows);
+  out.set_tma_o_rows(g.tma.o_rows);
+  out.set_persistent(g.persistent);
+  return out;
+}
+
+LaunchGeometry GeometryFromProto(const v1::LaunchGeometry& g) {
+  LaunchGeometry out;
+  out.grid[0] = static_cast<int64_t>(g.grid_x());
+  out.grid[1] = static_cast<int64_t>(g.grid_y());
+  out.grid[2] = static_cast<int64_t>(g.grid_z());
+  out.cluster_x = static_cast<int>(g.cluster_x());
+  out.block_threads = static_cast<int>(g.block_threads());
+  out.smem_bytes = static_cast<int64_t>(g.smem_bytes());
+  out.workspace_floats = static_cast<int64_t>(g.workspace_floats());
+  out.counters = static_cast<int64_t>(g.counters());
+  out.tma.q_rows = static_cast<int>(g.tma_q_rows());
+  out.tma.kv_rows = static_cast<int>(g.tma_kv_rows());
+  out.tma.o_rows = static_cast<int>(g.tma_o_rows());
+  out.persistent = g.persistent();
+  return out;
+}
+
 }  // namespace evotune

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "evotune/v1/evotune.pb.h"
 #include "evotune/v1/worker.pb.h"
+#include "kernel_templates/kernel_template.h"
 #include "tuner/space/config.h"
 #include "tuner/space/problem.h"
 #include "tuner/space/trial.h"
@@ -33,6 +34,8 @@ v1::Config ConfigToProto(const Config& c);
 // INVALID_ARGUMENT naming "config" when a parameter is given twice.
 absl::StatusOr<Config> ConfigFromProto(const v1::Config& c);
 v1::Latency LatencyToProto(const TrialResult& r);
+v1::LaunchGeometry GeometryToProto(const LaunchGeometry& g);
+LaunchGeometry GeometryFromProto(const v1::LaunchGeometry& g);
 v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
                           absl::Duration deadline);
 absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t);

@@ -1,0 +1,42 @@
+#include "runtime/daemon_source.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "tuner/wire/message_convert.h"
+
+namespace evotune {
+
+DaemonSource::DaemonSource(std::shared_ptr<grpc::Channel> channel,
+                           std::string token)
+    : stub_(v1::Tuner::NewStub(std::move(channel))), token_(std::move(token)) {}
+
+std::unique_ptr<DaemonSource> DaemonSource::Connect(const std::string& address,
+                                                    const std::string& token) {
+  return std::make_unique<DaemonSource>(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), token);
+}
+
+absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,
+                                              const std::string& device,
+                                              const std::string& arch) {
+  v1::GetKernelRequest request;
+  *request.mutable_problem() = ProblemToProto(problem);
+  request.set_device(device);
+  grpc::ClientContext ctx;
+  // The first request for a config compiles it: seconds, not milliseconds.
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
+  if (!token_.empty()) {
+    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token_));
+  }
+  v1::Kernel kernel;
+  grpc::Status s = stub_->GetKernel(&ctx, request, &kernel);
+  if (!s.ok()) {
+    return absl::Status(
+        static_cast<absl::StatusCode>(s.error_code()),
+        absl::StrCat("evotuned GetKernel: ", s.error_message()));
+  }
+  return kernel;
+}
+
+}  // namespace evotune

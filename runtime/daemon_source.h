@@ -1,0 +1,40 @@
+// Kernels from a running evotuned (Tuner.GetKernel): any problem, its best
+// config compiled by the daemon on the first request (and kept in its
+// store). For a runtime that should follow the daemon's tuning as it
+// improves; a bundle file (BundleSource) needs no daemon.
+#ifndef EVOTUNE_RUNTIME_DAEMON_SOURCE_H_
+#define EVOTUNE_RUNTIME_DAEMON_SOURCE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "evotune/runtime.h"
+#include "evotune/v1/evotune.grpc.pb.h"
+
+namespace evotune {
+
+// Thread-safe.
+class DaemonSource : public KernelSource {
+ public:
+  // `token`: the daemon's bearer token, empty when it has none.
+  DaemonSource(std::shared_ptr<grpc::Channel> channel, std::string token);
+  // A plaintext channel to `address` (host:port).
+  static std::unique_ptr<DaemonSource> Connect(const std::string& address,
+                                               const std::string& token);
+
+  // GetKernel for the problem with the configs tuned on `device`; the
+  // daemon's error (code and message) when it has none or refuses.
+  absl::StatusOr<v1::Kernel> Find(const Problem& problem,
+                                  const std::string& device,
+                                  const std::string& arch) override;
+
+ private:
+  std::unique_ptr<v1::Tuner::Stub> stub_;
+  const std::string token_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_RUNTIME_DAEMON_SOURCE_H_

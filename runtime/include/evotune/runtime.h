@@ -1,0 +1,130 @@
+// The evotune runtime: runs the tuned attention kernel for a problem in an
+// inference program. Kernels come from a KernelSource (a bundle file that
+// `evotune export` wrote, or a daemon); they are loaded once per CUDA
+// context and problem with the driver API and launched on the caller's
+// stream. No NVRTC compile happens here.
+//
+//   auto source = evotune::BundleSource::Open("kernels.evtb");
+//   evotune::Runtime runtime(*std::move(source));
+//   evotune::AttentionCall call = evotune::ContiguousCall(problem, q, k, v, o);
+//   absl::Status s = runtime.Attention(call, stream);
+#ifndef EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_H_
+#define EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_H_
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "evotune/v1/evotune.pb.h"
+#include "tuner/space/problem.h"
+
+namespace evotune {
+
+// One tensor: [batch, heads, seq, head_dim] elements of the problem's dtype
+// with unit stride along head_dim; strides in elements, each a multiple of
+// 8 (16 bytes) and the pointer 16-byte aligned.
+struct AttentionTensor {
+  void* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+};
+
+// O = softmax(Q K^T * scale) V for `problem` (causal: bottom-right aligned
+// when seq_q != seq_k). Q and O have `heads` heads, K and V `kv_heads`.
+struct AttentionCall {
+  Problem problem;
+  AttentionTensor q, k, v, o;
+  // 0 means 1 / sqrt(head_dim).
+  float scale = 0;
+  // Scratch of the sizes Kernel.geometry names (workspace_floats fp32
+  // values; counters ints, zero before the first launch, left zero by
+  // every launch). Null: the runtime's own, allocated per stream on the
+  // first launch there, which must not be under stream capture (launch once
+  // on the stream before capturing, or pass scratch).
+  float* workspace = nullptr;
+  int* counters = nullptr;
+};
+
+// A call on contiguous tensors (the layout `evotune` tunes).
+AttentionCall ContiguousCall(const Problem& problem, const void* q,
+                             const void* k, const void* v, void* o);
+
+// Where kernels come from. Implementations must be thread-safe.
+class KernelSource {
+ public:
+  virtual ~KernelSource() = default;
+  // The kernel for `problem` with configs tuned on the GPU named `device`,
+  // compiled for `arch` ("sm_90a"). NOT_FOUND when the source has none.
+  virtual absl::StatusOr<v1::Kernel> Find(const Problem& problem,
+                                          const std::string& device,
+                                          const std::string& arch) = 0;
+};
+
+// The kernels of a bundle file, by problem and architecture (the GPU name
+// does not matter: the bundle was exported for the GPUs it is deployed on).
+class BundleSource : public KernelSource {
+ public:
+  // Errors as ReadKernelBundle's (runtime/kernel_bundle.h).
+  static absl::StatusOr<std::unique_ptr<BundleSource>> Open(
+      const std::string& path);
+
+  absl::StatusOr<v1::Kernel> Find(const Problem& problem,
+                                  const std::string& device,
+                                  const std::string& arch) override;
+
+ private:
+  BundleSource(std::string path, std::map<std::string, v1::Kernel> kernels)
+      : path_(std::move(path)), kernels_(std::move(kernels)) {}
+  const std::string path_;
+  // By "<problem key> <arch>".
+  const std::map<std::string, v1::Kernel> kernels_;
+};
+
+// Thread-safe. Destroying it unloads its modules and frees its scratch; the
+// contexts it used must still exist then.
+class Runtime {
+ public:
+  explicit Runtime(std::unique_ptr<KernelSource> source);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Launches the kernel for call.problem on `stream` (in the stream's
+  // context; 0 is the current context's legacy stream). Errors:
+  // INVALID_ARGUMENT naming the field ("problem.kv_heads", "q.data",
+  // "k.row_stride"); NOT_FOUND when the source has no kernel for the
+  // problem; FAILED_PRECONDITION when there is no CUDA context or device,
+  // or the kernel is for another architecture or parameter layout;
+  // INTERNAL for a driver error.
+  absl::Status Attention(const AttentionCall& call, CUstream stream);
+
+  // The kernel that serves `problem` in the stream's context (loaded on
+  // first use), e.g. to size scratch the caller provides.
+  absl::StatusOr<v1::Kernel> KernelFor(const Problem& problem, CUstream stream);
+
+ private:
+  struct Loaded;
+  struct Scratch;
+  absl::StatusOr<Loaded*> Load(const Problem& problem, CUcontext ctx);
+  absl::StatusOr<Scratch*> ScratchFor(const Loaded& kernel, CUcontext ctx,
+                                      CUstream stream);
+
+  const std::unique_ptr<KernelSource> source_;
+  absl::Mutex mu_;
+  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Loaded>> loaded_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<CUcontext, std::string, CUstream>,
+           std::unique_ptr<Scratch>>
+      scratch_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_H_

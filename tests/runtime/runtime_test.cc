@@ -1,0 +1,133 @@
+// The runtime without a GPU: bundle lookups, call validation, and a clear
+// refusal where no device is (the GPU half is runtime_gpu_test).
+#include "evotune/runtime.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/kernel_bundle.h"
+#include "tuner/evaluator/cuda_driver.h"
+#include "tuner/wire/message_convert.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+Problem Seed() {
+  Problem p;
+  p.batch = 1;
+  p.heads = 8;
+  p.kv_heads = 8;
+  p.seq_q = 512;
+  p.seq_k = 512;
+  p.head_dim = 64;
+  p.dtype = DType::kFp16;
+  return p;
+}
+
+std::string BundleOf(const std::vector<std::pair<Problem, std::string>>& ks) {
+  v1::KernelBundle bundle;
+  for (const auto& [problem, arch] : ks) {
+    v1::Kernel* k = bundle.add_kernels();
+    *k->mutable_problem() = ProblemToProto(problem);
+    k->set_arch(arch);
+    k->set_template_name(arch + "-kernel");
+  }
+  const std::string path = (std::filesystem::path(::testing::TempDir()) /
+                            ("rt" + std::to_string(getpid()) + ".evtb"))
+                               .string();
+  EXPECT_TRUE(WriteKernelBundle(path, bundle).ok());
+  return path;
+}
+
+TEST(BundleSourceTest, FindsKernelsByProblemAndArchitecture) {
+  Problem causal = Seed();
+  causal.causal = true;
+  absl::StatusOr<std::unique_ptr<BundleSource>> source = BundleSource::Open(
+      BundleOf({{Seed(), "sm_90a"}, {Seed(), "sm_89"}, {causal, "sm_90a"}}));
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->Find(Seed(), "any GPU", "sm_89")->template_name(),
+            "sm_89-kernel");
+  EXPECT_EQ((*source)->Find(causal, "", "sm_90a")->template_name(),
+            "sm_90a-kernel");
+  absl::StatusOr<v1::Kernel> missing = (*source)->Find(causal, "", "sm_89");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("no kernel for b1_h8_kv8_q512_k512_d64_causal_fp16"));
+}
+
+TEST(GeometryTest, SurvivesTheWire) {
+  LaunchGeometry g;
+  g.grid[0] = 132;
+  g.grid[1] = 16;
+  g.grid[2] = 4;
+  g.cluster_x = 2;
+  g.block_threads = 384;
+  g.smem_bytes = 200000;
+  g.workspace_floats = 1 << 20;
+  g.counters = 77;
+  g.tma = {128, 128, 64};
+  g.persistent = true;
+  const LaunchGeometry back = GeometryFromProto(GeometryToProto(g));
+  EXPECT_EQ(back.grid[0], 132);
+  EXPECT_EQ(back.grid[1], 16);
+  EXPECT_EQ(back.grid[2], 4);
+  EXPECT_EQ(back.cluster_x, 2);
+  EXPECT_EQ(back.block_threads, 384);
+  EXPECT_EQ(back.smem_bytes, 200000);
+  EXPECT_EQ(back.workspace_floats, 1 << 20);
+  EXPECT_EQ(back.counters, 77);
+  EXPECT_EQ(back.tma.q_rows, 128);
+  EXPECT_EQ(back.tma.kv_rows, 128);
+  EXPECT_EQ(back.tma.o_rows, 64);
+  EXPECT_TRUE(back.persistent);
+}
+
+TEST(RuntimeTest, ContiguousCallHasTheStridesOfBhsd) {
+  Problem p = Seed();
+  p.kv_heads = 2;
+  p.seq_k = 300;
+  int x;
+  const AttentionCall call = ContiguousCall(p, &x, &x, &x, &x);
+  EXPECT_EQ(call.q.row_stride, 64);
+  EXPECT_EQ(call.q.head_stride, 512 * 64);
+  EXPECT_EQ(call.q.batch_stride, 8 * 512 * 64);
+  EXPECT_EQ(call.k.head_stride, 300 * 64);
+  EXPECT_EQ(call.k.batch_stride, 2 * 300 * 64);
+  EXPECT_EQ(call.o.batch_stride, call.q.batch_stride);
+}
+
+TEST(RuntimeTest, BadCallsNameTheField) {
+  Runtime runtime(*BundleSource::Open(BundleOf({{Seed(), "sm_90a"}})));
+  int x;
+  AttentionCall call = ContiguousCall(Seed(), &x, &x, &x, &x);
+  call.problem.kv_heads = 3;
+  EXPECT_THAT(std::string(runtime.Attention(call, nullptr).message()),
+              StartsWith("problem.kv_heads"));
+  call = ContiguousCall(Seed(), &x, nullptr, &x, &x);
+  EXPECT_THAT(std::string(runtime.Attention(call, nullptr).message()),
+              StartsWith("k.data: null"));
+  call = ContiguousCall(Seed(), &x, &x, &x, &x);
+  call.v.row_stride = 32;
+  absl::Status s = runtime.Attention(call, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), StartsWith("v.row_stride"));
+}
+
+TEST(RuntimeTest, WithoutADeviceLaunchesAreRefusedPlainly) {
+  if (CudaDriver::Get().ok()) GTEST_SKIP() << "this machine has a GPU";
+  Runtime runtime(*BundleSource::Open(BundleOf({{Seed(), "sm_90a"}})));
+  int x;
+  absl::Status s =
+      runtime.Attention(ContiguousCall(Seed(), &x, &x, &x, &x), nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), StartsWith("no CUDA device"));
+}
+
+}  // namespace
+}  // namespace evotune
