@@ -36,6 +36,45 @@ start_daemon() {
   export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
 }
 
+# The "Run the tuned kernel" block: evotuned replaying a recording (paths
+# from the source tree), the CLI against it, and the example, which needs a
+# GPU (without one it must say so).
+run_kernel_block() {
+  awk '/^## Run the tuned kernel/ { s = 1 } s && /^```sh/ { b = 1; next }
+       b && /^```/ { exit } b' "$readme" | grep -v '^#' |
+    sed 's/[[:space:]]\+#.*$//' |
+    sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' | grep . >"$work/kernel_commands"
+  grep -q "evotune export" "$work/kernel_commands" || fail "README: no export command"
+  local src line words prog
+  src=$(cd "$(dirname "$readme")" && pwd)
+  while read -r line; do
+    words=($line)
+    prog=${words[0]}
+    args=("${words[@]:1}")
+    for i in "${!args[@]}"; do args[$i]=${args[$i]//tests\/data/$src/tests/data}; done
+    case "$prog" in
+      build/bin/evotuned)
+        "$bin/evotuned" "${args[@]}" --db="$work/sim.db" --listen=127.0.0.1:0 \
+          --port_file="$work/simport" 2>"$work/daemon.log" &
+        pid=$!
+        for _ in $(seq 100); do [ -s "$work/simport" ] && break; sleep 0.1; done
+        export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/simport") ;;
+      build/bin/evotune)
+        "$bin/evotune" "${args[@]}" >"$work/out" 2>&1 ||
+          fail "README command exited non-zero: $line: $(tail -3 "$work/out")" ;;
+      build/bin/attention_example)
+        if ! "$bin/attention_example" "${args[@]}" >"$work/out" 2>&1; then
+          grep -q "no CUDA device" "$work/out" ||
+            fail "README command failed: $line: $(tail -3 "$work/out")"
+        fi ;;
+      *) fail "README command of an unknown program: $line" ;;
+    esac
+    echo "ok: $line"
+  done <"$work/kernel_commands"
+  [ -s "$work/kernels.evtb" ] || fail "README export wrote no bundle"
+  kill "$pid"; wait "$pid" || true; pid=""
+}
+
 # A comparison run (bench/sdpa_compare.py's JSON) timing the job's winner.
 write_comparison() {
   "$bin/evotune" --json job "$1" >"$work/job.json"
@@ -83,6 +122,8 @@ while read -r line; do
   if [ "${args[0]}" = submit ]; then job=$(head -1 "$work/out"); fi
   echo "ok: $line"
 done <"$work/commands"
+[ -n "$pid" ] && { kill "$pid"; wait "$pid" || true; pid=""; }
+run_kernel_block
 set +f
 [ -n "$job" ] || fail "README block submits no job"
 grep -q "Beside PyTorch SDPA" "$work"/evotune-*.html || fail "report --compare: no comparison"

@@ -1,6 +1,7 @@
 #include "tuner/evaluator/replay_evaluator.h"
 
 #include <fstream>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -63,6 +64,34 @@ TEST(ReplayEvaluatorTest, TheDecodeRecordingCoversItsSpace) {
       EXPECT_TRUE(r.Covers(t, c, p)) << key << " " << ConfigKey(c);
     }
   }
+}
+
+// The flash_fwd_tma recording: 30 problems (the suite's and a spread of
+// batch, heads, GQA ratio, lengths from 1 to 32768, head_dim, causal and
+// dtype), every config feasible on its H100 measured, replayed as that GPU
+// (compute capability 9.0, which the template needs).
+TEST(ReplayEvaluatorTest, TheFlashFwdTmaRecordingCoversItsSpace) {
+  auto replay = ReplayEvaluator::Load(EVOTUNE_TEST_DATA
+                                      "/flash_fwd_tma_landscapes_h100.csv");
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  const ReplayEvaluator& r = **replay;
+  EXPECT_EQ(r.template_name(), "flash_fwd_tma");
+  EXPECT_EQ(r.device().cc_major, 9);
+  EXPECT_EQ(r.device().cc_minor, 0);
+  ASSERT_EQ(r.landscape().size(), 30u);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  EXPECT_TRUE(CheckDevice(t, r.device().limits).ok());
+  const DeviceLimits h100{232448, 1024, 90};
+  std::set<int64_t> head_dims, seq_qs;
+  for (const auto& [key, results] : r.landscape()) {
+    const Problem p = *ParseProblemKey(key);
+    head_dims.insert(p.head_dim);
+    seq_qs.insert(p.seq_q);
+    EXPECT_EQ(FeasibleConfigs(t, p, h100).size(), results.size()) << key;
+    EXPECT_GE(results.size(), 100u) << key;
+  }
+  EXPECT_EQ(head_dims, (std::set<int64_t>{64, 128}));
+  EXPECT_GE(seq_qs.size(), 15u);
 }
 
 TEST(ReplayEvaluatorTest, RefusesWhatWasNotRecorded) {
