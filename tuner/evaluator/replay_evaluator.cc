@@ -40,6 +40,29 @@ absl::StatusOr<TrialStatus> ParseStatus(absl::string_view name) {
 
 }  // namespace
 
+absl::Status ReplayEvaluator::ReadComment(absl::string_view text,
+                                          std::string* gpu, std::string* hash) {
+  text = absl::StripAsciiWhitespace(text);
+  if (absl::ConsumePrefix(&text, "gpu:")) {
+    *gpu = std::string(absl::StripAsciiWhitespace(text));
+  } else if (absl::ConsumePrefix(&text, "compute capability:")) {
+    std::pair<std::string, std::string> cc =
+        absl::StrSplit(absl::StripAsciiWhitespace(text), '.');
+    if (!absl::SimpleAtoi(cc.first, &device_.cc_major) ||
+        !absl::SimpleAtoi(cc.second, &device_.cc_minor)) {
+      return absl::InvalidArgumentError(
+          "compute capability: expected MAJOR.MINOR");
+    }
+    device_.limits.compute_capability =
+        10 * device_.cc_major + device_.cc_minor;
+  } else if (absl::ConsumePrefix(&text, "template hash:")) {
+    *hash = std::string(absl::StripAsciiWhitespace(text));
+  } else if (absl::ConsumePrefix(&text, "evotune landscape: every feasible ")) {
+    template_name_ = std::string(text.substr(0, text.find(' ')));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
     const std::string& path) {
   std::ifstream in(path);
@@ -60,23 +83,8 @@ absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
     absl::string_view text = absl::StripAsciiWhitespace(line);
     if (text.empty()) continue;
     if (absl::ConsumePrefix(&text, "#")) {
-      text = absl::StripAsciiWhitespace(text);
-      if (absl::ConsumePrefix(&text, "gpu:")) {
-        gpu = std::string(absl::StripAsciiWhitespace(text));
-      } else if (absl::ConsumePrefix(&text, "compute capability:")) {
-        std::pair<std::string, std::string> cc =
-            absl::StrSplit(absl::StripAsciiWhitespace(text), '.');
-        if (!absl::SimpleAtoi(cc.first, &r->device_.cc_major) ||
-            !absl::SimpleAtoi(cc.second, &r->device_.cc_minor)) {
-          return bad("compute capability: expected MAJOR.MINOR");
-        }
-        r->device_.limits.compute_capability =
-            10 * r->device_.cc_major + r->device_.cc_minor;
-      } else if (absl::ConsumePrefix(&text, "template hash:")) {
-        hash = std::string(absl::StripAsciiWhitespace(text));
-      } else if (absl::ConsumePrefix(&text,
-                                     "evotune landscape: every feasible ")) {
-        r->template_name_ = std::string(text.substr(0, text.find(' ')));
+      if (absl::Status st = r->ReadComment(text, &gpu, &hash); !st.ok()) {
+        return bad(st.message());
       }
       continue;
     }

@@ -51,6 +51,10 @@ class ReplayEvaluator : public Evaluator {
 
  private:
   ReplayEvaluator() = default;
+  // A "# ..." line of the file's header (text after the '#'): the GPU, its
+  // compute capability, the template and its hash.
+  absl::Status ReadComment(absl::string_view text, std::string* gpu,
+                           std::string* hash);
   // The recorded result for `config`, or null.
   const TrialResult* Find(const KernelTemplate& t, const Config& config,
                           const Problem& problem) const;
