@@ -1,0 +1,195 @@
+"""A client of evotuned over gRPC: the whole Tuner API.
+
+    import evotune
+    c = evotune.Client("127.0.0.1:7433", token="...")
+    job = c.submit("flash_fwd", evotune.problem(seq_q=1024), max_trials=40)
+    c.watch(job)                      # progress on stderr, returns the Job
+    best = c.best(evotune.problem(seq_q=1024), k=5)
+
+Messages are those of proto/evotune/v1 (evotune.v1.evotune_pb2). A refused
+call raises EvotuneError with the daemon's code and message (which names the
+offending field).
+"""
+import os
+import sys
+import time
+
+import grpc
+
+from evotune.v1 import bundle_pb2, evotune_pb2, evotune_pb2_grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:7433"
+# kKernelBundleFormat of runtime/kernel_bundle.h.
+BUNDLE_FORMAT = 1
+
+_DTYPES = {"fp16": evotune_pb2.DTYPE_FP16, "bf16": evotune_pb2.DTYPE_BF16}
+_FINAL = {evotune_pb2.JOB_STATE_SUCCEEDED, evotune_pb2.JOB_STATE_FAILED,
+          evotune_pb2.JOB_STATE_CANCELLED}
+
+
+class EvotuneError(Exception):
+    """A call the daemon refused or could not answer."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+def problem(batch=1, heads=8, kv_heads=0, seq_q=512, seq_k=0, head_dim=64,
+            causal=False, dtype="fp16"):
+    """An evotune.v1.Problem; defaults are the seed problem. kv_heads 0 means
+    heads, seq_k 0 means seq_q; dtype "fp16" or "bf16"."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
+    return evotune_pb2.Problem(
+        batch=batch, heads=heads, kv_heads=kv_heads or heads, seq_q=seq_q,
+        seq_k=seq_k or seq_q, head_dim=head_dim, causal=causal,
+        dtype=_DTYPES[dtype])
+
+
+def _config(values):
+    return evotune_pb2.Config(params=[
+        evotune_pb2.ParamValue(name=k, value=int(v))
+        for k, v in sorted(values.items())])
+
+
+class Client:
+    """One channel to evotuned. address defaults to $EVOTUNE_ADDRESS or
+    127.0.0.1:7433, token to $EVOTUNE_TOKEN; timeout_s bounds unary calls
+    (GetKernel compiles on a first request and gets at least 300 s)."""
+
+    def __init__(self, address=None, token=None, timeout_s=30.0):
+        self.address = address or os.environ.get("EVOTUNE_ADDRESS",
+                                                 DEFAULT_ADDRESS)
+        token = token if token is not None else os.environ.get(
+            "EVOTUNE_TOKEN", "")
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+        self._timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(self.address)
+        self._stub = evotune_pb2_grpc.TunerStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout_s=None):
+        try:
+            return method(request, metadata=self._metadata,
+                          timeout=timeout_s or self._timeout_s)
+        except grpc.RpcError as e:
+            raise EvotuneError(e.code(), e.details()) from None
+
+    def templates(self):
+        """Every template: parameter space, constraints, head_dims, dtypes."""
+        return list(self._call(self._stub.ListTemplates,
+                               evotune_pb2.ListTemplatesRequest()).templates)
+
+    def submit(self, template_name, problem, max_trials=50, max_seconds=3600,
+               strategy="", seed=0, device="", strategy_options=None):
+        """Starts a search; returns its job id."""
+        req = evotune_pb2.SubmitSearchRequest(
+            template_name=template_name, problem=problem,
+            budget=evotune_pb2.Budget(max_trials=max_trials,
+                                      max_seconds=max_seconds),
+            strategy=strategy, seed=seed, device=device,
+            strategy_options=strategy_options or {})
+        return self._call(self._stub.SubmitSearch, req).job_id
+
+    def job(self, job_id):
+        return self._call(self._stub.GetJob,
+                          evotune_pb2.GetJobRequest(job_id=job_id))
+
+    def jobs(self, state=evotune_pb2.JOB_STATE_UNSPECIFIED):
+        return list(self._call(self._stub.ListJobs,
+                               evotune_pb2.ListJobsRequest(state=state)).jobs)
+
+    def cancel(self, job_id):
+        return self._call(self._stub.CancelJob,
+                          evotune_pb2.CancelJobRequest(job_id=job_id))
+
+    def watch(self, job_id, on_update=None, reconnect_s=120.0):
+        """Follows the job until it ends and returns the final Job. Each
+        JobUpdate goes to on_update; by default a progress line is written
+        to stderr. Reconnects (from the last event seen) while the daemon is
+        unreachable, for up to reconnect_s."""
+        on_update = on_update or _print_progress
+        seen, deadline = 0, time.monotonic() + reconnect_s
+        while True:
+            req = evotune_pb2.WatchJobRequest(job_id=job_id,
+                                              from_sequence=seen)
+            try:
+                job = None
+                for update in self._stub.WatchJob(req, metadata=self._metadata):
+                    job = update.job
+                    if update.HasField("event"):
+                        seen = update.event.sequence
+                    on_update(update)
+                if job is not None and job.state in _FINAL:
+                    return job
+            except grpc.RpcError as e:
+                if (e.code() != grpc.StatusCode.UNAVAILABLE
+                        or time.monotonic() > deadline):
+                    raise EvotuneError(e.code(), e.details()) from None
+                time.sleep(0.5)
+
+    def best(self, problem, k=1, template_name="", device="",
+             tune_on_miss=None):
+        """QueryBestResponse: the fastest configs, or transferred ones
+        (flagged), or defaults (flagged)."""
+        req = evotune_pb2.QueryBestRequest(problem=problem, k=k,
+                                           template_name=template_name,
+                                           device=device)
+        if tune_on_miss is not None:
+            req.tune_on_miss = tune_on_miss
+        return self._call(self._stub.QueryBest, req)
+
+    def bench(self, template_name, config, problem, device=""):
+        """Runs one config (dict NAME -> value) through the search's gates."""
+        req = evotune_pb2.EvaluateConfigRequest(
+            template_name=template_name, config=_config(config),
+            problem=problem, device=device)
+        return self._call(self._stub.EvaluateConfig, req,
+                          timeout_s=max(self._timeout_s, 300))
+
+    def get_kernel(self, problem, template_name="", device="",
+                   tune_on_miss=None):
+        """The Kernel message: best config compiled for the device, with its
+        launch geometry."""
+        req = evotune_pb2.GetKernelRequest(problem=problem,
+                                           template_name=template_name,
+                                           device=device)
+        if tune_on_miss is not None:
+            req.tune_on_miss = tune_on_miss
+        return self._call(self._stub.GetKernel, req,
+                          timeout_s=max(self._timeout_s, 300))
+
+    def export(self, problems, path, template_name="", device=""):
+        """Writes a kernel bundle (what `evotune export` writes) of the
+        problems' kernels to path; nothing is written if one fails."""
+        bundle = bundle_pb2.KernelBundle(format_version=BUNDLE_FORMAT,
+                                         created_unix_s=int(time.time()))
+        for p in problems:
+            bundle.kernels.append(self.get_kernel(p, template_name, device))
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(bundle.SerializeToString())
+        os.replace(tmp, path)
+        return path
+
+
+def _print_progress(update):
+    job = update.job
+    best = (f", best {job.best.latency.median_us:.2f} us"
+            if job.HasField("best") else "")
+    state = evotune_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_")
+    sys.stderr.write(f"\r{job.job_id} {state.lower()}: {job.trials_done}/"
+                     f"{job.budget.max_trials} trials{best}   ")
+    if job.state in _FINAL:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

@@ -1,0 +1,186 @@
+"""Tuned evotune kernels as a PyTorch op.
+
+    import evotune.torch as et
+    et.use(bundle="kernels.evtb")         # or daemon="127.0.0.1:7433"
+    o = et.attention(q, k, v, causal=True)  # [batch, heads, seq, head_dim]
+
+The op launches the kernel the runtime (libevotune_runtime.so, built with
+the C++ project; found through `library=`, $EVOTUNE_RUNTIME_LIBRARY or the
+loader's path) serves for the tensors' shape, dtype and GPU on the current
+CUDA stream, also under CUDA-graph capture (its scratch comes from PyTorch's
+allocator). Where no kernel is known (no runtime loaded, a CPU tensor,
+another dtype, a problem the bundle lacks) it falls back to
+torch.nn.functional.scaled_dot_product_attention with the same semantics
+(causal aligned bottom-right when seq_q != seq_k, grouped KV heads). It is
+registered as torch.ops.evotune.attention, so torch.compile keeps it.
+"""
+import ctypes
+import math
+import os
+import threading
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+_NOT_FOUND = 5
+
+
+class _Problem(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64) for n in (
+        "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
+            ("causal", ctypes.c_int32), ("bf16", ctypes.c_int32)]
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64),
+                ("head_stride", ctypes.c_int64),
+                ("row_stride", ctypes.c_int64)]
+
+
+class _State:
+    lib = None
+    runtime = None
+    missing = set()  # Problems the source has no kernel for.
+    lock = threading.Lock()
+
+
+def _load_library(path):
+    path = path or os.environ.get("EVOTUNE_RUNTIME_LIBRARY",
+                                  "libevotune_runtime.so")
+    lib = ctypes.CDLL(path)
+    p = ctypes.POINTER
+    lib.evotune_runtime_open_bundle.restype = ctypes.c_void_p
+    lib.evotune_runtime_open_bundle.argtypes = [ctypes.c_char_p]
+    lib.evotune_runtime_open_daemon.restype = ctypes.c_void_p
+    lib.evotune_runtime_open_daemon.argtypes = [ctypes.c_char_p,
+                                                ctypes.c_char_p]
+    lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
+    lib.evotune_runtime_scratch.argtypes = [
+        ctypes.c_void_p, p(_Problem), ctypes.c_void_p, p(ctypes.c_int64),
+        p(ctypes.c_int64)]
+    lib.evotune_runtime_describe.argtypes = [
+        ctypes.c_void_p, p(_Problem), ctypes.c_void_p, ctypes.c_char_p,
+        ctypes.c_int64]
+    lib.evotune_runtime_attention.argtypes = [
+        ctypes.c_void_p, p(_Problem)] + [p(_Tensor)] * 4 + [
+            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.evotune_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def use(bundle=None, daemon=None, token="", library=None):
+    """Serves kernels from a bundle file (`evotune export`) or a daemon."""
+    if (bundle is None) == (daemon is None):
+        raise ValueError("use: give exactly one of bundle= and daemon=")
+    with _State.lock:
+        lib = _State.lib or _load_library(library)
+        if bundle is not None:
+            runtime = lib.evotune_runtime_open_bundle(os.fsencode(bundle))
+        else:
+            runtime = lib.evotune_runtime_open_daemon(daemon.encode(),
+                                                      token.encode())
+        if not runtime:
+            raise RuntimeError(lib.evotune_last_error().decode())
+        if _State.runtime:
+            lib.evotune_runtime_close(_State.runtime)
+        _State.lib, _State.runtime, _State.missing = lib, runtime, set()
+
+
+def _problem(q, k, causal):
+    b, h, sq, d = q.shape
+    return _Problem(b, h, k.shape[1], sq, k.shape[2], d, int(causal),
+                    int(q.dtype == torch.bfloat16))
+
+
+def _key(p):
+    return tuple(getattr(p, n) for n, _ in _Problem._fields_)
+
+
+def _tensor(t):
+    sb, sh, ss, _ = t.stride()
+    return _Tensor(t.data_ptr(), sb, sh, ss)
+
+
+def _servable(q, k, v):
+    return (_State.runtime is not None and q.is_cuda and q.dim() == 4
+            and q.dtype in (torch.float16, torch.bfloat16)
+            and k.dtype == q.dtype and v.dtype == q.dtype
+            and all(t.stride(-1) == 1 for t in (q, k, v)))
+
+
+def _sdpa(q, k, v, causal, scale):
+    mask = None
+    if causal and q.shape[2] != k.shape[2]:
+        mask = causal_lower_right(q.shape[2], k.shape[2])
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+        scale=scale or None, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _launch(q, k, v, causal, scale):
+    """The output, or None when the runtime has no kernel for the problem."""
+    lib, runtime = _State.lib, _State.runtime
+    p = _problem(q, k, causal)
+    if _key(p) in _State.missing:
+        return None
+    stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream)
+    floats, counters = ctypes.c_int64(), ctypes.c_int64()
+    rc = lib.evotune_runtime_scratch(runtime, ctypes.byref(p), stream,
+                                     ctypes.byref(floats),
+                                     ctypes.byref(counters))
+    if rc == _NOT_FOUND:
+        _State.missing.add(_key(p))
+        return None
+    if rc != 0:
+        raise RuntimeError(f"evotune: {lib.evotune_last_error().decode()}")
+    o = torch.empty_like(q)
+    workspace = torch.empty(max(floats.value, 1), dtype=torch.float32,
+                            device=q.device)
+    # Zero before the launch; every launch leaves them zero.
+    count = torch.zeros(max(counters.value, 1), dtype=torch.int32,
+                        device=q.device)
+    tensors = [_tensor(t) for t in (q, k, v, o)]
+    rc = lib.evotune_runtime_attention(
+        runtime, ctypes.byref(p), *[ctypes.byref(t) for t in tensors],
+        ctypes.c_float(scale), ctypes.c_void_p(workspace.data_ptr()),
+        ctypes.c_void_p(count.data_ptr()), stream)
+    if rc != 0:
+        raise RuntimeError(f"evotune: {lib.evotune_last_error().decode()}")
+    return o
+
+
+@torch.library.custom_op("evotune::attention", mutates_args=())
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               causal: bool, scale: float) -> torch.Tensor:
+    if _servable(q, k, v):
+        o = _launch(q, k, v, causal, scale)
+        if o is not None:
+            return o
+    return _sdpa(q, k, v, causal, scale)
+
+
+@_attention.register_fake
+def _(q, k, v, causal, scale):
+    return torch.empty_like(q)
+
+
+def attention(q, k, v, causal=False, scale=None):
+    """softmax(q k^T * scale) v for [batch, heads, seq, head_dim] tensors;
+    k and v may have fewer heads (grouped). scale defaults to
+    1/sqrt(head_dim)."""
+    return torch.ops.evotune.attention(q, k, v, causal,
+                                       float(scale or 1 / math.sqrt(q.shape[-1])))
+
+
+def kernel_for(q, k, causal=False):
+    """Which kernel serves these tensors ("template CONFIG arch (tuned)"),
+    or None when attention() would fall back to SDPA."""
+    if _State.runtime is None or not q.is_cuda:
+        return None
+    p = _problem(q, k, causal)
+    out = ctypes.create_string_buffer(512)
+    stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream)
+    rc = _State.lib.evotune_runtime_describe(_State.runtime, ctypes.byref(p),
+                                             stream, out, len(out))
+    return out.value.decode() if rc == 0 else None

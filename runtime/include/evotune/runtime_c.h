@@ -1,0 +1,65 @@
+/* The evotune runtime as a C API (libevotune_runtime.so), for programs and
+ * languages that cannot link C++ (the Python package loads it with ctypes).
+ * The same runtime as evotune/runtime.h: one per process is enough; every
+ * function is thread-safe. Status codes are absl::StatusCode's values (0 OK,
+ * 3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL);
+ * evotune_last_error() gives the message of this thread's last failure. */
+#ifndef EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_C_H_
+#define EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_C_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct evotune_runtime evotune_runtime;
+
+typedef struct {
+  int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim;
+  int32_t causal; /* bottom-right aligned */
+  int32_t bf16;   /* 0: fp16 */
+} evotune_problem;
+
+/* [batch, heads, seq, head_dim] with unit stride along head_dim; strides in
+ * elements. */
+typedef struct {
+  void* data;
+  int64_t batch_stride, head_stride, row_stride;
+} evotune_tensor;
+
+/* NULL on failure (evotune_last_error says why). */
+evotune_runtime* evotune_runtime_open_bundle(const char* path);
+evotune_runtime* evotune_runtime_open_daemon(const char* address,
+                                             const char* token);
+void evotune_runtime_close(evotune_runtime* runtime);
+
+/* The scratch the kernel for `problem` needs (in the context of `stream`, a
+ * CUstream): fp32 values and zero-initialised ints. Loads the kernel. */
+int evotune_runtime_scratch(evotune_runtime* runtime,
+                            const evotune_problem* problem, void* stream,
+                            int64_t* workspace_floats, int64_t* counters);
+
+/* "template CONFIG arch (tuned|transferred|default)" into `out` (at most
+ * `size` bytes, NUL-terminated). Loads the kernel. */
+int evotune_runtime_describe(evotune_runtime* runtime,
+                             const evotune_problem* problem, void* stream,
+                             char* out, int64_t size);
+
+/* Launches attention on `stream`. scale 0 means 1/sqrt(head_dim);
+ * workspace/counters NULL: the runtime's own per stream (not under stream
+ * capture). */
+int evotune_runtime_attention(evotune_runtime* runtime,
+                              const evotune_problem* problem,
+                              const evotune_tensor* q, const evotune_tensor* k,
+                              const evotune_tensor* v, const evotune_tensor* o,
+                              float scale, float* workspace, int32_t* counters,
+                              void* stream);
+
+const char* evotune_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_C_H_ */

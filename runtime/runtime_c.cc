@@ -1,0 +1,118 @@
+#include "evotune/runtime_c.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "evotune/runtime.h"
+#include "runtime/daemon_source.h"
+#include "tuner/cli/cli_format.h"
+
+struct evotune_runtime {
+  std::unique_ptr<evotune::Runtime> runtime;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int Report(const absl::Status& s) {
+  last_error = std::string(s.message());
+  return static_cast<int>(s.code());
+}
+
+evotune::Problem ToProblem(const evotune_problem& p) {
+  evotune::Problem out;
+  out.batch = p.batch;
+  out.heads = p.heads;
+  out.kv_heads = p.kv_heads;
+  out.seq_q = p.seq_q;
+  out.seq_k = p.seq_k;
+  out.head_dim = p.head_dim;
+  out.causal = p.causal != 0;
+  out.dtype = p.bf16 ? evotune::DType::kBf16 : evotune::DType::kFp16;
+  return out;
+}
+
+evotune::AttentionTensor ToTensor(const evotune_tensor& t) {
+  return {t.data, t.batch_stride, t.head_stride, t.row_stride};
+}
+
+}  // namespace
+
+extern "C" {
+
+evotune_runtime* evotune_runtime_open_bundle(const char* path) {
+  absl::StatusOr<std::unique_ptr<evotune::BundleSource>> source =
+      evotune::BundleSource::Open(path);
+  if (!source.ok()) {
+    Report(source.status());
+    return nullptr;
+  }
+  return new evotune_runtime{
+      std::make_unique<evotune::Runtime>(*std::move(source))};
+}
+
+evotune_runtime* evotune_runtime_open_daemon(const char* address,
+                                             const char* token) {
+  return new evotune_runtime{std::make_unique<evotune::Runtime>(
+      evotune::DaemonSource::Connect(address, token ? token : ""))};
+}
+
+void evotune_runtime_close(evotune_runtime* runtime) { delete runtime; }
+
+int evotune_runtime_scratch(evotune_runtime* runtime,
+                            const evotune_problem* problem, void* stream,
+                            int64_t* workspace_floats, int64_t* counters) {
+  absl::StatusOr<evotune::v1::Kernel> k = runtime->runtime->KernelFor(
+      ToProblem(*problem), static_cast<CUstream>(stream));
+  if (!k.ok()) return Report(k.status());
+  *workspace_floats = static_cast<int64_t>(k->geometry().workspace_floats());
+  *counters = static_cast<int64_t>(k->geometry().counters());
+  return 0;
+}
+
+int evotune_runtime_describe(evotune_runtime* runtime,
+                             const evotune_problem* problem, void* stream,
+                             char* out, int64_t size) {
+  absl::StatusOr<evotune::v1::Kernel> k = runtime->runtime->KernelFor(
+      ToProblem(*problem), static_cast<CUstream>(stream));
+  if (!k.ok()) return Report(k.status());
+  const std::string text =
+      absl::StrCat(k->template_name(), " ", evotune::FormatConfig(k->config()),
+                   " ", k->arch(), " (",
+                   k->defaults()      ? "default"
+                   : k->transferred() ? "transferred"
+                                      : "tuned",
+                   ")");
+  if (size > 0) {
+    const size_t n = std::min<size_t>(text.size(), size - 1);
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  }
+  return 0;
+}
+
+int evotune_runtime_attention(evotune_runtime* runtime,
+                              const evotune_problem* problem,
+                              const evotune_tensor* q, const evotune_tensor* k,
+                              const evotune_tensor* v, const evotune_tensor* o,
+                              float scale, float* workspace, int32_t* counters,
+                              void* stream) {
+  evotune::AttentionCall call;
+  call.problem = ToProblem(*problem);
+  call.q = ToTensor(*q);
+  call.k = ToTensor(*k);
+  call.v = ToTensor(*v);
+  call.o = ToTensor(*o);
+  call.scale = scale;
+  call.workspace = workspace;
+  call.counters = counters;
+  absl::Status s =
+      runtime->runtime->Attention(call, static_cast<CUstream>(stream));
+  return s.ok() ? 0 : Report(s);
+}
+
+const char* evotune_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"
