@@ -86,6 +86,11 @@ struct KernelTemplate {
   // Configs known to do well, tried first by searches (those a problem or
   // device cannot run are skipped).
   std::vector<Config> defaults;
+  // How well the defaults suit a problem, for answers made of defaults
+  // when nothing tuned runs on it: higher ranks first (ties in registry
+  // order); unset is 0. A decode template ranks itself high for a few query
+  // rows, a device-specific prefill template above a portable one.
+  std::function<int(const Problem&)> default_rank;
   std::function<LaunchGeometry(const Config&, const Problem&)> geometry;
 };
 

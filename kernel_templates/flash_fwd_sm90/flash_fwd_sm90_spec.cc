@@ -46,6 +46,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_sm90)(std::string source,
                   {"STAGES", stages},
                   {"WARPGROUPS", warpgroups}};
   };
+  t.default_rank = [](const Problem&) { return 1; };
   t.defaults = {config(2, 128, 2, 1), config(2, 64, 3, 1), config(1, 128, 2, 2),
                 config(1, 64, 2, 4)};
   t.geometry = [](const Config& c, const Problem& p) {

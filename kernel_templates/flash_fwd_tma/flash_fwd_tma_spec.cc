@@ -121,6 +121,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.constraints = Constraints();
+  // Hopper's fastest prefill template (bench/RESULTS.md).
+  t.default_rank = [](const Problem&) { return 2; };
   t.defaults = Defaults();
   t.geometry = Geometry;
   return t;

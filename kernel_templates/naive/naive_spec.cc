@@ -24,6 +24,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(naive)(std::string source,
       {"HEAD_DIM % 32 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 32 == 0; }},
   };
+  // A baseline, never the kernel to serve when another runs.
+  t.default_rank = [](const Problem&) { return -2; };
   t.defaults = {{{"KV_TILE", 64}, {"WARPS", 4}}};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t warps = c.at("WARPS");

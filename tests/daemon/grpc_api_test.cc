@@ -345,6 +345,23 @@ std::vector<std::string> Configs(const v1::QueryBestResponse& resp) {
   return out;
 }
 
+// With nothing tuned, defaults come from the templates that suit the
+// problem best (KernelTemplate::default_rank): the decode template for one
+// query, the Hopper prefill template for many (this synthetic device runs
+// every template), the naive baseline last.
+TEST_F(GrpcApiTest, DefaultsComeFromTheTemplateThatSuitsTheProblem) {
+  Daemon d(db_, "", &evaluations_);
+  v1::QueryBestResponse decode = Best(d, Decode(8192, 128));
+  ASSERT_TRUE(decode.defaults());
+  EXPECT_EQ(decode.results(0).template_name(), "decode_fwd");
+  Problem prefill = Decode(4096, 128);
+  prefill.seq_q = 4096;
+  v1::QueryBestResponse best = Best(d, prefill);
+  ASSERT_TRUE(best.defaults());
+  EXPECT_EQ(best.results(0).template_name(), "flash_fwd_tma");
+  EXPECT_EQ(best.results(best.results_size() - 1).template_name(), "naive");
+}
+
 // Every valid problem gets configs that run on it: its own, else those of
 // the nearest tuned problem that run on it (of its class first, then of
 // any), else the templates' defaults, flagged as never measured.

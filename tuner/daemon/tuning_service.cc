@@ -296,15 +296,33 @@ absl::StatusOr<BestAnswer> TuningService::Transfer(
     }
   }
   answer.defaults = true;
+  answer.results = Defaults(query, templates, limits);
+  return answer;
+}
+
+std::vector<RankedTrial> TuningService::Defaults(
+    const BestQuery& query,
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    const DeviceLimits& limits) const {
+  // The templates whose defaults suit the problem best first.
+  std::vector<std::pair<int, const KernelTemplate*>> ranked;
   for (const auto& [name, hash] : templates) {
-    for (const Config& c : templates_->Find(name)->defaults) {
-      if (answer.results.size() < k &&
-          Runnable(name, hash, c, query.problem, limits)) {
-        answer.results.push_back({name, hash, StoredTrial{0, c, {}, 0}});
+    const KernelTemplate* t = templates_->Find(name);
+    ranked.push_back({t->default_rank ? t->default_rank(query.problem) : 0, t});
+  }
+  std::stable_sort(
+      ranked.begin(), ranked.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<RankedTrial> out;
+  for (const auto& [rank, t] : ranked) {
+    for (const Config& c : t->defaults) {
+      if (out.size() < static_cast<size_t>(query.k) &&
+          Runnable(t->name, t->hash, c, query.problem, limits)) {
+        out.push_back({t->name, t->hash, StoredTrial{0, c, {}, 0}});
       }
     }
   }
-  return answer;
+  return out;
 }
 
 absl::StatusOr<bool> TuningService::Predict(

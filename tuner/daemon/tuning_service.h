@@ -151,6 +151,12 @@ class TuningService {
       const BestQuery& query,
       const std::vector<std::pair<std::string, std::string>>& templates,
       BestAnswer answer);
+  // The templates' default configs that run on the problem, those of the
+  // templates that rank highest for it (KernelTemplate::default_rank) first.
+  std::vector<RankedTrial> Defaults(
+      const BestQuery& query,
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      const DeviceLimits& limits) const;
   // Fills answer->results from the device's cost model; false when it has
   // none or nothing in its pool runs on the problem. Answers are cached per
   // model version.
