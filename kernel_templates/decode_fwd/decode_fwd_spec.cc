@@ -12,6 +12,10 @@ int64_t PackedRows(const Problem& p) {
   return p.seq_q * (p.heads / std::max<int64_t>(1, p.kv_heads));
 }
 
+// The decode template for a few query rows per KV head; a prefill
+// template's defaults suit more rows better.
+int DefaultRank(const Problem& p) { return p.seq_q <= 16 ? 3 : -1; }
+
 }  // namespace
 
 KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
@@ -66,9 +70,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
     return Config{{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", rows},
                   {"STAGES", stages},    {"TILE_N", n},    {"WARPS", warps}};
   };
-  // The decode template for a few query rows per KV head; a prefill
-  // template's defaults suit more rows better.
-  t.default_rank = [](const Problem& p) { return p.seq_q <= 16 ? 3 : -1; };
+  t.default_rank = DefaultRank;
   t.defaults = {config(16, 32, 4, 3, 4), config(16, 32, 4, 3, 16),
                 config(16, 16, 8, 4, 8), config(32, 32, 4, 3, 8),
                 config(16, 64, 4, 2, 1)};
