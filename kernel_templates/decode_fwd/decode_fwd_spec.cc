@@ -12,9 +12,11 @@ int64_t PackedRows(const Problem& p) {
   return p.seq_q * (p.heads / std::max<int64_t>(1, p.kv_heads));
 }
 
-// The decode template for a few query rows per KV head; a prefill
-// template's defaults suit more rows better.
-int DefaultRank(const Problem& p) { return p.seq_q <= 16 ? 3 : -1; }
+int DefaultRank(const Problem& p) {
+  // The decode template for a few query rows per KV head; a prefill
+  // template's defaults suit more rows better.
+  return p.seq_q <= 16 ? 3 : -1;
+}
 
 }  // namespace
 
