@@ -14,6 +14,13 @@ bytes, the least any kernel could take) after a device-to-device copy measured i
 writes it as JSON (GPU, date, commit, copy bandwidth, rows) if asked.
 
   python3 bench/sdpa_compare.py PLAN.json [--json OUT.json] [--commit SHA]
+      [--bundle KERNELS.evtb]
+
+With --bundle (needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
+python/evotune/torch.py), the same kernel is also timed as the PyTorch op
+evotune.torch.attention serves it from the bundle, the same way: column
+"op us" (and "op_us", "op_err", "op_kernel" in the JSON) where the bundle's
+kernel for the problem is the entry's config.
 """
 import argparse
 import ctypes
@@ -314,13 +321,29 @@ def time_sdpa(q, k, v, mask, gqa, ref):
     return result
 
 
+def time_op(op, q, k, v, causal, meta, ref, result):
+    """The PyTorch op on the same inputs, where it serves the entry's kernel."""
+    served = op.kernel_for(q, k, causal)
+    result["op_kernel"] = served
+    if not served or not served.startswith(f"{meta['template']} {meta['config']} "):
+        return
+    result["op_err"] = rel_l2(op.attention(q, k, v, causal=causal), ref)
+    result["op_us"] = time_us(lambda: op.attention(q, k, v, causal=causal))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("plan")
     parser.add_argument("--json")
     parser.add_argument("--commit", default="unknown",
                         help="commit of the kernels, for the JSON header")
+    parser.add_argument("--bundle", help="also time evotune.torch.attention "
+                        "serving this bundle")
     args = parser.parse_args()
+    op = None
+    if args.bundle:
+        import evotune.torch as op
+        op.use(bundle=args.bundle)
     plan = json.load(open(args.plan))
     torch.manual_seed(0)
     rows = []
@@ -360,6 +383,8 @@ def main():
                   "config": meta["config"], "template": meta["template"],
                   "rel_err": ours_err, "finite": finite}
         result["us"] = time_us(lambda: kernel(q, k, v, o, pr["causal"]))
+        if op is not None:
+            time_op(op, q, k, v, pr["causal"], meta, ref, result)
         if meta["problem"] not in sdpa_times:
             sdpa_times[meta["problem"]] = time_sdpa(q, k, v, mask, gqa, ref)
         result.update(sdpa_times[meta["problem"]])
@@ -388,6 +413,12 @@ def main():
               f"{fmt(cu_ratio):>10} {fmt(r['read_floor_us']):>8} "
               f"{r['rel_err']:>8.1e} {flash_err:>9.1e}"
               f"  {r['template']} {r['config']}{note}")
+        if args.bundle:
+            op_us = r.get("op_us")
+            print(f"{'':<13} op: {fmt(op_us)} us"
+                  + (f" ({op_us / r['us']:.3f}x the kernel's, rel err "
+                     f"{r['op_err']:.1e})" if op_us else
+                     f" (the op serves {r.get('op_kernel')})"))
     if args.json:
         header = {"gpu": torch.cuda.get_device_name(),
                   "torch": torch.__version__,

@@ -42,6 +42,9 @@ class _State:
     lib = None
     runtime = None
     missing = set()  # Problems the source has no kernel for.
+    # Scratch per (problem, stream): counters stay zero between launches, so
+    # one allocation serves every launch on its stream (and graph replays).
+    scratch = {}
     lock = threading.Lock()
 
 
@@ -84,7 +87,8 @@ def use(bundle=None, daemon=None, token="", library=None):
             raise RuntimeError(lib.evotune_last_error().decode())
         if _State.runtime:
             lib.evotune_runtime_close(_State.runtime)
-        _State.lib, _State.runtime, _State.missing = lib, runtime, set()
+        _State.lib, _State.runtime = lib, runtime
+        _State.missing, _State.scratch = set(), {}
 
 
 def _problem(q, k, causal):
@@ -124,27 +128,32 @@ def _launch(q, k, v, causal, scale):
     p = _problem(q, k, causal)
     if _key(p) in _State.missing:
         return None
-    stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream)
-    floats, counters = ctypes.c_int64(), ctypes.c_int64()
-    rc = lib.evotune_runtime_scratch(runtime, ctypes.byref(p), stream,
-                                     ctypes.byref(floats),
-                                     ctypes.byref(counters))
-    if rc == _NOT_FOUND:
-        _State.missing.add(_key(p))
-        return None
-    if rc != 0:
-        raise RuntimeError(f"evotune: {lib.evotune_last_error().decode()}")
+    stream_id = torch.cuda.current_stream(q.device).cuda_stream
+    stream = ctypes.c_void_p(stream_id)
+    scratch = _State.scratch.get((_key(p), stream_id))
+    if scratch is None:
+        floats, counters = ctypes.c_int64(), ctypes.c_int64()
+        rc = lib.evotune_runtime_scratch(runtime, ctypes.byref(p), stream,
+                                         ctypes.byref(floats),
+                                         ctypes.byref(counters))
+        if rc == _NOT_FOUND:
+            _State.missing.add(_key(p))
+            return None
+        if rc != 0:
+            raise RuntimeError(f"evotune: {lib.evotune_last_error().decode()}")
+        scratch = (
+            torch.empty(floats.value, dtype=torch.float32, device=q.device)
+            if floats.value else None,
+            torch.zeros(counters.value, dtype=torch.int32, device=q.device)
+            if counters.value else None)
+        _State.scratch[(_key(p), stream_id)] = scratch
+    workspace, count = (ctypes.c_void_p(t.data_ptr() if t is not None else None)
+                        for t in scratch)
     o = torch.empty_like(q)
-    workspace = torch.empty(max(floats.value, 1), dtype=torch.float32,
-                            device=q.device)
-    # Zero before the launch; every launch leaves them zero.
-    count = torch.zeros(max(counters.value, 1), dtype=torch.int32,
-                        device=q.device)
     tensors = [_tensor(t) for t in (q, k, v, o)]
     rc = lib.evotune_runtime_attention(
         runtime, ctypes.byref(p), *[ctypes.byref(t) for t in tensors],
-        ctypes.c_float(scale), ctypes.c_void_p(workspace.data_ptr()),
-        ctypes.c_void_p(count.data_ptr()), stream)
+        ctypes.c_float(scale), workspace, count, stream)
     if rc != 0:
         raise RuntimeError(f"evotune: {lib.evotune_last_error().decode()}")
     return o
