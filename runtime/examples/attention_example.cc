@@ -49,77 +49,102 @@ void* RandomTensor(size_t n, DType dtype, std::mt19937& rng,
   return dev;
 }
 
-int Run() {
-  absl::StatusOr<Problem> p = ParseProblemKey(absl::GetFlag(FLAGS_problem));
-  if (!p.ok()) return Fail(std::string(p.status().message()));
-  std::unique_ptr<KernelSource> source;
-  if (!absl::GetFlag(FLAGS_bundle).empty()) {
-    absl::StatusOr<std::unique_ptr<BundleSource>> b =
-        BundleSource::Open(absl::GetFlag(FLAGS_bundle));
-    if (!b.ok()) return Fail(std::string(b.status().message()));
-    source = *std::move(b);
-  } else if (!absl::GetFlag(FLAGS_daemon).empty()) {
-    source = DaemonSource::Connect(absl::GetFlag(FLAGS_daemon),
-                                   absl::GetFlag(FLAGS_token));
-  } else {
-    return Fail("--bundle or --daemon is required");
+// The kernel source the flags name.
+absl::StatusOr<std::unique_ptr<KernelSource>> Source() {
+  const std::string bundle_path = absl::GetFlag(FLAGS_bundle);
+  if (!bundle_path.empty()) {
+    auto source = evotune::BundleSource::Open(bundle_path);
+    if (!source.ok()) return source.status();
+    return std::unique_ptr<KernelSource>(*std::move(source));
   }
-  Runtime runtime(std::move(source));
-  cudaStream_t stream;
-  if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreate(&stream) != 0) {
-    return Fail("no CUDA device");
+  if (absl::GetFlag(FLAGS_daemon).empty()) {
+    return absl::InvalidArgumentError("--bundle or --daemon is required");
   }
-  std::mt19937 rng(1);
-  std::vector<float> q, k, v, unused;
-  const size_t q_elems = p->batch * p->heads * p->seq_q * p->head_dim;
-  const size_t kv_elems = p->batch * p->kv_heads * p->seq_k * p->head_dim;
-  void* dq = RandomTensor(q_elems, p->dtype, rng, &q);
-  void* dk = RandomTensor(kv_elems, p->dtype, rng, &k);
-  void* dv = RandomTensor(kv_elems, p->dtype, rng, &v);
-  void* d_o = RandomTensor(q_elems, p->dtype, rng, &unused);
-  const AttentionCall call = ContiguousCall(*p, dq, dk, dv, d_o);
+  return std::unique_ptr<KernelSource>(evotune::DaemonSource::Connect(
+      absl::GetFlag(FLAGS_daemon), absl::GetFlag(FLAGS_token)));
+}
 
-  absl::StatusOr<v1::Kernel> kernel = runtime.KernelFor(*p, stream);
-  if (!kernel.ok()) return Fail(std::string(kernel.status().message()));
-  std::printf("%s: %s %s on %s\n", absl::GetFlag(FLAGS_problem).c_str(),
-              kernel->template_name().c_str(),
-              FormatConfig(kernel->config()).c_str(), kernel->arch().c_str());
-  if (absl::Status s = runtime.Attention(call, stream); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
+// Output rows of batch 0 (each head's first and last) against the reference.
+bool Check(const Problem& problem, const void* o, const std::vector<float>& q,
+           const std::vector<float>& k, const std::vector<float>& v,
+           cudaStream_t stream) {
   std::vector<RowIndex> rows;
-  for (int64_t h = 0; h < p->heads; ++h) {
-    for (int64_t r : {int64_t{0}, p->seq_q - 1}) rows.push_back({0, h, r});
+  for (int64_t h = 0; h < problem.heads; ++h) {
+    for (int64_t r : {int64_t{0}, problem.seq_q - 1}) rows.push_back({0, h, r});
   }
-  std::vector<uint16_t> out(q_elems);
-  cudaMemcpyAsync(out.data(), d_o, q_elems * 2, cudaMemcpyDeviceToHost, stream);
+  std::vector<uint16_t> out(q.size());
+  cudaMemcpyAsync(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost,
+                  stream);
   cudaStreamSynchronize(stream);
   std::vector<float> got;
   for (const RowIndex& r : rows) {
-    for (int64_t c = 0; c < p->head_dim; ++c) {
+    for (int64_t c = 0; c < problem.head_dim; ++c) {
       got.push_back(HalfBitsToFloat(
-          out[((r.head * p->seq_q) + r.row) * p->head_dim + c], p->dtype));
+          out[(r.head * problem.seq_q + r.row) * problem.head_dim + c],
+          problem.dtype));
     }
   }
-  const ErrorStats e = CompareRows(got, ReferenceRows(*p, q, k, v, rows));
-  const Tolerance tol = ToleranceFor(p->dtype);
+  const ErrorStats e = CompareRows(got, ReferenceRows(problem, q, k, v, rows));
+  const Tolerance tol = ToleranceFor(problem.dtype);
   const bool correct = e.max_abs <= tol.max_abs && e.rel_l2 <= tol.rel_l2;
   std::printf("%zu rows against the reference: max abs %.2e, rel l2 %.2e: %s\n",
               rows.size(), e.max_abs, e.rel_l2, correct ? "ok" : "WRONG");
+  return correct;
+}
 
+// Mean time per call of back-to-back launches.
+absl::StatusOr<double> TimeUs(Runtime& runtime, const AttentionCall& call,
+                              cudaStream_t stream, int iters) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   cudaEventRecord(start, stream);
-  for (int i = 0; i < absl::GetFlag(FLAGS_iters); ++i) {
-    if (!runtime.Attention(call, stream).ok()) return Fail("launch failed");
+  for (int i = 0; i < iters; ++i) {
+    if (absl::Status s = runtime.Attention(call, stream); !s.ok()) return s;
   }
   cudaEventRecord(stop, stream);
   cudaEventSynchronize(stop);
   float ms = 0;
   cudaEventElapsedTime(&ms, start, stop);
-  std::printf("%.2f us per call (%d back-to-back launches)\n",
-              ms * 1000 / absl::GetFlag(FLAGS_iters),
+  return ms * 1000.0 / iters;
+}
+
+int Run() {
+  absl::StatusOr<Problem> parsed =
+      ParseProblemKey(absl::GetFlag(FLAGS_problem));
+  if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+  const Problem problem = *parsed;
+  auto source = Source();
+  if (!source.ok()) return Fail(std::string(source.status().message()));
+  evotune::Runtime runtime(*std::move(source));
+  cudaStream_t stream;
+  if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreate(&stream) != 0) {
+    return Fail("no CUDA device");
+  }
+  std::mt19937 rng(1);
+  std::vector<float> q_host, k_host, v_host, unused;
+  const size_t q_elems =
+      problem.batch * problem.heads * problem.seq_q * problem.head_dim;
+  const size_t kv_elems =
+      problem.batch * problem.kv_heads * problem.seq_k * problem.head_dim;
+  void* q = RandomTensor(q_elems, problem.dtype, rng, &q_host);
+  void* k = RandomTensor(kv_elems, problem.dtype, rng, &k_host);
+  void* v = RandomTensor(kv_elems, problem.dtype, rng, &v_host);
+  void* o = RandomTensor(q_elems, problem.dtype, rng, &unused);
+
+  absl::StatusOr<v1::Kernel> kernel = runtime.KernelFor(problem, stream);
+  if (!kernel.ok()) return Fail(std::string(kernel.status().message()));
+  std::printf("%s: %s %s on %s\n", absl::GetFlag(FLAGS_problem).c_str(),
+              kernel->template_name().c_str(),
+              FormatConfig(kernel->config()).c_str(), kernel->arch().c_str());
+  evotune::AttentionCall call = evotune::ContiguousCall(problem, q, k, v, o);
+  absl::Status s = runtime.Attention(call, stream);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  const bool correct = Check(problem, o, q_host, k_host, v_host, stream);
+  absl::StatusOr<double> us =
+      TimeUs(runtime, call, stream, absl::GetFlag(FLAGS_iters));
+  if (!us.ok()) return Fail(std::string(us.status().message()));
+  std::printf("%.2f us per call (%d back-to-back launches)\n", *us,
               absl::GetFlag(FLAGS_iters));
   return correct ? 0 : 1;
 }

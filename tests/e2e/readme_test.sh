@@ -36,11 +36,11 @@ start_daemon() {
   export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
 }
 
-# The "Run the tuned kernel" block: evotuned replaying a recording (paths
+# The "Use a tuned kernel" block: evotuned replaying a recording (paths
 # from the source tree), the CLI against it, and the example, which needs a
 # GPU (without one it must say so).
 run_kernel_block() {
-  awk '/^## Run the tuned kernel/ { s = 1 } s && /^```sh/ { b = 1; next }
+  awk '/^## Use a tuned kernel/ { s = 1 } s && /^```sh/ { b = 1; next }
        b && /^```/ { exit } b' "$readme" | grep -v '^#' |
     sed 's/[[:space:]]\+#.*$//' |
     sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' | grep . >"$work/kernel_commands"
@@ -72,6 +72,16 @@ run_kernel_block() {
     echo "ok: $line"
   done <"$work/kernel_commands"
   [ -s "$work/kernels.evtb" ] || fail "README export wrote no bundle"
+  # The C++ block: each line is in the example program, which is built and
+  # run (GPU tests, CI build).
+  awk '/^## Use a tuned kernel/ { s = 1 } s && /^```c\+\+/ { b = 1; next }
+       b && /^```/ { exit } b' "$readme" | sed 's|[[:space:]]*//.*$||' |
+    grep . >"$work/cc_lines"
+  [ "$(wc -l <"$work/cc_lines")" -ge 3 ] || fail "README: no C++ block"
+  while read -r line; do
+    grep -qF -- "$line" "$src/runtime/examples/attention_example.cc" ||
+      fail "README C++ line not in attention_example.cc: $line"
+  done <"$work/cc_lines"
   kill "$pid"; wait "$pid" || true; pid=""
 }
 

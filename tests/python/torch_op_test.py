@@ -103,7 +103,35 @@ def main():
     err = rel_err(got / 2, reference(q2, k2, v2, p["causal"]))
     failures += not err < 1e-2
     print(f"torch.compile: rel err {err:.1e} {'ok' if err < 1e-2 else 'FAIL'}")
+    failures += not readme_block(keys)
     sys.exit(1 if failures else 0)
+
+
+def readme_block(keys):
+    """README's Python block, run as written (in the bundle's folder, where
+    the bundle is kernels.evtb) on a causal problem of the bundle."""
+    import os
+    readme = os.environ.get("EVOTUNE_README")
+    if not readme:
+        return True
+    lines, inside = [], False
+    section = open(readme).read().split("## Use a tuned kernel", 1)[1]
+    for line in section.splitlines():
+        if line.startswith("```python"):
+            inside = True
+        elif inside and line.startswith("```"):
+            break
+        elif inside:
+            lines.append(line)
+    p = parse(next(k for k in keys if "_causal_" in k))
+    q, k, v = inputs(p, seed=5)
+    scope = {"q": q, "k": k, "v": v}
+    exec("\n".join(lines), scope)
+    err = rel_err(scope["o"], reference(q, k, v, True))
+    ok = len(lines) >= 3 and err < 1e-2
+    print(f"README block ({len(lines)} lines): rel err {err:.1e} "
+          f"{'ok' if ok else 'FAIL'}")
+    return ok
 
 
 if __name__ == "__main__":
