@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -29,6 +31,30 @@ TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
   }
   std::sort(ratios.begin(), ratios.end());
   EXPECT_LE(ratios[ratios.size() / 2], 1.10);
+}
+
+// The daemon after tuning some problems only: one model trained on them
+// serves every other recorded problem, each with a config that runs there.
+TEST(LeaveOneOutTest, TunedProblemsServeTheRest) {
+  absl::StatusOr<RecordedLandscape> flash =
+      LoadRecordedLandscape(EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv",
+                            TemplateRegistry::Builtin(), H100Limits());
+  ASSERT_TRUE(flash.ok()) << flash.status();
+  const std::set<std::string> tuned = {
+      "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd",
+      "b2_h16_kv16_q4096_k4096_d128_full_bf16_bhsd",
+      "b4_h16_kv16_q2048_k2048_d64_causal_bf16_bhsd"};
+  CostModelOptions options;
+  options.rounds = 100;
+  absl::StatusOr<std::vector<LeftOut>> rows =
+      LeaveOneProblemOut({*flash}, H100Limits(), options, tuned);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 5u);
+  for (const LeftOut& r : *rows) {
+    EXPECT_EQ(tuned.count(r.problem), 0u) << r.problem;
+    EXPECT_TRUE(std::isfinite(r.model_us)) << r.problem;
+    EXPECT_LE(r.model_us / r.optimum_us, 2.0) << r.problem;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "tuner/evaluator/replay_evaluator.h"
@@ -65,6 +66,38 @@ double Nearest(const std::vector<CostSample>& samples, const Problem& problem,
   return kInf;
 }
 
+// Serves problem `key` from `all` (only the templates recorded for it):
+// the model's first ranked config and the nearest rule's, with its optimum.
+// std::nullopt when nothing in `all` can serve it.
+absl::StatusOr<std::optional<LeftOut>> Serve(const CostModel& model,
+                                             const std::vector<CostSample>& all,
+                                             const std::string& key,
+                                             const Truth& truth,
+                                             const DeviceLimits& limits) {
+  const Problem problem = *ParseProblemKey(key);
+  std::vector<CostSample> serving;
+  for (const CostSample& s : all) {
+    if (truth.count(s.t->name) > 0) serving.push_back(s);
+  }
+  if (serving.empty()) return std::nullopt;
+  absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
+      model, TransferPool(serving, kTransferPoolPerProblem), problem, 1);
+  if (!ranked.ok()) return ranked.status();
+  LeftOut row{key, kInf, kInf, Nearest(serving, problem, truth, limits)};
+  for (const auto& [name, results] : truth) {
+    for (const auto& [config, r] : results) {
+      if (r.status == TrialStatus::kOk) {
+        row.optimum_us = std::min(row.optimum_us, r.median_us);
+      }
+    }
+  }
+  if (!ranked->empty()) {
+    const CostSample& served = ranked->front().candidate;
+    row.model_us = Recorded(truth, *served.t, served.config);
+  }
+  return row;
+}
+
 }  // namespace
 
 DeviceLimits H100Limits() {
@@ -117,41 +150,44 @@ std::vector<CostSample> RecordedSamples(
 
 absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
     const std::vector<RecordedLandscape>& landscapes,
-    const DeviceLimits& limits, const CostModelOptions& options) {
+    const DeviceLimits& limits, const CostModelOptions& options,
+    const std::set<std::string>& tuned) {
   std::set<std::string> problems;
   for (const RecordedLandscape& l : landscapes) {
     for (const auto& [key, results] : l.problems) problems.insert(key);
   }
   auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
-  std::vector<LeftOut> out;
-  for (const std::string& key : problems) {
-    const Problem problem = *ParseProblemKey(key);
-    const Truth truth = TruthOf(landscapes, key);
-    std::vector<CostSample> serving;  // Of the templates recorded for it.
-    std::vector<CostSample> all = RecordedSamples(landscapes, key);
-    for (const CostSample& s : all) {
-      if (truth.count(s.t->name) > 0) serving.push_back(s);
-    }
-    if (serving.empty()) continue;
-    absl::StatusOr<std::unique_ptr<CostModel>> model =
-        CostModel::Train(features, all, limits, options);
-    if (!model.ok()) return model.status();
-    absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
-        **model, TransferPool(serving, kTransferPoolPerProblem), problem, 1);
-    if (!ranked.ok()) return ranked.status();
-    LeftOut row{key, kInf, kInf, Nearest(serving, problem, truth, limits)};
-    for (const auto& [name, results] : truth) {
-      for (const auto& [config, r] : results) {
-        if (r.status == TrialStatus::kOk) {
-          row.optimum_us = std::min(row.optimum_us, r.median_us);
-        }
+  // Trained once when the tuned problems are given.
+  std::shared_ptr<CostModel> tuned_model;
+  std::vector<CostSample> tuned_samples;
+  if (!tuned.empty()) {
+    for (CostSample& s : RecordedSamples(landscapes, "")) {
+      if (tuned.count(ProblemKey(s.problem)) > 0) {
+        tuned_samples.push_back(std::move(s));
       }
     }
-    if (!ranked->empty()) {
-      const CostSample& served = ranked->front().candidate;
-      row.model_us = Recorded(truth, *served.t, served.config);
+    absl::StatusOr<std::unique_ptr<CostModel>> model =
+        CostModel::Train(features, tuned_samples, limits, options);
+    if (!model.ok()) return model.status();
+    tuned_model = *std::move(model);
+  }
+  std::vector<LeftOut> out;
+  for (const std::string& key : problems) {
+    if (tuned.count(key) > 0) continue;
+    const Truth truth = TruthOf(landscapes, key);
+    std::shared_ptr<CostModel> model = tuned_model;
+    std::vector<CostSample> all =
+        tuned.empty() ? RecordedSamples(landscapes, key) : tuned_samples;
+    if (model == nullptr) {
+      absl::StatusOr<std::unique_ptr<CostModel>> trained =
+          CostModel::Train(features, all, limits, options);
+      if (!trained.ok()) return trained.status();
+      model = *std::move(trained);
     }
-    out.push_back(row);
+    absl::StatusOr<std::optional<LeftOut>> row =
+        Serve(*model, all, key, truth, limits);
+    if (!row.ok()) return row.status();
+    if (row->has_value()) out.push_back(**row);
   }
   return out;
 }

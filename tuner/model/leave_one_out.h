@@ -7,6 +7,7 @@
 #define EVOTUNE_TUNER_MODEL_LEAVE_ONE_OUT_H_
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,9 +51,14 @@ struct LeftOut {
 // other problems ranks their TransferPool; the nearest-problem rule serves
 // the fastest runnable config of the nearest other problem (same head_dim,
 // dtype and causal first). A problem no other problem can serve is skipped.
+//
+// With `tuned` (problem keys) the daemon's situation after tuning only
+// those: one model trained on them, and the nearest rule over them, serve
+// every other recorded problem.
 absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
     const std::vector<RecordedLandscape>& landscapes,
-    const DeviceLimits& limits, const CostModelOptions& options = {});
+    const DeviceLimits& limits, const CostModelOptions& options = {},
+    const std::set<std::string>& tuned = {});
 
 }  // namespace evotune
 
