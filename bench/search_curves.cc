@@ -113,15 +113,8 @@ absl::StatusOr<LatencyPredictor> ModelLeavingOut(
   absl::StatusOr<std::unique_ptr<CostModel>> model =
       CostModel::Train(features, RecordedSamples({landscape}, key), limits, {});
   if (!model.ok()) return model.status();
-  std::shared_ptr<const CostModel> shared = *std::move(model);
-  const KernelTemplate* t = landscape.t;
-  const Problem p = *ParseProblemKey(key);
-  return LatencyPredictor([shared, t, p](const std::vector<Config>& configs) {
-    std::vector<CostSample> samples;
-    for (const Config& c : configs) samples.push_back({t, c, p, 0});
-    absl::StatusOr<std::vector<double>> us = shared->PredictUs(samples);
-    return us.ok() ? *us : std::vector<double>(configs.size(), 0.0);
-  });
+  return LatencyPredictor(
+      ConfigPredictor(*std::move(model), landscape.t, *ParseProblemKey(key)));
 }
 
 // The search variants compared on problem `key`.

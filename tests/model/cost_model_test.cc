@@ -55,6 +55,14 @@ TEST(CostModelTest, LearnsWhichConfigIsFasterOnAnUnseenProblem) {
     true_best = std::min(true_best, truth);
   }
   EXPECT_LE(law(asked[best].config, asked[best].problem), 1.05 * true_best);
+
+  // The predictor a search screens with says the same, in order.
+  std::vector<Config> configs;
+  for (const CostSample& a : asked) configs.push_back(a.config);
+  const std::function<std::vector<double>(const std::vector<Config>&)> predict =
+      ConfigPredictor(*std::move(model), &t, problem(4096));
+  EXPECT_EQ(predict(configs), *us);
+  EXPECT_TRUE(predict({}).empty());
 }
 
 TEST(CostModelTest, NoSamplesIsAnError) {

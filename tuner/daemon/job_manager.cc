@@ -321,14 +321,10 @@ LatencyPredictor JobManager::Predictor(const KernelTemplate& t,
   std::shared_ptr<const ModelSnapshot> snapshot =
       models_ != nullptr ? models_->Get(device) : nullptr;
   if (snapshot == nullptr) return {};
-  return [snapshot, &t, problem](const std::vector<Config>& configs) {
-    std::vector<CostSample> samples;
-    for (const Config& c : configs) samples.push_back({&t, c, problem, 0});
-    absl::StatusOr<std::vector<double>> us =
-        snapshot->model->PredictUs(samples);
-    // Unpredictable: all alike, so the screen keeps the first drawn.
-    return us.ok() ? *std::move(us) : std::vector<double>(configs.size(), 0);
-  };
+  // The snapshot owns the model: the predictor keeps it alive.
+  return ConfigPredictor(
+      std::shared_ptr<const CostModel>(snapshot, snapshot->model.get()), &t,
+      problem);
 }
 
 absl::Status JobManager::RunTrials(const JobRecord& job,

@@ -135,4 +135,15 @@ absl::StatusOr<std::vector<double>> CostModel::PredictUs(
   return us;
 }
 
+std::function<std::vector<double>(const std::vector<Config>&)> ConfigPredictor(
+    std::shared_ptr<const CostModel> model, const KernelTemplate* t,
+    const Problem& problem) {
+  return [model, t, problem](const std::vector<Config>& configs) {
+    std::vector<CostSample> samples;
+    for (const Config& c : configs) samples.push_back({t, c, problem, 0});
+    absl::StatusOr<std::vector<double>> us = model->PredictUs(samples);
+    return us.ok() ? *std::move(us) : std::vector<double>(configs.size(), 0);
+  };
+}
+
 }  // namespace evotune

@@ -10,6 +10,7 @@
 #define EVOTUNE_TUNER_MODEL_COST_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,14 @@ class CostModel {
   void* const booster_ ABSL_GUARDED_BY(mu_);
   const int64_t trained_samples_;
 };
+
+// What a search screens with (LatencyPredictor, tuner/search): the model's
+// predicted median latency of each config of `t` on `problem`, in order;
+// all 0 (alike, so a screen keeps the first drawn) when it cannot predict.
+// Holds `model` (and, through an aliasing pointer, whatever owns it).
+std::function<std::vector<double>(const std::vector<Config>&)> ConfigPredictor(
+    std::shared_ptr<const CostModel> model, const KernelTemplate* t,
+    const Problem& problem);
 
 }  // namespace evotune
 
