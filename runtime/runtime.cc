@@ -98,6 +98,16 @@ absl::StatusOr<const CudaDriver*> Driver() {
   return d;
 }
 
+// The context of `stream` (for stream 0, the current one).
+absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
+  CUcontext ctx = nullptr;
+  if (d.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    return absl::FailedPreconditionError(
+        "no CUDA context: the stream has none and none is current");
+  }
+  return ctx;
+}
+
 }  // namespace
 
 AttentionCall ContiguousCall(const Problem& problem, const void* q,
@@ -180,12 +190,9 @@ absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
   if (absl::Status s = ValidateProblem(problem); !s.ok()) return s;
   absl::StatusOr<const CudaDriver*> d = Driver();
   if (!d.ok()) return d.status();
-  CUcontext ctx = nullptr;
-  if ((*d)->cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) {
-    return absl::FailedPreconditionError(
-        "no CUDA context: the stream has none and none is current");
-  }
-  absl::StatusOr<Loaded*> k = Load(problem, ctx);
+  absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
+  if (!ctx.ok()) return ctx.status();
+  absl::StatusOr<Loaded*> k = Load(problem, *ctx);
   if (!k.ok()) return k.status();
   return (*k)->kernel;
 }
@@ -294,11 +301,9 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
   absl::StatusOr<const CudaDriver*> driver = Driver();
   if (!driver.ok()) return driver.status();
   const CudaDriver& d = **driver;
-  CUcontext ctx = nullptr;
-  if (d.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) {
-    return absl::FailedPreconditionError(
-        "no CUDA context: the stream has none and none is current");
-  }
+  absl::StatusOr<CUcontext> context = StreamContext(d, stream);
+  if (!context.ok()) return context.status();
+  const CUcontext ctx = *context;
   absl::StatusOr<Loaded*> kernel = Load(call.problem, ctx);
   if (!kernel.ok()) return kernel.status();
   const LaunchGeometry& g = (*kernel)->geometry;

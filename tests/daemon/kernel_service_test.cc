@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tuner/daemon/in_process_runner.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
+#include "tuner/model/leave_one_out.h"
 
 namespace evotune {
 namespace {
@@ -25,22 +26,12 @@ DeviceInfo H100() {
   d.cc_minor = 0;
   d.driver_version = "580.1";
   d.nvrtc_version = "13.0";
-  d.limits.smem_per_block_bytes = 227 * 1024;
-  d.limits.max_threads_per_block = 1024;
-  d.limits.multiprocessors = 132;
+  d.limits = H100Limits();
   return d;
 }
 
 Problem Seed() {
-  Problem p;
-  p.batch = 1;
-  p.heads = 8;
-  p.kv_heads = 8;
-  p.seq_q = 512;
-  p.seq_k = 512;
-  p.head_dim = 64;
-  p.dtype = DType::kFp16;
-  return p;
+  return *ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
 }
 
 class KernelServiceTest : public ::testing::Test {
@@ -82,8 +73,8 @@ class KernelServiceTest : public ::testing::Test {
         store_->InsertTrial({H100(), t->name, t->hash, p}, config, r).ok());
   }
 
-  KernelQuery Query(const Problem& p) {
-    KernelQuery q;
+  BestQuery Query(const Problem& p) {
+    BestQuery q;
     q.problem = p;
     q.device = H100().name;
     q.template_name = "naive";
@@ -181,14 +172,14 @@ TEST_F(KernelServiceTest, RefusesBadInputAndDevicesNvrtcCannotTarget) {
   EXPECT_THAT(std::string(k.status().message()),
               StartsWith("problem.kv_heads"));
 
-  KernelQuery unknown = Query(Seed());
+  BestQuery unknown = Query(Seed());
   unknown.template_name = "nope";
   k = service.GetKernel(unknown);
   EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(k.status().message()), StartsWith("template_name"));
 
   // The daemon's own device here is synthetic (compute capability 0.0).
-  KernelQuery synthetic = Query(Seed());
+  BestQuery synthetic = Query(Seed());
   synthetic.device = "";
   k = service.GetKernel(synthetic);
   EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition);

@@ -19,15 +19,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 Problem Seed() {
-  Problem p;
-  p.batch = 1;
-  p.heads = 8;
-  p.kv_heads = 8;
-  p.seq_q = 512;
-  p.seq_k = 512;
-  p.head_dim = 64;
-  p.dtype = DType::kFp16;
-  return p;
+  return *ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
 }
 
 std::string BundleOf(const std::vector<std::pair<Problem, std::string>>& ks) {

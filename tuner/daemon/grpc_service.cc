@@ -120,7 +120,7 @@ grpc::Status GrpcTuner::GetKernel(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "this daemon serves no kernels");
   }
-  absl::StatusOr<KernelQuery> query = KernelQueryFromProto(*req);
+  absl::StatusOr<BestQuery> query = KernelQueryFromProto(*req);
   if (!query.ok()) return ToGrpcStatus(query.status());
   absl::StatusOr<ServedKernel> kernel = kernels_->GetKernel(*query);
   if (!kernel.ok()) return ToGrpcStatus(kernel.status());

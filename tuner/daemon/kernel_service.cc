@@ -31,13 +31,9 @@ KernelService::KernelService(TuningService* tuning, ResultStore* store,
                              KernelCompileFn compile)
     : tuning_(tuning), store_(store), compile_(std::move(compile)) {}
 
-absl::StatusOr<ServedKernel> KernelService::GetKernel(
-    const KernelQuery& query) {
-  BestQuery best;
-  best.problem = query.problem;
-  best.device = query.device;
-  best.template_name = query.template_name;
-  best.tune_on_miss = query.tune_on_miss;
+absl::StatusOr<ServedKernel> KernelService::GetKernel(const BestQuery& query) {
+  BestQuery best = query;
+  best.k = 1;
   absl::StatusOr<BestAnswer> answer = tuning_->QueryBest(best);
   if (!answer.ok()) return answer.status();
   if (answer->results.empty()) {

@@ -17,13 +17,6 @@
 
 namespace evotune {
 
-struct KernelQuery {
-  Problem problem;
-  std::string device;                // Empty means the daemon's device.
-  std::string template_name;         // Empty means every template.
-  std::optional<bool> tune_on_miss;  // As BestQuery::tune_on_miss.
-};
-
 struct ServedKernel {
   Problem problem;  // The asked one.
   // QueryBest's answer; results[0] is the config compiled.
@@ -60,7 +53,9 @@ class KernelService {
   // device (a synthetic one), or when no template supports the problem or
   // the answer's template version is not this daemon's; INTERNAL when the
   // compile fails (nothing is cached then).
-  absl::StatusOr<ServedKernel> GetKernel(const KernelQuery& query);
+  // `query` as QueryBest takes it; only its first config is compiled
+  // (query.k is ignored).
+  absl::StatusOr<ServedKernel> GetKernel(const BestQuery& query);
 
  private:
   absl::StatusOr<CompiledKernel> Compiled(const KernelTemplate& t,

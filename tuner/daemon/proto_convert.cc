@@ -111,7 +111,11 @@ absl::StatusOr<SearchRequest> SearchFromProto(
   return out;
 }
 
-absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
+namespace {
+
+// The fields QueryBestRequest and GetKernelRequest share, k = 1.
+template <typename Request>
+absl::StatusOr<BestQuery> QueryFromProto(const Request& r) {
   BestQuery out;
   if (!r.has_problem()) {
     return absl::InvalidArgumentError("problem: required");
@@ -122,23 +126,21 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
   out.device = r.device();
   out.template_name = r.template_name();
   if (r.has_tune_on_miss()) out.tune_on_miss = r.tune_on_miss();
-  out.k = r.k() == 0 ? 1 : static_cast<int>(std::min<uint32_t>(r.k(), 1 << 20));
   return out;
 }
 
-absl::StatusOr<KernelQuery> KernelQueryFromProto(
-    const v1::GetKernelRequest& r) {
-  KernelQuery out;
-  if (!r.has_problem()) {
-    return absl::InvalidArgumentError("problem: required");
-  }
-  absl::StatusOr<Problem> problem = ProblemFromProto(r.problem());
-  if (!problem.ok()) return problem.status();
-  out.problem = *problem;
-  out.device = r.device();
-  out.template_name = r.template_name();
-  if (r.has_tune_on_miss()) out.tune_on_miss = r.tune_on_miss();
+}  // namespace
+
+absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
+  absl::StatusOr<BestQuery> out = QueryFromProto(r);
+  if (!out.ok()) return out;
+  out->k =
+      r.k() == 0 ? 1 : static_cast<int>(std::min<uint32_t>(r.k(), 1 << 20));
   return out;
+}
+
+absl::StatusOr<BestQuery> KernelQueryFromProto(const v1::GetKernelRequest& r) {
+  return QueryFromProto(r);
 }
 
 v1::Kernel KernelToProto(const ServedKernel& kernel) {

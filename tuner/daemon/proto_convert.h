@@ -26,7 +26,8 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r);
 absl::StatusOr<EvaluateRequest> EvaluateFromProto(
     const v1::EvaluateConfigRequest& r);
 v1::EvaluateConfigResponse EvaluateToProto(const EvaluateAnswer& answer);
-absl::StatusOr<KernelQuery> KernelQueryFromProto(const v1::GetKernelRequest& r);
+// A GetKernel request as the query it answers (k = 1).
+absl::StatusOr<BestQuery> KernelQueryFromProto(const v1::GetKernelRequest& r);
 v1::Kernel KernelToProto(const ServedKernel& kernel);
 // INVALID_ARGUMENT naming "state" for a value outside the enum.
 absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state);
