@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "kernel_templates/serving_defaults.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/replay_evaluator.h"
 #include "tuner/model/leave_one_out.h"
@@ -120,28 +121,28 @@ absl::StatusOr<LatencyPredictor> ModelLeavingOut(
 // The search variants compared on problem `key`.
 absl::StatusOr<std::vector<Variant>> Variants(
     const KernelTemplate& t, const std::vector<Config>& feasible,
-    const RecordedLandscape& landscape, const std::string& key,
-    const DeviceLimits& limits) {
+    const std::vector<Config>& seeds, const RecordedLandscape& landscape,
+    const std::string& key, const DeviceLimits& limits) {
   absl::StatusOr<LatencyPredictor> predictor =
       ModelLeavingOut(landscape, key, limits);
   if (!predictor.ok()) return predictor.status();
   const StrategyOptions screened = {
       {"prescreen", absl::GetFlag(FLAGS_prescreen)}};
   // The evolutionary search as jobs run it (seeded with the template's
-  // defaults), the same screening with the model, without seeds, and
-  // random search.
+  // defaults for the problem), the same screening with the model, without
+  // seeds, and random search.
   return std::vector<Variant>{
-      {"evolutionary", "evolutionary", {t.space, feasible, t.defaults}, {}},
+      {"evolutionary", "evolutionary", {t.space, feasible, seeds}, {}},
       {"evolutionary+model",
        "evolutionary",
-       {t.space, feasible, t.defaults, *predictor},
+       {t.space, feasible, seeds, *predictor},
        screened},
       {"evolutionary-unseeded", "evolutionary", {t.space, feasible, {}}, {}},
       {"unseeded+model",
        "evolutionary",
        {t.space, feasible, {}, *predictor},
        screened},
-      {"random", "random", {t.space, feasible, t.defaults}, {}}};
+      {"random", "random", {t.space, feasible, seeds}, {}}};
 }
 
 int Run() {
@@ -179,12 +180,13 @@ int Run() {
       if (r.status == TrialStatus::kOk)
         optimum = std::min(optimum, r.median_us);
     }
+    const std::vector<Config> seeds = DefaultConfigs(t, p, limits);
     std::vector<Config> feasible;
     for (const Config& c : FeasibleConfigs(t, p, limits)) {
       if ((*replay)->Covers(t, c, p)) feasible.push_back(c);
     }
     absl::StatusOr<std::vector<Variant>> variants =
-        Variants(t, feasible, *landscape, key, limits);
+        Variants(t, feasible, seeds, *landscape, key, limits);
     if (!variants.ok()) {
       std::fprintf(stderr, "%s\n", variants.status().ToString().c_str());
       return 1;
@@ -197,10 +199,9 @@ int Run() {
     const bool pass = m[0] <= 0.15 * feasible.size() && m[0] <= 0.5 * m[4];
     // Screening can only act after the seeds: judged unseeded, and seeded
     // where the seeds alone do not reach the target.
-    const size_t seeds = t.defaults.size();
     const bool screened =
         feasible.size() < 100 ||
-        (m[3] <= 0.5 * m[2] && (m[0] <= seeds || m[1] <= 0.5 * m[0]));
+        (m[3] <= 0.5 * m[2] && (m[0] <= seeds.size() || m[1] <= 0.5 * m[0]));
     all_pass = all_pass && pass;
     model_pass = model_pass && screened;
     std::printf(

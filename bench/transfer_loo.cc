@@ -34,6 +34,12 @@ std::string JsonNumber(double x) {
   return std::isfinite(x) ? absl::StrFormat("%.4f", x) : "null";
 }
 
+// "NAME_template": ..., "NAME_config": ... of a served config.
+std::string JsonChoice(const std::string& name, const Choice& c) {
+  return absl::StrFormat("\"%s_template\": \"%s\", \"%s_config\": \"%s\"", name,
+                         c.template_name, name, ConfigKey(c.config));
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2]
@@ -70,16 +76,18 @@ int Run() {
   std::vector<double> model, nearest;
   std::string json = "{\n \"rows\": [\n";
   for (const LeftOut& r : *rows) {
-    model.push_back(r.model_us / r.optimum_us);
-    nearest.push_back(r.nearest_us / r.optimum_us);
+    model.push_back(r.model.us / r.optimum.us);
+    nearest.push_back(r.nearest.us / r.optimum.us);
     std::printf("%-46s %8.2fus | %8.2fus %4.2fx | %8.2fus %4.2fx\n",
-                r.problem.c_str(), r.optimum_us, r.model_us, model.back(),
-                r.nearest_us, nearest.back());
+                r.problem.c_str(), r.optimum.us, r.model.us, model.back(),
+                r.nearest.us, nearest.back());
     json += absl::StrFormat(
         "  {\"problem\": \"%s\", \"optimum_us\": %s, \"model_us\": %s, "
-        "\"nearest_us\": %s}%s\n",
-        r.problem, JsonNumber(r.optimum_us), JsonNumber(r.model_us),
-        JsonNumber(r.nearest_us), &r == &rows->back() ? "" : ",");
+        "\"nearest_us\": %s, %s, %s, %s}%s\n",
+        r.problem, JsonNumber(r.optimum.us), JsonNumber(r.model.us),
+        JsonNumber(r.nearest.us), JsonChoice("optimum", r.optimum),
+        JsonChoice("model", r.model), JsonChoice("nearest", r.nearest),
+        &r == &rows->back() ? "" : ",");
   }
   const double model_median = Median(model), nearest_median = Median(nearest);
   const double model_worst = *std::max_element(model.begin(), model.end());

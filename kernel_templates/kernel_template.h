@@ -86,6 +86,12 @@ struct KernelTemplate {
   // Configs known to do well, tried first by searches (those a problem or
   // device cannot run are skipped).
   std::vector<Config> defaults;
+  // Configs fitted to a problem on a device (a split count that fills its
+  // multiprocessors, say), used before `defaults` wherever those are:
+  // search seeds and answers made of defaults (serving_defaults.h). Unset:
+  // none.
+  std::function<std::vector<Config>(const Problem&, const DeviceLimits&)>
+      fitted_defaults;
   // How well the defaults suit a problem, for answers made of defaults
   // when nothing tuned runs on it: higher ranks first (ties in registry
   // order); unset is 0. A decode template ranks itself high for a few query

@@ -372,17 +372,21 @@ TEST_F(GrpcApiTest, EveryProblemGetsConfigsThatRunOnIt) {
   EXPECT_TRUE(resp.defaults());
   EXPECT_FALSE(resp.transferred());
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
-  // Those of its defaults that run on the problem (one packs more rows than
-  // the problem has).
+  // The configs fitted to the problem, then those of its defaults that run
+  // on it (one packs more rows than the problem has).
   DeviceLimits any;
   any.smem_per_block_bytes = int64_t{1} << 40;
   std::vector<std::string> runnable;
+  for (const Config& c : t.fitted_defaults(decode, any)) {
+    runnable.push_back("decode_fwd " + ConfigKey(c));
+  }
   for (const Config& c : t.defaults) {
     if (CheckConfig(t, c, decode, any).ok()) {
       runnable.push_back("decode_fwd " + ConfigKey(c));
     }
   }
-  ASSERT_LT(runnable.size(), t.defaults.size());
+  ASSERT_LT(runnable.size(),
+            t.fitted_defaults(decode, any).size() + t.defaults.size());
   EXPECT_EQ(Configs(resp), runnable);
   for (const v1::RankedConfig& r : resp.results()) {
     EXPECT_FALSE(r.trial().has_latency());
@@ -597,13 +601,24 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
   EXPECT_EQ(resp.results(0).trial().trial_id(),
             updates.back().job().best().trial_id());
 
-  // A different shape of the same class is answered by transfer.
+  // A different shape of the same class is answered by transfer within the
+  // tuned template...
   grpc::ClientContext c3;
   best.mutable_problem()->set_seq_q(1000);
+  best.set_template_name("naive");
   ASSERT_TRUE(d.stub()->QueryBest(&c3, best, &resp).ok());
   EXPECT_TRUE(resp.transferred());
   EXPECT_EQ(resp.source_problem().seq_q(), 512u);
   EXPECT_GE(resp.results_size(), 1);
+  // ... and, of every template, by the defaults of the one that suits it
+  // best (naive ranks last), never tuned here.
+  grpc::ClientContext c3b;
+  best.clear_template_name();
+  ASSERT_TRUE(d.stub()->QueryBest(&c3b, best, &resp).ok());
+  EXPECT_FALSE(resp.transferred());
+  EXPECT_TRUE(resp.defaults());
+  ASSERT_GE(resp.results_size(), 1);
+  EXPECT_EQ(resp.results(0).template_name(), "flash_fwd_tma");
 
   // Cancelling the finished job is refused and changes nothing.
   grpc::ClientContext c4;

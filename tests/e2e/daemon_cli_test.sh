@@ -166,15 +166,24 @@ grep -q "Beside PyTorch SDPA" "$work/report.html" || fail "report has no compari
 grep -q "^evotune: --compare: .*no result for the job's problem .*it holds: b1_h64" \
   "$work/compare.err" || fail "report --compare error: $(cat "$work/compare.err")"
 [ ! -e "$work/report2.html" ] || fail "a refused report wrote a file"
-# Export: the recorded H100's best seed kernel and a transferred one,
-# compiled for sm_90a, in one bundle; nothing written when a problem is bad.
+# Export: the recorded H100's best seed kernel and, for a problem never
+# tuned, the defaults of the template that suits it best on the H100
+# (flash_fwd_tma, never tuned here), compiled for sm_90a, in one bundle;
+# nothing written when a problem is bad.
 "$evotune" --address="$address" export \
   --problems=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd,b2_h8_kv8_q700_k700_d64_full_fp16_bhsd \
   --output="$work/kernels.evtb" >"$work/export.out" 2>"$work/export.err" ||
   fail "export: $(cat "$work/export.err")"
 grep -q "^\[1/2\] .*flash_fwd .*(tuned, .* us), sm_90a" "$work/export.err" ||
   fail "export progress: $(cat "$work/export.err")"
-grep -q "^\[2/2\] .*transferred from" "$work/export.err" ||
+grep -q "^\[2/2\] .*flash_fwd_tma .*(template default, not measured), sm_90a" \
+  "$work/export.err" || fail "export progress: $(cat "$work/export.err")"
+# Asked of the tuned template, the same problem gets transferred configs.
+"$evotune" --address="$address" export --template_name=flash_fwd \
+  --problems=b2_h8_kv8_q700_k700_d64_full_fp16_bhsd \
+  --output="$work/flash.evtb" >/dev/null 2>"$work/export.err" ||
+  fail "export --template_name: $(cat "$work/export.err")"
+grep -q "^\[1/1\] .*flash_fwd .*transferred from" "$work/export.err" ||
   fail "export progress: $(cat "$work/export.err")"
 [ "$(cat "$work/export.out")" = "$work/kernels.evtb" ] && [ -s "$work/kernels.evtb" ] ||
   fail "export wrote no bundle"

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "kernel_templates/serving_defaults.h"
 #include "tuner/common/log.h"
 #include "tuner/daemon/trial_loop.h"
 #include "tuner/evaluator/evaluator.h"
@@ -160,7 +161,9 @@ std::vector<Config> JobManager::SeedConfigs(const KernelTemplate& t,
       for (const RankedTrial& r : *top) seeds.push_back(r.trial.config);
     }
   }
-  seeds.insert(seeds.end(), t.defaults.begin(), t.defaults.end());
+  for (Config& c : DefaultConfigs(t, problem, device.limits)) {
+    seeds.push_back(std::move(c));
+  }
   return seeds;
 }
 

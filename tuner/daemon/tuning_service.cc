@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernel_templates/serving_defaults.h"
 #include "tuner/search/strategy_registry.h"
 
 namespace evotune {
@@ -268,59 +269,89 @@ absl::StatusOr<BestAnswer> TuningService::Transfer(
     const BestQuery& query,
     const std::vector<std::pair<std::string, std::string>>& templates,
     BestAnswer answer) {
-  absl::StatusOr<bool> predicted = Predict(query, templates, &answer);
-  if (!predicted.ok()) return predicted.status();
-  if (*predicted) return answer;
   const DeviceLimits limits = ServingLimits(answer.device);
-  const size_t k = static_cast<size_t>(query.k);
-  for (bool same_class : {true, false}) {
-    absl::StatusOr<std::optional<Problem>> nearest =
-        store_->NearestTunedProblem(answer.device, query.problem, templates,
-                                    same_class);
+  absl::StatusOr<bool> untuned =
+      BestSuitedUntuned(query, templates, answer.device, limits);
+  if (!untuned.ok()) return untuned.status();
+  if (!*untuned) {
+    absl::StatusOr<bool> predicted = Predict(query, templates, &answer);
+    if (!predicted.ok()) return predicted.status();
+    if (*predicted) return answer;
+    absl::StatusOr<bool> nearest =
+        TransferNearest(query, templates, limits, &answer);
     if (!nearest.ok()) return nearest.status();
-    if (!nearest->has_value()) continue;
-    absl::StatusOr<std::vector<RankedTrial>> top = store_->TopK(
-        answer.device, **nearest, templates, std::max(query.k, kTransferPool));
-    if (!top.ok()) return top.status();
-    for (RankedTrial& r : *top) {
-      if (answer.results.size() < k &&
-          Runnable(r.template_name, r.template_hash, r.trial.config,
-                   query.problem, limits)) {
-        answer.results.push_back(std::move(r));
-      }
-    }
-    if (!answer.results.empty()) {
-      answer.transferred = true;
-      answer.source_problem = **nearest;
-      return answer;
-    }
+    if (*nearest) return answer;
   }
   answer.defaults = true;
   answer.results = Defaults(query, templates, limits);
   return answer;
 }
 
+absl::StatusOr<bool> TuningService::BestSuitedUntuned(
+    const BestQuery& query,
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    const DeviceInfo& device, const DeviceLimits& limits) const {
+  std::vector<std::pair<std::string, std::string>> top;
+  for (const KernelTemplate* t :
+       TopRanked(Resolve(templates), query.problem, limits)) {
+    top.push_back({t->name, t->hash});
+  }
+  if (top.empty()) return false;
+  absl::StatusOr<std::optional<Problem>> tuned =
+      store_->NearestTunedProblem(device, query.problem, top, false);
+  if (!tuned.ok()) return tuned.status();
+  return !tuned->has_value();
+}
+
+absl::StatusOr<bool> TuningService::TransferNearest(
+    const BestQuery& query,
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    const DeviceLimits& limits, BestAnswer* answer) {
+  const size_t k = static_cast<size_t>(query.k);
+  for (bool same_class : {true, false}) {
+    absl::StatusOr<std::optional<Problem>> nearest =
+        store_->NearestTunedProblem(answer->device, query.problem, templates,
+                                    same_class);
+    if (!nearest.ok()) return nearest.status();
+    if (!nearest->has_value()) continue;
+    absl::StatusOr<std::vector<RankedTrial>> top = store_->TopK(
+        answer->device, **nearest, templates, std::max(query.k, kTransferPool));
+    if (!top.ok()) return top.status();
+    for (RankedTrial& r : *top) {
+      if (answer->results.size() < k &&
+          Runnable(r.template_name, r.template_hash, r.trial.config,
+                   query.problem, limits)) {
+        answer->results.push_back(std::move(r));
+      }
+    }
+    if (!answer->results.empty()) {
+      answer->transferred = true;
+      answer->source_problem = **nearest;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<const KernelTemplate*> TuningService::Resolve(
+    const std::vector<std::pair<std::string, std::string>>& templates) const {
+  std::vector<const KernelTemplate*> out;
+  for (const auto& [name, hash] : templates) {
+    const KernelTemplate* t = templates_->Find(name);
+    if (t != nullptr && t->hash == hash) out.push_back(t);
+  }
+  return out;
+}
+
 std::vector<RankedTrial> TuningService::Defaults(
     const BestQuery& query,
     const std::vector<std::pair<std::string, std::string>>& templates,
     const DeviceLimits& limits) const {
-  // The templates whose defaults suit the problem best first.
-  std::vector<std::pair<int, const KernelTemplate*>> ranked;
-  for (const auto& [name, hash] : templates) {
-    const KernelTemplate* t = templates_->Find(name);
-    ranked.push_back({t->default_rank ? t->default_rank(query.problem) : 0, t});
-  }
-  std::stable_sort(
-      ranked.begin(), ranked.end(),
-      [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<RankedTrial> out;
-  for (const auto& [rank, t] : ranked) {
-    for (const Config& c : t->defaults) {
-      if (out.size() < static_cast<size_t>(query.k) &&
-          Runnable(t->name, t->hash, c, query.problem, limits)) {
-        out.push_back({t->name, t->hash, StoredTrial{0, c, {}, 0}});
-      }
-    }
+  for (DefaultChoice& d :
+       RankedDefaults(Resolve(templates), query.problem, limits,
+                      static_cast<size_t>(query.k))) {
+    out.push_back({d.t->name, d.t->hash, StoredTrial{0, d.config, {}, 0}});
   }
   return out;
 }

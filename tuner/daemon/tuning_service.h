@@ -151,8 +151,25 @@ class TuningService {
       const BestQuery& query,
       const std::vector<std::pair<std::string, std::string>>& templates,
       BestAnswer answer);
-  // The templates' default configs that run on the problem, those of the
-  // templates that rank highest for it (KernelTemplate::default_rank) first.
+  // Whether the templates that suit the problem best (TopRanked) have no
+  // tuned problem on the device: their defaults then answer it rather than
+  // configs transferred from templates that suit it less (a decode problem
+  // where only prefill templates were tuned).
+  absl::StatusOr<bool> BestSuitedUntuned(
+      const BestQuery& query,
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      const DeviceInfo& device, const DeviceLimits& limits) const;
+  // Fills answer->results with the runnable fastest configs of the nearest
+  // tuned problem (same head_dim, dtype and causal flag first); false when
+  // none runs on the problem.
+  absl::StatusOr<bool> TransferNearest(
+      const BestQuery& query,
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      const DeviceLimits& limits, BestAnswer* answer);
+  // The registered templates of these versions.
+  std::vector<const KernelTemplate*> Resolve(
+      const std::vector<std::pair<std::string, std::string>>& templates) const;
+  // The templates' default configs that run on the problem (RankedDefaults).
   std::vector<RankedTrial> Defaults(
       const BestQuery& query,
       const std::vector<std::pair<std::string, std::string>>& templates,

@@ -1,17 +1,15 @@
 #include "tuner/model/leave_one_out.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <set>
 
+#include "kernel_templates/serving_defaults.h"
 #include "tuner/evaluator/replay_evaluator.h"
 #include "tuner/model/transfer.h"
 
 namespace evotune {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Recorded results of one problem: template name -> config key -> result.
 using Truth = std::map<std::string, std::map<std::string, TrialResult>>;
@@ -29,19 +27,21 @@ Truth TruthOf(const std::vector<RecordedLandscape>& landscapes,
   return truth;
 }
 
-double Recorded(const Truth& truth, const KernelTemplate& t,
+// `config` of `t` with its recorded time on the problem of `truth`.
+Choice Recorded(const Truth& truth, const KernelTemplate& t,
                 const Config& config) {
+  Choice c{t.name, config};
   auto by_template = truth.find(t.name);
-  if (by_template == truth.end()) return kInf;
+  if (by_template == truth.end()) return c;
   auto r = by_template->second.find(ConfigKey(config));
-  if (r == by_template->second.end() || r->second.status != TrialStatus::kOk) {
-    return kInf;
+  if (r != by_template->second.end() && r->second.status == TrialStatus::kOk) {
+    c.us = r->second.median_us;
   }
-  return r->second.median_us;
+  return c;
 }
 
 // The nearest-problem rule on `samples` for `problem`.
-double Nearest(const std::vector<CostSample>& samples, const Problem& problem,
+Choice Nearest(const std::vector<CostSample>& samples, const Problem& problem,
                const Truth& truth, const DeviceLimits& limits) {
   for (bool same_class : {true, false}) {
     const CostSample* nearest = nullptr;
@@ -63,37 +63,62 @@ double Nearest(const std::vector<CostSample>& samples, const Problem& problem,
     if (nearest != nullptr)
       return Recorded(truth, *nearest->t, nearest->config);
   }
-  return kInf;
+  return {};
+}
+
+// The recorded time on the problem of what the daemon answers with when the
+// templates that suit it best (TopRanked among `recorded`, those recorded
+// for it) have no sample in `serving`: the first of RankedDefaults;
+// std::nullopt when the rule does not apply.
+std::optional<Choice> DefaultsServed(
+    const std::vector<const KernelTemplate*>& recorded,
+    const std::vector<CostSample>& serving, const Problem& problem,
+    const Truth& truth, const DeviceLimits& limits) {
+  for (const KernelTemplate* t : TopRanked(recorded, problem, limits)) {
+    for (const CostSample& s : serving) {
+      if (s.t == t) return std::nullopt;
+    }
+  }
+  const std::vector<DefaultChoice> d =
+      RankedDefaults(recorded, problem, limits, 1);
+  if (d.empty()) return Choice{};
+  return Recorded(truth, *d.front().t, d.front().config);
 }
 
 // Serves problem `key` from `all` (only the templates recorded for it):
-// the model's first ranked config and the nearest rule's, with its optimum.
-// std::nullopt when nothing in `all` can serve it.
-absl::StatusOr<std::optional<LeftOut>> Serve(const CostModel& model,
-                                             const std::vector<CostSample>& all,
-                                             const std::string& key,
-                                             const Truth& truth,
-                                             const DeviceLimits& limits) {
+// the model's first ranked config and the nearest rule's, with its optimum;
+// both the same defaults where the daemon answers with them. std::nullopt
+// when nothing in `all` can serve it.
+absl::StatusOr<std::optional<LeftOut>> Serve(
+    const CostModel& model, const std::vector<CostSample>& all,
+    const std::vector<const KernelTemplate*>& recorded, const std::string& key,
+    const Truth& truth, const DeviceLimits& limits) {
   const Problem problem = *ParseProblemKey(key);
   std::vector<CostSample> serving;
   for (const CostSample& s : all) {
     if (truth.count(s.t->name) > 0) serving.push_back(s);
   }
   if (serving.empty()) return std::nullopt;
-  absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
-      model, TransferPool(serving, kTransferPoolPerProblem), problem, 1);
-  if (!ranked.ok()) return ranked.status();
-  LeftOut row{key, kInf, kInf, Nearest(serving, problem, truth, limits)};
+  LeftOut row{key};
   for (const auto& [name, results] : truth) {
     for (const auto& [config, r] : results) {
-      if (r.status == TrialStatus::kOk) {
-        row.optimum_us = std::min(row.optimum_us, r.median_us);
+      if (r.status == TrialStatus::kOk && r.median_us < row.optimum.us) {
+        row.optimum = {name, *ParseConfigKey(config), r.median_us};
       }
     }
   }
+  if (std::optional<Choice> d =
+          DefaultsServed(recorded, serving, problem, truth, limits)) {
+    row.model = row.nearest = *d;
+    return row;
+  }
+  absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
+      model, TransferPool(serving, kTransferPoolPerProblem), problem, 1);
+  if (!ranked.ok()) return ranked.status();
+  row.nearest = Nearest(serving, problem, truth, limits);
   if (!ranked->empty()) {
     const CostSample& served = ranked->front().candidate;
-    row.model_us = Recorded(truth, *served.t, served.config);
+    row.model = Recorded(truth, *served.t, served.config);
   }
   return row;
 }
@@ -175,6 +200,10 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
   for (const std::string& key : problems) {
     if (tuned.count(key) > 0) continue;
     const Truth truth = TruthOf(landscapes, key);
+    std::vector<const KernelTemplate*> recorded;
+    for (const RecordedLandscape& l : landscapes) {
+      if (l.problems.count(key) > 0) recorded.push_back(l.t);
+    }
     std::shared_ptr<CostModel> model = tuned_model;
     std::vector<CostSample> all =
         tuned.empty() ? RecordedSamples(landscapes, key) : tuned_samples;
@@ -185,7 +214,7 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
       model = *std::move(trained);
     }
     absl::StatusOr<std::optional<LeftOut>> row =
-        Serve(*model, all, key, truth, limits);
+        Serve(*model, all, recorded, key, truth, limits);
     if (!row.ok()) return row.status();
     if (row->has_value()) out.push_back(**row);
   }

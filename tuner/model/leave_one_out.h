@@ -6,6 +6,7 @@
 #ifndef EVOTUNE_TUNER_MODEL_LEAVE_ONE_OUT_H_
 #define EVOTUNE_TUNER_MODEL_LEAVE_ONE_OUT_H_
 
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -37,20 +38,31 @@ absl::StatusOr<RecordedLandscape> LoadRecordedLandscape(
 std::vector<CostSample> RecordedSamples(
     const std::vector<RecordedLandscape>& landscapes, const std::string& skip);
 
-// One problem left out: its recorded optimum and the recorded latency of the
-// config each rule serves (infinity when that config failed there).
+// A config of a template and its recorded latency on the problem left out
+// (infinity when it failed there or nothing was served).
+struct Choice {
+  std::string template_name;  // Empty when nothing was served.
+  Config config;
+  double us = std::numeric_limits<double>::infinity();
+};
+
+// One problem left out: its recorded optimum and the config each rule
+// serves.
 struct LeftOut {
   std::string problem;
-  double optimum_us = 0;
-  double model_us = 0;
-  double nearest_us = 0;
+  Choice optimum;
+  Choice model;
+  Choice nearest;
 };
 
 // Every recorded problem left out in turn, served from the other problems'
 // results of the templates recorded for it: a model trained on all the
 // other problems ranks their TransferPool; the nearest-problem rule serves
 // the fastest runnable config of the nearest other problem (same head_dim,
-// dtype and causal first). A problem no other problem can serve is skipped.
+// dtype and causal first). Where the templates that suit the problem best
+// (serving_defaults.h's TopRanked) have no results among those serving it,
+// both answer as the daemon does, with RankedDefaults' first. A problem no
+// other problem can serve is skipped.
 //
 // With `tuned` (problem keys) the daemon's situation after tuning only
 // those: one model trained on them, and the nearest rule over them, serve

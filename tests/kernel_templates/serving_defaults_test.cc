@@ -1,0 +1,136 @@
+#include "kernel_templates/serving_defaults.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernel_templates/template_registry.h"
+
+namespace evotune {
+namespace {
+
+Problem Decode(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_k) {
+  Problem p;
+  p.batch = batch;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.seq_q = 1;
+  p.seq_k = seq_k;
+  p.head_dim = 128;
+  p.dtype = DType::kBf16;
+  return p;
+}
+
+DeviceLimits H100() {
+  DeviceLimits h100;
+  h100.smem_per_block_bytes = 227 * 1024;
+  h100.compute_capability = 90;
+  h100.multiprocessors = 132;
+  return h100;
+}
+
+// A template of one parameter whose rank and defaults a test chooses.
+KernelTemplate Ranked(const std::string& name, int rank,
+                      std::vector<int64_t> defaults) {
+  KernelTemplate t;
+  t.name = name;
+  t.space = ParamSpace({{"X", {1, 2, 3, 4}, "x"}});
+  t.head_dims = {64, 128};
+  t.dtypes = {DType::kFp16, DType::kBf16};
+  for (int64_t x : defaults) t.defaults.push_back({{"X", x}});
+  t.default_rank = [rank](const Problem&) { return rank; };
+  t.geometry = [](const Config&, const Problem&) { return LaunchGeometry{}; };
+  return t;
+}
+
+TEST(ServingDefaultsTest, TheBestRankedTemplatesThatCanServeTheProblem) {
+  const KernelTemplate low = Ranked("low", 1, {1});
+  const KernelTemplate high = Ranked("high", 3, {1});
+  const KernelTemplate also_high = Ranked("also_high", 3, {1});
+  KernelTemplate d64_only = Ranked("d64_only", 9, {1});
+  d64_only.head_dims = {64};
+  KernelTemplate other_gpu = Ranked("other_gpu", 9, {1});
+  other_gpu.only_compute_capability = 100;
+  const Problem p = Decode(1, 8, 8, 1024);
+  EXPECT_THAT(
+      TopRanked({&low, &d64_only, &high, &other_gpu, &also_high}, p, H100()),
+      testing::ElementsAre(&high, &also_high));
+  EXPECT_THAT(TopRanked({&low}, p, H100()), testing::ElementsAre(&low));
+  EXPECT_TRUE(TopRanked({&d64_only, &other_gpu}, p, H100()).empty());
+  KernelTemplate unranked = Ranked("unranked", 0, {1});
+  unranked.default_rank = nullptr;
+  EXPECT_EQ(DefaultRank(unranked, p), 0);
+  EXPECT_THAT(TopRanked({&unranked, &low}, p, H100()),
+              testing::ElementsAre(&low));
+}
+
+TEST(ServingDefaultsTest, RankedDefaultsFittedFirstRunnableOnlyOnce) {
+  KernelTemplate low = Ranked("low", 1, {2, 1});
+  KernelTemplate high = Ranked("high", 3, {1, 2, 3});
+  // Fitted to the problem: X = 4 and X = 2 (which the defaults repeat); X = 3
+  // breaks a constraint.
+  high.fitted_defaults = [](const Problem&, const DeviceLimits&) {
+    return std::vector<Config>{{{"X", 4}}, {{"X", 2}}};
+  };
+  high.constraints = {{"X != 3", [](const Config& c, const Problem&) {
+                         return c.at("X") != 3;
+                       }}};
+  const Problem p = Decode(1, 8, 8, 1024);
+  const std::vector<DefaultChoice> all =
+      RankedDefaults({&low, &high}, p, H100(), 10);
+  std::vector<std::string> got;
+  for (const DefaultChoice& d : all) {
+    got.push_back(d.t->name + ":" + ConfigKey(d.config));
+  }
+  EXPECT_THAT(got, testing::ElementsAre("high:X=4", "high:X=2", "high:X=1",
+                                        "low:X=2", "low:X=1"));
+  EXPECT_EQ(RankedDefaults({&low, &high}, p, H100(), 2).size(), 2u);
+  EXPECT_THAT(
+      DefaultConfigs(high, p, H100()),
+      testing::ElementsAre(Config{{"X", 4}}, Config{{"X", 2}}, Config{{"X", 1}},
+                           Config{{"X", 2}}, Config{{"X", 3}}));
+}
+
+// decode_fwd fits its split count to the device: as many splits as keep the
+// grid within one block per multiprocessor (the recorded optimum of the
+// suite's decode problems on the H100: 16 for decode-long, 2 for
+// decode-gqa, 1 for decode-d64), and no more than the keys can feed.
+TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  // The split count of the fitted configs, the same in all; the first that
+  // runs there is what an answer made of defaults serves.
+  auto splits = [&](const Problem& p, const DeviceLimits& limits) {
+    const std::vector<Config> fitted = t.fitted_defaults(p, limits);
+    for (const Config& c : fitted) {
+      EXPECT_EQ(c.at("KV_SPLITS"), fitted.front().at("KV_SPLITS"));
+    }
+    const std::vector<DefaultChoice> served =
+        RankedDefaults({&t}, p, limits, 1);
+    EXPECT_EQ(served.size(), 1u);
+    EXPECT_EQ(served.front().config.at("KV_SPLITS"),
+              fitted.front().at("KV_SPLITS"));
+    return fitted.front().at("KV_SPLITS");
+  };
+  EXPECT_EQ(splits(Decode(1, 64, 8, 32768), H100()), 16);
+  EXPECT_EQ(splits(Decode(8, 32, 8, 8192), H100()), 2);
+  Problem d64 = Decode(32, 16, 16, 2048);
+  d64.head_dim = 64;
+  d64.dtype = DType::kFp16;
+  EXPECT_EQ(splits(d64, H100()), 1);
+  // Few keys: every split gets more than 32.
+  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100()), 4);
+  // A smaller device, and one of unknown size.
+  DeviceLimits l4 = H100();
+  l4.compute_capability = 89;
+  l4.multiprocessors = 58;
+  l4.smem_per_block_bytes = 99 * 1024;
+  EXPECT_EQ(splits(Decode(1, 64, 8, 32768), l4), 4);
+  DeviceLimits unknown = H100();
+  unknown.multiprocessors = 0;
+  EXPECT_EQ(splits(Decode(1, 64, 8, 32768), unknown), 16);
+  EXPECT_EQ(splits(Decode(1, 32, 1, 131072), H100()), 64);
+}
+
+}  // namespace
+}  // namespace evotune
