@@ -138,6 +138,18 @@ absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db, const DeviceInfo& d,
   return id;
 }
 
+absl::StatusOr<std::vector<int64_t>> ResultStore::TemplateIds(
+    SqliteDb* db,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  std::vector<int64_t> ids;
+  for (const auto& [name, hash] : templates) {
+    absl::StatusOr<int64_t> id = TemplateId(db, name, hash, false);
+    if (!id.ok() && !absl::IsNotFound(id.status())) return id.status();
+    ids.push_back(id.ok() ? *id : 0);
+  }
+  return ids;
+}
+
 absl::StatusOr<int64_t> ResultStore::TemplateId(SqliteDb* db,
                                                 const std::string& name,
                                                 const std::string& hash,

@@ -155,6 +155,12 @@ class ResultStore {
       const std::vector<std::pair<std::string, std::string>>& templates,
       bool same_class = true);
 
+  // Whether the device has OK trials of any of the templates (name -> hash)
+  // on any problem: one indexed lookup.
+  absl::StatusOr<bool> HasTunedProblem(
+      const DeviceInfo& device,
+      const std::vector<std::pair<std::string, std::string>>& templates);
+
   // The device with this name that most recently got a trial; NOT_FOUND when
   // the store has no device of that name.
   absl::StatusOr<DeviceInfo> FindDevice(const std::string& name);
@@ -241,6 +247,11 @@ class ResultStore {
                                      const std::string& hash, bool create);
   absl::StatusOr<int64_t> ProblemId(SqliteDb* db, const Problem& problem,
                                     bool create);
+  // TemplateId of each of `templates` (name -> hash), 0 for one the store
+  // has no row of.
+  absl::StatusOr<std::vector<int64_t>> TemplateIds(
+      SqliteDb* db,
+      const std::vector<std::pair<std::string, std::string>>& templates);
   absl::StatusOr<StoredTrial> InsertTrialLocked(const TrialScope& scope,
                                                 const Config& config,
                                                 const TrialResult& result)

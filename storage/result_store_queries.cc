@@ -18,6 +18,15 @@ using store_rows::ReadTrial;
 using store_rows::SelectTrial;
 using store_rows::TrialColumns;
 
+// The ids of the templates the store has rows of (TemplateIds' nonzero).
+std::vector<int64_t> Known(const std::vector<int64_t>& ids) {
+  std::vector<int64_t> out;
+  for (int64_t id : ids) {
+    if (id != 0) out.push_back(id);
+  }
+  return out;
+}
+
 std::string TopKSql(int n_templates) {
   std::vector<std::string> marks(n_templates, "?");
   // The trials_best index yields rows in median_us order for the (device,
@@ -85,15 +94,15 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
     if (absl::IsNotFound(s)) return out;
     if (!s.ok()) return s;
   }
+  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
+  if (!ids.ok()) return ids.status();
   std::vector<int64_t> template_ids;
   absl::flat_hash_map<int64_t, const std::pair<std::string, std::string>*>
       by_id;
-  for (const auto& t : templates) {
-    absl::StatusOr<int64_t> id = TemplateId(db, t.first, t.second, false);
-    if (absl::IsNotFound(id.status())) continue;
-    if (!id.ok()) return id.status();
-    template_ids.push_back(*id);
-    by_id[*id] = &t;
+  for (size_t i = 0; i < templates.size(); ++i) {
+    if ((*ids)[i] == 0) continue;
+    template_ids.push_back((*ids)[i]);
+    by_id[(*ids)[i]] = &templates[i];
   }
   if (template_ids.empty()) return out;
   absl::StatusOr<Statement*> sel =
@@ -124,13 +133,9 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
   absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
   if (absl::IsNotFound(device_id.status())) return std::nullopt;
   if (!device_id.ok()) return device_id.status();
-  std::vector<int64_t> template_ids;
-  for (const auto& t : templates) {
-    absl::StatusOr<int64_t> id = TemplateId(db, t.first, t.second, false);
-    if (absl::IsNotFound(id.status())) continue;
-    if (!id.ok()) return id.status();
-    template_ids.push_back(*id);
-  }
+  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
+  if (!ids.ok()) return ids.status();
+  const std::vector<int64_t> template_ids = Known(*ids);
   if (template_ids.empty()) return std::nullopt;
   std::vector<std::string> marks(template_ids.size(), "?");
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
@@ -165,6 +170,31 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     }
   }
   return best;
+}
+
+absl::StatusOr<bool> ResultStore::HasTunedProblem(
+    const DeviceInfo& device,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
+  absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
+  if (absl::IsNotFound(device_id.status())) return false;
+  if (!device_id.ok()) return device_id.status();
+  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
+  if (!ids.ok()) return ids.status();
+  const std::vector<int64_t> template_ids = Known(*ids);
+  if (template_ids.empty()) return false;
+  std::vector<std::string> marks(template_ids.size(), "?");
+  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
+      "SELECT 1 FROM tuned_problems WHERE device_id = ? AND template_id IN (",
+      absl::StrJoin(marks, ","), ") LIMIT 1"));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  int index = 1;
+  (*sel)->Bind(index++, *device_id);
+  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
+  return (*sel)->Step();
 }
 
 absl::StatusOr<DeviceInfo> ResultStore::FindDevice(const std::string& name) {

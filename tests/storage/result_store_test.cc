@@ -243,6 +243,27 @@ TEST_F(ResultStoreTest, NearestTunedProblemMatchesShapeClass) {
   EXPECT_FALSE((*nearest)->causal);
 }
 
+// Whether a device has tuned problems of some templates: only OK trials of
+// those template versions on that device count.
+TEST_F(ResultStoreTest, HasTunedProblemCountsOkTrialsOfTheTemplates) {
+  auto store = OpenStore();
+  const DeviceInfo device = Scope().device;
+  EXPECT_FALSE(*store->HasTunedProblem(device, {{"naive", "abc"}}));
+  TrialResult failed;
+  failed.status = TrialStatus::kIncorrect;
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 1}}, failed).ok());
+  EXPECT_FALSE(*store->HasTunedProblem(device, {{"naive", "abc"}}));
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 2}}, Ok(5)).ok());
+  EXPECT_TRUE(*store->HasTunedProblem(device, {{"naive", "abc"}}));
+  EXPECT_TRUE(
+      *store->HasTunedProblem(device, {{"other", "x"}, {"naive", "abc"}}));
+  EXPECT_FALSE(*store->HasTunedProblem(device, {{"naive", "older"}}));
+  EXPECT_FALSE(*store->HasTunedProblem(device, {}));
+  DeviceInfo other = device;
+  other.name = "another GPU";
+  EXPECT_FALSE(*store->HasTunedProblem(other, {{"naive", "abc"}}));
+}
+
 TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
   auto store = OpenStore();
   JobRecord job;

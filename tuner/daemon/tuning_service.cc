@@ -297,10 +297,9 @@ absl::StatusOr<bool> TuningService::BestSuitedUntuned(
     top.push_back({t->name, t->hash});
   }
   if (top.empty()) return false;
-  absl::StatusOr<std::optional<Problem>> tuned =
-      store_->NearestTunedProblem(device, query.problem, top, false);
+  absl::StatusOr<bool> tuned = store_->HasTunedProblem(device, top);
   if (!tuned.ok()) return tuned.status();
-  return !tuned->has_value();
+  return !*tuned;
 }
 
 absl::StatusOr<bool> TuningService::TransferNearest(
