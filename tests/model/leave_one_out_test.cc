@@ -12,15 +12,26 @@
 namespace evotune {
 namespace {
 
-TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
-  absl::StatusOr<RecordedLandscape> flash =
-      LoadRecordedLandscape(EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv",
-                            TemplateRegistry::Builtin(), H100Limits());
-  ASSERT_TRUE(flash.ok()) << flash.status();
+// A recording of tests/data (file name without the folder).
+absl::StatusOr<RecordedLandscape> Recording(const std::string& file) {
+  return LoadRecordedLandscape(std::string(EVOTUNE_TEST_DATA) + "/" + file,
+                               TemplateRegistry::Builtin(), H100Limits());
+}
+
+// LeaveOneProblemOut with small models (100 boosting rounds), to stay quick.
+absl::StatusOr<std::vector<LeftOut>> Serve(
+    const std::vector<RecordedLandscape>& landscapes,
+    const std::set<std::string>& tuned = {}) {
   CostModelOptions options;
   options.rounds = 100;
-  absl::StatusOr<std::vector<LeftOut>> rows =
-      LeaveOneProblemOut({*flash}, H100Limits(), options);
+  return LeaveOneProblemOut(landscapes, H100Limits(), options, tuned);
+}
+
+TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
+  absl::StatusOr<RecordedLandscape> flash =
+      Recording("flash_fwd_landscapes_h100.csv");
+  ASSERT_TRUE(flash.ok()) << flash.status();
+  absl::StatusOr<std::vector<LeftOut>> rows = Serve({*flash});
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 31u);
   std::vector<double> ratios;
@@ -39,17 +50,13 @@ TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
 // serves every other recorded problem, each with a config that runs there.
 TEST(LeaveOneOutTest, TunedProblemsServeTheRest) {
   absl::StatusOr<RecordedLandscape> flash =
-      LoadRecordedLandscape(EVOTUNE_TEST_DATA "/flash_fwd_landscapes_h100.csv",
-                            TemplateRegistry::Builtin(), H100Limits());
+      Recording("flash_fwd_landscapes_h100.csv");
   ASSERT_TRUE(flash.ok()) << flash.status();
   const std::set<std::string> tuned = {
       "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd",
       "b2_h16_kv16_q4096_k4096_d128_full_bf16_bhsd",
       "b4_h16_kv16_q2048_k2048_d64_causal_bf16_bhsd"};
-  CostModelOptions options;
-  options.rounds = 100;
-  absl::StatusOr<std::vector<LeftOut>> rows =
-      LeaveOneProblemOut({*flash}, H100Limits(), options, tuned);
+  absl::StatusOr<std::vector<LeftOut>> rows = Serve({*flash}, tuned);
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 28u);
   for (const LeftOut& r : *rows) {
@@ -71,11 +78,9 @@ TEST(LeaveOneOutTest, TunedProblemsServeTheRest) {
 // 2-7x slower there).
 TEST(LeaveOneOutTest, UntunedDecodeProblemsGetTheDecodeTemplatesDefaults) {
   std::vector<RecordedLandscape> landscapes;
-  for (const char* name : {"/flash_fwd_tma_landscapes_h100.csv",
-                           "/decode_fwd_landscapes_h100.csv"}) {
-    absl::StatusOr<RecordedLandscape> l =
-        LoadRecordedLandscape(std::string(EVOTUNE_TEST_DATA) + name,
-                              TemplateRegistry::Builtin(), H100Limits());
+  for (const char* file : {"flash_fwd_tma_landscapes_h100.csv",
+                           "decode_fwd_landscapes_h100.csv"}) {
+    absl::StatusOr<RecordedLandscape> l = Recording(file);
     ASSERT_TRUE(l.ok()) << l.status();
     landscapes.push_back(*std::move(l));
   }
@@ -83,10 +88,7 @@ TEST(LeaveOneOutTest, UntunedDecodeProblemsGetTheDecodeTemplatesDefaults) {
       "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd",
       "b2_h16_kv16_q4096_k4096_d128_causal_bf16_bhsd",
       "b1_h32_kv8_q1024_k8192_d128_causal_bf16_bhsd"};
-  CostModelOptions options;
-  options.rounds = 100;
-  absl::StatusOr<std::vector<LeftOut>> rows =
-      LeaveOneProblemOut(landscapes, H100Limits(), options, tuned);
+  absl::StatusOr<std::vector<LeftOut>> rows = Serve(landscapes, tuned);
   ASSERT_TRUE(rows.ok()) << rows.status();
   int decode = 0;
   for (const LeftOut& r : *rows) {
