@@ -96,15 +96,12 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
   }
   absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
   if (!ids.ok()) return ids.status();
-  std::vector<int64_t> template_ids;
+  const std::vector<int64_t> template_ids = Known(*ids);
+  if (template_ids.empty()) return out;
   absl::flat_hash_map<int64_t, const std::pair<std::string, std::string>*>
       by_id;
-  for (size_t i = 0; i < templates.size(); ++i) {
-    if ((*ids)[i] == 0) continue;
-    template_ids.push_back((*ids)[i]);
+  for (size_t i = 0; i < templates.size(); ++i)
     by_id[(*ids)[i]] = &templates[i];
-  }
-  if (template_ids.empty()) return out;
   absl::StatusOr<Statement*> sel =
       db->Prepare(TopKSql(static_cast<int>(template_ids.size())));
   if (!sel.ok()) return sel.status();
