@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev
+  libabsl-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev openssl
   libxgboost-dev
   python3-grpcio python3-protobuf python3-setuptools python3-venv
 )

@@ -78,7 +78,8 @@ class Daemon {
         store_.get(), &TemplateRegistry::Builtin(), jobs_.get(), TuneOnMiss{},
         models_.get());
     kernels_ = std::make_unique<KernelService>(service_.get(), store_.get());
-    grpc_ = std::make_unique<GrpcTuner>(service_.get(), token, kernels_.get());
+    grpc_ = std::make_unique<GrpcTuner>(
+        service_.get(), AccessTokens{token, token}, kernels_.get());
     grpc::ServerBuilder builder;
     builder.RegisterService(grpc_.get());
     server_ = builder.BuildAndStart();

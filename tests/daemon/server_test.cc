@@ -48,7 +48,7 @@ class ServerTest : public ::testing::Test {
         store_.get(), &TemplateRegistry::Builtin(), runner_.get());
     service_ = std::make_unique<TuningService>(
         store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
-    grpc_ = std::make_unique<GrpcTuner>(service_.get(), "");
+    grpc_ = std::make_unique<GrpcTuner>(service_.get(), AccessTokens{});
     absl::StatusOr<BuiltServer> built =
         BuildServer("127.0.0.1:0", {grpc_.get()});
     ASSERT_TRUE(built.ok()) << built.status();

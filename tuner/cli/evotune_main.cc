@@ -28,11 +28,22 @@
 #include "tuner/common/help.h"
 #include "tuner/search/strategy_registry.h"
 #include "tuner/space/config.h"
+#include "tuner/wire/credentials.h"
 #include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, address, "",
           "daemon address (default: $EVOTUNE_ADDRESS or 127.0.0.1:7433)");
 ABSL_FLAG(std::string, token, "", "bearer token (default: $EVOTUNE_TOKEN)");
+ABSL_FLAG(std::string, token_file, "",
+          "read --token from this file instead (keeps it off the command "
+          "line)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates: talk TLS to the daemon, verifying its "
+          "certificate against them");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for a daemon that requires one (with "
+          "--tls_ca and --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
 ABSL_FLAG(double, timeout_s, 30, "deadline of unary calls, in seconds");
 // Problem (submit, best). Defaults are the seed problem.
@@ -83,19 +94,30 @@ namespace {
 
 class Client {
  public:
-  Client() {
+  // The daemon's address, token and TLS from the flags and environment;
+  // INVALID_ARGUMENT naming a bad flag.
+  static absl::StatusOr<std::unique_ptr<Client>> FromFlags() {
     std::string address = absl::GetFlag(FLAGS_address);
     if (address.empty()) {
       const char* env = std::getenv("EVOTUNE_ADDRESS");
       address = env ? env : "127.0.0.1:7433";
     }
-    address_ = address;
-    token_ = absl::GetFlag(FLAGS_token);
-    if (token_.empty() && std::getenv("EVOTUNE_TOKEN") != nullptr) {
-      token_ = std::getenv("EVOTUNE_TOKEN");
-    }
-    stub_ = v1::Tuner::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    absl::StatusOr<std::string> token = ResolveToken(
+        absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
+        "--token_file", "EVOTUNE_TOKEN");
+    if (!token.ok()) return token.status();
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        ChannelCredentials({absl::GetFlag(FLAGS_tls_ca),
+                            absl::GetFlag(FLAGS_tls_cert),
+                            absl::GetFlag(FLAGS_tls_key)});
+    if (!credentials.ok()) return credentials.status();
+    return std::make_unique<Client>(address, *token, *credentials);
+  }
+
+  Client(std::string address, std::string token,
+         std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : address_(std::move(address)), token_(std::move(token)) {
+    stub_ = v1::Tuner::NewStub(grpc::CreateChannel(address_, credentials));
   }
 
   // A context with the token and, for unary calls, the deadline.
@@ -563,8 +585,9 @@ int Main(const std::vector<char*>& argv) {
                       ? absl::StrCat("unexpected argument \"", args[want], "\"")
                       : absl::StrCat("usage: evotune ", c.name, " ", c.args));
     }
-    Client client;
-    return c.run(client, args);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::FromFlags();
+    if (!client.ok()) return Fail(std::string(client.status().message()));
+    return c.run(**client, args);
   }
   return Fail(absl::StrCat("unknown command \"", name, "\"\n", Usage()));
 }

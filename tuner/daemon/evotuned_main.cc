@@ -33,6 +33,7 @@
 #include "tuner/daemon/worker_pool.h"
 #include "tuner/daemon/worker_service.h"
 #include "tuner/evaluator/replay_evaluator.h"
+#include "tuner/wire/credentials.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7433",
           "address to serve gRPC on; port 0 picks a free port");
@@ -40,8 +41,26 @@ ABSL_FLAG(std::string, db, "",
           "SQLite database path (default: $XDG_STATE_HOME/evotune/evotune.db, "
           "or ~/.local/state/evotune/evotune.db)");
 ABSL_FLAG(std::string, token, "",
-          "bearer token every call must carry (default: $EVOTUNE_TOKEN; "
-          "empty disables authentication)");
+          "bearer token of clients: every call of the Tuner service must "
+          "carry it (default: $EVOTUNE_TOKEN; empty disables "
+          "authentication); also the workers' unless --worker_token is given");
+ABSL_FLAG(std::string, token_file, "",
+          "read --token from this file instead (keeps it off the command "
+          "line)");
+ABSL_FLAG(std::string, worker_token, "",
+          "bearer token of workers (the WorkerPool service; default: "
+          "$EVOTUNE_WORKER_TOKEN, else --token's): with it, a worker's token "
+          "cannot submit or cancel jobs and a client's cannot register "
+          "workers or report trials");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "read --worker_token from this file instead");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve --listen over TLS (with --tls_key); "
+          "local workers then use a plaintext port on 127.0.0.1");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: with TLS, require client certificates signed "
+          "by them (mutual TLS)");
 ABSL_FLAG(std::string, evaluator, "cuda",
           "what local workers evaluate with: cuda (compile, validate and time "
           "on the GPU) or synthetic (a deterministic stand-in for machines "
@@ -92,11 +111,12 @@ ABSL_FLAG(int, cost_model_min_trials, 50,
 namespace evotune {
 namespace {
 
-// Flags every local worker gets.
-std::vector<std::string> WorkerFlags(int port) {
+// Flags every local worker gets; `loopback`: the port is on 127.0.0.1.
+std::vector<std::string> WorkerFlags(int port, bool loopback) {
   std::string host = "127.0.0.1";
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  if (absl::StartsWith(listen, "[") || absl::StartsWith(listen, "ipv6:")) {
+  if (!loopback &&
+      (absl::StartsWith(listen, "[") || absl::StartsWith(listen, "ipv6:"))) {
     host = "[::1]";
   }
   std::vector<std::string> flags = {
@@ -154,12 +174,21 @@ std::string DbPath() {
   return path;
 }
 
-std::string Token() {
-  std::string token = absl::GetFlag(FLAGS_token);
-  if (token.empty() && std::getenv("EVOTUNE_TOKEN") != nullptr) {
-    token = std::getenv("EVOTUNE_TOKEN");
-  }
-  return token;
+// The clients' and workers' tokens; INVALID_ARGUMENT naming a bad flag.
+absl::StatusOr<AccessTokens> Tokens() {
+  AccessTokens tokens;
+  absl::StatusOr<std::string> client = ResolveToken(
+      absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
+      "--token_file", "EVOTUNE_TOKEN");
+  if (!client.ok()) return client.status();
+  absl::StatusOr<std::string> worker =
+      ResolveToken(absl::GetFlag(FLAGS_worker_token), "--worker_token",
+                   absl::GetFlag(FLAGS_worker_token_file),
+                   "--worker_token_file", "EVOTUNE_WORKER_TOKEN");
+  if (!worker.ok()) return worker.status();
+  tokens.client = *client;
+  tokens.worker = worker->empty() ? *client : *worker;
+  return tokens;
 }
 
 // Where trials run: worker processes (pool set), or for --simulate a
@@ -222,10 +251,12 @@ absl::StatusOr<Trials> MakeTrials(ResultStore* store,
 
 // The local worker processes, once the server's port is known.
 absl::StatusOr<std::unique_ptr<Supervisor>> StartWorkers(
-    WorkerPool* pool, int port, const std::string& token) {
+    WorkerPool* pool, const BuiltServer& built, const std::string& token) {
   Supervisor::Options options;
   options.worker_binary = WorkerBinary();
-  options.worker_flags = WorkerFlags(port);
+  options.worker_flags = built.loopback_port != 0
+                             ? WorkerFlags(built.loopback_port, true)
+                             : WorkerFlags(built.port, false);
   options.token = token;
   options.workers = absl::GetFlag(FLAGS_workers);
   if (absl::GetFlag(FLAGS_evaluator) != "cuda") {
@@ -248,6 +279,56 @@ void WritePortFile(int port) {
   std::filesystem::rename(tmp, port_file, ec);
 }
 
+// The cost models of --cost_model, started and used by `jobs`; null without.
+std::unique_ptr<CostModels> StartCostModels(ResultStore* store,
+                                            const TemplateRegistry* templates,
+                                            JobManager* jobs) {
+  if (!absl::GetFlag(FLAGS_cost_model)) return nullptr;
+  CostModelsOptions options;
+  options.min_trials = std::max(1, absl::GetFlag(FLAGS_cost_model_min_trials));
+  auto models = std::make_unique<CostModels>(store, templates, options);
+  models->Start();
+  jobs->UseCostModels(models.get());
+  return models;
+}
+
+bool IsLoopback(const std::string& address) {
+  return absl::StartsWith(address, "127.") ||
+         absl::StartsWith(address, "localhost:") ||
+         absl::StartsWith(address, "[::1]:") ||
+         absl::StartsWith(address, "ipv6:[::1]:") ||
+         absl::StartsWith(address, "unix:");
+}
+
+// The server of `services` on --listen, over TLS when the --tls_ flags say
+// so; then with `local_workers` also a plaintext port on 127.0.0.1 for them.
+absl::StatusOr<BuiltServer> Serve(const std::vector<grpc::Service*>& services,
+                                  bool local_workers) {
+  const ServerTls tls{absl::GetFlag(FLAGS_tls_cert),
+                      absl::GetFlag(FLAGS_tls_key),
+                      absl::GetFlag(FLAGS_tls_client_ca)};
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (!tls.enabled() && !IsLoopback(listen)) {
+    LogInfo(absl::StrCat(
+        "warning: serving ", listen,
+        " in plaintext: tokens and results cross the network readable by "
+        "anyone on the path; give --tls_cert and --tls_key"));
+  }
+  return BuildServer(listen, services, *credentials,
+                     tls.enabled() && local_workers);
+}
+
+// What the startup line says of authentication.
+std::string Describe(const AccessTokens& tokens) {
+  if (tokens.client.empty() && tokens.worker.empty()) return "";
+  if (tokens.client == tokens.worker) return ", token required";
+  return absl::StrCat(tokens.client.empty() ? "" : ", client token required",
+                      ", worker token required");
+}
+
 // Logs a failed step; exit status 2 for a bad flag, else 1.
 int Fail(const absl::Status& s) {
   LogError(absl::StrCat("evotuned: ", s.message()));
@@ -262,22 +343,16 @@ int Run() {
   absl::StatusOr<std::unique_ptr<ResultStore>> store =
       ResultStore::Open(db_path);
   if (!store.ok()) return Fail(store.status());
-  const std::string token = Token();
+  absl::StatusOr<AccessTokens> tokens = Tokens();
+  if (!tokens.ok()) return Fail(tokens.status());
   const TemplateRegistry& templates = TemplateRegistry::Builtin();
   absl::StatusOr<Trials> trials = MakeTrials(store->get(), &templates);
   if (!trials.ok()) return Fail(trials.status());
   WorkerPool* pool = trials->pool;
 
   JobManager jobs(store->get(), &templates, trials->runner.get());
-  std::unique_ptr<CostModels> models;
-  if (absl::GetFlag(FLAGS_cost_model)) {
-    CostModelsOptions options;
-    options.min_trials =
-        std::max(1, absl::GetFlag(FLAGS_cost_model_min_trials));
-    models = std::make_unique<CostModels>(store->get(), &templates, options);
-    models->Start();
-    jobs.UseCostModels(models.get());
-  }
+  std::unique_ptr<CostModels> models =
+      StartCostModels(store->get(), &templates, &jobs);
   TuningService service(
       store->get(), &templates, &jobs,
       {absl::GetFlag(FLAGS_tune_on_miss),
@@ -285,27 +360,27 @@ int Run() {
                            kMaxTrialsLimit)},
       models.get());
   KernelService kernels(&service, store->get());
-  GrpcTuner grpc_service(&service, token, &kernels);
+  GrpcTuner grpc_service(&service, *tokens, &kernels);
   std::unique_ptr<GrpcWorkerPool> worker_service;
   std::vector<grpc::Service*> services = {&grpc_service};
   if (pool != nullptr) {
-    worker_service = std::make_unique<GrpcWorkerPool>(pool, token);
+    worker_service = std::make_unique<GrpcWorkerPool>(pool, *tokens);
     services.push_back(worker_service.get());
   }
   absl::StatusOr<BuiltServer> built =
-      BuildServer(absl::GetFlag(FLAGS_listen), services);
+      Serve(services, pool != nullptr && absl::GetFlag(FLAGS_workers) != 0);
   if (!built.ok()) return Fail(built.status());
   std::unique_ptr<grpc::Server> server = std::move(built->server);
   std::unique_ptr<Supervisor> supervisor;
   if (pool != nullptr) {
     absl::StatusOr<std::unique_ptr<Supervisor>> s =
-        StartWorkers(pool, built->port, token);
+        StartWorkers(pool, *built, tokens->worker);
     if (!s.ok()) return Fail(s.status());
     supervisor = *std::move(s);
   }
   if (absl::Status s = jobs.Start(); !s.ok()) return Fail(s);
   LogInfo(absl::StrCat("evotuned serving on port ", built->port, ", database ",
-                       db_path, token.empty() ? "" : ", token required"));
+                       db_path, Describe(*tokens)));
   WritePortFile(built->port);
 
   int signal_number = 0;

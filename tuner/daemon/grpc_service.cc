@@ -6,12 +6,12 @@
 
 namespace evotune {
 
-GrpcTuner::GrpcTuner(TuningService* service, std::string token,
+GrpcTuner::GrpcTuner(TuningService* service, AccessTokens tokens,
                      KernelService* kernels)
-    : service_(service), token_(std::move(token)), kernels_(kernels) {}
+    : service_(service), tokens_(std::move(tokens)), kernels_(kernels) {}
 
 grpc::Status GrpcTuner::Authorize(const grpc::ServerContextBase* ctx) const {
-  return CheckBearerToken(ctx, token_);
+  return evotune::Authorize(ctx, tokens_, Role::kClient);
 }
 
 grpc::Status GrpcTuner::SubmitSearch(grpc::ServerContext* ctx,

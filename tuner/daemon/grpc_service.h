@@ -1,4 +1,4 @@
-// The gRPC edge of evotuned: checks the bearer token, converts messages and
+// The gRPC edge of evotuned: checks the client's token, converts messages and
 // statuses, and delegates to TuningService.
 #ifndef EVOTUNE_TUNER_DAEMON_GRPC_SERVICE_H_
 #define EVOTUNE_TUNER_DAEMON_GRPC_SERVICE_H_
@@ -6,6 +6,7 @@
 #include <string>
 
 #include "evotune/v1/evotune.grpc.pb.h"
+#include "tuner/daemon/auth.h"
 #include "tuner/daemon/kernel_service.h"
 #include "tuner/daemon/tuning_service.h"
 
@@ -15,9 +16,10 @@ namespace evotune {
 // the hot read path, faster than the callback API (bench/RESULTS.md).
 class GrpcTuner final : public v1::Tuner::Service {
  public:
-  // An empty token disables authentication. service and kernels must
-  // outlive this; without kernels, GetKernel is UNIMPLEMENTED.
-  GrpcTuner(TuningService* service, std::string token,
+  // Calls must carry tokens.client (none if empty; a worker's token is
+  // PERMISSION_DENIED). service and kernels must outlive this; without
+  // kernels, GetKernel is UNIMPLEMENTED.
+  GrpcTuner(TuningService* service, AccessTokens tokens,
             KernelService* kernels = nullptr);
 
   grpc::Status SubmitSearch(grpc::ServerContext* ctx,
@@ -48,11 +50,10 @@ class GrpcTuner final : public v1::Tuner::Service {
                          v1::Kernel* resp) override;
 
  private:
-  // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".
   grpc::Status Authorize(const grpc::ServerContextBase* ctx) const;
 
   TuningService* const service_;
-  const std::string token_;
+  const AccessTokens tokens_;
   KernelService* const kernels_;
 };
 

@@ -16,12 +16,19 @@ namespace evotune {
 struct BuiltServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // The port actually bound (address ":0" picks one).
+  // With a loopback port asked for: its port on 127.0.0.1, plaintext.
+  int loopback_port = 0;
 };
 
-// UNAVAILABLE when the address cannot be bound. `services` must outlive the
+// Serves `services` on `address` with `credentials` (plaintext when null)
+// and, if `loopback_port`, also in plaintext on a free port of 127.0.0.1
+// (for the daemon's own workers when the address speaks TLS).
+// UNAVAILABLE when an address cannot be bound. `services` must outlive the
 // server.
 absl::StatusOr<BuiltServer> BuildServer(
-    const std::string& address, const std::vector<grpc::Service*>& services);
+    const std::string& address, const std::vector<grpc::Service*>& services,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+    bool loopback_port = false);
 
 }  // namespace evotune
 

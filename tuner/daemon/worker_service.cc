@@ -14,13 +14,18 @@ constexpr absl::Duration kMaxLeaseWait = absl::Seconds(30);
 
 }  // namespace
 
-GrpcWorkerPool::GrpcWorkerPool(WorkerPool* pool, std::string token)
-    : pool_(pool), token_(std::move(token)) {}
+GrpcWorkerPool::GrpcWorkerPool(WorkerPool* pool, AccessTokens tokens)
+    : pool_(pool), tokens_(std::move(tokens)) {}
+
+grpc::Status GrpcWorkerPool::Authorize(
+    const grpc::ServerContextBase* ctx) const {
+  return evotune::Authorize(ctx, tokens_, Role::kWorker);
+}
 
 grpc::Status GrpcWorkerPool::RegisterWorker(
     grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
     v1::RegisterWorkerResponse* resp) {
-  if (grpc::Status s = CheckBearerToken(ctx, token_); !s.ok()) return s;
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
   if (req->name().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("name: required"));
   }
@@ -45,7 +50,7 @@ grpc::Status GrpcWorkerPool::RegisterWorker(
 grpc::Status GrpcWorkerPool::LeaseTrial(grpc::ServerContext* ctx,
                                         const v1::LeaseTrialRequest* req,
                                         v1::LeaseTrialResponse* resp) {
-  if (grpc::Status s = CheckBearerToken(ctx, token_); !s.ok()) return s;
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
   const absl::Duration wait =
       std::min(absl::Milliseconds(req->wait_ms()), kMaxLeaseWait);
   std::vector<LeasedTask> upcoming;
@@ -65,7 +70,7 @@ grpc::Status GrpcWorkerPool::LeaseTrial(grpc::ServerContext* ctx,
 grpc::Status GrpcWorkerPool::Heartbeat(grpc::ServerContext* ctx,
                                        const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
-  if (grpc::Status s = CheckBearerToken(ctx, token_); !s.ok()) return s;
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
   absl::StatusOr<bool> abort =
       pool_->Heartbeat(req->worker_id(), req->task_id());
   if (!abort.ok()) return ToGrpcStatus(abort.status());
@@ -76,7 +81,7 @@ grpc::Status GrpcWorkerPool::Heartbeat(grpc::ServerContext* ctx,
 grpc::Status GrpcWorkerPool::CompleteTrial(grpc::ServerContext* ctx,
                                            const v1::CompleteTrialRequest* req,
                                            v1::CompleteTrialResponse* resp) {
-  if (grpc::Status s = CheckBearerToken(ctx, token_); !s.ok()) return s;
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
   LeasedTask leased;
   leased.task_id = req->task().task_id();
   absl::StatusOr<TrialTask> task = TaskFromProto(req->task());

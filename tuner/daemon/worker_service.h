@@ -1,5 +1,5 @@
 // The gRPC edge of the worker protocol (proto/evotune/v1/worker.proto):
-// checks the bearer token, converts messages and delegates to WorkerPool.
+// checks the worker's token, converts messages and delegates to WorkerPool.
 #ifndef EVOTUNE_TUNER_DAEMON_WORKER_SERVICE_H_
 #define EVOTUNE_TUNER_DAEMON_WORKER_SERVICE_H_
 
@@ -7,14 +7,16 @@
 
 #include "evotune/v1/worker.grpc.pb.h"
 #include "kernel_templates/template_registry.h"
+#include "tuner/daemon/auth.h"
 #include "tuner/daemon/worker_pool.h"
 
 namespace evotune {
 
 class GrpcWorkerPool final : public v1::WorkerPool::Service {
  public:
-  // An empty token disables authentication. pool must outlive this.
-  GrpcWorkerPool(WorkerPool* pool, std::string token);
+  // Calls must carry tokens.worker (none if empty; a client's token is
+  // PERMISSION_DENIED). pool must outlive this.
+  GrpcWorkerPool(WorkerPool* pool, AccessTokens tokens);
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const v1::RegisterWorkerRequest* req,
@@ -30,8 +32,10 @@ class GrpcWorkerPool final : public v1::WorkerPool::Service {
                              v1::CompleteTrialResponse* resp) override;
 
  private:
+  grpc::Status Authorize(const grpc::ServerContextBase* ctx) const;
+
   WorkerPool* const pool_;
-  const std::string token_;
+  const AccessTokens tokens_;
 };
 
 }  // namespace evotune

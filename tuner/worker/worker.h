@@ -12,6 +12,8 @@
 #ifndef EVOTUNE_TUNER_WORKER_WORKER_H_
 #define EVOTUNE_TUNER_WORKER_WORKER_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <memory>
 #include <string>
 
@@ -27,7 +29,9 @@ namespace evotune {
 struct WorkerOptions {
   std::string daemon;  // host:port of evotuned.
   std::string token;   // Bearer token; empty for none.
-  std::string name;    // Unique among the daemon's workers.
+  // The channel's credentials (TLS or plaintext); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string name;  // Unique among the daemon's workers.
   absl::Duration lease_wait = absl::Seconds(5);
   // Longest pause between attempts to reach the daemon.
   absl::Duration max_retry = absl::Seconds(5);

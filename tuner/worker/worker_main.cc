@@ -27,11 +27,22 @@
 #include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/cuda_evaluator.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
+#include "tuner/wire/credentials.h"
 #include "tuner/worker/worker.h"
 
 ABSL_FLAG(std::string, daemon, "127.0.0.1:7433", "evotuned's address");
 ABSL_FLAG(std::string, token, "",
-          "bearer token of the daemon (default: $EVOTUNE_TOKEN)");
+          "the daemon's bearer token for workers (default: $EVOTUNE_TOKEN)");
+ABSL_FLAG(std::string, token_file, "",
+          "read --token from this file instead (keeps it off the command "
+          "line)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates: talk TLS to the daemon, verifying its "
+          "certificate against them");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for a daemon that requires one (with "
+          "--tls_ca and --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, name, "",
           "name of this worker, unique among the daemon's workers (default: "
           "HOST:gpuN)");
@@ -140,8 +151,32 @@ int Probe() {
   return kExitOk;
 }
 
+// The daemon's address, the token and the channel's credentials from the
+// flags and environment; INVALID_ARGUMENT naming a bad flag.
+absl::StatusOr<WorkerOptions> ConnectionFromFlags() {
+  WorkerOptions options;
+  options.daemon = absl::GetFlag(FLAGS_daemon);
+  absl::StatusOr<std::string> token = ResolveToken(
+      absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
+      "--token_file", "EVOTUNE_TOKEN");
+  if (!token.ok()) return token.status();
+  options.token = *token;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials({absl::GetFlag(FLAGS_tls_ca),
+                          absl::GetFlag(FLAGS_tls_cert),
+                          absl::GetFlag(FLAGS_tls_key)});
+  if (!credentials.ok()) return credentials.status();
+  options.credentials = *credentials;
+  return options;
+}
+
 int Run() {
   if (absl::GetFlag(FLAGS_probe)) return Probe();
+  absl::StatusOr<WorkerOptions> connection = ConnectionFromFlags();
+  if (!connection.ok()) {
+    LogError(absl::StrCat("evotune-worker: ", connection.status().message()));
+    return kExitUsage;
+  }
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -154,12 +189,7 @@ int Run() {
     return absl::IsInvalidArgument(evaluator.status()) ? kExitUsage
                                                        : kExitNoDevice;
   }
-  WorkerOptions options;
-  options.daemon = absl::GetFlag(FLAGS_daemon);
-  options.token = absl::GetFlag(FLAGS_token);
-  if (options.token.empty() && std::getenv("EVOTUNE_TOKEN") != nullptr) {
-    options.token = std::getenv("EVOTUNE_TOKEN");
-  }
+  WorkerOptions options = *std::move(connection);
   options.name = absl::GetFlag(FLAGS_name);
   if (options.name.empty()) {
     char host[256] = "localhost";
