@@ -46,7 +46,7 @@ for _ in $(seq 100); do [ -s port ] && break; sleep 0.1; done
 [ -s port ] || fail "evotuned did not start"
 grep -q "client token required, worker token required" daemon.log ||
   fail "startup line does not name both tokens"
-addr=localhost:$(cat port)
+addr=127.0.0.1:$(cat port)
 cli() { "$bin/evotune" --address="$addr" --timeout_s=10 "$@"; }
 trusted=(--tls_ca=daemon.ca.pem)
 

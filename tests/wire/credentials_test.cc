@@ -88,7 +88,7 @@ class CredentialsTest : public ::testing::Test {
         ChannelCredentials(tls);
     EXPECT_TRUE(credentials.ok()) << credentials.status();
     auto stub = v1::Tuner::NewStub(
-        grpc::CreateChannel(absl::StrCat("localhost:", port), *credentials));
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), *credentials));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(5));
