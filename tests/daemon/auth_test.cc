@@ -13,13 +13,10 @@
 #include <future>
 
 #include "gtest/gtest.h"
+#include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
-#include "tuner/daemon/in_process_runner.h"
-#include "tuner/daemon/job_manager.h"
 #include "tuner/daemon/server.h"
-#include "tuner/daemon/tuning_service.h"
 #include "tuner/daemon/worker_service.h"
-#include "tuner/evaluator/synthetic_evaluator.h"
 
 namespace evotune {
 namespace {
@@ -46,15 +43,8 @@ class AuthTest : public ::testing::Test {
     dir_ = std::filesystem::path(::testing::TempDir()) /
            ("auth_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
-    store_ = *ResultStore::Open((dir_ / "evotune.db").string());
-    runner_ = std::make_unique<InProcessRunner>(
-        std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
-        &TemplateRegistry::Builtin());
-    jobs_ = std::make_unique<JobManager>(
-        store_.get(), &TemplateRegistry::Builtin(), runner_.get());
-    service_ = std::make_unique<TuningService>(
-        store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
-    tuner_ = std::make_unique<GrpcTuner>(service_.get(), tokens);
+    tuning_ = std::make_unique<SyntheticTuner>(dir_);
+    tuner_ = std::make_unique<GrpcTuner>(&tuning_->service, tokens);
     pool_ = std::make_unique<WorkerPool>(WorkerPool::Options{});
     workers_ = std::make_unique<GrpcWorkerPool>(pool_.get(), tokens);
     absl::StatusOr<BuiltServer> built =
@@ -87,10 +77,7 @@ class AuthTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  std::unique_ptr<ResultStore> store_;
-  std::unique_ptr<TrialRunner> runner_;
-  std::unique_ptr<JobManager> jobs_;
-  std::unique_ptr<TuningService> service_;
+  std::unique_ptr<SyntheticTuner> tuning_;
   std::unique_ptr<GrpcTuner> tuner_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<GrpcWorkerPool> workers_;
@@ -131,7 +118,7 @@ TEST_F(AuthTest, EachRoleCallsOnlyItsOwnService) {
     }
   }
   // Nothing a refused call asked for happened.
-  EXPECT_TRUE(store_->ListJobs(std::nullopt).value().empty());
+  EXPECT_TRUE(tuning_->store->ListJobs(std::nullopt).value().empty());
   EXPECT_EQ(pool_->workers(), 0);
 }
 

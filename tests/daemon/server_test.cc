@@ -10,11 +10,8 @@
 #include <future>
 
 #include "gtest/gtest.h"
+#include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
-#include "tuner/daemon/in_process_runner.h"
-#include "tuner/daemon/job_manager.h"
-#include "tuner/daemon/tuning_service.h"
-#include "tuner/evaluator/synthetic_evaluator.h"
 
 namespace evotune {
 namespace {
@@ -40,15 +37,8 @@ class ServerTest : public ::testing::Test {
     dir_ = std::filesystem::path(::testing::TempDir()) /
            ("server_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
-    store_ = *ResultStore::Open((dir_ / "evotune.db").string());
-    runner_ = std::make_unique<InProcessRunner>(
-        std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
-        &TemplateRegistry::Builtin());
-    jobs_ = std::make_unique<JobManager>(
-        store_.get(), &TemplateRegistry::Builtin(), runner_.get());
-    service_ = std::make_unique<TuningService>(
-        store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
-    grpc_ = std::make_unique<GrpcTuner>(service_.get(), AccessTokens{});
+    tuning_ = std::make_unique<SyntheticTuner>(dir_);
+    grpc_ = std::make_unique<GrpcTuner>(&tuning_->service, AccessTokens{});
     absl::StatusOr<BuiltServer> built =
         BuildServer("127.0.0.1:0", {grpc_.get()});
     ASSERT_TRUE(built.ok()) << built.status();
@@ -62,10 +52,7 @@ class ServerTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  std::unique_ptr<ResultStore> store_;
-  std::unique_ptr<TrialRunner> runner_;
-  std::unique_ptr<JobManager> jobs_;
-  std::unique_ptr<TuningService> service_;
+  std::unique_ptr<SyntheticTuner> tuning_;
   std::unique_ptr<GrpcTuner> grpc_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;

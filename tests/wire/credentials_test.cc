@@ -13,12 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
-#include "tuner/daemon/in_process_runner.h"
-#include "tuner/daemon/job_manager.h"
 #include "tuner/daemon/server.h"
-#include "tuner/daemon/tuning_service.h"
-#include "tuner/evaluator/synthetic_evaluator.h"
 
 namespace evotune {
 namespace {
@@ -62,15 +59,8 @@ class CredentialsTest : public ::testing::Test {
 
   // The Tuner service on 127.0.0.1 with `tls`.
   void Serve(const ServerTls& tls) {
-    store_ = *ResultStore::Open((dir_ / "evotune.db").string());
-    runner_ = std::make_unique<InProcessRunner>(
-        std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
-        &TemplateRegistry::Builtin());
-    jobs_ = std::make_unique<JobManager>(
-        store_.get(), &TemplateRegistry::Builtin(), runner_.get());
-    service_ = std::make_unique<TuningService>(
-        store_.get(), &TemplateRegistry::Builtin(), jobs_.get());
-    tuner_ = std::make_unique<GrpcTuner>(service_.get(), AccessTokens{});
+    tuning_ = std::make_unique<SyntheticTuner>(dir_);
+    tuner_ = std::make_unique<GrpcTuner>(&tuning_->service, AccessTokens{});
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         ServerCredentials(tls);
     ASSERT_TRUE(credentials.ok()) << credentials.status();
@@ -98,10 +88,7 @@ class CredentialsTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  std::unique_ptr<ResultStore> store_;
-  std::unique_ptr<TrialRunner> runner_;
-  std::unique_ptr<JobManager> jobs_;
-  std::unique_ptr<TuningService> service_;
+  std::unique_ptr<SyntheticTuner> tuning_;
   std::unique_ptr<GrpcTuner> tuner_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0, loopback_port_ = 0;

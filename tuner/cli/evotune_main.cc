@@ -28,22 +28,11 @@
 #include "tuner/common/help.h"
 #include "tuner/search/strategy_registry.h"
 #include "tuner/space/config.h"
-#include "tuner/wire/credentials.h"
+#include "tuner/wire/client_flags.h"
 #include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, address, "",
           "daemon address (default: $EVOTUNE_ADDRESS or 127.0.0.1:7433)");
-ABSL_FLAG(std::string, token, "", "bearer token (default: $EVOTUNE_TOKEN)");
-ABSL_FLAG(std::string, token_file, "",
-          "read --token from this file instead (keeps it off the command "
-          "line)");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificates: talk TLS to the daemon, verifying its "
-          "certificate against them");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate, for a daemon that requires one (with "
-          "--tls_ca and --tls_key)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
 ABSL_FLAG(double, timeout_s, 30, "deadline of unary calls, in seconds");
 // Problem (submit, best). Defaults are the seed problem.
@@ -102,16 +91,11 @@ class Client {
       const char* env = std::getenv("EVOTUNE_ADDRESS");
       address = env ? env : "127.0.0.1:7433";
     }
-    absl::StatusOr<std::string> token = ResolveToken(
-        absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
-        "--token_file", "EVOTUNE_TOKEN");
-    if (!token.ok()) return token.status();
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        ChannelCredentials({absl::GetFlag(FLAGS_tls_ca),
-                            absl::GetFlag(FLAGS_tls_cert),
-                            absl::GetFlag(FLAGS_tls_key)});
+    absl::StatusOr<DaemonCredentials> credentials =
+        DaemonCredentialsFromFlags();
     if (!credentials.ok()) return credentials.status();
-    return std::make_unique<Client>(address, *token, *credentials);
+    return std::make_unique<Client>(address, credentials->token,
+                                    credentials->channel);
   }
 
   Client(std::string address, std::string token,

@@ -27,22 +27,10 @@
 #include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/cuda_evaluator.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
-#include "tuner/wire/credentials.h"
+#include "tuner/wire/client_flags.h"
 #include "tuner/worker/worker.h"
 
 ABSL_FLAG(std::string, daemon, "127.0.0.1:7433", "evotuned's address");
-ABSL_FLAG(std::string, token, "",
-          "the daemon's bearer token for workers (default: $EVOTUNE_TOKEN)");
-ABSL_FLAG(std::string, token_file, "",
-          "read --token from this file instead (keeps it off the command "
-          "line)");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificates: talk TLS to the daemon, verifying its "
-          "certificate against them");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate, for a daemon that requires one (with "
-          "--tls_ca and --tls_key)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, name, "",
           "name of this worker, unique among the daemon's workers (default: "
           "HOST:gpuN)");
@@ -156,17 +144,10 @@ int Probe() {
 absl::StatusOr<WorkerOptions> ConnectionFromFlags() {
   WorkerOptions options;
   options.daemon = absl::GetFlag(FLAGS_daemon);
-  absl::StatusOr<std::string> token = ResolveToken(
-      absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
-      "--token_file", "EVOTUNE_TOKEN");
-  if (!token.ok()) return token.status();
-  options.token = *token;
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      ChannelCredentials({absl::GetFlag(FLAGS_tls_ca),
-                          absl::GetFlag(FLAGS_tls_cert),
-                          absl::GetFlag(FLAGS_tls_key)});
+  absl::StatusOr<DaemonCredentials> credentials = DaemonCredentialsFromFlags();
   if (!credentials.ok()) return credentials.status();
-  options.credentials = *credentials;
+  options.token = credentials->token;
+  options.credentials = credentials->channel;
   return options;
 }
 

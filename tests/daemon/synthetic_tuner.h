@@ -1,0 +1,36 @@
+// The daemon's tuning stack over the synthetic evaluator, for tests of the
+// gRPC edge: a store in `dir`, an in-process runner, the job manager and the
+// tuning service (jobs are not started).
+#ifndef EVOTUNE_TESTS_DAEMON_SYNTHETIC_TUNER_H_
+#define EVOTUNE_TESTS_DAEMON_SYNTHETIC_TUNER_H_
+
+#include <filesystem>
+#include <memory>
+
+#include "kernel_templates/template_registry.h"
+#include "storage/result_store.h"
+#include "tuner/daemon/in_process_runner.h"
+#include "tuner/daemon/job_manager.h"
+#include "tuner/daemon/tuning_service.h"
+#include "tuner/evaluator/synthetic_evaluator.h"
+
+namespace evotune {
+
+struct SyntheticTuner {
+  explicit SyntheticTuner(const std::filesystem::path& dir)
+      : store(*ResultStore::Open((dir / "evotune.db").string())),
+        runner(std::make_unique<InProcessRunner>(
+            std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
+            &TemplateRegistry::Builtin())),
+        jobs(store.get(), &TemplateRegistry::Builtin(), runner.get()),
+        service(store.get(), &TemplateRegistry::Builtin(), &jobs) {}
+
+  std::unique_ptr<ResultStore> store;
+  std::unique_ptr<TrialRunner> runner;
+  JobManager jobs;
+  TuningService service;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TESTS_DAEMON_SYNTHETIC_TUNER_H_
