@@ -36,6 +36,17 @@ printf 'client-secret\n' >client.token
 printf 'worker-secret\n' >worker.token
 chmod 600 ./*.token ./*.key
 
+# Bad credential flags are refused, naming the flag, before anything is
+# written.
+for bad in --token_file=missing.token "--tls_cert=daemon.pem"; do
+  if "$bin/evotuned" --db="$work/bad.db" --listen=127.0.0.1:0 \
+    --evaluator=synthetic --workers=0 "$bad" 2>err; then
+    fail "evotuned accepted $bad"
+  fi
+  grep -q -- "${bad%%=*}\|--tls_key" err || fail "$bad: $(cat err)"
+done
+[ ! -e bad.db ] || fail "a refused start created the store"
+
 "$bin/evotuned" --db="$work/evotune.db" --listen=127.0.0.1:0 \
   --port_file="$work/port" --evaluator=synthetic --workers=1 \
   --tls_cert=daemon.pem --tls_key=daemon.key \

@@ -300,25 +300,27 @@ bool IsLoopback(const std::string& address) {
          absl::StartsWith(address, "unix:");
 }
 
-// The server of `services` on --listen, over TLS when the --tls_ flags say
-// so; then with `local_workers` also a plaintext port on 127.0.0.1 for them.
-absl::StatusOr<BuiltServer> Serve(const std::vector<grpc::Service*>& services,
-                                  bool local_workers) {
-  const ServerTls tls{absl::GetFlag(FLAGS_tls_cert),
-                      absl::GetFlag(FLAGS_tls_key),
-                      absl::GetFlag(FLAGS_tls_client_ca)};
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ServerCredentials(tls);
-  if (!credentials.ok()) return credentials.status();
+ServerTls TlsFromFlags() {
+  return {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+          absl::GetFlag(FLAGS_tls_client_ca)};
+}
+
+// The server of `services` on --listen with `credentials` (over TLS when the
+// --tls_ flags say so); then with `local_workers` also a plaintext port on
+// 127.0.0.1 for them.
+absl::StatusOr<BuiltServer> Serve(
+    const std::vector<grpc::Service*>& services,
+    std::shared_ptr<grpc::ServerCredentials> credentials, bool local_workers) {
+  const bool tls = TlsFromFlags().enabled();
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  if (!tls.enabled() && !IsLoopback(listen)) {
+  if (!tls && !IsLoopback(listen)) {
     LogInfo(absl::StrCat(
         "warning: serving ", listen,
         " in plaintext: tokens and results cross the network readable by "
         "anyone on the path; give --tls_cert and --tls_key"));
   }
-  return BuildServer(listen, services, *credentials,
-                     tls.enabled() && local_workers);
+  return BuildServer(listen, services, std::move(credentials),
+                     tls && local_workers);
 }
 
 // What the startup line says of authentication.
@@ -339,12 +341,16 @@ int Fail(const absl::Status& s) {
 // job loop; then wait for SIGTERM or SIGINT and shut down in reverse.
 int Run() {
   sigset_t signals = BlockShutdownSignals();
+  // Bad credential flags are refused before the store is created.
+  absl::StatusOr<AccessTokens> tokens = Tokens();
+  if (!tokens.ok()) return Fail(tokens.status());
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(TlsFromFlags());
+  if (!credentials.ok()) return Fail(credentials.status());
   const std::string db_path = DbPath();
   absl::StatusOr<std::unique_ptr<ResultStore>> store =
       ResultStore::Open(db_path);
   if (!store.ok()) return Fail(store.status());
-  absl::StatusOr<AccessTokens> tokens = Tokens();
-  if (!tokens.ok()) return Fail(tokens.status());
   const TemplateRegistry& templates = TemplateRegistry::Builtin();
   absl::StatusOr<Trials> trials = MakeTrials(store->get(), &templates);
   if (!trials.ok()) return Fail(trials.status());
@@ -368,7 +374,8 @@ int Run() {
     services.push_back(worker_service.get());
   }
   absl::StatusOr<BuiltServer> built =
-      Serve(services, pool != nullptr && absl::GetFlag(FLAGS_workers) != 0);
+      Serve(services, *credentials,
+            pool != nullptr && absl::GetFlag(FLAGS_workers) != 0);
   if (!built.ok()) return Fail(built.status());
   std::unique_ptr<grpc::Server> server = std::move(built->server);
   std::unique_ptr<Supervisor> supervisor;
