@@ -1,6 +1,6 @@
 // The daemon's tuning stack over the synthetic evaluator, for tests of the
 // gRPC edge: a store in `dir`, an in-process runner, the job manager and the
-// tuning service (jobs are not started).
+// tuning service (jobs start with `jobs.Start()`).
 #ifndef EVOTUNE_TESTS_DAEMON_SYNTHETIC_TUNER_H_
 #define EVOTUNE_TESTS_DAEMON_SYNTHETIC_TUNER_H_
 
@@ -17,10 +17,11 @@
 namespace evotune {
 
 struct SyntheticTuner {
-  explicit SyntheticTuner(const std::filesystem::path& dir)
+  explicit SyntheticTuner(const std::filesystem::path& dir,
+                          SyntheticEvaluator::Options options = {})
       : store(*ResultStore::Open((dir / "evotune.db").string())),
         runner(std::make_unique<InProcessRunner>(
-            std::make_unique<SyntheticEvaluator>(SyntheticEvaluator::Options{}),
+            std::make_unique<SyntheticEvaluator>(std::move(options)),
             &TemplateRegistry::Builtin())),
         jobs(store.get(), &TemplateRegistry::Builtin(), runner.get()),
         service(store.get(), &TemplateRegistry::Builtin(), &jobs) {}

@@ -13,6 +13,7 @@ absl::StatusOr<BuiltServer> BuildServer(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   BuiltServer built;
   builder.AddListeningPort(
       address,

@@ -13,6 +13,10 @@
 
 namespace evotune {
 
+// The largest request the server reads (gRPC's default, stated): a larger
+// one is refused with RESOURCE_EXHAUSTED before any handler runs.
+inline constexpr int kMaxRequestBytes = 4 << 20;
+
 struct BuiltServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // The port actually bound (address ":0" picks one).

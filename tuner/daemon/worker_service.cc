@@ -12,6 +12,40 @@ namespace {
 // The longest a LeaseTrial call waits for a trial.
 constexpr absl::Duration kMaxLeaseWait = absl::Seconds(30);
 
+// A registration's names go to logs and answers: printable ASCII, bounded.
+absl::Status CheckName(absl::string_view field, absl::string_view value,
+                       size_t max_length, bool spaces) {
+  if (value.empty())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
+  if (value.size() > max_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": at most ", max_length, " characters, got ", value.size()));
+  }
+  for (char c : value) {
+    if (c < ' ' || c > '~' || (c == ' ' && !spaces)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": printable ASCII",
+                       spaces ? "" : " without spaces", " only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRegistration(const v1::RegisterWorkerRequest& req) {
+  if (absl::Status s = CheckName("name", req.name(), 128, false); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckName("device.device.name",
+                                 req.device().device().name(), 256, true);
+      !s.ok()) {
+    return s;
+  }
+  if (req.templates_size() > 1024) {
+    return absl::InvalidArgumentError("templates: at most 1024");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 GrpcWorkerPool::GrpcWorkerPool(WorkerPool* pool, AccessTokens tokens)
@@ -26,8 +60,8 @@ grpc::Status GrpcWorkerPool::RegisterWorker(
     grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
     v1::RegisterWorkerResponse* resp) {
   if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
-  if (req->name().empty()) {
-    return ToGrpcStatus(absl::InvalidArgumentError("name: required"));
+  if (absl::Status s = CheckRegistration(*req); !s.ok()) {
+    return ToGrpcStatus(s);
   }
   WorkerInfo info;
   info.name = req->name();
