@@ -9,6 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev openssl
   libxgboost-dev
+  slurmctld slurmd slurm-client munge
   python3-grpcio python3-protobuf python3-setuptools python3-venv
 )
 
