@@ -5,7 +5,8 @@
 # search to completion on the daemon's local worker (plaintext loopback
 # port) and on a remote-style worker that dials the TLS port with the
 # worker token; plaintext, an untrusted CA and the wrong role's token are
-# refused, and the refusals leave no job behind.
+# refused, and the refusals leave no job behind. Health checking is served
+# alone in plaintext on --health_listen.
 #
 #   tls_test.sh BIN_DIR
 set -euo pipefail
@@ -47,8 +48,10 @@ for bad in --token_file=missing.token "--tls_cert=daemon.pem"; do
 done
 [ ! -e bad.db ] || fail "a refused start created the store"
 
+health_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$bin/evotuned" --db="$work/evotune.db" --listen=127.0.0.1:0 \
   --port_file="$work/port" --evaluator=synthetic --workers=1 \
+  --health_listen=127.0.0.1:$health_port \
   --tls_cert=daemon.pem --tls_key=daemon.key \
   --token_file=client.token --worker_token_file=worker.token \
   2>"$work/daemon.log" &
@@ -58,6 +61,19 @@ for _ in $(seq 100); do [ -s port ] && break; sleep 0.1; done
 grep -q "client token required, worker token required" daemon.log ||
   fail "startup line does not name both tokens"
 addr=127.0.0.1:$(cat port)
+# Health checking alone in plaintext (for probes that cannot speak TLS):
+# SERVING, and no other service there.
+/usr/bin/python3 - "$health_port" >health.out 2>&1 <<'PY' || fail "health port: $(cat health.out)"
+import sys, grpc
+channel = grpc.insecure_channel("127.0.0.1:" + sys.argv[1])
+answer = channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10)
+assert answer == b"\x08\x01", answer  # status: SERVING
+try:
+    channel.unary_unary("/evotune.v1.Tuner/ListJobs")(b"", timeout=10)
+    raise SystemExit("the Tuner service answered on the health port")
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e.code()
+PY
 cli() { "$bin/evotune" --address="$addr" --timeout_s=10 "$@"; }
 trusted=(--tls_ca=daemon.ca.pem)
 

@@ -94,6 +94,10 @@ ABSL_FLAG(double, trial_slack_s, 20,
 ABSL_FLAG(double, lease_timeout_s, 5,
           "a worker silent this long is presumed dead and its trial goes to "
           "another one");
+ABSL_FLAG(std::string, health_listen, "",
+          "also serve gRPC health checking alone, in plaintext, on this "
+          "address (e.g. 0.0.0.0:7434 for Kubernetes probes, which cannot "
+          "speak TLS); it says SERVING once the daemon serves");
 ABSL_FLAG(std::string, port_file, "",
           "write the port actually listened on to this file once serving");
 ABSL_FLAG(bool, tune_on_miss, false,
@@ -323,6 +327,16 @@ absl::StatusOr<BuiltServer> Serve(
                      tls && local_workers);
 }
 
+// The plaintext health-only server of --health_listen, or null without it.
+absl::StatusOr<std::unique_ptr<grpc::Server>> ServeHealth() {
+  const std::string address = absl::GetFlag(FLAGS_health_listen);
+  if (address.empty()) return nullptr;
+  absl::StatusOr<BuiltServer> built = BuildServer(address, {});
+  if (!built.ok()) return built.status();
+  LogInfo(absl::StrCat("health checking on port ", built->port));
+  return std::move(built->server);
+}
+
 // What the startup line says of authentication.
 std::string Describe(const AccessTokens& tokens) {
   if (tokens.client.empty() && tokens.worker.empty()) return "";
@@ -386,6 +400,8 @@ int Run() {
     supervisor = *std::move(s);
   }
   if (absl::Status s = jobs.Start(); !s.ok()) return Fail(s);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> health = ServeHealth();
+  if (!health.ok()) return Fail(health.status());
   LogInfo(absl::StrCat("evotuned serving on port ", built->port, ", database ",
                        db_path, Describe(*tokens)));
   WritePortFile(built->port);
@@ -393,6 +409,7 @@ int Run() {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LogInfo(absl::StrCat("signal ", signal_number, ": shutting down"));
+  if (*health != nullptr) (*health)->Shutdown();
   // Running jobs go back to queued (trials in flight are measured again after
   // a restart), workers stop, and streams get a few seconds to end.
   jobs.Shutdown();
