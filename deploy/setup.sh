@@ -10,8 +10,10 @@ packages=(
   libabsl-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev openssl
   libxgboost-dev
   slurmctld slurmd slurm-client munge
-  python3-grpcio python3-protobuf python3-setuptools python3-venv
+  python3-grpcio python3-protobuf python3-setuptools python3-venv python3-yaml
 )
+# kubectl (Debian's kubernetes-client) unless one is on the PATH already.
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do
