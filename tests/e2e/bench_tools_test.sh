@@ -26,4 +26,12 @@ out=$("$bin/transfer_loo" \
 python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$json" ||
   fail "transfer_loo wrote no JSON"
 echo "$out" | tail -3
+# The coordinator bench: stand-in workers finish every trial of its searches.
+out=$("$src/bench/coordinator.sh" "$bin" --workers=8 --jobs=2 --rounds=2 \
+  --trials=30) || fail "coordinator.sh exited $?"
+python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])["result"]
+assert r["trials"] == 120 and r["completions_per_s"] > 0, r' "$out" ||
+  fail "coordinator.sh: $out"
 echo "PASS"
