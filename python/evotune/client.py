@@ -54,19 +54,57 @@ def _config(values):
         for k, v in sorted(values.items())])
 
 
+def _read(path, what):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{what}: cannot read {path}: {e.strerror}") from None
+
+
+def _token(token, token_file):
+    """The bearer token, as the CLI resolves --token and --token_file."""
+    if token_file and token:
+        raise ValueError("token and token_file: give one, not both")
+    if token_file:
+        token = _read(token_file, "token_file").decode().strip()
+        if not token:
+            raise ValueError(f"token_file: {token_file} is empty")
+        return token
+    return token if token is not None else os.environ.get("EVOTUNE_TOKEN", "")
+
+
+def _channel(address, tls_ca, tls_cert, tls_key):
+    """Plaintext, or TLS when any tls_ file is given (the CLI's --tls_ca,
+    --tls_cert and --tls_key: the CA that signed the daemon's certificate,
+    and for mutual TLS the client's certificate and key)."""
+    if not (tls_ca or tls_cert or tls_key):
+        return grpc.insecure_channel(address)
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("tls_cert and tls_key: give both for mutual TLS")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(tls_ca, "tls_ca") if tls_ca else None,
+        private_key=_read(tls_key, "tls_key") if tls_key else None,
+        certificate_chain=_read(tls_cert, "tls_cert") if tls_cert else None)
+    return grpc.secure_channel(address, credentials)
+
+
 class Client:
     """One channel to evotuned. address defaults to $EVOTUNE_ADDRESS or
-    127.0.0.1:7433, token to $EVOTUNE_TOKEN; timeout_s bounds unary calls
-    (GetKernel compiles on a first request and gets at least 300 s)."""
+    127.0.0.1:7433; the token is `token`, read from `token_file`, or
+    $EVOTUNE_TOKEN; tls_ca (and for mutual TLS tls_cert and tls_key) are PEM
+    files that make the channel TLS; timeout_s bounds unary calls (GetKernel
+    compiles on a first request and gets at least 300 s). A file that cannot
+    be read raises ValueError naming the argument."""
 
-    def __init__(self, address=None, token=None, timeout_s=30.0):
+    def __init__(self, address=None, token=None, timeout_s=30.0,
+                 token_file=None, tls_ca=None, tls_cert=None, tls_key=None):
         self.address = address or os.environ.get("EVOTUNE_ADDRESS",
                                                  DEFAULT_ADDRESS)
-        token = token if token is not None else os.environ.get(
-            "EVOTUNE_TOKEN", "")
+        token = _token(token, token_file)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
         self._timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(self.address)
+        self._channel = _channel(self.address, tls_ca, tls_cert, tls_key)
         self._stub = evotune_pb2_grpc.TunerStub(self._channel)
 
     def close(self):

@@ -4,7 +4,8 @@
 # proto/ at install), then evotune.Client against evotuned with the
 # synthetic evaluator and a token (every call of the API, refusals raising
 # EvotuneError with the daemon's code and field), and against a replay of
-# the recorded H100 (get_kernel, export: a bundle the runtime reads).
+# the recorded H100 (get_kernel, export: a bundle the runtime reads), and
+# over TLS with a token file.
 #
 #   python_client_test.sh SOURCE_DIR BIN_DIR
 set -euo pipefail
@@ -111,6 +112,43 @@ assert bundle.format_version == evotune.BUNDLE_FORMAT
 assert [x.problem.seq_q for x in bundle.kernels] == [512, 700]
 assert bundle.kernels[1].transferred or bundle.kernels[1].defaults
 print("replay daemon: ok")
+PY
+# Over TLS with tokens from files, as the README's "Security" sets it up.
+kill "$pid"; wait "$pid" || true; pid=""
+{
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=ca -keyout ca.key -out ca.pem
+  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout d.key -out d.csr
+  printf 'subjectAltName=IP:127.0.0.1\n' >d.ext
+  openssl x509 -req -in d.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -extfile d.ext -out d.pem
+} >/dev/null 2>&1 || fail "openssl"
+printf 'tls-token\n' >client.token
+start_daemon --evaluator=synthetic --tls_cert=d.pem --tls_key=d.key --token_file=client.token
+"$work/venv/bin/python" - "$address" <<'PY' || fail "client over TLS"
+import sys
+import grpc
+import evotune
+
+address = sys.argv[1]
+c = evotune.Client(address, token_file="client.token", tls_ca="ca.pem")
+assert "naive" in [t.name for t in c.templates()]
+for kwargs, code in [({"token_file": "client.token"}, grpc.StatusCode.UNAVAILABLE),
+                     ({"tls_ca": "ca.pem"}, grpc.StatusCode.UNAUTHENTICATED)]:
+    try:
+        evotune.Client(address, timeout_s=5, **kwargs).templates()
+        raise AssertionError(f"served without {kwargs}")
+    except evotune.EvotuneError as e:
+        assert e.code == code, (kwargs, e.code, e.message)
+for kwargs, field in [({"tls_ca": "missing.pem"}, "tls_ca: cannot read"),
+                      ({"token_file": "missing"}, "token_file: cannot read"),
+                      ({"token": "x", "token_file": "client.token"}, "token and token_file"),
+                      ({"tls_cert": "d.pem"}, "tls_cert and tls_key")]:
+    try:
+        evotune.Client(address, **kwargs)
+        raise AssertionError(f"accepted {kwargs}")
+    except ValueError as e:
+        assert str(e).startswith(field), (kwargs, str(e))
+print("TLS: ok")
 PY
 # The runtime reads what the Python client exported (without a GPU the
 # example says so after opening the bundle).
