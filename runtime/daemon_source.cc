@@ -11,10 +11,14 @@ DaemonSource::DaemonSource(std::shared_ptr<grpc::Channel> channel,
                            std::string token)
     : stub_(v1::Tuner::NewStub(std::move(channel))), token_(std::move(token)) {}
 
-std::unique_ptr<DaemonSource> DaemonSource::Connect(const std::string& address,
-                                                    const std::string& token) {
+absl::StatusOr<std::unique_ptr<DaemonSource>> DaemonSource::Connect(
+    const std::string& address, const std::string& token,
+    const ClientTls& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
   return std::make_unique<DaemonSource>(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), token);
+      grpc::CreateChannel(address, *credentials), token);
 }
 
 absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,

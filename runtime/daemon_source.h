@@ -12,6 +12,7 @@
 
 #include "evotune/runtime.h"
 #include "evotune/v1/evotune.grpc.pb.h"
+#include "tuner/wire/credentials.h"
 
 namespace evotune {
 
@@ -20,9 +21,13 @@ class DaemonSource : public KernelSource {
  public:
   // `token`: the daemon's bearer token, empty when it has none.
   DaemonSource(std::shared_ptr<grpc::Channel> channel, std::string token);
-  // A plaintext channel to `address` (host:port).
-  static std::unique_ptr<DaemonSource> Connect(const std::string& address,
-                                               const std::string& token);
+  // A channel to `address` (host:port): plaintext, or TLS when `tls` names
+  // the CA that signed the daemon's certificate (and, for mutual TLS, this
+  // client's certificate and key). INVALID_ARGUMENT naming the file's flag
+  // (--tls_ca, --tls_cert, --tls_key) when one cannot be read.
+  static absl::StatusOr<std::unique_ptr<DaemonSource>> Connect(
+      const std::string& address, const std::string& token,
+      const ClientTls& tls = {});
 
   // GetKernel for the problem with the configs tuned on `device`; the
   // daemon's error (code and message) when it has none or refuses.

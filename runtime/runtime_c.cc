@@ -55,8 +55,25 @@ evotune_runtime* evotune_runtime_open_bundle(const char* path) {
 
 evotune_runtime* evotune_runtime_open_daemon(const char* address,
                                              const char* token) {
-  return new evotune_runtime{std::make_unique<evotune::Runtime>(
-      evotune::DaemonSource::Connect(address, token ? token : ""))};
+  return evotune_runtime_open_daemon_tls(address, token, nullptr, nullptr,
+                                         nullptr);
+}
+
+evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
+                                                 const char* token,
+                                                 const char* tls_ca,
+                                                 const char* tls_cert,
+                                                 const char* tls_key) {
+  auto text = [](const char* s) { return std::string(s ? s : ""); };
+  auto source = evotune::DaemonSource::Connect(
+      text(address), text(token),
+      {text(tls_ca), text(tls_cert), text(tls_key)});
+  if (!source.ok()) {
+    Report(source.status());
+    return nullptr;
+  }
+  return new evotune_runtime{
+      std::make_unique<evotune::Runtime>(*std::move(source))};
 }
 
 void evotune_runtime_close(evotune_runtime* runtime) { delete runtime; }

@@ -55,9 +55,8 @@ def _load_library(path):
     p = ctypes.POINTER
     lib.evotune_runtime_open_bundle.restype = ctypes.c_void_p
     lib.evotune_runtime_open_bundle.argtypes = [ctypes.c_char_p]
-    lib.evotune_runtime_open_daemon.restype = ctypes.c_void_p
-    lib.evotune_runtime_open_daemon.argtypes = [ctypes.c_char_p,
-                                                ctypes.c_char_p]
+    lib.evotune_runtime_open_daemon_tls.restype = ctypes.c_void_p
+    lib.evotune_runtime_open_daemon_tls.argtypes = [ctypes.c_char_p] * 5
     lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
     lib.evotune_runtime_scratch.argtypes = [
         ctypes.c_void_p, p(_Problem), ctypes.c_void_p, p(ctypes.c_int64),
@@ -72,8 +71,10 @@ def _load_library(path):
     return lib
 
 
-def use(bundle=None, daemon=None, token="", library=None):
-    """Serves kernels from a bundle file (`evotune export`) or a daemon."""
+def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
+        tls_cert=None, tls_key=None):
+    """Serves kernels from a bundle file (`evotune export`) or a daemon
+    (over TLS with tls_ca, and tls_cert/tls_key for mutual TLS)."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     with _State.lock:
@@ -81,8 +82,10 @@ def use(bundle=None, daemon=None, token="", library=None):
         if bundle is not None:
             runtime = lib.evotune_runtime_open_bundle(os.fsencode(bundle))
         else:
-            runtime = lib.evotune_runtime_open_daemon(daemon.encode(),
-                                                      token.encode())
+            tls = [os.fsencode(f) if f else None
+                   for f in (tls_ca, tls_cert, tls_key)]
+            runtime = lib.evotune_runtime_open_daemon_tls(
+                daemon.encode(), token.encode(), *tls)
         if not runtime:
             raise RuntimeError(lib.evotune_last_error().decode())
         if _State.runtime:

@@ -3,9 +3,9 @@
 // (`evotune export`) or a daemon, launched through evotune::Runtime. Checks
 // sampled output rows against the reference and times the launches.
 //
-//   attention_example --bundle=kernels.evtb \
-//     --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd
-//   attention_example --daemon=127.0.0.1:7433 --problem=...
+//   attention_example --bundle=kernels.evtb
+//       --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd
+//   attention_example --daemon=127.0.0.1:7433 [--tls_ca=PEM] --problem=...
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -21,6 +21,8 @@
 ABSL_FLAG(std::string, bundle, "", "kernel bundle written by evotune export");
 ABSL_FLAG(std::string, daemon, "", "or: address of evotuned");
 ABSL_FLAG(std::string, token, "", "the daemon's bearer token");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM of the CA that signed a TLS daemon's certificate");
 ABSL_FLAG(std::string, problem, "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd",
           "problem key");
 ABSL_FLAG(int, iters, 200, "timed launches");
@@ -60,8 +62,11 @@ absl::StatusOr<std::unique_ptr<KernelSource>> Source() {
   if (absl::GetFlag(FLAGS_daemon).empty()) {
     return absl::InvalidArgumentError("--bundle or --daemon is required");
   }
-  return std::unique_ptr<KernelSource>(evotune::DaemonSource::Connect(
-      absl::GetFlag(FLAGS_daemon), absl::GetFlag(FLAGS_token)));
+  auto source = evotune::DaemonSource::Connect(
+      absl::GetFlag(FLAGS_daemon), absl::GetFlag(FLAGS_token),
+      {absl::GetFlag(FLAGS_tls_ca), "", ""});
+  if (!source.ok()) return source.status();
+  return std::unique_ptr<KernelSource>(*std::move(source));
 }
 
 // Output rows of batch 0 (each head's first and last) against the reference.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "runtime/daemon_source.h"
 #include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/server.h"
@@ -161,6 +162,33 @@ TEST_F(CredentialsTest, TlsServesVerifiedClientsOnly) {
   // The daemon's own workers reach it in plaintext on loopback.
   ASSERT_NE(loopback_port_, 0);
   EXPECT_EQ(ListTemplates({}, loopback_port_), grpc::OK);
+}
+
+// The C++ runtime's daemon source speaks TLS: its calls reach the service
+// (which here serves no kernels) only with the daemon's CA.
+TEST_F(CredentialsTest, TheRuntimeReachesATlsDaemon) {
+  ASSERT_TRUE(MakeCertificates("daemon"));
+  ASSERT_TRUE(MakeCertificates("other"));
+  const std::string d = dir_.string();
+  Serve({d + "/daemon.pem", d + "/daemon.key", ""});
+  const std::string address = absl::StrCat("127.0.0.1:", port_);
+  auto find = [&](const ClientTls& tls) {
+    absl::StatusOr<std::unique_ptr<DaemonSource>> source =
+        DaemonSource::Connect(address, "", tls);
+    EXPECT_TRUE(source.ok()) << source.status();
+    return (*source)->Find(Problem{}, "", "sm_90a").status();
+  };
+  absl::Status served = find({d + "/daemon.ca.pem", "", ""});
+  EXPECT_TRUE(absl::IsUnimplemented(served)) << served;
+  EXPECT_NE(served.message().find("this daemon serves no kernels"),
+            std::string::npos)
+      << served;
+  EXPECT_TRUE(absl::IsUnavailable(find({}))) << find({});
+  EXPECT_TRUE(absl::IsUnavailable(find({d + "/other.ca.pem", "", ""})));
+  absl::Status missing =
+      DaemonSource::Connect(address, "", {d + "/none.pem", "", ""}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(missing)) << missing;
+  EXPECT_NE(missing.message().find("--tls_ca"), std::string::npos) << missing;
 }
 
 TEST_F(CredentialsTest, MutualTlsTurnsAwayClientsWithoutACertificate) {

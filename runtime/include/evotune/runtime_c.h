@@ -32,6 +32,14 @@ typedef struct {
 evotune_runtime* evotune_runtime_open_bundle(const char* path);
 evotune_runtime* evotune_runtime_open_daemon(const char* address,
                                              const char* token);
+/* As evotune_runtime_open_daemon over TLS: `tls_ca` the PEM file of the CA
+ * that signed the daemon's certificate, `tls_cert` and `tls_key` this
+ * client's for mutual TLS (NULL or "" for none; all NULL: plaintext). */
+evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
+                                                 const char* token,
+                                                 const char* tls_ca,
+                                                 const char* tls_cert,
+                                                 const char* tls_key);
 void evotune_runtime_close(evotune_runtime* runtime);
 
 /* The scratch the kernel for `problem` needs (in the context of `stream`, a
