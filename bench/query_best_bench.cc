@@ -36,6 +36,12 @@ ABSL_FLAG(std::string, address, "", "evotuned address");
 ABSL_FLAG(double, rate, 5000, "requests per second");
 ABSL_FLAG(double, seconds, 20, "duration of the load");
 ABSL_FLAG(int, threads, 16, "client connections");
+ABSL_FLAG(double, untuned_fraction, 0,
+          "fraction of requests for problems the store has no trials of "
+          "(answered by transfer: the cost model's or the nearest problem's)");
+ABSL_FLAG(double, model_wait_s, 120,
+          "with untuned requests, wait this long at most for the daemon's "
+          "cost model before the load");
 ABSL_FLAG(int, in_process, 0,
           "instead of a load over gRPC, time this many ResultStore::TopK "
           "calls on one thread");
@@ -54,8 +60,9 @@ Problem ProblemNumber(int64_t i) {
   return p;
 }
 
-// Results asked for per query.
+// Results asked for per query, of this template.
 constexpr int kTopK = 5;
+constexpr char kTemplate[] = "flash_fwd";
 
 // The store's best k trials for p, under the device and template the
 // benchmark fills it with (looked up once: the in-process timing is TopK's).
@@ -63,7 +70,7 @@ absl::StatusOr<std::vector<RankedTrial>> TopK(ResultStore& store,
                                               const Problem& p, int k) {
   static const DeviceInfo* device =
       new DeviceInfo(SyntheticEvaluator({}).device());
-  static const KernelTemplate* t = TemplateRegistry::Builtin().Find("naive");
+  static const KernelTemplate* t = TemplateRegistry::Builtin().Find(kTemplate);
   return store.TopK(*device, p, {{t->name, t->hash}}, k);
 }
 
@@ -74,27 +81,27 @@ bool IsStale(ResultStore& store) {
   return *store.CountTrials() > 0 && top.ok() && top->empty();
 }
 
+// Real configs of the template, as the synthetic evaluator measures them,
+// so that answers for untuned problems (transfers) have runnable configs to
+// rank and the daemon's cost model something to learn.
 int Populate(ResultStore& store, int64_t want, int per_problem) {
   const int64_t have = *store.CountTrials();
-  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find(kTemplate);
   SyntheticEvaluator synthetic({});
-  std::mt19937_64 gen(1);
-  std::uniform_real_distribution<double> us(5, 500);
   const absl::Time start = absl::Now();
   for (int64_t problem = have / per_problem; problem * per_problem < want;
        ++problem) {
+    const Problem p = ProblemNumber(problem);
+    std::vector<Config> configs =
+        FeasibleConfigs(t, p, synthetic.device().limits);
+    std::shuffle(configs.begin(), configs.end(), std::mt19937_64(problem));
+    configs.resize(std::min<size_t>(configs.size(), per_problem));
     std::vector<std::pair<Config, TrialResult>> batch;
-    for (int c = 0; c < per_problem; ++c) {
-      TrialResult r;
-      r.median_us = us(gen);
-      r.min_us = r.median_us * 0.97;
-      r.p90_us = r.median_us * 1.04;
-      r.cv = 0.02;
-      if (c % 10 == 9) r.status = TrialStatus::kIncorrect;
-      batch.push_back({{{"C", c}}, r});
+    for (const Config& c : configs) {
+      batch.push_back({c, *synthetic.Evaluate(t, c, p)});
     }
-    absl::Status s = store.BulkInsertTrials(
-        {synthetic.device(), t.name, t.hash, ProblemNumber(problem)}, batch);
+    absl::Status s =
+        store.BulkInsertTrials({synthetic.device(), t.name, t.hash, p}, batch);
     if (!s.ok()) {
       std::fprintf(stderr, "populate: %s\n", s.ToString().c_str());
       return 1;
@@ -149,6 +156,42 @@ double StealMs() {
   return 1000.0 * steal / sysconf(_SC_CLK_TCK);
 }
 
+struct Call {
+  grpc::ClientContext ctx;
+  v1::QueryBestRequest req;
+  v1::QueryBestResponse resp;
+  absl::Time due, sent;
+  bool untuned = false;
+};
+
+// A tuned problem gets its own top k; an untuned one a transferred answer.
+bool RightAnswer(const Call& c) {
+  if (c.untuned) return c.resp.transferred() && c.resp.results_size() == kTopK;
+  return c.resp.results_size() == kTopK && !c.resp.transferred();
+}
+
+// Asks an untuned problem until the answer is ranked by the daemon's cost
+// model (trained off the request path once asked for), at most `limit`.
+void WaitForModel(v1::Tuner::Stub* stub, int64_t problems,
+                  absl::Duration limit) {
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < limit) {
+    grpc::ClientContext ctx;
+    v1::QueryBestRequest req;
+    *req.mutable_problem() = ProblemToProto(ProblemNumber(problems));
+    req.set_template_name(kTemplate);
+    v1::QueryBestResponse resp;
+    if (stub->QueryBest(&ctx, req, &resp).ok() && resp.predicted()) {
+      std::printf("cost model ready after %.1f s\n",
+                  absl::ToDoubleSeconds(absl::Now() - start));
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  std::printf("no cost model after %.0f s: transfers by nearest problem\n",
+              absl::ToDoubleSeconds(limit));
+}
+
 // One sender thread issues each request when it is due through the callback
 // API, so a slow answer never delays the next request (open loop).
 int Load(int64_t problems) {
@@ -164,13 +207,13 @@ int Load(int64_t problems) {
         grpc::CreateCustomChannel(absl::GetFlag(FLAGS_address),
                                   grpc::InsecureChannelCredentials(), args)));
   }
-  struct Call {
-    grpc::ClientContext ctx;
-    v1::QueryBestRequest req;
-    v1::QueryBestResponse resp;
-    absl::Time due, sent;
-  };
   std::vector<double> from_due(total), from_sent(total);
+  std::vector<char> untuned(total);
+  std::atomic<int64_t> predicted{0};
+  if (absl::GetFlag(FLAGS_untuned_fraction) > 0) {
+    WaitForModel(stubs[0].get(), problems,
+                 absl::Seconds(absl::GetFlag(FLAGS_model_wait_s)));
+  }
   std::atomic<int64_t> errors{0}, wrong{0}, finished{0};
   std::mt19937_64 gen(1);
   const double steal_before = StealMs();
@@ -180,9 +223,13 @@ int Load(int64_t problems) {
     // arena, and a client whose memory grows all run long stalls on page
     // faults, which would be charged to the server.
     auto call = std::make_unique<Call>();
-    *call->req.mutable_problem() =
-        ProblemToProto(ProblemNumber(gen() % problems));
-    call->req.set_template_name("naive");
+    untuned[i] = std::uniform_real_distribution<double>()(gen) <
+                 absl::GetFlag(FLAGS_untuned_fraction);
+    // Problem numbers past the filled ones were never tuned.
+    call->untuned = untuned[i];
+    *call->req.mutable_problem() = ProblemToProto(
+        ProblemNumber(gen() % problems + (untuned[i] ? problems : 0)));
+    call->req.set_template_name(kTemplate);
     call->req.set_k(kTopK);
     call->ctx.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::seconds(30));
@@ -195,11 +242,12 @@ int Load(int64_t problems) {
           const absl::Time done = absl::Now();
           from_due[i] = absl::ToDoubleMicroseconds(done - c->due);
           from_sent[i] = absl::ToDoubleMicroseconds(done - c->sent);
-          if (!s.ok()) ++errors;
-          if (s.ok() &&
-              (c->resp.results_size() != kTopK || c->resp.transferred())) {
-            ++wrong;
+          if (!s.ok() && errors++ == 0) {
+            std::fprintf(stderr, "first error: %s\n",
+                         s.error_message().c_str());
           }
+          if (s.ok() && !RightAnswer(*c)) ++wrong;
+          if (c->resp.predicted()) ++predicted;
           delete c;
           ++finished;
         });
@@ -213,6 +261,15 @@ int Load(int64_t problems) {
       static_cast<long long>(wrong.load()));
   Report("latency from due ", from_due);
   Report("latency from sent", from_sent);
+  if (std::count(untuned.begin(), untuned.end(), 1) > 0) {
+    std::vector<double> transfers;
+    for (int64_t i = 0; i < total; ++i) {
+      if (untuned[i]) transfers.push_back(from_due[i]);
+    }
+    std::printf("untuned problems: %zu requests, %lld ranked by the model\n",
+                transfers.size(), static_cast<long long>(predicted.load()));
+    Report("untuned, from due", transfers);
+  }
   if (const double steal = StealMs(); steal >= 0 && steal_before >= 0) {
     std::printf("hypervisor steal during the run: %.0f CPU-ms\n",
                 steal - steal_before);

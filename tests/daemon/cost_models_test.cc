@@ -57,7 +57,9 @@ TEST_F(CostModelsTest, TrainsOnceAskedAndEnoughTrialsThenOnGrowth) {
   std::shared_ptr<const ModelSnapshot> first = models.Get(device_);
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->model->trained_samples(), 10);
-  EXPECT_EQ(first->pool.size(), 10u);  // One config of each problem.
+  // One config, measured on 10 problems of one head_dim and dtype: one
+  // candidate.
+  EXPECT_EQ(first->pool.size(), 1u);
 
   // Trials of an older template version, and too few new ones: no change.
   Insert(20, "an older hash");

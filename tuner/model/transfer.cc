@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,13 +19,23 @@ std::vector<TransferCandidate> TransferPool(
     groups[{s.t->name, ProblemKey(s.problem)}].push_back(&s);
   }
   std::vector<TransferCandidate> pool;
+  std::set<std::tuple<std::string, std::string, int64_t, int>> seen;
   for (auto& [key, group] : groups) {
     std::sort(group.begin(), group.end(),
               [](const CostSample* a, const CostSample* b) {
                 return a->median_us < b->median_us;
               });
     if (group.size() > per_problem) group.resize(per_problem);
-    for (const CostSample* s : group) pool.push_back(*s);
+    for (const CostSample* s : group) {
+      // A config recurs across problems; RankTransfers needs only its first
+      // source of each head_dim and dtype (the kinship it ranks by), so the
+      // pool, walked per query, grows with the configs, not the problems.
+      if (seen.insert({s->t->name, ConfigKey(s->config), s->problem.head_dim,
+                       static_cast<int>(s->problem.dtype)})
+              .second) {
+        pool.push_back(*s);
+      }
+    }
   }
   return pool;
 }

@@ -26,7 +26,9 @@ struct RankedTransfer {
 inline constexpr size_t kTransferPoolPerProblem = 50;
 
 // The `per_problem` fastest samples of each (template, problem), the pool
-// transfers are chosen from.
+// transfers are chosen from: of each config, only its first sample per
+// head_dim and dtype (in (template, problem) order), which is all
+// RankTransfers reads.
 std::vector<TransferCandidate> TransferPool(
     const std::vector<CostSample>& samples, size_t per_problem);
 
