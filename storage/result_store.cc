@@ -67,12 +67,27 @@ absl::Status ResultStore::Migrate() {
 absl::StatusOr<ResultStore::Reader> ResultStore::AcquireReader() {
   {
     absl::MutexLock lock(&pool_mu_);
+    auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+      return !readers_.empty() || open_readers_ < kMaxReaders;
+    };
+    pool_mu_.Await(absl::Condition(&available));
     if (!readers_.empty()) {
       std::unique_ptr<SqliteDb> db = std::move(readers_.back());
       readers_.pop_back();
       return Reader(this, std::move(db));
     }
+    ++open_readers_;
   }
+  absl::StatusOr<std::unique_ptr<SqliteDb>> db = OpenReader();
+  if (!db.ok()) {
+    absl::MutexLock lock(&pool_mu_);
+    --open_readers_;
+    return db.status();
+  }
+  return Reader(this, *std::move(db));
+}
+
+absl::StatusOr<std::unique_ptr<SqliteDb>> ResultStore::OpenReader() {
   absl::StatusOr<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(path_);
   if (!db.ok()) return db.status();
   // Readers map the file: a page missing from the connection's own cache is
@@ -83,7 +98,7 @@ absl::StatusOr<ResultStore::Reader> ResultStore::AcquireReader() {
       !s.ok()) {
     return s;
   }
-  return Reader(this, *std::move(db));
+  return db;
 }
 
 absl::StatusOr<int> ResultStore::SchemaVersion() {

@@ -114,6 +114,10 @@ std::string TopKSql(int n_templates);
 
 class ResultStore {
  public:
+  // Reader connections open at most at once (each holds file descriptors
+  // and a mapping of the file); a query beyond waits for one to be free.
+  static constexpr int kMaxReaders = 32;
+
   // Opens or creates the database at path and migrates it to kSchemaVersion.
   // The parent directory must exist. A database of a newer schema is refused
   // (FAILED_PRECONDITION).
@@ -238,7 +242,9 @@ class ResultStore {
 
   explicit ResultStore(std::string path) : path_(std::move(path)) {}
   absl::Status Migrate();
+  // A pooled reader; waits while kMaxReaders are in use.
   absl::StatusOr<Reader> AcquireReader();
+  absl::StatusOr<std::unique_ptr<SqliteDb>> OpenReader();
 
   // Ids of key rows, created on first use (writer) or looked up (readers).
   absl::StatusOr<int64_t> DeviceId(SqliteDb* db, const DeviceInfo& device,
@@ -262,6 +268,8 @@ class ResultStore {
   std::unique_ptr<SqliteDb> writer_ ABSL_GUARDED_BY(writer_mu_);
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<SqliteDb>> readers_ ABSL_GUARDED_BY(pool_mu_);
+  // Reader connections in use, idle or being opened.
+  int open_readers_ ABSL_GUARDED_BY(pool_mu_) = 0;
   // Key row ids never change once created, so they are cached.
   absl::Mutex ids_mu_;
   absl::flat_hash_map<std::string, int64_t> ids_ ABSL_GUARDED_BY(ids_mu_);

@@ -172,6 +172,50 @@ TEST_F(ResultStoreTest, InsertIsIdempotentOnTheTrialKey) {
   EXPECT_FALSE(store->FindTrial(Scope(), {{"A", 3}})->has_value());
 }
 
+int OpenFiles() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++n;
+  }
+  return n;
+}
+
+// However many threads query at once, at most kMaxReaders connections are
+// open (each holds file descriptors; a daemon under load ran out of them).
+TEST_F(ResultStoreTest, ConcurrentQueriesShareABoundedPoolOfReaders) {
+  auto store = OpenStore();
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", i}}, Ok(5 + i)).ok());
+  }
+  const int before = OpenFiles();
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0}, failed{0};
+  std::thread sampler([&] {
+    while (!done) {
+      most = std::max(most.load(), OpenFiles() - before);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> queries;
+  for (int t = 0; t < 4 * ResultStore::kMaxReaders; ++t) {
+    queries.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        absl::StatusOr<std::vector<StoredTrial>> all =
+            store->ListTrials(Scope());
+        if (!all.ok() || all->size() != 200) ++failed;
+      }
+    });
+  }
+  for (std::thread& t : queries) t.join();
+  done = true;
+  sampler.join();
+  EXPECT_EQ(failed.load(), 0);
+  // A WAL connection holds the database and its log (the index is mapped).
+  EXPECT_LE(most.load(), 2 * ResultStore::kMaxReaders + 8);
+  EXPECT_GT(most.load(), 0);
+}
+
 TEST_F(ResultStoreTest, TopKOrdersByMedianAndSkipsFailuresAndOldVersions) {
   auto store = OpenStore();
   std::vector<std::pair<Config, TrialResult>> trials;
