@@ -1,45 +1,74 @@
 #include "tuner/model/cost_model.h"
 
+#include <atomic>
+#include <thread>
+
 #include "gtest/gtest.h"
 
 namespace evotune {
 namespace {
 
-TEST(CostModelTest, LearnsWhichConfigIsFasterOnAnUnseenProblem) {
-  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+const KernelTemplate& Decode() {
+  return *TemplateRegistry::Builtin().Find("decode_fwd");
+}
+
+DeviceLimits H100Limits() {
   DeviceLimits limits;
   limits.smem_per_block_bytes = 227 * 1024;
   limits.compute_capability = 90;
   limits.multiprocessors = 132;
-  auto problem = [](int64_t seq_k) {
-    Problem p;
-    p.heads = 32;
-    p.kv_heads = 8;
-    p.seq_k = seq_k;
-    p.head_dim = 128;
-    return p;
-  };
-  // A made-up law: time grows with the keys and falls with more warps.
-  auto law = [](const Config& c, const Problem& p) {
-    return p.seq_k / 100.0 / c.at("WARPS") + c.at("STAGES");
-  };
+  return limits;
+}
+
+Problem DecodeProblem(int64_t seq_k) {
+  Problem p;
+  p.heads = 32;
+  p.kv_heads = 8;
+  p.seq_k = seq_k;
+  p.head_dim = 128;
+  return p;
+}
+
+// A made-up law: time grows with the keys and falls with more warps.
+double Law(const Config& c, const Problem& p) {
+  return p.seq_k / 100.0 / c.at("WARPS") + c.at("STAGES");
+}
+
+// A model of Law trained on four key lengths.
+std::unique_ptr<CostModel> TrainOnLaw(const CostModelOptions& options) {
   std::vector<CostSample> train;
   for (int64_t seq_k : {1024, 2048, 8192, 16384}) {
-    for (const Config& c : FeasibleConfigs(t, problem(seq_k), limits)) {
-      train.push_back({&t, c, problem(seq_k), law(c, problem(seq_k))});
+    const Problem p = DecodeProblem(seq_k);
+    for (const Config& c : FeasibleConfigs(Decode(), p, H100Limits())) {
+      train.push_back({&Decode(), c, p, Law(c, p)});
     }
   }
   auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
   absl::StatusOr<std::unique_ptr<CostModel>> model =
-      CostModel::Train(features, train, limits);
-  ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_EQ((*model)->trained_samples(), static_cast<int64_t>(train.size()));
-
-  std::vector<CostSample> asked;
-  for (const Config& c : FeasibleConfigs(t, problem(4096), limits)) {
-    asked.push_back({&t, c, problem(4096)});
+      CostModel::Train(features, train, H100Limits(), options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (model.ok()) {
+    EXPECT_EQ((*model)->trained_samples(), static_cast<int64_t>(train.size()));
   }
-  absl::StatusOr<std::vector<double>> us = (*model)->PredictUs(asked);
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+// Every feasible config on the 4096-key problem, never trained on.
+std::vector<CostSample> Unseen() {
+  std::vector<CostSample> asked;
+  for (const Config& c :
+       FeasibleConfigs(Decode(), DecodeProblem(4096), H100Limits())) {
+    asked.push_back({&Decode(), c, DecodeProblem(4096)});
+  }
+  return asked;
+}
+
+TEST(CostModelTest, LearnsWhichConfigIsFasterOnAnUnseenProblem) {
+  const KernelTemplate& t = Decode();
+  std::unique_ptr<CostModel> model = TrainOnLaw({});
+  ASSERT_NE(model, nullptr);
+  const std::vector<CostSample> asked = Unseen();
+  absl::StatusOr<std::vector<double>> us = model->PredictUs(asked);
   ASSERT_TRUE(us.ok()) << us.status();
   ASSERT_EQ(us->size(), asked.size());
   // Trees do not interpolate between the trained lengths: within a factor
@@ -48,21 +77,44 @@ TEST(CostModelTest, LearnsWhichConfigIsFasterOnAnUnseenProblem) {
   size_t best = 0;
   double true_best = 1e30;
   for (size_t i = 0; i < asked.size(); ++i) {
-    const double truth = law(asked[i].config, asked[i].problem);
+    const double truth = Law(asked[i].config, asked[i].problem);
     EXPECT_GT((*us)[i], truth / 2) << ConfigKey(asked[i].config);
     EXPECT_LT((*us)[i], truth * 2) << ConfigKey(asked[i].config);
     if ((*us)[i] < (*us)[best]) best = i;
     true_best = std::min(true_best, truth);
   }
-  EXPECT_LE(law(asked[best].config, asked[best].problem), 1.05 * true_best);
+  EXPECT_LE(Law(asked[best].config, asked[best].problem), 1.05 * true_best);
 
   // The predictor a search screens with says the same, in order.
   std::vector<Config> configs;
   for (const CostSample& a : asked) configs.push_back(a.config);
   const std::function<std::vector<double>(const std::vector<Config>&)> predict =
-      ConfigPredictor(*std::move(model), &t, problem(4096));
+      ConfigPredictor(std::move(model), &t, DecodeProblem(4096));
   EXPECT_EQ(predict(configs), *us);
   EXPECT_TRUE(predict({}).empty());
+}
+
+// Copies of the model predict at once from many threads, each exactly as
+// the trained one.
+TEST(CostModelTest, ThreadsPredictAtOnceAndAlike) {
+  CostModelOptions options;
+  options.predictors = 4;
+  std::unique_ptr<CostModel> model = TrainOnLaw(options);
+  ASSERT_NE(model, nullptr);
+  const std::vector<CostSample> asked = Unseen();
+  const std::vector<double> expected = *model->PredictUs(asked);
+  std::atomic<int> differ{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 12; ++i) {
+    threads.emplace_back([&] {
+      for (int j = 0; j < 40; ++j) {
+        absl::StatusOr<std::vector<double>> us = model->PredictUs(asked);
+        if (!us.ok() || *us != expected) ++differ;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(differ.load(), 0);
 }
 
 TEST(CostModelTest, NoSamplesIsAnError) {

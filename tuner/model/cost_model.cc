@@ -1,8 +1,10 @@
 #include "tuner/model/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "xgboost/c_api.h"
@@ -72,10 +74,52 @@ CostModel::CostModel(std::shared_ptr<const FeatureMap> features,
                      int64_t trained_samples)
     : features_(std::move(features)),
       limits_(limits),
-      booster_(booster),
-      trained_samples_(trained_samples) {}
+      trained_samples_(trained_samples) {
+  predictors_.push_back(std::make_unique<Predictor>());
+  predictors_[0]->booster = booster;
+}
 
-CostModel::~CostModel() { XGBoosterFree(booster_); }
+CostModel::~CostModel() {
+  for (auto& p : predictors_) XGBoosterFree(p->booster);
+}
+
+absl::Status CostModel::AddPredictors(int count) {
+  bst_ulong size = 0;
+  const char* bytes = nullptr;
+  if (XGBoosterSaveModelToBuffer(predictors_[0]->booster,
+                                 R"({"format": "json"})", &size, &bytes) != 0) {
+    return XgbError("saving the model");
+  }
+  const std::string model(bytes, size);  // The buffer is the booster's.
+  while (static_cast<int>(predictors_.size()) < count) {
+    auto p = std::make_unique<Predictor>();
+    if (XGBoosterCreate(nullptr, 0, &p->booster) != 0) {
+      return XgbError("creating a predictor");
+    }
+    predictors_.push_back(std::move(p));
+    if (XGBoosterLoadModelFromBuffer(predictors_.back()->booster, model.data(),
+                                     model.size()) != 0) {
+      return XgbError("loading a predictor");
+    }
+  }
+  for (auto& p : predictors_) {
+    if (XGBoosterSetParam(p->booster, "nthread", "1") != 0) {
+      return XgbError("setting a predictor's threads");
+    }
+  }
+  return absl::OkStatus();
+}
+
+CostModel::Predictor* CostModel::Acquire() const {
+  const size_t n = predictors_.size();
+  const size_t first = next_.fetch_add(1, std::memory_order_relaxed) % n;
+  for (size_t i = 0; i < n; ++i) {
+    Predictor* p = predictors_[(first + i) % n].get();
+    if (p->mu.TryLock()) return p;
+  }
+  predictors_[first]->mu.Lock();
+  return predictors_[first].get();
+}
 
 absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
     std::shared_ptr<const FeatureMap> features,
@@ -111,6 +155,12 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
       return XgbError("training");
     }
   }
+  const int predictors =
+      options.predictors > 0
+          ? options.predictors
+          : static_cast<int>(
+                std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  if (absl::Status s = model->AddPredictors(predictors); !s.ok()) return s;
   return model;
 }
 
@@ -123,15 +173,16 @@ absl::StatusOr<std::vector<double>> CostModel::PredictUs(
       !s.ok()) {
     return s;
   }
-  absl::MutexLock lock(&mu_);
+  Predictor* p = Acquire();
   bst_ulong n = 0;
   const float* out = nullptr;
-  if (XGBoosterPredict(booster_, m.handle(), 0, 0, 0, &n, &out) != 0) {
-    return XgbError("predicting");
-  }
+  const bool failed =
+      XGBoosterPredict(p->booster, m.handle(), 0, 0, 0, &n, &out) != 0;
   std::vector<double> us;
   us.reserve(n);
-  for (bst_ulong i = 0; i < n; ++i) us.push_back(std::exp(out[i]));
+  for (bst_ulong i = 0; !failed && i < n; ++i) us.push_back(std::exp(out[i]));
+  p->mu.Unlock();
+  if (failed) return XgbError("predicting");
   return us;
 }
 

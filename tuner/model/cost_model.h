@@ -9,6 +9,7 @@
 #ifndef EVOTUNE_TUNER_MODEL_COST_MODEL_H_
 #define EVOTUNE_TUNER_MODEL_COST_MODEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,8 +35,11 @@ struct CostModelOptions {
   int rounds = 500;
   int max_depth = 6;
   double learning_rate = 0.05;
-  int threads = 2;
+  int threads = 2;  // For training; a prediction runs on its caller's thread.
   uint64_t seed = 1;
+  // Copies of the trained model that predict at once (each one call at a
+  // time); 0: one per hardware thread, at most 8.
+  int predictors = 0;
 };
 
 class CostModel {
@@ -60,14 +64,25 @@ class CostModel {
   const DeviceLimits& limits() const { return limits_; }
 
  private:
+  // A booster with the lock that makes its calls one at a time (XGBoost's
+  // prediction buffer belongs to the booster).
+  struct Predictor {
+    absl::Mutex mu;
+    void* booster = nullptr;
+  };
+
   CostModel(std::shared_ptr<const FeatureMap> features, DeviceLimits limits,
             void* booster, int64_t trained_samples);
+  // Adds copies of the trained booster until there are `count`, all
+  // predicting on one thread each.
+  absl::Status AddPredictors(int count);
+  // A predictor, locked: a free one if any, else the next in turn.
+  Predictor* Acquire() const;
 
   const std::shared_ptr<const FeatureMap> features_;
   const DeviceLimits limits_;
-  // XGBoost's prediction buffer belongs to the booster: one call at a time.
-  mutable absl::Mutex mu_;
-  void* const booster_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Predictor>> predictors_;  // [0]: the trained.
+  mutable std::atomic<size_t> next_{0};
   const int64_t trained_samples_;
 };
 
