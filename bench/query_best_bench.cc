@@ -39,6 +39,8 @@ ABSL_FLAG(int, threads, 16, "client connections");
 ABSL_FLAG(double, untuned_fraction, 0,
           "fraction of requests for problems the store has no trials of "
           "(answered by transfer: the cost model's or the nearest problem's)");
+ABSL_FLAG(int64_t, untuned_problems, 0,
+          "distinct untuned problems asked (0: as many as tuned ones)");
 ABSL_FLAG(double, model_wait_s, 120,
           "with untuned requests, wait this long at most for the daemon's "
           "cost model before the load");
@@ -209,6 +211,9 @@ int Load(int64_t problems) {
   }
   std::vector<double> from_due(total), from_sent(total);
   std::vector<char> untuned(total);
+  const int64_t untuned_problems = absl::GetFlag(FLAGS_untuned_problems) > 0
+                                       ? absl::GetFlag(FLAGS_untuned_problems)
+                                       : problems;
   std::atomic<int64_t> predicted{0};
   if (absl::GetFlag(FLAGS_untuned_fraction) > 0) {
     WaitForModel(stubs[0].get(), problems,
@@ -228,7 +233,8 @@ int Load(int64_t problems) {
     // Problem numbers past the filled ones were never tuned.
     call->untuned = untuned[i];
     *call->req.mutable_problem() = ProblemToProto(
-        ProblemNumber(gen() % problems + (untuned[i] ? problems : 0)));
+        untuned[i] ? ProblemNumber(problems + gen() % untuned_problems)
+                   : ProblemNumber(gen() % problems));
     call->req.set_template_name(kTemplate);
     call->req.set_k(kTopK);
     call->ctx.set_deadline(std::chrono::system_clock::now() +
