@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <random>
@@ -355,7 +356,9 @@ bool Parses(const pb::Descriptor* type, const std::string& payload) {
 }
 
 TEST_F(HostileInputTest, EveryMethodSurvivesGarbage) {
-  Rng rng(20261124);
+  // A fixed seed; EVOTUNE_HOSTILE_SEED explores others.
+  const char* seed = std::getenv("EVOTUNE_HOSTILE_SEED");
+  Rng rng(seed != nullptr ? std::strtoull(seed, nullptr, 10) : 20261124);
   // Invalid UTF-8 in string fields is logged by every parse; expected here.
   pb::LogSilencer quiet;
   int calls = 0, refused = 0;
@@ -412,6 +415,13 @@ TEST_F(HostileInputTest, OversizedMessagesAreRefusedWithoutHarm) {
   worker.set_name("host:gpu0\n2026 I job forged");
   s = Call("/evotune.v1.WorkerPool/RegisterWorker", worker.SerializeAsString());
   EXPECT_EQ(s.error_message(), "name: printable ASCII without spaces only");
+  // A compute capability whose arithmetic would overflow.
+  worker.set_name("host:gpu0");
+  worker.mutable_device()->mutable_device()->set_cc_major(4000000000u);
+  s = Call("/evotune.v1.WorkerPool/RegisterWorker", worker.SerializeAsString());
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "device.device: compute capability 4000000000.0 is not one");
   EXPECT_EQ(Snapshot(), Written{});
   ExpectServesWellFormedCalls(4);
 }

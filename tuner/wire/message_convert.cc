@@ -73,6 +73,11 @@ v1::Config ConfigToProto(const Config& c) {
 }
 
 absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d) {
+  if (d.device().cc_major() > 99 || d.device().cc_minor() > 9) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device.device: compute capability ", d.device().cc_major(), ".",
+        d.device().cc_minor(), " is not one"));
+  }
   DeviceInfo out = DeviceKeyFromProto(d.device());
   out.limits.smem_per_block_bytes =
       static_cast<int64_t>(d.smem_per_block_bytes());
