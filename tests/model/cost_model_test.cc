@@ -117,6 +117,22 @@ TEST(CostModelTest, ThreadsPredictAtOnceAndAlike) {
   EXPECT_EQ(differ.load(), 0);
 }
 
+// The first trees alone give a coarser estimate; asking for more trees than
+// the model has gives the whole model's.
+TEST(CostModelTest, PredictsWithTheFirstTreesOnly) {
+  CostModelOptions options;
+  options.rounds = 40;
+  std::unique_ptr<CostModel> model = TrainOnLaw(options);
+  ASSERT_NE(model, nullptr);
+  const std::vector<CostSample> asked = Unseen();
+  const std::vector<double> all = *model->PredictUs(asked);
+  EXPECT_EQ(*model->PredictUs(asked, 40), all);
+  EXPECT_EQ(*model->PredictUs(asked, 1000), all);
+  const std::vector<double> coarse = *model->PredictUs(asked, 5);
+  ASSERT_EQ(coarse.size(), all.size());
+  EXPECT_NE(coarse, all);
+}
+
 TEST(CostModelTest, NoSamplesIsAnError) {
   auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
   EXPECT_TRUE(absl::IsInvalidArgument(

@@ -161,11 +161,12 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
           : static_cast<int>(
                 std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   if (absl::Status s = model->AddPredictors(predictors); !s.ok()) return s;
+  model->trees_ = options.rounds;
   return model;
 }
 
 absl::StatusOr<std::vector<double>> CostModel::PredictUs(
-    const std::vector<CostSample>& samples) const {
+    const std::vector<CostSample>& samples, int trees) const {
   if (samples.empty()) return std::vector<double>{};
   OwnedMatrix m;
   if (absl::Status s = m.Create(FeatureMatrix(*features_, samples, limits_),
@@ -176,8 +177,9 @@ absl::StatusOr<std::vector<double>> CostModel::PredictUs(
   Predictor* p = Acquire();
   bst_ulong n = 0;
   const float* out = nullptr;
+  const unsigned limit = trees > 0 && trees < trees_ ? trees : 0;
   const bool failed =
-      XGBoosterPredict(p->booster, m.handle(), 0, 0, 0, &n, &out) != 0;
+      XGBoosterPredict(p->booster, m.handle(), 0, limit, 0, &n, &out) != 0;
   std::vector<double> us;
   us.reserve(n);
   for (bst_ulong i = 0; !failed && i < n; ++i) us.push_back(std::exp(out[i]));

@@ -56,9 +56,11 @@ class CostModel {
   CostModel(const CostModel&) = delete;
   CostModel& operator=(const CostModel&) = delete;
 
-  // Predicted median latency (µs) of each sample, on the device trained for.
+  // Predicted median latency (µs) of each sample, on the device trained for;
+  // with `trees` > 0 by the first that many trees only (a coarser, cheaper
+  // estimate; all of them when the model has no more).
   absl::StatusOr<std::vector<double>> PredictUs(
-      const std::vector<CostSample>& samples) const;
+      const std::vector<CostSample>& samples, int trees = 0) const;
 
   int64_t trained_samples() const { return trained_samples_; }
   const DeviceLimits& limits() const { return limits_; }
@@ -84,6 +86,7 @@ class CostModel {
   std::vector<std::unique_ptr<Predictor>> predictors_;  // [0]: the trained.
   mutable std::atomic<size_t> next_{0};
   const int64_t trained_samples_;
+  int trees_ = 0;  // Boosting rounds trained.
 };
 
 // What a search screens with (LatencyPredictor, tuner/search): the model's

@@ -10,6 +10,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace evotune {
+namespace {
+
+// Trees of the coarse pass that shortlists transfer candidates.
+constexpr int kShortlistTrees = 60;
+
+}  // namespace
 
 std::vector<TransferCandidate> TransferPool(
     const std::vector<CostSample>& samples, size_t per_problem) {
@@ -72,13 +78,41 @@ std::vector<TransferCandidate> Runnable(
   return {};
 }
 
+// Keeps the candidates the model's first trees rank among the best
+// 8k (at least 64): ranking every runnable config with the whole model cost
+// milliseconds per untuned problem.
+absl::Status Shortlist(const CostModel& model, const Problem& problem, size_t k,
+                       std::vector<TransferCandidate>* candidates) {
+  const size_t keep = std::max<size_t>(64, 8 * k);
+  if (candidates->size() <= keep) return absl::OkStatus();
+  std::vector<CostSample> asked = *candidates;
+  for (CostSample& s : asked) s.problem = problem;
+  absl::StatusOr<std::vector<double>> coarse =
+      model.PredictUs(asked, kShortlistTrees);
+  if (!coarse.ok()) return coarse.status();
+  std::vector<size_t> order(candidates->size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return (*coarse)[a] < (*coarse)[b];
+  });
+  order.resize(keep);
+  std::sort(order.begin(), order.end());  // The pool's order, for ties.
+  std::vector<TransferCandidate> kept;
+  for (size_t i : order) kept.push_back((*candidates)[i]);
+  *candidates = std::move(kept);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
     const CostModel& model, const std::vector<TransferCandidate>& pool,
     const Problem& problem, size_t k) {
-  const std::vector<TransferCandidate> runnable =
+  std::vector<TransferCandidate> runnable =
       Runnable(pool, problem, model.limits());
+  if (absl::Status s = Shortlist(model, problem, k, &runnable); !s.ok()) {
+    return s;
+  }
   std::vector<CostSample> asked = runnable;  // The same configs on `problem`.
   for (CostSample& s : asked) s.problem = problem;
   absl::StatusOr<std::vector<double>> us = model.PredictUs(asked);
