@@ -67,10 +67,12 @@ absl::Status ResultStore::Migrate() {
 absl::StatusOr<ResultStore::Reader> ResultStore::AcquireReader() {
   {
     absl::MutexLock lock(&pool_mu_);
-    auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
-      return !readers_.empty() || open_readers_ < kMaxReaders;
-    };
-    pool_mu_.Await(absl::Condition(&available));
+    // A condition variable wakes one waiter per returned reader (an Await
+    // condition would be evaluated for every waiter at each return, which
+    // collapses with thousands of waiting requests).
+    while (readers_.empty() && open_readers_ >= kMaxReaders) {
+      reader_free_.Wait(&pool_mu_);
+    }
     if (!readers_.empty()) {
       std::unique_ptr<SqliteDb> db = std::move(readers_.back());
       readers_.pop_back();
@@ -82,6 +84,7 @@ absl::StatusOr<ResultStore::Reader> ResultStore::AcquireReader() {
   if (!db.ok()) {
     absl::MutexLock lock(&pool_mu_);
     --open_readers_;
+    reader_free_.Signal();
     return db.status();
   }
   return Reader(this, *std::move(db));

@@ -232,6 +232,7 @@ class ResultStore {
       if (db_ == nullptr) return;
       absl::MutexLock lock(&store_->pool_mu_);
       store_->readers_.push_back(std::move(db_));
+      store_->reader_free_.Signal();
     }
     SqliteDb* db() { return db_.get(); }
 
@@ -270,6 +271,7 @@ class ResultStore {
   std::vector<std::unique_ptr<SqliteDb>> readers_ ABSL_GUARDED_BY(pool_mu_);
   // Reader connections in use, idle or being opened.
   int open_readers_ ABSL_GUARDED_BY(pool_mu_) = 0;
+  absl::CondVar reader_free_;
   // Key row ids never change once created, so they are cached.
   absl::Mutex ids_mu_;
   absl::flat_hash_map<std::string, int64_t> ids_ ABSL_GUARDED_BY(ids_mu_);

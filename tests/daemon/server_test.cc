@@ -6,12 +6,17 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
+#include <thread>
 
+#include "evotune/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
+#include "tuner/daemon/worker_pool.h"
+#include "tuner/daemon/worker_service.h"
 
 namespace evotune {
 namespace {
@@ -108,6 +113,58 @@ TEST_F(ServerTest, ReflectionListsTheTunerService) {
   bool ok;
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+// Calls beyond the server's threads are refused at once (RESOURCE_EXHAUSTED)
+// rather than queued behind long ones; the server serves again after.
+TEST(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
+  WorkerPool pool(WorkerPool::Options{});
+  GrpcWorkerPool service(&pool, AccessTokens{});
+  absl::StatusOr<BuiltServer> built =
+      BuildServer("127.0.0.1:0", {&service}, nullptr, false, /*max_threads=*/6);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto stub = v1::WorkerPool::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
+                          grpc::InsecureChannelCredentials()));
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("w");
+  reg.mutable_device()->mutable_device()->set_name("GPU");
+  reg.mutable_device()->set_smem_per_block_bytes(48 << 10);
+  reg.mutable_device()->set_max_threads_per_block(1024);
+  v1::RegisterWorkerResponse id;
+  grpc::ClientContext rc;
+  ASSERT_TRUE(stub->RegisterWorker(&rc, reg, &id).ok());
+  // Leases that wait 2 s for a trial that never comes hold their threads.
+  std::atomic<int> exhausted{0}, waited{0};
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 24; ++i) {
+    calls.emplace_back([&] {
+      grpc::ClientContext ctx;
+      v1::LeaseTrialRequest lease;
+      lease.set_worker_id(id.worker_id());
+      lease.set_wait_ms(2000);
+      v1::LeaseTrialResponse resp;
+      const absl::Time start = absl::Now();
+      grpc::Status s = stub->LeaseTrial(&ctx, lease, &resp);
+      if (s.error_code() == grpc::RESOURCE_EXHAUSTED &&
+          absl::Now() - start < absl::Seconds(1)) {
+        ++exhausted;
+      } else if (s.ok()) {
+        ++waited;
+      }
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  EXPECT_GT(exhausted.load(), 0);
+  EXPECT_GT(waited.load(), 0);
+  EXPECT_EQ(exhausted + waited, 24);
+  grpc::ClientContext hc;
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(id.worker_id());
+  v1::HeartbeatResponse ack;
+  EXPECT_TRUE(stub->Heartbeat(&hc, beat, &ack).ok());
+  built->server->Shutdown();
+  pool.Close();
 }
 
 }  // namespace

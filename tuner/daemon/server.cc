@@ -9,11 +9,15 @@ namespace evotune {
 
 absl::StatusOr<BuiltServer> BuildServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
-    std::shared_ptr<grpc::ServerCredentials> credentials, bool loopback_port) {
+    std::shared_ptr<grpc::ServerCredentials> credentials, bool loopback_port,
+    int max_threads) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  grpc::ResourceQuota quota("evotuned");
+  quota.SetMaxThreads(max_threads);
+  builder.SetResourceQuota(quota);
   BuiltServer built;
   builder.AddListeningPort(
       address,

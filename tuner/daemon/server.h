@@ -16,6 +16,11 @@ namespace evotune {
 // The largest request the server reads (gRPC's default, stated): a larger
 // one is refused with RESOURCE_EXHAUSTED before any handler runs.
 inline constexpr int kMaxRequestBytes = 4 << 20;
+// Threads the server runs calls on at most (each call holds one while it
+// runs; a worker's lease or a watch stream for long). A call beyond gets
+// RESOURCE_EXHAUSTED at once, instead of the process creating threads until
+// the system refuses and every call stalls.
+inline constexpr int kMaxServerThreads = 1024;
 
 struct BuiltServer {
   std::unique_ptr<grpc::Server> server;
@@ -32,7 +37,7 @@ struct BuiltServer {
 absl::StatusOr<BuiltServer> BuildServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
     std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
-    bool loopback_port = false);
+    bool loopback_port = false, int max_threads = kMaxServerThreads);
 
 }  // namespace evotune
 
