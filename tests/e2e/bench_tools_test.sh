@@ -34,4 +34,9 @@ import json, sys
 r = json.loads(sys.argv[1])["result"]
 assert r["trials"] == 120 and r["completions_per_s"] > 0, r' "$out" ||
   fail "coordinator.sh: $out"
+# The several-GPU bench with stand-in workers: both runs, every job whole.
+out=$(TRIALS=8 "$src/bench/multi_gpu.sh" "$bin" 2 --evaluator=synthetic \
+  --synthetic_delay_ms=5) || fail "multi_gpu.sh exited $?"
+[ "$(grep -c '"summary"' <<<"$out")" = 2 ] && [ "$(grep -c '"trials": 8' <<<"$out")" = 6 ] ||
+  fail "multi_gpu.sh: $out"
 echo "PASS"
