@@ -194,13 +194,8 @@ void WaitForModel(v1::Tuner::Stub* stub, int64_t problems,
               absl::ToDoubleSeconds(limit));
 }
 
-// One sender thread issues each request when it is due through the callback
-// API, so a slow answer never delays the next request (open loop).
-int Load(int64_t problems) {
-  const double rate = absl::GetFlag(FLAGS_rate);
-  const int64_t total =
-      static_cast<int64_t>(rate * absl::GetFlag(FLAGS_seconds));
-  const int channels = absl::GetFlag(FLAGS_threads);
+// `channels` stubs to --address, each on a connection of its own.
+std::vector<std::unique_ptr<v1::Tuner::Stub>> Connect(int channels) {
   std::vector<std::unique_ptr<v1::Tuner::Stub>> stubs;
   for (int c = 0; c < channels; ++c) {
     grpc::ChannelArguments args;
@@ -209,6 +204,31 @@ int Load(int64_t problems) {
         grpc::CreateCustomChannel(absl::GetFlag(FLAGS_address),
                                   grpc::InsecureChannelCredentials(), args)));
   }
+  return stubs;
+}
+
+// The latencies of the requests for untuned problems, and how many answers
+// the model ranked.
+void ReportUntuned(const std::vector<char>& untuned,
+                   const std::vector<double>& from_due, int64_t predicted) {
+  std::vector<double> transfers;
+  for (size_t i = 0; i < untuned.size(); ++i) {
+    if (untuned[i]) transfers.push_back(from_due[i]);
+  }
+  if (transfers.empty()) return;
+  std::printf("untuned problems: %zu requests, %lld ranked by the model\n",
+              transfers.size(), static_cast<long long>(predicted));
+  Report("untuned, from due", transfers);
+}
+
+// One sender thread issues each request when it is due through the callback
+// API, so a slow answer never delays the next request (open loop).
+int Load(int64_t problems) {
+  const double rate = absl::GetFlag(FLAGS_rate);
+  const int64_t total =
+      static_cast<int64_t>(rate * absl::GetFlag(FLAGS_seconds));
+  const int channels = absl::GetFlag(FLAGS_threads);
+  std::vector<std::unique_ptr<v1::Tuner::Stub>> stubs = Connect(channels);
   std::vector<double> from_due(total), from_sent(total);
   std::vector<char> untuned(total);
   const int64_t untuned_problems = absl::GetFlag(FLAGS_untuned_problems) > 0
@@ -267,15 +287,7 @@ int Load(int64_t problems) {
       static_cast<long long>(wrong.load()));
   Report("latency from due ", from_due);
   Report("latency from sent", from_sent);
-  if (std::count(untuned.begin(), untuned.end(), 1) > 0) {
-    std::vector<double> transfers;
-    for (int64_t i = 0; i < total; ++i) {
-      if (untuned[i]) transfers.push_back(from_due[i]);
-    }
-    std::printf("untuned problems: %zu requests, %lld ranked by the model\n",
-                transfers.size(), static_cast<long long>(predicted.load()));
-    Report("untuned, from due", transfers);
-  }
+  ReportUntuned(untuned, from_due, predicted.load());
   if (const double steal = StealMs(); steal >= 0 && steal_before >= 0) {
     std::printf("hypervisor steal during the run: %.0f CPU-ms\n",
                 steal - steal_before);

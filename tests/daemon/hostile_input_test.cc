@@ -25,6 +25,7 @@
 #include "tuner/daemon/kernel_service.h"
 #include "tuner/daemon/server.h"
 #include "tuner/daemon/worker_service.h"
+#include "tuner/wire/message_convert.h"
 
 namespace evotune {
 namespace {
@@ -271,14 +272,10 @@ class HostileInputTest : public ::testing::Test {
   std::string SubmitSeed(int trials) {
     v1::SubmitSearchRequest r;
     r.set_template_name("flash_fwd");
-    v1::Problem* p = r.mutable_problem();
-    p->set_batch(1);
-    p->set_heads(8);
-    p->set_kv_heads(8);
-    p->set_seq_q(512);
-    p->set_seq_k(512);
-    p->set_head_dim(64);
-    p->set_dtype(v1::DTYPE_FP16);
+    Problem seed;  // B=1 H=8 S=512 D=64 fp16.
+    seed.heads = seed.kv_heads = 8;
+    seed.seq_q = seed.seq_k = 512;
+    *r.mutable_problem() = ProblemToProto(seed);
     r.mutable_budget()->set_max_trials(trials);
     r.mutable_budget()->set_max_seconds(600);
     r.set_strategy("exhaustive");
