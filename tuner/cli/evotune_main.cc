@@ -29,6 +29,7 @@
 #include "tuner/search/strategy_registry.h"
 #include "tuner/space/config.h"
 #include "tuner/wire/client_flags.h"
+#include "tuner/wire/grpc_lifetime.h"
 #include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, address, "",
@@ -587,5 +588,6 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const evotune::GrpcLifetime grpc;  // Ends with no gRPC thread left.
   return evotune::Main(args);
 }

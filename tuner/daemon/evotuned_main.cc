@@ -34,6 +34,7 @@
 #include "tuner/daemon/worker_service.h"
 #include "tuner/evaluator/replay_evaluator.h"
 #include "tuner/wire/credentials.h"
+#include "tuner/wire/grpc_lifetime.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7433",
           "address to serve gRPC on; port 0 picks a free port");
@@ -437,5 +438,6 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(usage);
   absl::ParseCommandLine(argc, argv);
+  const evotune::GrpcLifetime grpc;  // Ends with no gRPC thread left.
   return evotune::Run();
 }

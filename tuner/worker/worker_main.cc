@@ -28,6 +28,7 @@
 #include "tuner/evaluator/cuda_evaluator.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
 #include "tuner/wire/client_flags.h"
+#include "tuner/wire/grpc_lifetime.h"
 #include "tuner/worker/worker.h"
 
 ABSL_FLAG(std::string, daemon, "127.0.0.1:7433", "evotuned's address");
@@ -211,5 +212,6 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(usage);
   absl::ParseCommandLine(argc, argv);
+  const evotune::GrpcLifetime grpc;  // Ends with no gRPC thread left.
   return evotune::Run();
 }
