@@ -81,5 +81,24 @@ TEST(ProblemTest, FlopsCountOnlyVisiblePairsWhenCausal) {
   EXPECT_DOUBLE_EQ(ProblemFlops(p), 4.0 * 8 * 64 * (0 + 0 + 1 + 2));
 }
 
+TEST(ProblemTest, CausalFlopsAgreeWithCountingRowByRow) {
+  Problem p = Seed();
+  p.causal = true;
+  p.batch = p.heads = p.kv_heads = 1;
+  p.head_dim = 1;
+  for (int64_t seq_q : {1, 2, 3, 17, 64, 511, 4097}) {
+    for (int64_t seq_k : {1, 2, 5, 17, 64, 512, 4097, 131072}) {
+      p.seq_q = seq_q;
+      p.seq_k = seq_k;
+      if (seq_q * seq_k > (int64_t{1} << 24)) continue;  // Counting's cost.
+      double pairs = 0;  // Row i sees keys j <= i + seq_k - seq_q.
+      for (int64_t i = 0; i < seq_q; ++i) {
+        for (int64_t j = 0; j < seq_k && j <= i + seq_k - seq_q; ++j) ++pairs;
+      }
+      EXPECT_DOUBLE_EQ(ProblemFlops(p), 4 * pairs) << seq_q << "x" << seq_k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace evotune

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <thread>
@@ -56,13 +57,16 @@ absl::Status SetParams(BoosterHandle booster, const CostModelOptions& o) {
   return absl::OkStatus();
 }
 
+// The samples' rows, each on its own problem or, given one, on `asked`.
 std::vector<float> FeatureMatrix(const FeatureMap& features,
                                  const std::vector<CostSample>& samples,
-                                 const DeviceLimits& limits) {
+                                 const DeviceLimits& limits,
+                                 const Problem* asked) {
   std::vector<float> values;
   values.reserve(samples.size() * features.size());
   for (const CostSample& s : samples) {
-    features.Append(*s.t, s.config, s.problem, limits, &values);
+    features.Append(*s.t, s.config, asked != nullptr ? *asked : s.problem,
+                    limits, &values);
   }
   return values;
 }
@@ -133,8 +137,8 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
     labels.push_back(static_cast<float>(std::log(s.median_us)));
   }
   OwnedMatrix train;
-  if (absl::Status s = train.Create(FeatureMatrix(*features, samples, limits),
-                                    features->size());
+  if (absl::Status s = train.Create(
+          FeatureMatrix(*features, samples, limits, nullptr), features->size());
       !s.ok()) {
     return s;
   }
@@ -167,22 +171,39 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
 
 absl::StatusOr<std::vector<double>> CostModel::PredictUs(
     const std::vector<CostSample>& samples, int trees) const {
-  if (samples.empty()) return std::vector<double>{};
-  OwnedMatrix m;
-  if (absl::Status s = m.Create(FeatureMatrix(*features_, samples, limits_),
-                                features_->size());
-      !s.ok()) {
-    return s;
-  }
+  return Predict(FeatureMatrix(*features_, samples, limits_, nullptr), trees);
+}
+
+absl::StatusOr<std::vector<double>> CostModel::PredictUsOn(
+    const Problem& problem, const std::vector<CostSample>& samples,
+    int trees) const {
+  return Predict(FeatureMatrix(*features_, samples, limits_, &problem), trees);
+}
+
+absl::StatusOr<std::vector<double>> CostModel::Predict(
+    const std::vector<float>& values, int trees) const {
+  const size_t rows = values.size() / features_->size();
+  if (rows == 0) return std::vector<double>{};
+  // In place from the rows as they are (XGBoost's array interface): a
+  // DMatrix would copy and index them first, several times the prediction.
+  const std::string array =
+      absl::StrCat(R"({"data": [)", reinterpret_cast<uintptr_t>(values.data()),
+                   R"(, true], "shape": [)", rows, ", ", features_->size(),
+                   R"(], "typestr": "<f4", "version": 3})");
+  const std::string config = absl::StrCat(
+      R"({"type": 0, "training": false, "cache_id": 0, "iteration_begin": 0, )",
+      R"("iteration_end": )", trees > 0 && trees < trees_ ? trees : 0,
+      R"(, "strict_shape": false, "missing": NaN})");
   Predictor* p = Acquire();
-  bst_ulong n = 0;
+  const bst_ulong* shape = nullptr;
+  bst_ulong dims = 0;
   const float* out = nullptr;
-  const unsigned limit = trees > 0 && trees < trees_ ? trees : 0;
   const bool failed =
-      XGBoosterPredict(p->booster, m.handle(), 0, limit, 0, &n, &out) != 0;
+      XGBoosterPredictFromDense(p->booster, array.c_str(), config.c_str(),
+                                nullptr, &shape, &dims, &out) != 0;
   std::vector<double> us;
-  us.reserve(n);
-  for (bst_ulong i = 0; !failed && i < n; ++i) us.push_back(std::exp(out[i]));
+  us.reserve(rows);
+  for (size_t i = 0; !failed && i < rows; ++i) us.push_back(std::exp(out[i]));
   p->mu.Unlock();
   if (failed) return XgbError("predicting");
   return us;

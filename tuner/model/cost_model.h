@@ -61,6 +61,11 @@ class CostModel {
   // estimate; all of them when the model has no more).
   absl::StatusOr<std::vector<double>> PredictUs(
       const std::vector<CostSample>& samples, int trees = 0) const;
+  // The same for each sample's config and template on `problem` instead of
+  // its own (ranking configs measured elsewhere, without copying them).
+  absl::StatusOr<std::vector<double>> PredictUsOn(
+      const Problem& problem, const std::vector<CostSample>& samples,
+      int trees = 0) const;
 
   int64_t trained_samples() const { return trained_samples_; }
   const DeviceLimits& limits() const { return limits_; }
@@ -80,6 +85,10 @@ class CostModel {
   absl::Status AddPredictors(int count);
   // A predictor, locked: a free one if any, else the next in turn.
   Predictor* Acquire() const;
+  // Predictions for rows of features_->size() values, by the first `trees`
+  // trees (all for 0).
+  absl::StatusOr<std::vector<double>> Predict(const std::vector<float>& values,
+                                              int trees) const;
 
   const std::shared_ptr<const FeatureMap> features_;
   const DeviceLimits limits_;

@@ -98,10 +98,13 @@ void FeatureMap::Append(const KernelTemplate& t, const Config& config,
        p.causal ? 1.0f : 0.0f, p.dtype == DType::kBf16 ? 1.0f : 0.0f,
        static_cast<float>(std::log2(std::max(1.0, ProblemFlops(p)))),
        static_cast<float>(std::log2(bytes))});
+  // Both sorted by name: one walk, not a lookup per parameter.
+  auto v = config.begin();
   for (const std::string& name : params_) {
-    auto v = config.find(name);
-    out->push_back(v == config.end() ? kMissing
-                                     : static_cast<float>(v->second));
+    while (v != config.end() && v->first < name) ++v;
+    out->push_back(v != config.end() && v->first == name
+                       ? static_cast<float>(v->second)
+                       : kMissing);
   }
   AppendLaunch(t.geometry(config, p), p, limits, out);
 }

@@ -85,10 +85,8 @@ absl::Status Shortlist(const CostModel& model, const Problem& problem, size_t k,
                        std::vector<TransferCandidate>* candidates) {
   const size_t keep = std::max<size_t>(64, 8 * k);
   if (candidates->size() <= keep) return absl::OkStatus();
-  std::vector<CostSample> asked = *candidates;
-  for (CostSample& s : asked) s.problem = problem;
   absl::StatusOr<std::vector<double>> coarse =
-      model.PredictUs(asked, kShortlistTrees);
+      model.PredictUsOn(problem, *candidates, kShortlistTrees);
   if (!coarse.ok()) return coarse.status();
   std::vector<size_t> order(candidates->size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -113,9 +111,7 @@ absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
   if (absl::Status s = Shortlist(model, problem, k, &runnable); !s.ok()) {
     return s;
   }
-  std::vector<CostSample> asked = runnable;  // The same configs on `problem`.
-  for (CostSample& s : asked) s.problem = problem;
-  absl::StatusOr<std::vector<double>> us = model.PredictUs(asked);
+  absl::StatusOr<std::vector<double>> us = model.PredictUsOn(problem, runnable);
   if (!us.ok()) return us.status();
   std::vector<RankedTransfer> ranked;
   for (size_t i = 0; i < runnable.size(); ++i) {

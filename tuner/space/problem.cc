@@ -127,12 +127,15 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
 double ProblemFlops(const Problem& p) {
   double pairs = static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);
   if (p.causal) {
-    // Query row i sees min(seq_k, max(0, i + seq_k - seq_q + 1)) keys.
-    pairs = 0;
-    for (int64_t i = 0; i < p.seq_q; ++i) {
-      pairs += static_cast<double>(
-          std::clamp<int64_t>(i + p.seq_k - p.seq_q + 1, 0, p.seq_k));
-    }
+    // Query row i sees clamp(i + off, 0, seq_k) keys, off = seq_k - seq_q +
+    // 1: none for rows [0, a), i + off for rows [a, b), all from b on. In
+    // closed form, as it is asked per config when a cost model ranks.
+    const int64_t n = p.seq_q, k = p.seq_k, off = k - n + 1;
+    const int64_t a = std::clamp<int64_t>(-off, 0, n);
+    const int64_t b = std::clamp<int64_t>(k - off, a, n);
+    pairs = static_cast<double>(b - a) * static_cast<double>(off) +
+            static_cast<double>(a + b - 1) * static_cast<double>(b - a) / 2 +
+            static_cast<double>(n - b) * static_cast<double>(k);
   }
   return 4.0 * static_cast<double>(p.batch * p.heads * p.head_dim) * pairs;
 }
