@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -473,6 +474,21 @@ TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
   // The same question is answered again (from the cache) alike.
   v1::QueryBestResponse again = Best(d, asked, "decode_fwd", 3);
   EXPECT_EQ(Configs(again), Configs(after));
+
+  // A new problem asked by many at once (one ranks it, the others wait for
+  // that ranking): every one gets the same predicted answer.
+  const Problem burst = Decode(12288, 128);
+  std::vector<v1::QueryBestResponse> answers(8);
+  std::vector<std::thread> askers;
+  for (v1::QueryBestResponse& a : answers) {
+    askers.emplace_back([&] { a = Best(d, burst, "decode_fwd", 3); });
+  }
+  for (std::thread& t : askers) t.join();
+  for (const v1::QueryBestResponse& a : answers) {
+    EXPECT_TRUE(a.predicted());
+    EXPECT_EQ(a.results_size(), 3);
+    EXPECT_EQ(Configs(a), Configs(answers[0]));
+  }
 }
 
 // Tune on miss: a query for a problem without results of its own starts one

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -355,6 +356,37 @@ std::vector<RankedTrial> TuningService::Defaults(
   return out;
 }
 
+void TuningService::Rank(const ModelSnapshot& snapshot,
+                         const std::vector<std::string>& names,
+                         const BestQuery& query, Prediction* p) {
+  auto named = [&](const TransferCandidate& c) {
+    return std::find(names.begin(), names.end(), c.t->name) != names.end();
+  };
+  // The pool is copied only when some of it is not asked for.
+  const bool all =
+      std::all_of(snapshot.pool.begin(), snapshot.pool.end(), named);
+  std::vector<TransferCandidate> some;
+  if (!all) {
+    std::copy_if(snapshot.pool.begin(), snapshot.pool.end(),
+                 std::back_inserter(some), named);
+  }
+  absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
+      *snapshot.model, all ? snapshot.pool : some, query.problem, query.k);
+  if (!ranked.ok()) {
+    p->status = ranked.status();
+    return;
+  }
+  for (const RankedTransfer& r : *ranked) {
+    StoredTrial trial;
+    trial.config = r.candidate.config;
+    trial.result.status = TrialStatus::kOk;
+    trial.result.median_us = r.candidate.median_us;
+    p->results.push_back(
+        {r.candidate.t->name, r.candidate.t->hash, trial, r.predicted_us});
+  }
+  if (!ranked->empty()) p->source_problem = ranked->front().candidate.problem;
+}
+
 absl::StatusOr<bool> TuningService::Predict(
     const BestQuery& query,
     const std::vector<std::pair<std::string, std::string>>& templates,
@@ -367,38 +399,35 @@ absl::StatusOr<bool> TuningService::Predict(
   const std::string key =
       absl::StrCat(snapshot->version, "/", ProblemKey(query.problem), "/",
                    query.k, "/", absl::StrJoin(names, ","));
+  std::shared_ptr<Prediction> p;
+  bool first = false;
   {
     absl::MutexLock lock(&predicted_mu_);
-    if (auto it = predicted_.find(key); it != predicted_.end()) {
-      answer->results = it->second.results;
-      answer->source_problem = it->second.source_problem;
-      answer->transferred = answer->predicted = !answer->results.empty();
-      return answer->predicted;
+    if (predicted_.size() >= kMaxPredictedAnswers && !predicted_.count(key)) {
+      predicted_.clear();  // Those being ranked still reach their askers.
     }
+    std::shared_ptr<Prediction>& slot = predicted_[key];
+    first = slot == nullptr;
+    if (first) slot = std::make_shared<Prediction>();
+    p = slot;
   }
-  std::vector<TransferCandidate> pool;
-  for (const TransferCandidate& c : snapshot->pool) {
-    if (std::find(names.begin(), names.end(), c.t->name) != names.end()) {
-      pool.push_back(c);
+  if (first) {
+    Rank(*snapshot, names, query, p.get());
+    if (!p->status.ok()) {  // Not kept: the next query ranks again.
+      absl::MutexLock lock(&predicted_mu_);
+      if (auto it = predicted_.find(key);
+          it != predicted_.end() && it->second == p) {
+        predicted_.erase(it);
+      }
     }
+    p->done.Notify();
+  } else {
+    p->done.WaitForNotification();
   }
-  absl::StatusOr<std::vector<RankedTransfer>> ranked =
-      RankTransfers(*snapshot->model, pool, query.problem, query.k);
-  if (!ranked.ok()) return ranked.status();
-  for (const RankedTransfer& r : *ranked) {
-    StoredTrial trial;
-    trial.config = r.candidate.config;
-    trial.result.status = TrialStatus::kOk;
-    trial.result.median_us = r.candidate.median_us;
-    answer->results.push_back(
-        {r.candidate.t->name, r.candidate.t->hash, trial, r.predicted_us});
-  }
-  if (!ranked->empty())
-    answer->source_problem = ranked->front().candidate.problem;
-  answer->transferred = answer->predicted = !ranked->empty();
-  absl::MutexLock lock(&predicted_mu_);
-  if (predicted_.size() >= kMaxPredictedAnswers) predicted_.clear();
-  predicted_[key] = *answer;
+  if (!p->status.ok()) return p->status;
+  answer->results = p->results;
+  if (!p->results.empty()) answer->source_problem = p->source_problem;
+  answer->transferred = answer->predicted = !answer->results.empty();
   return answer->predicted;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/daemon/cost_models.h"
@@ -174,6 +176,18 @@ class TuningService {
       const BestQuery& query,
       const std::vector<std::pair<std::string, std::string>>& templates,
       const DeviceLimits& limits) const;
+  // One query's answer from a cost model: set before `done` is notified.
+  struct Prediction {
+    absl::Notification done;
+    absl::Status status;
+    std::vector<RankedTrial> results;
+    Problem source_problem;
+  };
+  // Ranks the snapshot's pool configs of the templates `names` for the
+  // query's problem into p (all but `done`).
+  static void Rank(const ModelSnapshot& snapshot,
+                   const std::vector<std::string>& names,
+                   const BestQuery& query, Prediction* p);
   // Fills answer->results from the device's cost model; false when it has
   // none or nothing in its pool runs on the problem. Answers are cached per
   // model version.
@@ -196,9 +210,11 @@ class TuningService {
   const TuneOnMiss tune_on_miss_;
   CostModels* const models_;
   absl::Mutex predicted_mu_;
-  // Predicted answers (results and source problem) by model version and
-  // query; cleared when it grows past kMaxPredictedAnswers.
-  std::map<std::string, BestAnswer> predicted_ ABSL_GUARDED_BY(predicted_mu_);
+  // Predicted answers by model version and query, each ranked once however
+  // many ask at the same time (the first ranks, the others wait for it);
+  // cleared when it grows past kMaxPredictedAnswers.
+  std::map<std::string, std::shared_ptr<Prediction>> predicted_
+      ABSL_GUARDED_BY(predicted_mu_);
   absl::Mutex tuning_mu_;
   // Background jobs by (device, template, problem) key; empty for a problem
   // that could not be tuned here.
