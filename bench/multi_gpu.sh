@@ -10,12 +10,15 @@
 #   bench/multi_gpu.sh BIN_DIR GPUS [evotuned flags...]
 #   e.g. TEMPLATE=flash_fwd_tma TRIALS=300 bench/multi_gpu.sh build/bin 2
 #   (no GPU: bench/multi_gpu.sh build/bin 2 --evaluator=synthetic --synthetic_delay_ms=20)
+#   LABELS=one runs only (a), LABELS=two only (b); pass --cache_dir=none so the
+#   second run compiles every kernel again, as the first did.
 set -euo pipefail
 bin=$1
 gpus=$2
 shift 2
 template=${TEMPLATE:-flash_fwd}
 trials=${TRIALS:-120}
+labels=${LABELS:-one two}  # "one" (one search), "two" (two at once) or both
 work=$(mktemp -d)
 pid=""
 cleanup() { [ -z "$pid" ] || kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -57,8 +60,10 @@ print(json.dumps({"label": label, "workers": workers, "job": job["job_id"],
 }
 
 for workers in 1 "$gpus"; do
-  problems=(512); run_jobs "$workers" one "$@"
-  problems=(512 640); run_jobs "$workers" two "$@"
+  for label in $labels; do
+    if [ "$label" = one ]; then problems=(512); else problems=(512 640); fi
+    run_jobs "$workers" "$label" "$@"
+  done
 done
 python3 - "$work/runs.jsonl" "$gpus" <<'PY'
 import json, sys
@@ -68,7 +73,7 @@ def wall(label, workers):
     return max(r["seconds"] for r in runs if r["label"] == label and r["workers"] == workers)
 for r in runs:
     assert r["trials"] > 0, r
-for label in ("one", "two"):
+for label in sorted({r["label"] for r in runs}):
     print(json.dumps({"summary": label, "searches": 1 if label == "one" else 2,
                       "wall_s_1_gpu": wall(label, 1), f"wall_s_{gpus}_gpus": wall(label, gpus),
                       "speedup": round(wall(label, 1) / wall(label, gpus), 2)}))

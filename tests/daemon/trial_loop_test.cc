@@ -80,16 +80,17 @@ class TrialLoopTest : public ::testing::Test {
 };
 
 TEST_F(TrialLoopTest, RunsTheBudgetAndRecordsEveryTrial) {
+  job_.max_trials = 20;
   bool cancelled = false;
   ASSERT_TRUE(RunLoop(cancelled).ok());
   EXPECT_FALSE(cancelled);
-  EXPECT_EQ(Events(), 10);
-  EXPECT_EQ(notified_, 10);
+  EXPECT_EQ(Events(), 20);
+  EXPECT_EQ(notified_, 20);
   // Every trial was timed quickly; those that could enter the elite of five
   // again, fully, before they counted.
-  EXPECT_EQ(runner_.Quick(), 10);
+  EXPECT_EQ(runner_.Quick(), 20);
   EXPECT_GE(runner_.Finished() - runner_.Quick(), 5);
-  EXPECT_LT(runner_.Finished(), 20);
+  EXPECT_LT(runner_.Finished(), 40);
 }
 
 TEST_F(TrialLoopTest, StoredResultsJoinTheJobWithoutRunning) {
@@ -128,7 +129,8 @@ TEST_F(TrialLoopTest, AResumedJobGoesOnFromItsStoredTrials) {
 TEST_F(TrialLoopTest, AStopWithdrawsWhatIsInFlight) {
   runner_.HoldAfter(0);
   bool cancelled = false;
-  // Nothing finishes; the loop launches Parallelism + kQueuedAhead trials,
+  // Nothing finishes; the loop launches Parallelism x (1 + kQueuedAhead)
+  // trials,
   // then should_stop (asked every wait) ends it.
   int asked = 0;
   TrialLoop::Hooks hooks;
@@ -139,7 +141,7 @@ TEST_F(TrialLoopTest, AStopWithdrawsWhatIsInFlight) {
   hooks.notify = [] {};
   ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
   EXPECT_TRUE(cancelled);
-  const size_t launched = 2 + TrialLoop::kQueuedAhead;
+  const size_t launched = 2 * (1 + TrialLoop::kQueuedAhead);
   ASSERT_EQ(runner_.Held(), 0u);  // Each withdrawn before it ran.
   EXPECT_EQ(runner_.Withdrawals(), launched);
   EXPECT_EQ(Events(), 0);
@@ -159,7 +161,7 @@ TEST_F(TrialLoopTest, ATrialRunningAtAStopIsKeptButNotPartOfTheJob) {
   };
   hooks.notify = [] {};
   ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
-  const size_t launched = 2 + TrialLoop::kQueuedAhead;
+  const size_t launched = 2 * (1 + TrialLoop::kQueuedAhead);
   ASSERT_EQ(runner_.Held(), launched);  // Withdraw left them running.
   // One finishes after the loop ended: its result is kept, though not as
   // part of the job.
@@ -197,7 +199,7 @@ TEST_F(TrialLoopTest, ATimeBudgetEndsTheSearch) {
   hooks.clock = &clock;
   bool cancelled = false;
   ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
-  EXPECT_LE(Events(), 2 + TrialLoop::kQueuedAhead);
+  EXPECT_LE(Events(), 2 * (1 + TrialLoop::kQueuedAhead));
   EXPECT_GE(Events(), 4);
   EXPECT_GE(store_->GetJob("job1")->elapsed_seconds, 35);
 }

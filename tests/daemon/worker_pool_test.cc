@@ -17,6 +17,7 @@
 namespace evotune {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 DeviceInfo Gpu(const std::string& name = "Test GPU") {
@@ -105,6 +106,44 @@ TEST(WorkerPoolTest, LeasesRunAndReportResults) {
   ASSERT_TRUE(pool.Complete(w, second, Ok(9), false).ok());
   ASSERT_TRUE(b.Wait());
   EXPECT_EQ(b.result->median_us, 9);
+}
+
+// Two workers compile different trials ahead, each leases those it
+// compiled, and one takes the other's when nothing else is queued for it.
+TEST(WorkerPoolTest, WorkersCompileDifferentTrialsAheadAndLeaseTheirOwn) {
+  WorkerPool pool(Fast());
+  const std::string a = *pool.Register(Info("a"));
+  const std::string b = *pool.Register(Info("b"));
+  std::vector<Outcome> outcomes(6);
+  for (int i = 0; i < 6; ++i) pool.Start(Task(i + 1), outcomes[i].Callback());
+  auto warps = [](const std::vector<LeasedTask>& tasks) {
+    std::vector<int64_t> w;
+    for (const LeasedTask& t : tasks) w.push_back(t.task.config.at("WARPS"));
+    return w;
+  };
+  std::vector<LeasedTask> ahead_a, ahead_b;
+  const LeasedTask first_a = **pool.Lease(a, absl::Seconds(1), &ahead_a);
+  EXPECT_EQ(first_a.task.config.at("WARPS"), 1);
+  EXPECT_THAT(warps(ahead_a), ElementsAre(2, 3, 4, 5, 6));
+  // Nothing unclaimed is left for b: it takes a's first, compiles nothing.
+  const LeasedTask first_b = **pool.Lease(b, absl::Seconds(1), &ahead_b);
+  EXPECT_EQ(first_b.task.config.at("WARPS"), 2);
+  EXPECT_TRUE(ahead_b.empty());
+  // Two more trials: b is told to compile them and leases them before a's.
+  Outcome late_1, late_2;
+  pool.Start(Task(7), late_1.Callback());
+  pool.Start(Task(8), late_2.Callback());
+  ASSERT_TRUE(pool.Complete(b, first_b, Ok(1), false).ok());
+  ahead_b.clear();
+  const LeasedTask second_b = **pool.Lease(b, absl::Seconds(1), &ahead_b);
+  EXPECT_EQ(second_b.task.config.at("WARPS"), 7);
+  EXPECT_THAT(warps(ahead_b), ElementsAre(8));
+  ASSERT_TRUE(pool.Complete(b, second_b, Ok(1), false).ok());
+  EXPECT_EQ(MustLease(pool, b).task.config.at("WARPS"), 8);
+  // a leases what it was told to compile, in order.
+  ASSERT_TRUE(pool.Complete(a, first_a, Ok(1), false).ok());
+  EXPECT_EQ(MustLease(pool, a).task.config.at("WARPS"), 3);
+  pool.Close();
 }
 
 TEST(WorkerPoolTest, OnlyMatchingWorkersGetATask) {

@@ -3,8 +3,8 @@
 //   Resume  the strategy and the elite learn the trials the job already has;
 //   Fill    ask the strategy for configs; one the store already measured is
 //           recorded at once, the others are launched on the TrialRunner
-//           (timed quickly first) until enough are in flight to keep the
-//           device's workers busy and compiling ahead;
+//           (timed quickly first) until enough are in flight to keep
+//           every worker of the device busy and compiling ahead;
 //   Await   the next finished trial;
 //   Tell    a quick timing that could enter the job's elite is launched
 //           again to be timed fully; anything else is recorded;
@@ -60,8 +60,8 @@ class Elite {
 
 class TrialLoop {
  public:
-  // Trials queued beyond those the device's workers run at once, so that
-  // they can be compiled ahead.
+  // Trials queued per worker of the device beyond the one it runs, so that
+  // each worker compiles its own ahead.
   static constexpr int kQueuedAhead = 4;
 
   struct Hooks {

@@ -218,13 +218,8 @@ absl::StatusOr<std::optional<LeasedTask>> WorkerPool::Lease(
         "worker_id: this worker's trial passed its deadline; it must exit");
   }
   ++it->second.leasing;
-  // The first queued trial this worker can run.
   auto pick = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto w = workers_.find(worker_id);
-    if (w == workers_.end()) return queue_.end();
-    return std::find_if(queue_.begin(), queue_.end(), [&](uint64_t id) {
-      return Matches(w->second, tasks_.at(id).task);
-    });
+    return Pick(worker_id);
   };
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || workers_.count(worker_id) == 0 ||
@@ -251,12 +246,38 @@ absl::StatusOr<std::optional<LeasedTask>> WorkerPool::Lease(
   if (upcoming != nullptr) {
     for (uint64_t q : queue_) {
       if (static_cast<int>(upcoming->size()) >= kUpcoming) break;
-      if (Matches(w, tasks_.at(q).task)) {
-        upcoming->push_back(ToLeased(q, tasks_.at(q)));
-      }
+      Task& t = tasks_.at(q);
+      if (!Matches(w, t.task) || !ClaimableBy(t, worker_id)) continue;
+      t.prefetched_by = worker_id;
+      upcoming->push_back(ToLeased(q, t));
     }
   }
   return ToLeased(id, task);
+}
+
+bool WorkerPool::ClaimableBy(const Task& t,
+                             const std::string& worker_id) const {
+  return t.prefetched_by.empty() || t.prefetched_by == worker_id ||
+         workers_.count(t.prefetched_by) == 0;
+}
+
+std::deque<uint64_t>::iterator WorkerPool::Pick(const std::string& worker_id) {
+  auto w = workers_.find(worker_id);
+  if (w == workers_.end()) return queue_.end();
+  auto first_own = queue_.end(), first_free = queue_.end(),
+       first_any = queue_.end();
+  for (auto q = queue_.begin(); q != queue_.end(); ++q) {
+    const Task& t = tasks_.at(*q);
+    if (!Matches(w->second, t.task)) continue;
+    if (first_any == queue_.end()) first_any = q;
+    if (t.prefetched_by == worker_id) {
+      first_own = q;
+      break;
+    }
+    if (first_free == queue_.end() && ClaimableBy(t, worker_id)) first_free = q;
+  }
+  if (first_own != queue_.end()) return first_own;
+  return first_free != queue_.end() ? first_free : first_any;
 }
 
 absl::StatusOr<bool> WorkerPool::Heartbeat(const std::string& worker_id,

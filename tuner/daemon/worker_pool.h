@@ -83,7 +83,9 @@ class WorkerPool : public TrialRunner {
   // registers again.
   absl::StatusOr<std::string> Register(WorkerInfo info);
   // Waits up to `wait` for a trial this worker can run; nullopt when none
-  // came. `upcoming` gets queued trials for it to compile ahead.
+  // came. `upcoming` gets queued trials for it to compile ahead, none that
+  // another worker was given; this worker leases those first, and another
+  // takes them only when nothing else is queued for it.
   absl::StatusOr<std::optional<LeasedTask>> Lease(
       const std::string& worker_id, absl::Duration wait,
       std::vector<LeasedTask>* upcoming);
@@ -126,6 +128,9 @@ class WorkerPool : public TrialRunner {
     TrialTask task;
     TrialDone done;
     std::string worker_id;  // Empty while queued.
+    // The worker told to compile it ahead: it leases it first, and no other
+    // worker is told to compile it too.
+    std::string prefetched_by;
     absl::Time leased_at = absl::InfinitePast();
     absl::Duration deadline = absl::ZeroDuration();
     int crashes = 0;
@@ -135,6 +140,15 @@ class WorkerPool : public TrialRunner {
 
   void Reap();
   bool Matches(const Worker& w, const TrialTask& t) const;
+  // Whether `worker_id` may be told to compile `t` ahead: no live worker
+  // other than it was.
+  bool ClaimableBy(const Task& t, const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queued trial `worker_id` leases next: the first it was told to
+  // compile ahead, else the first no other worker was, else the first it can
+  // run; queue_.end() when none.
+  std::deque<uint64_t>::iterator Pick(const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LeasedTask ToLeased(uint64_t id, const Task& t) const;
   absl::Duration DeadlineFor(const TrialTask& t) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
