@@ -44,6 +44,13 @@ ABSL_FLAG(int64_t, untuned_problems, 0,
 ABSL_FLAG(double, model_wait_s, 120,
           "with untuned requests, wait this long at most for the daemon's "
           "cost model before the load");
+ABSL_FLAG(bool, wait_for_model, true,
+          "untuned requests wait for the cost model's first ranking of their "
+          "problem; with false a first-time miss is answered at once with the "
+          "defaults while the daemon ranks it in the background");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed of the requests' problems (another seed asks other untuned "
+          "problems of the same daemon)");
 ABSL_FLAG(int, in_process, 0,
           "instead of a load over gRPC, time this many ResultStore::TopK "
           "calls on one thread");
@@ -168,7 +175,11 @@ struct Call {
 
 // A tuned problem gets its own top k; an untuned one a transferred answer.
 bool RightAnswer(const Call& c) {
-  if (c.untuned) return c.resp.transferred() && c.resp.results_size() == kTopK;
+  if (c.untuned) {
+    return c.resp.ranking()
+               ? c.resp.defaults() && c.resp.results_size() > 0
+               : c.resp.transferred() && c.resp.results_size() == kTopK;
+  }
   return c.resp.results_size() == kTopK && !c.resp.transferred();
 }
 
@@ -207,17 +218,21 @@ std::vector<std::unique_ptr<v1::Tuner::Stub>> Connect(int channels) {
   return stubs;
 }
 
-// The latencies of the requests for untuned problems, and how many answers
-// the model ranked.
+// The latencies of the requests for untuned problems, how many answers the
+// model ranked, and how many were answered while it ranked.
 void ReportUntuned(const std::vector<char>& untuned,
-                   const std::vector<double>& from_due, int64_t predicted) {
+                   const std::vector<double>& from_due, int64_t predicted,
+                   int64_t ranking) {
   std::vector<double> transfers;
   for (size_t i = 0; i < untuned.size(); ++i) {
     if (untuned[i]) transfers.push_back(from_due[i]);
   }
   if (transfers.empty()) return;
-  std::printf("untuned problems: %zu requests, %lld ranked by the model\n",
-              transfers.size(), static_cast<long long>(predicted));
+  std::printf(
+      "untuned problems: %zu requests, %lld ranked by the model, %lld "
+      "answered while it ranked\n",
+      transfers.size(), static_cast<long long>(predicted),
+      static_cast<long long>(ranking));
   Report("untuned, from due", transfers);
 }
 
@@ -234,13 +249,13 @@ int Load(int64_t problems) {
   const int64_t untuned_problems = absl::GetFlag(FLAGS_untuned_problems) > 0
                                        ? absl::GetFlag(FLAGS_untuned_problems)
                                        : problems;
-  std::atomic<int64_t> predicted{0};
+  std::atomic<int64_t> predicted{0}, ranking{0};
   if (absl::GetFlag(FLAGS_untuned_fraction) > 0) {
     WaitForModel(stubs[0].get(), problems,
                  absl::Seconds(absl::GetFlag(FLAGS_model_wait_s)));
   }
   std::atomic<int64_t> errors{0}, wrong{0}, finished{0};
-  std::mt19937_64 gen(1);
+  std::mt19937_64 gen(absl::GetFlag(FLAGS_seed));
   const double steal_before = StealMs();
   const absl::Time start = absl::Now() + absl::Milliseconds(200);
   for (int64_t i = 0; i < total; ++i) {
@@ -257,6 +272,7 @@ int Load(int64_t problems) {
                    : ProblemNumber(gen() % problems));
     call->req.set_template_name(kTemplate);
     call->req.set_k(kTopK);
+    call->req.set_wait_for_model(absl::GetFlag(FLAGS_wait_for_model));
     call->ctx.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::seconds(30));
     call->due = start + absl::Seconds(i / rate);
@@ -273,7 +289,8 @@ int Load(int64_t problems) {
                          s.error_message().c_str());
           }
           if (s.ok() && !RightAnswer(*c)) ++wrong;
-          if (c->resp.predicted()) ++predicted;
+          predicted += c->resp.predicted();
+          ranking += c->resp.ranking();
           delete c;
           ++finished;
         });
@@ -287,7 +304,7 @@ int Load(int64_t problems) {
       static_cast<long long>(wrong.load()));
   Report("latency from due ", from_due);
   Report("latency from sent", from_sent);
-  ReportUntuned(untuned, from_due, predicted.load());
+  ReportUntuned(untuned, from_due, predicted.load(), ranking.load());
   if (const double steal = StealMs(); steal >= 0 && steal_before >= 0) {
     std::printf("hypervisor steal during the run: %.0f CPU-ms\n",
                 steal - steal_before);

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tuner/daemon/grpc_service.h"
@@ -327,11 +329,13 @@ Problem Decode(int64_t seq_k, int64_t head_dim) {
 
 // QueryBest on the daemon.
 v1::QueryBestResponse Best(Daemon& d, const Problem& p,
-                           const std::string& template_name = "", int k = 100) {
+                           const std::string& template_name = "", int k = 100,
+                           std::optional<bool> wait_for_model = std::nullopt) {
   v1::QueryBestRequest q;
   *q.mutable_problem() = ProblemToProto(p);
   q.set_template_name(template_name);
   q.set_k(k);
+  if (wait_for_model.has_value()) q.set_wait_for_model(*wait_for_model);
   grpc::ClientContext ctx;
   v1::QueryBestResponse resp;
   EXPECT_TRUE(d.stub()->QueryBest(&ctx, q, &resp).ok());
@@ -486,9 +490,31 @@ TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
   for (std::thread& t : askers) t.join();
   for (const v1::QueryBestResponse& a : answers) {
     EXPECT_TRUE(a.predicted());
+    EXPECT_FALSE(a.ranking());
     EXPECT_EQ(a.results_size(), 3);
     EXPECT_EQ(Configs(a), Configs(answers[0]));
   }
+
+  // A query that does not wait: answered at once with the defaults while the
+  // model ranks in the background; a later query gets the model's answer.
+  const Problem hurried = Decode(24576, 128);
+  v1::QueryBestResponse now = Best(d, hurried, "decode_fwd", 3, false);
+  EXPECT_TRUE(now.ranking());
+  EXPECT_FALSE(now.predicted());
+  EXPECT_TRUE(now.defaults());
+  EXPECT_GT(now.results_size(), 0);
+  v1::QueryBestResponse later;
+  for (int i = 0; i < 500 && !later.predicted(); ++i) {
+    if (i > 0) absl::SleepFor(absl::Milliseconds(10));
+    later = Best(d, hurried, "decode_fwd", 3, false);
+  }
+  EXPECT_TRUE(later.predicted());
+  EXPECT_FALSE(later.ranking());
+  ASSERT_GT(later.results_size(), 0);
+  EXPECT_EQ(ConfigFromProto(later.results(0).trial().config())->at("KV_SPLITS"),
+            32);
+  // One that waits is ranked before its answer.
+  EXPECT_TRUE(Best(d, Decode(20480, 128), "decode_fwd", 3, true).predicted());
 }
 
 // Tune on miss: a query for a problem without results of its own starts one

@@ -180,7 +180,12 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
     absl::StrAppend(&out, "no template supports this problem\n");
     return out;
   }
-  if (best.defaults()) {
+  if (best.ranking()) {
+    absl::StrAppend(&out,
+                    "no exact match, and this GPU's cost model is still "
+                    "ranking this problem: the templates' default configs, "
+                    "not measured (ask again for the model's answer)\n");
+  } else if (best.defaults()) {
     absl::StrAppend(&out,
                     "nothing tuned on this GPU runs on this problem: the "
                     "templates' default configs, not measured (tune it: "

@@ -110,6 +110,14 @@ ABSL_FLAG(bool, cost_model, true,
           "rank the configs served for untuned problems with a cost model "
           "trained on the device's trials (retrained in the background as "
           "trials arrive); without it, the nearest tuned problem's");
+ABSL_FLAG(bool, wait_for_model, true,
+          "a QueryBest for a problem the cost model has not ranked waits for "
+          "its ranking (a few milliseconds); with false it is answered at "
+          "once with the templates' defaults, flagged as ranking, while the "
+          "model ranks it in the background (a query may say otherwise)");
+ABSL_FLAG(int, ranking_threads, 0,
+          "threads ranking problems in the background for queries that do "
+          "not wait for the cost model (0: a quarter of the CPU cores)");
 ABSL_FLAG(int, cost_model_min_trials, 50,
           "OK trials a device needs before its cost model is trained");
 
@@ -284,6 +292,19 @@ void WritePortFile(int port) {
   std::filesystem::rename(tmp, port_file, ec);
 }
 
+// How queries meet the cost model's first ranking of a problem
+// (--wait_for_model, --ranking_threads).
+ModelRanking Ranking() {
+  ModelRanking ranking;
+  ranking.wait = absl::GetFlag(FLAGS_wait_for_model);
+  ranking.threads = absl::GetFlag(FLAGS_ranking_threads);
+  if (ranking.threads <= 0) {
+    ranking.threads =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 4);
+  }
+  return ranking;
+}
+
 // The cost models of --cost_model, started and used by `jobs`; null without.
 std::unique_ptr<CostModels> StartCostModels(ResultStore* store,
                                             const TemplateRegistry* templates,
@@ -379,7 +400,7 @@ int Run() {
       {absl::GetFlag(FLAGS_tune_on_miss),
        std::clamp<int64_t>(absl::GetFlag(FLAGS_tune_on_miss_trials), 1,
                            kMaxTrialsLimit)},
-      models.get());
+      models.get(), Ranking());
   KernelService kernels(&service, store->get());
   GrpcTuner grpc_service(&service, *tokens, &kernels);
   std::unique_ptr<GrpcWorkerPool> worker_service;

@@ -34,6 +34,7 @@ KernelService::KernelService(TuningService* tuning, ResultStore* store,
 absl::StatusOr<ServedKernel> KernelService::GetKernel(const BestQuery& query) {
   BestQuery best = query;
   best.k = 1;
+  best.wait_for_model = true;  // A kernel is compiled once: the best answer.
   absl::StatusOr<BestAnswer> answer = tuning_->QueryBest(best);
   if (!answer.ok()) return answer.status();
   if (answer->results.empty()) {

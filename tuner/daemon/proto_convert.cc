@@ -74,6 +74,7 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
   out.set_transferred(answer.transferred);
   out.set_predicted(answer.predicted);
   out.set_defaults(answer.defaults);
+  out.set_ranking(answer.ranking);
   out.set_tuning_job_id(answer.tuning_job_id);
   *out.mutable_source_problem() = ProblemToProto(answer.source_problem);
   for (const RankedTrial& r : answer.results) {
@@ -136,6 +137,7 @@ absl::StatusOr<BestQuery> BestQueryFromProto(const v1::QueryBestRequest& r) {
   if (!out.ok()) return out;
   out->k =
       r.k() == 0 ? 1 : static_cast<int>(std::min<uint32_t>(r.k(), 1 << 20));
+  if (r.has_wait_for_model()) out->wait_for_model = r.wait_for_model();
   return out;
 }
 

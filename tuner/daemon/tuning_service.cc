@@ -38,12 +38,18 @@ absl::Status ValidateJobId(const std::string& job_id) {
 TuningService::TuningService(ResultStore* store,
                              const TemplateRegistry* templates,
                              JobManager* jobs, TuneOnMiss tune_on_miss,
-                             CostModels* models)
+                             CostModels* models, ModelRanking ranking)
     : store_(store),
       templates_(templates),
       jobs_(jobs),
       tune_on_miss_(tune_on_miss),
-      models_(models) {}
+      models_(models),
+      ranking_(ranking) {
+  if (models_ != nullptr) {
+    rankings_ = std::make_unique<TaskQueue>(std::max(1, ranking_.threads),
+                                            ranking_.max_queued);
+  }
+}
 
 absl::StatusOr<const KernelTemplate*> TuningService::ValidateTemplate(
     const std::string& template_name, const Problem& problem) {
@@ -278,10 +284,15 @@ absl::StatusOr<BestAnswer> TuningService::Transfer(
     absl::StatusOr<bool> predicted = Predict(query, templates, &answer);
     if (!predicted.ok()) return predicted.status();
     if (*predicted) return answer;
-    absl::StatusOr<bool> nearest =
-        TransferNearest(query, templates, limits, &answer);
-    if (!nearest.ok()) return nearest.status();
-    if (*nearest) return answer;
+    // A query that does not wait for the model gets the defaults at once:
+    // the nearest tuned problem is a search of the store, as slow as a
+    // ranking.
+    if (!answer.ranking) {
+      absl::StatusOr<bool> nearest =
+          TransferNearest(query, templates, limits, &answer);
+      if (!nearest.ok()) return nearest.status();
+      if (*nearest) return answer;
+    }
   }
   answer.defaults = true;
   answer.results = Defaults(query, templates, limits);
@@ -387,6 +398,43 @@ void TuningService::Rank(const ModelSnapshot& snapshot,
   if (!ranked->empty()) p->source_problem = ranked->front().candidate.problem;
 }
 
+void TuningService::Publish(const ModelSnapshot& snapshot,
+                            const std::vector<std::string>& names,
+                            const BestQuery& query, const std::string& key,
+                            const std::shared_ptr<Prediction>& p) {
+  Rank(snapshot, names, query, p.get());
+  if (!p->status.ok()) Forget(key, p);  // The next query ranks again.
+  p->done.Notify();
+}
+
+void TuningService::StartRanking(bool wait,
+                                 std::shared_ptr<const ModelSnapshot> snapshot,
+                                 std::vector<std::string> names,
+                                 const BestQuery& query, const std::string& key,
+                                 std::shared_ptr<Prediction> p) {
+  if (wait) {
+    Publish(*snapshot, names, query, key, p);
+    return;
+  }
+  if (rankings_->TrySchedule([this, snapshot, names, query, key, p] {
+        Publish(*snapshot, names, query, key, p);
+      })) {
+    return;
+  }
+  Forget(key, p);  // A later query tries again.
+  p->dropped = true;
+  p->done.Notify();
+}
+
+void TuningService::Forget(const std::string& key,
+                           const std::shared_ptr<Prediction>& p) {
+  absl::MutexLock lock(&predicted_mu_);
+  if (auto it = predicted_.find(key);
+      it != predicted_.end() && it->second == p) {
+    predicted_.erase(it);
+  }
+}
+
 absl::StatusOr<bool> TuningService::Predict(
     const BestQuery& query,
     const std::vector<std::pair<std::string, std::string>>& templates,
@@ -411,19 +459,17 @@ absl::StatusOr<bool> TuningService::Predict(
     if (first) slot = std::make_shared<Prediction>();
     p = slot;
   }
-  if (first) {
-    Rank(*snapshot, names, query, p.get());
-    if (!p->status.ok()) {  // Not kept: the next query ranks again.
-      absl::MutexLock lock(&predicted_mu_);
-      if (auto it = predicted_.find(key);
-          it != predicted_.end() && it->second == p) {
-        predicted_.erase(it);
-      }
-    }
-    p->done.Notify();
-  } else {
-    p->done.WaitForNotification();
+  const bool wait = query.wait_for_model.value_or(ranking_.wait);
+  if (first) StartRanking(wait, snapshot, std::move(names), query, key, p);
+  // The first asker knows without a race: only it sets `dropped`, in
+  // StartRanking.
+  const bool ready = first ? wait || p->dropped : p->done.HasBeenNotified();
+  if (!ready && !wait) {
+    answer->ranking = true;
+    return false;
   }
+  p->done.WaitForNotification();
+  if (p->dropped) return false;
   if (!p->status.ok()) return p->status;
   answer->results = p->results;
   if (!p->results.empty()) answer->source_problem = p->source_problem;

@@ -20,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
+#include "tuner/common/task_queue.h"
 #include "tuner/daemon/cost_models.h"
 #include "tuner/daemon/job_manager.h"
 #include "tuner/search/strategy_registry.h"
@@ -63,6 +64,19 @@ struct BestQuery {
   // Start a background search when the problem has no results of its own;
   // unset means the daemon's default (TuneOnMiss::enabled).
   std::optional<bool> tune_on_miss;
+  // Wait for the cost model's first ranking of the problem; unset means the
+  // daemon's default (ModelRanking::wait).
+  std::optional<bool> wait_for_model;
+};
+
+// How the cost model's first ranking of a problem meets the query that asks:
+// the query waits for it (`wait`), or it runs on one of `threads` background
+// threads (at most `max_queued` waiting) while the query is answered with
+// the templates' defaults.
+struct ModelRanking {
+  bool wait = true;
+  int threads = 1;
+  size_t max_queued = 256;
 };
 
 // Tune on miss: a QueryBest whose problem has no results of its own starts
@@ -99,6 +113,8 @@ struct BestAnswer {
   bool transferred = false;
   bool predicted = false;
   bool defaults = false;
+  // The cost model is ranking the problem; this answer did not wait for it.
+  bool ranking = false;
   Problem source_problem;
   std::vector<RankedTrial> results;
   // The background search tuning the problem (tune on miss), if any.
@@ -117,7 +133,7 @@ class TuningService {
   // transfers come from the nearest tuned problem).
   TuningService(ResultStore* store, const TemplateRegistry* templates,
                 JobManager* jobs, TuneOnMiss tune_on_miss = {},
-                CostModels* models = nullptr);
+                CostModels* models = nullptr, ModelRanking ranking = {});
 
   absl::StatusOr<JobRecord> SubmitSearch(const SearchRequest& request);
   absl::StatusOr<JobView> GetJob(const std::string& job_id);
@@ -179,6 +195,7 @@ class TuningService {
   // One query's answer from a cost model: set before `done` is notified.
   struct Prediction {
     absl::Notification done;
+    bool dropped = false;  // The background queue was full: never ranked.
     absl::Status status;
     std::vector<RankedTrial> results;
     Problem source_problem;
@@ -188,6 +205,16 @@ class TuningService {
   static void Rank(const ModelSnapshot& snapshot,
                    const std::vector<std::string>& names,
                    const BestQuery& query, Prediction* p);
+  // Ranks into p, forgets p's key when that failed, and notifies p's askers.
+  void Publish(const ModelSnapshot& snapshot,
+               const std::vector<std::string>& names, const BestQuery& query,
+               const std::string& key, const std::shared_ptr<Prediction>& p);
+  // Publishes p now (wait) or on the background queue; when that is full,
+  // forgets p and notifies it as dropped.
+  void StartRanking(bool wait, std::shared_ptr<const ModelSnapshot> snapshot,
+                    std::vector<std::string> names, const BestQuery& query,
+                    const std::string& key, std::shared_ptr<Prediction> p);
+  void Forget(const std::string& key, const std::shared_ptr<Prediction>& p);
   // Fills answer->results from the device's cost model; false when it has
   // none or nothing in its pool runs on the problem. Answers are cached per
   // model version.
@@ -219,6 +246,10 @@ class TuningService {
   // Background jobs by (device, template, problem) key; empty for a problem
   // that could not be tuned here.
   std::map<std::string, std::string> tuning_jobs_ ABSL_GUARDED_BY(tuning_mu_);
+  const ModelRanking ranking_;
+  // Background rankings (with a cost model); last, so that it finishes them
+  // before the members they use go.
+  std::unique_ptr<TaskQueue> rankings_;
 };
 
 }  // namespace evotune
