@@ -24,6 +24,7 @@ pid=""
 cleanup() { [ -z "$pid" ] || kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "multi_gpu: $*" >&2; tail -20 "$work"/daemon-*.log >&2 || true; exit 1; }
+command -v sqlite3 >/dev/null || fail "needs the sqlite3 command (apt-get install sqlite3)"
 
 # run_jobs WORKERS LABEL SEQ_Q...: one exhaustive search per SEQ_Q, at once.
 run_jobs() {

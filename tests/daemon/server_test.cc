@@ -17,6 +17,7 @@
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/worker_pool.h"
 #include "tuner/daemon/worker_service.h"
+#include "tuner/wire/message_convert.h"
 
 namespace evotune {
 namespace {
@@ -163,6 +164,35 @@ TEST(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
   beat.set_worker_id(id.worker_id());
   v1::HeartbeatResponse ack;
   EXPECT_TRUE(stub->Heartbeat(&hc, beat, &ack).ok());
+  built->server->Shutdown();
+  pool.Close();
+}
+
+// A worker says how many trials it compiles at once; the pool queues that
+// many for it, at most kMaxCompileAhead.
+TEST(ServerLimitsTest, AWorkersCompileAheadReachesThePool) {
+  WorkerPool pool(WorkerPool::Options{});
+  GrpcWorkerPool service(&pool, AccessTokens{});
+  absl::StatusOr<BuiltServer> built =
+      BuildServer("127.0.0.1:0", {&service}, nullptr, false, 8);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto stub = v1::WorkerPool::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
+                          grpc::InsecureChannelCredentials()));
+  DeviceInfo device;
+  for (auto [name, ahead] : {std::pair{"a", 6}, std::pair{"b", 99}}) {
+    v1::RegisterWorkerRequest reg;
+    reg.set_name(name);
+    reg.mutable_device()->mutable_device()->set_name("GPU");
+    reg.mutable_device()->set_smem_per_block_bytes(48 << 10);
+    reg.mutable_device()->set_max_threads_per_block(1024);
+    reg.set_compile_ahead(ahead);
+    v1::RegisterWorkerResponse id;
+    grpc::ClientContext rc;
+    ASSERT_TRUE(stub->RegisterWorker(&rc, reg, &id).ok());
+    device = *DeviceFromProto(reg.device());
+  }
+  EXPECT_EQ(pool.QueuedAhead(device), 6 + WorkerPool::kMaxCompileAhead);
   built->server->Shutdown();
   pool.Close();
 }

@@ -141,7 +141,7 @@ TEST_F(TrialLoopTest, AStopWithdrawsWhatIsInFlight) {
   hooks.notify = [] {};
   ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
   EXPECT_TRUE(cancelled);
-  const size_t launched = 2 * (1 + TrialLoop::kQueuedAhead);
+  const size_t launched = 2 * (1 + TrialRunner::kQueuedAhead);
   ASSERT_EQ(runner_.Held(), 0u);  // Each withdrawn before it ran.
   EXPECT_EQ(runner_.Withdrawals(), launched);
   EXPECT_EQ(Events(), 0);
@@ -161,7 +161,7 @@ TEST_F(TrialLoopTest, ATrialRunningAtAStopIsKeptButNotPartOfTheJob) {
   };
   hooks.notify = [] {};
   ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
-  const size_t launched = 2 * (1 + TrialLoop::kQueuedAhead);
+  const size_t launched = 2 * (1 + TrialRunner::kQueuedAhead);
   ASSERT_EQ(runner_.Held(), launched);  // Withdraw left them running.
   // One finishes after the loop ended: its result is kept, though not as
   // part of the job.
@@ -199,7 +199,7 @@ TEST_F(TrialLoopTest, ATimeBudgetEndsTheSearch) {
   hooks.clock = &clock;
   bool cancelled = false;
   ASSERT_TRUE(RunWith(std::move(hooks), cancelled).ok());
-  EXPECT_LE(Events(), 2 * (1 + TrialLoop::kQueuedAhead));
+  EXPECT_LE(Events(), 2 * (1 + TrialRunner::kQueuedAhead));
   EXPECT_GE(Events(), 4);
   EXPECT_GE(store_->GetJob("job1")->elapsed_seconds, 35);
 }

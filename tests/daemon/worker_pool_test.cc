@@ -108,6 +108,24 @@ TEST(WorkerPoolTest, LeasesRunAndReportResults) {
   EXPECT_EQ(b.result->median_us, 9);
 }
 
+// A job keeps as many trials queued for a device as its workers compile at
+// once (4 for a worker that does not say), beside one running on each.
+TEST(WorkerPoolTest, QueuedAheadIsWhatTheDevicesWorkersCompileAtOnce) {
+  WorkerPool pool(Fast());
+  EXPECT_EQ(pool.Parallelism(Gpu()), 1);
+  EXPECT_EQ(pool.QueuedAhead(Gpu()), TrialRunner::kQueuedAhead);
+  WorkerInfo fast = Info("fast");
+  fast.compile_ahead = 12;
+  ASSERT_TRUE(pool.Register(fast).ok());
+  ASSERT_TRUE(pool.Register(Info("unsaid")).ok());
+  WorkerInfo other{"other", Gpu("Other GPU"), {{"naive", "h1"}}};
+  other.compile_ahead = 16;
+  ASSERT_TRUE(pool.Register(other).ok());
+  EXPECT_EQ(pool.Parallelism(Gpu()), 2);
+  EXPECT_EQ(pool.QueuedAhead(Gpu()), 12 + TrialRunner::kQueuedAhead);
+  EXPECT_EQ(pool.QueuedAhead(Gpu("Other GPU")), 16);
+}
+
 // Two workers compile different trials ahead, each leases those it
 // compiled, and one takes the other's when nothing else is queued for it.
 TEST(WorkerPoolTest, WorkersCompileDifferentTrialsAheadAndLeaseTheirOwn) {

@@ -115,7 +115,8 @@ absl::Status TrialLoop::Resume() {
 
 absl::Status TrialLoop::Fill() {
   if (!BudgetLeft()) return absl::OkStatus();
-  const int target = runner_->Parallelism(device_) * (1 + kQueuedAhead);
+  const int target =
+      runner_->Parallelism(device_) + runner_->QueuedAhead(device_);
   while (!exhausted_ && InFlight() < target &&
          trials_done_ + InFlight() < job_.max_trials) {
     std::optional<Config> config = Next(target);

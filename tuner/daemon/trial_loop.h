@@ -4,7 +4,8 @@
 //   Fill    ask the strategy for configs; one the store already measured is
 //           recorded at once, the others are launched on the TrialRunner
 //           (timed quickly first) until enough are in flight to keep
-//           every worker of the device busy and compiling ahead;
+//           every worker of the device busy and compiling ahead
+//           (TrialRunner::Parallelism + QueuedAhead);
 //   Await   the next finished trial;
 //   Tell    a quick timing that could enter the job's elite is launched
 //           again to be timed fully; anything else is recorded;
@@ -60,10 +61,6 @@ class Elite {
 
 class TrialLoop {
  public:
-  // Trials queued per worker of the device beyond the one it runs, so that
-  // each worker compiles its own ahead.
-  static constexpr int kQueuedAhead = 4;
-
   struct Hooks {
     // Whether the job must stop now; sets *cancelled when it was cancelled.
     std::function<bool(bool* cancelled)> should_stop;

@@ -51,6 +51,13 @@ class TrialRunner {
   // How many trials on `device` can usefully run at once now (at least 1).
   virtual int Parallelism(const DeviceInfo& device) const = 0;
 
+  // How many more to queue beside those, so that they compile ahead: by
+  // default kQueuedAhead per trial running at once.
+  static constexpr int kQueuedAhead = 4;
+  virtual int QueuedAhead(const DeviceInfo& device) const {
+    return kQueuedAhead * Parallelism(device);
+  }
+
   // Queues the task; returns an id for Withdraw.
   virtual uint64_t Start(TrialTask task, TrialDone done) = 0;
 

@@ -18,7 +18,7 @@ namespace {
 // Trial durations remembered per device for deadlines.
 constexpr size_t kRecentDurations = 16;
 // Queued trials sent along with a lease, to compile ahead.
-constexpr int kUpcoming = 8;
+constexpr int kUpcoming = WorkerPool::kMaxCompileAhead;
 
 std::string DurationKey(const TrialTask& t) {
   const DeviceInfo& d = t.device;
@@ -125,6 +125,16 @@ int WorkerPool::Parallelism(const DeviceInfo& device) const {
     n += !w.aborted && w.info.device.SameKey(device);
   }
   return std::max(1, n);
+}
+
+int WorkerPool::QueuedAhead(const DeviceInfo& device) const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.aborted || !w.info.device.SameKey(device)) continue;
+    n += w.info.compile_ahead > 0 ? w.info.compile_ahead : kQueuedAhead;
+  }
+  return std::max(kQueuedAhead, n);
 }
 
 int WorkerPool::workers() const {

@@ -36,6 +36,8 @@ struct WorkerInfo {
   DeviceInfo device;
   // (name, source hash) of each template the worker can compile.
   std::vector<std::pair<std::string, std::string>> templates;
+  // Upcoming trials it compiles at once; 0: TrialRunner's default.
+  int compile_ahead = 0;
 };
 
 // A trial as handed to a worker.
@@ -75,6 +77,12 @@ class WorkerPool : public TrialRunner {
   absl::Status CanEvaluate(const DeviceInfo& device,
                            const KernelTemplate& t) const override;
   int Parallelism(const DeviceInfo& device) const override;
+  // The sum of its workers' compile_ahead (the default for those that give
+  // none).
+  int QueuedAhead(const DeviceInfo& device) const override;
+
+  // Most trials a worker is told to compile ahead (its lease's upcoming).
+  static constexpr int kMaxCompileAhead = 16;
   uint64_t Start(TrialTask task, TrialDone done) override;
   void Withdraw(uint64_t id) override;
 

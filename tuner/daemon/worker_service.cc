@@ -71,6 +71,8 @@ grpc::Status GrpcWorkerPool::RegisterWorker(
   for (const v1::TemplateVersion& t : req->templates()) {
     info.templates.push_back({t.name(), t.source_hash()});
   }
+  info.compile_ahead = static_cast<int>(
+      std::min<uint32_t>(req->compile_ahead(), WorkerPool::kMaxCompileAhead));
   absl::StatusOr<std::string> id = pool_->Register(std::move(info));
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_worker_id(*id);

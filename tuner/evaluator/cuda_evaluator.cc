@@ -82,10 +82,12 @@ class CudaEvaluator : public Evaluator {
         ctx_(ctx),
         info_(std::move(info)),
         repeat_runs_(options.repeat_runs),
+        compile_threads_(options.compile_threads),
         cubins_(options.cache_dir, ArchName(info_.cc_major, info_.cc_minor),
                 options.compile_threads) {}
 
   const DeviceInfo& device() const override { return info_; }
+  int CompileAhead() const override { return compile_threads_; }
 
   void Prefetch(const KernelTemplate& t, const std::vector<Config>& configs,
                 const Problem& problem) override {
@@ -518,6 +520,7 @@ class CudaEvaluator : public Evaluator {
   CUcontext ctx_;
   DeviceInfo info_;
   int repeat_runs_;
+  int compile_threads_;
   CubinCache cubins_;
   std::mt19937_64 rng_{std::random_device{}()};
   std::string fill_cubin_;

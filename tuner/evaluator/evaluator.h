@@ -64,6 +64,8 @@ class Evaluator {
   virtual void Prefetch(const KernelTemplate& t,
                         const std::vector<Config>& configs,
                         const Problem& problem) {}
+  // How many prefetched configs it compiles at once (0: it does not).
+  virtual int CompileAhead() const { return 0; }
 };
 
 }  // namespace evotune

@@ -109,6 +109,8 @@ int Worker::Register(absl::Notification* stop, std::string* worker_id) {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
   *request.mutable_device() = WorkerDeviceToProto(evaluator_->device());
+  request.set_compile_ahead(
+      static_cast<uint32_t>(std::max(0, evaluator_->CompileAhead())));
   for (const KernelTemplate& t : templates_->templates()) {
     if (!evaluator_->CanEvaluate(t).ok()) continue;
     v1::TemplateVersion* v = request.add_templates();
