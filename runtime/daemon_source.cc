@@ -14,11 +14,10 @@ DaemonSource::DaemonSource(std::shared_ptr<grpc::Channel> channel,
 absl::StatusOr<std::unique_ptr<DaemonSource>> DaemonSource::Connect(
     const std::string& address, const std::string& token,
     const ClientTls& tls) {
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      ChannelCredentials(tls);
-  if (!credentials.ok()) return credentials.status();
-  return std::make_unique<DaemonSource>(
-      grpc::CreateChannel(address, *credentials), token);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      DaemonChannel(address, tls);
+  if (!channel.ok()) return channel.status();
+  return std::make_unique<DaemonSource>(*std::move(channel), token);
 }
 
 absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,

@@ -82,6 +82,12 @@ cli --token_file=client.token templates >/dev/null 2>&1 &&
   fail "plaintext call to the TLS port succeeded"
 cli --tls_ca=other.ca.pem --token_file=client.token templates >/dev/null 2>&1 &&
   fail "a daemon certificate from an untrusted CA was accepted"
+# The certificate names localhost and 127.0.0.1, not other.example.
+cli "${trusted[@]}" --tls_server_name=other.example --token_file=client.token \
+  templates >/dev/null 2>&1 &&
+  fail "a server name the daemon's certificate does not carry was accepted"
+cli "${trusted[@]}" --tls_server_name=localhost --token_file=client.token \
+  templates >/dev/null || fail "--tls_server_name=localhost was refused"
 cli "${trusted[@]}" --token_file=worker.token submit --template_name=naive \
   --max_trials=4 2>err && fail "the worker token submitted a job"
 grep -q "worker's token cannot call the Tuner service" err ||
@@ -103,7 +109,7 @@ if "$bin/evotune-worker" --daemon="$addr" "${trusted[@]}" \
 fi
 grep -q "client's token cannot call the WorkerPool service" werr ||
   fail "client token refusal: $(cat werr)"
-"$bin/evotune-worker" --daemon="$addr" "${trusted[@]}" \
+"$bin/evotune-worker" --daemon="$addr" "${trusted[@]}" --tls_server_name=localhost \
   --token_file=worker.token --evaluator=synthetic --name=remote \
   2>"$work/worker.log" &
 pids+=($!)

@@ -75,11 +75,10 @@ class CredentialsTest : public ::testing::Test {
 
   // ListTemplates through a channel to `port` with `tls`.
   grpc::StatusCode ListTemplates(const ClientTls& tls, int port) {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        ChannelCredentials(tls);
-    EXPECT_TRUE(credentials.ok()) << credentials.status();
-    auto stub = v1::Tuner::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), *credentials));
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        DaemonChannel(absl::StrCat("127.0.0.1:", port), tls);
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    auto stub = v1::Tuner::NewStub(*channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(5));
@@ -139,6 +138,7 @@ TEST_F(CredentialsTest, BadTlsFilesAreRefusedNamingTheFlag) {
       {ChannelCredentials({"", pem, pem}).status(), "--tls_ca"},
       {ChannelCredentials({pem, pem, ""}).status(), "--tls_key"},
       {ChannelCredentials({"/no/such", "", ""}).status(), "--tls_ca"},
+      {ChannelCredentials({"", "", "", "localhost"}).status(), "--tls_ca"},
   };
   for (const Case& c : cases) {
     EXPECT_TRUE(absl::IsInvalidArgument(c.status)) << c.status;
@@ -159,6 +159,13 @@ TEST_F(CredentialsTest, TlsServesVerifiedClientsOnly) {
   EXPECT_EQ(ListTemplates({}, port_), grpc::UNAVAILABLE);
   EXPECT_EQ(ListTemplates({d + "/other.ca.pem", "", ""}, port_),
             grpc::UNAVAILABLE);
+  // The certificate names localhost and 127.0.0.1: a server name it does not
+  // carry is refused, one it carries is accepted though 127.0.0.1 is dialled.
+  EXPECT_EQ(ListTemplates({d + "/daemon.ca.pem", "", "", "localhost"}, port_),
+            grpc::OK);
+  EXPECT_EQ(
+      ListTemplates({d + "/daemon.ca.pem", "", "", "other.example"}, port_),
+      grpc::UNAVAILABLE);
   // The daemon's own workers reach it in plaintext on loopback.
   ASSERT_NE(loopback_port_, 0);
   EXPECT_EQ(ListTemplates({}, loopback_port_), grpc::OK);

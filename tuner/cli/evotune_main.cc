@@ -95,15 +95,18 @@ class Client {
     absl::StatusOr<DaemonCredentials> credentials =
         DaemonCredentialsFromFlags();
     if (!credentials.ok()) return credentials.status();
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        DaemonChannel(address, credentials->tls);
+    if (!channel.ok()) return channel.status();
     return std::make_unique<Client>(address, credentials->token,
-                                    credentials->channel);
+                                    *std::move(channel));
   }
 
   Client(std::string address, std::string token,
-         std::shared_ptr<grpc::ChannelCredentials> credentials)
-      : address_(std::move(address)), token_(std::move(token)) {
-    stub_ = v1::Tuner::NewStub(grpc::CreateChannel(address_, credentials));
-  }
+         std::shared_ptr<grpc::Channel> channel)
+      : address_(std::move(address)),
+        token_(std::move(token)),
+        stub_(v1::Tuner::NewStub(std::move(channel))) {}
 
   // A context with the token and, for unary calls, the deadline.
   std::unique_ptr<grpc::ClientContext> Context(bool unary) const {

@@ -16,6 +16,9 @@ ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate, for a daemon that requires one (with "
           "--tls_ca and --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "with --tls_ca: the name the daemon's certificate must carry, when "
+          "it is not the host dialled (an IP address, a tunnel)");
 
 namespace evotune {
 
@@ -24,12 +27,11 @@ absl::StatusOr<DaemonCredentials> DaemonCredentialsFromFlags() {
       absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
       "--token_file", "EVOTUNE_TOKEN");
   if (!token.ok()) return token.status();
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel =
-      ChannelCredentials({absl::GetFlag(FLAGS_tls_ca),
-                          absl::GetFlag(FLAGS_tls_cert),
-                          absl::GetFlag(FLAGS_tls_key)});
-  if (!channel.ok()) return channel.status();
-  return DaemonCredentials{*std::move(token), *std::move(channel)};
+  const ClientTls tls{
+      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+      absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_server_name)};
+  if (absl::Status s = ChannelCredentials(tls).status(); !s.ok()) return s;
+  return DaemonCredentials{*std::move(token), tls};
 }
 
 }  // namespace evotune

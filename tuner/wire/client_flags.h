@@ -1,5 +1,6 @@
 // The flags by which the CLI and the workers say how to reach evotuned
-// securely: --token, --token_file, --tls_ca, --tls_cert, --tls_key (defined
+// securely: --token, --token_file, --tls_ca, --tls_cert, --tls_key,
+// --tls_server_name (defined
 // here once, for both programs).
 #ifndef EVOTUNE_TUNER_WIRE_CLIENT_FLAGS_H_
 #define EVOTUNE_TUNER_WIRE_CLIENT_FLAGS_H_
@@ -10,17 +11,18 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tuner/wire/credentials.h"
 
 namespace evotune {
 
 struct DaemonCredentials {
   std::string token;  // Bearer token; empty for none.
-  std::shared_ptr<grpc::ChannelCredentials> channel;  // TLS or plaintext.
+  ClientTls tls;      // Checked: DaemonChannel accepts it.
 };
 
-// The token (--token, --token_file or $EVOTUNE_TOKEN) and the channel's
-// credentials (--tls_ca, --tls_cert, --tls_key); INVALID_ARGUMENT naming a
-// bad flag.
+// The token (--token, --token_file or $EVOTUNE_TOKEN) and the channel's TLS
+// (--tls_ca, --tls_cert, --tls_key, --tls_server_name); INVALID_ARGUMENT
+// naming a bad flag.
 absl::StatusOr<DaemonCredentials> DaemonCredentialsFromFlags();
 
 }  // namespace evotune

@@ -93,6 +93,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const ClientTls& tls) {
   if (!tls.enabled()) {
     if (!tls.key.empty()) return Missing("--tls_cert", "--tls_key");
+    if (!tls.server_name.empty()) {
+      return Missing("--tls_ca", "--tls_server_name");
+    }
     return grpc::InsecureChannelCredentials();
   }
   if (tls.ca.empty()) return Missing("--tls_ca", "--tls_cert");
@@ -111,6 +114,16 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   options.pem_cert_chain = *cert;
   options.pem_private_key = *key;
   return grpc::SslCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DaemonChannel(
+    const std::string& address, const ClientTls& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
+  grpc::ChannelArguments args;
+  if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
+  return grpc::CreateCustomChannel(address, *credentials, args);
 }
 
 }  // namespace evotune

@@ -40,15 +40,24 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 // PEM files of a client's or worker's TLS: the CA that the daemon's
 // certificate must chain to, and optionally a certificate and key to
 // present (when the daemon asks for one).
+// `server_name`, when set, is the name the daemon's certificate must carry
+// instead of the host of the address dialled (an IP address, a tunnel).
 struct ClientTls {
   std::string ca, cert, key;
+  std::string server_name;
   bool enabled() const { return !ca.empty() || !cert.empty(); }
 };
 
 // Plaintext when `tls` is not enabled. INVALID_ARGUMENT naming the flag
-// (--tls_ca, --tls_cert, --tls_key) when one is missing or unreadable.
+// (--tls_ca, --tls_cert, --tls_key, --tls_server_name) when one is missing
+// or unreadable.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const ClientTls& tls);
+
+// A channel to the daemon at `address` with ChannelCredentials(tls) and its
+// server name; the same errors.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DaemonChannel(
+    const std::string& address, const ClientTls& tls);
 
 }  // namespace evotune
 

@@ -89,10 +89,11 @@ Worker::Worker(WorkerOptions options, Evaluator* evaluator,
     : options_(std::move(options)),
       evaluator_(evaluator),
       templates_(templates) {
-  stub_ = v1::WorkerPool::NewStub(grpc::CreateChannel(
-      options_.daemon, options_.credentials != nullptr
-                           ? options_.credentials
-                           : grpc::InsecureChannelCredentials()));
+  stub_ = v1::WorkerPool::NewStub(
+      options_.channel != nullptr
+          ? options_.channel
+          : grpc::CreateChannel(options_.daemon,
+                                grpc::InsecureChannelCredentials()));
 }
 
 std::unique_ptr<grpc::ClientContext> Worker::Context(

@@ -29,8 +29,9 @@ namespace evotune {
 struct WorkerOptions {
   std::string daemon;  // host:port of evotuned.
   std::string token;   // Bearer token; empty for none.
-  // The channel's credentials (TLS or plaintext); null: plaintext.
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The channel to the daemon (DaemonChannel: TLS or plaintext); null: a
+  // plaintext one to `daemon`.
+  std::shared_ptr<grpc::Channel> channel;
   std::string name;  // Unique among the daemon's workers.
   absl::Duration lease_wait = absl::Seconds(5);
   // Longest pause between attempts to reach the daemon.

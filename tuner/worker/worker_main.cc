@@ -148,7 +148,10 @@ absl::StatusOr<WorkerOptions> ConnectionFromFlags() {
   absl::StatusOr<DaemonCredentials> credentials = DaemonCredentialsFromFlags();
   if (!credentials.ok()) return credentials.status();
   options.token = credentials->token;
-  options.credentials = credentials->channel;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      DaemonChannel(options.daemon, credentials->tls);
+  if (!channel.ok()) return channel.status();
+  options.channel = *std::move(channel);
   return options;
 }
 
