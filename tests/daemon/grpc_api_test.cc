@@ -54,7 +54,7 @@ class Daemon {
  public:
   Daemon(const std::string& db, const std::string& token,
          std::atomic<int>* evaluations, bool with_device = true,
-         bool cost_model = false) {
+         bool cost_model = false, ModelRanking ranking = {}) {
     store_ = *ResultStore::Open(db);
     if (cost_model) {
       CostModelsOptions options;
@@ -79,7 +79,7 @@ class Daemon {
         store_.get(), &TemplateRegistry::Builtin(), runner_.get());
     service_ = std::make_unique<TuningService>(
         store_.get(), &TemplateRegistry::Builtin(), jobs_.get(), TuneOnMiss{},
-        models_.get());
+        models_.get(), ranking);
     kernels_ = std::make_unique<KernelService>(service_.get(), store_.get());
     grpc_ = std::make_unique<GrpcTuner>(
         service_.get(), AccessTokens{token, token}, kernels_.get());
@@ -433,27 +433,37 @@ TEST_F(GrpcApiTest, EveryProblemGetsConfigsThatRunOnIt) {
 // Once the device's cost model is trained, a problem never tuned is served
 // the configs of every tuned problem that run on it, fastest predicted
 // first; before that, the nearest tuned problem's.
-TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
-  Daemon d(db_, "", &evaluations_, true, /*cost_model=*/true);
-  const Problem asked = Decode(8192, 128);
+// A decode_fwd config with `splits` key splits.
+Config DecodeConfig(int64_t splits) {
+  return Config{{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
+                {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
+}
+
+// decode_fwd measured on four key lengths other than `asked`'s, where more
+// key splits are faster.
+void StoreDecodeTrials(Daemon& d, const Problem& asked) {
   const DeviceInfo device =
       DeviceKeyFromProto(Best(d, asked, "decode_fwd").device());
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   const DeviceLimits limits = ServingLimits(*d.jobs()->Device(""));
-  // Measured on four other key lengths: more key splits are faster.
-  auto config = [](int64_t splits) {
-    return Config{{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
-                  {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
-  };
   for (int64_t seq_k : {2048, 4096, 16384, 32768}) {
     const TrialScope scope{device, t.name, t.hash, Decode(seq_k, 128)};
     for (int64_t splits : {1, 2, 4, 8, 16, 32}) {
-      if (!CheckConfig(t, config(splits), scope.problem, limits).ok()) continue;
+      const Config c = DecodeConfig(splits);
+      if (!CheckConfig(t, c, scope.problem, limits).ok()) continue;
       TrialResult r;
       r.median_us = r.min_us = r.p90_us = seq_k / 64.0 / splits;
-      ASSERT_TRUE(d.store()->InsertTrial(scope, config(splits), r).ok());
+      ASSERT_TRUE(d.store()->InsertTrial(scope, c, r).ok());
     }
   }
+}
+
+TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
+  Daemon d(db_, "", &evaluations_, true, /*cost_model=*/true);
+  const Problem asked = Decode(8192, 128);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  const DeviceLimits limits = ServingLimits(*d.jobs()->Device(""));
+  StoreDecodeTrials(d, asked);
   // No model yet: the nearest tuned problem's fastest that run.
   v1::QueryBestResponse before = Best(d, asked, "decode_fwd", 3);
   EXPECT_TRUE(before.transferred());
@@ -515,6 +525,25 @@ TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
             32);
   // One that waits is ranked before its answer.
   EXPECT_TRUE(Best(d, Decode(20480, 128), "decode_fwd", 3, true).predicted());
+}
+
+// With the background queue full (here it holds none), a query that does not
+// wait still gets the defaults at once; one that waits ranks it itself.
+TEST_F(GrpcApiTest, AFullRankingQueueStillAnswersAtOnce) {
+  Daemon d(db_, "", &evaluations_, true, /*cost_model=*/true,
+           ModelRanking{true, 1, /*max_queued=*/0});
+  StoreDecodeTrials(d, Decode(8192, 128));
+  const Problem asked = Decode(24576, 128);
+  EXPECT_FALSE(Best(d, asked, "decode_fwd", 3).predicted());  // No model yet.
+  ASSERT_TRUE(d.models()->Refresh().ok());
+  for (int i = 0; i < 2; ++i) {
+    v1::QueryBestResponse now = Best(d, asked, "decode_fwd", 3, false);
+    EXPECT_TRUE(now.ranking());
+    EXPECT_TRUE(now.defaults());
+    EXPECT_FALSE(now.predicted());
+    EXPECT_GT(now.results_size(), 0);
+  }
+  EXPECT_TRUE(Best(d, asked, "decode_fwd", 3, true).predicted());
 }
 
 // Tune on miss: a query for a problem without results of its own starts one

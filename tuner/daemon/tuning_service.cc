@@ -416,9 +416,10 @@ void TuningService::StartRanking(bool wait,
     Publish(*snapshot, names, query, key, p);
     return;
   }
-  if (rankings_->TrySchedule([this, snapshot, names, query, key, p] {
-        Publish(*snapshot, names, query, key, p);
-      })) {
+  if (rankings_->TrySchedule(
+          [this, snapshot, names = std::move(names), query, key, p] {
+            Publish(*snapshot, names, query, key, p);
+          })) {
     return;
   }
   Forget(key, p);  // A later query tries again.
@@ -469,7 +470,10 @@ absl::StatusOr<bool> TuningService::Predict(
     return false;
   }
   p->done.WaitForNotification();
-  if (p->dropped) return false;
+  if (p->dropped) {  // Nothing ranks it now; a later query queues it again.
+    answer->ranking = !wait;  // So the hurried still get the defaults at once.
+    return false;
+  }
   if (!p->status.ok()) return p->status;
   answer->results = p->results;
   if (!p->results.empty()) answer->source_problem = p->source_problem;
