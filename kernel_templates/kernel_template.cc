@@ -14,6 +14,7 @@ LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
   g.grid[0] = q_blocks * splits;
   g.grid[1] = p.heads;
   g.grid[2] = p.batch;
+  g.tile_rows = block_m;
   if (combine == SplitCombine::kCluster) g.cluster_x = static_cast<int>(splits);
   if (splits > 1 && combine == SplitCombine::kWorkspace) {
     const int64_t heads = p.batch * p.heads;

@@ -40,6 +40,12 @@ struct LaunchGeometry {
   // The kernel walks the blocks of `grid` itself (a persistent kernel):
   // launch it with LaunchGrid's blocks.
   bool persistent = false;
+  // Query rows of one head a work block computes (its tile), for cost models
+  // (tuner/model/sm_load.h); 0 when the template does not say.
+  int64_t tile_rows = 0;
+  // The tile's rows are of the query heads sharing a KV head (heads /
+  // kv_heads times seq_q of them, the decode template's packing).
+  bool tile_packs_heads = false;
 };
 
 // The grid of a launch of `g`: g.grid, or for a persistent kernel one block
@@ -108,8 +114,8 @@ enum class SplitCombine { kWorkspace, kCluster };
 // The grid and split-KV scratch of the FlashAttention-style templates
 // (kernel_templates/common/flash_common.cuh): grid (ceil(seq_q / block_m) *
 // splits, heads, batch), and with splits > 1 combined through the workspace
-// the fp32 workspace of partial rows and the per-query-block counters.
-// Threads and shared memory are left to the caller.
+// the fp32 workspace of partial rows and the per-query-block counters;
+// tile_rows block_m. Threads and shared memory are left to the caller.
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                int64_t splits, SplitCombine combine);
 

@@ -124,6 +124,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
     g.grid[1] = p.kv_heads;
     g.grid[2] = p.batch;
     g.block_threads = static_cast<int>(32 * warps);
+    g.tile_rows = rows;
+    g.tile_packs_heads = true;
     const int64_t rings =
         (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
     const int64_t merge = warps * rows * (p.head_dim + 2) * 4;

@@ -70,5 +70,51 @@ TEST(FeatureMapTest, WavesNeedTheMultiprocessorCount) {
                   blocks / (132 * Feature(map, known, "blocks_per_sm")));
 }
 
+// 32 queries in 64-row tiles fill half of each; the decode template's
+// 16-row tiles pack 4 heads x 4 queries. Templates that do not give their
+// tiles (naive) leave the multiprocessor load unknown.
+TEST(FeatureMapTest, TileFillAndMultiprocessorLoad) {
+  const FeatureMap map(TemplateRegistry::Builtin());
+  DeviceLimits limits;
+  limits.smem_per_block_bytes = 227 * 1024;
+  limits.multiprocessors = 132;
+  Problem p = Seed();
+  p.seq_q = 32;
+  Config c = {{"BLOCK_M", 64},   {"BLOCK_N", 64},  {"KV_SPLITS", 1},
+              {"MIN_BLOCKS", 1}, {"NUM_WARPS", 4}, {"Q_IN_REGS", 0},
+              {"STAGES", 2}};
+  std::vector<float> row;
+  map.Append(Template("flash_fwd"), c, p, limits, &row);
+  EXPECT_FLOAT_EQ(Feature(map, row, "row_fill"), 0.5f);
+  // 8 blocks of 64 rows x (512 keys + 64) on 132 multiprocessors.
+  EXPECT_FLOAT_EQ(Feature(map, row, "sm_imbalance"), 132.0f / 8);
+  EXPECT_FLOAT_EQ(Feature(map, row, "log2_sm_flops"),
+                  std::log2(4.0 * 64 * 64 * (512 + 64)));
+  p.seq_q = 4;
+  p.kv_heads = 2;
+  row.clear();
+  const KernelTemplate& decode = Template("decode_fwd");
+  map.Append(decode, FeasibleConfigs(decode, p, limits).front(), p, limits,
+             &row);
+  EXPECT_FLOAT_EQ(Feature(map, row, "row_fill"), 1.0f);
+  row.clear();
+  map.Append(Template("naive"),
+             FeasibleConfigs(Template("naive"), Seed(), limits).front(), Seed(),
+             limits, &row);
+  EXPECT_TRUE(std::isnan(Feature(map, row, "row_fill")));
+  EXPECT_TRUE(std::isnan(Feature(map, row, "sm_imbalance")));
+}
+
+// Only the busiest multiprocessor's flops constrain the trees: more of them
+// never predicts a faster kernel.
+TEST(FeatureMapTest, OnlyTheBusiestMultiprocessorsFlopsAreMonotone) {
+  const FeatureMap map(TemplateRegistry::Builtin());
+  ASSERT_EQ(static_cast<int>(map.monotone().size()), map.size());
+  for (int i = 0; i < map.size(); ++i) {
+    EXPECT_EQ(map.monotone()[i], map.names()[i] == "log2_sm_flops" ? 1 : 0)
+        << map.names()[i];
+  }
+}
+
 }  // namespace
 }  // namespace evotune

@@ -18,12 +18,13 @@ absl::StatusOr<RecordedLandscape> Recording(const std::string& file) {
                                TemplateRegistry::Builtin(), H100Limits());
 }
 
-// LeaveOneProblemOut with small models (100 boosting rounds), to stay quick.
+// LeaveOneProblemOut with smaller models (300 boosting rounds), to stay
+// quick: monotone trees need more of them than 100 (decode-long 2.1x there).
 absl::StatusOr<std::vector<LeftOut>> Serve(
     const std::vector<RecordedLandscape>& landscapes,
     const std::set<std::string>& tuned = {}) {
   CostModelOptions options;
-  options.rounds = 100;
+  options.rounds = 300;
   return LeaveOneProblemOut(landscapes, H100Limits(), options, tuned);
 }
 
@@ -40,7 +41,7 @@ TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {
     // d128: configs measured at the problem's head_dim come first).
     ASSERT_TRUE(std::isfinite(r.model.us)) << r.problem;
     ratios.push_back(r.model.us / r.optimum.us);
-    EXPECT_LE(ratios.back(), 1.6) << r.problem;
+    EXPECT_LE(ratios.back(), 1.4) << r.problem;
   }
   std::sort(ratios.begin(), ratios.end());
   EXPECT_LE(ratios[ratios.size() / 2], 1.10);

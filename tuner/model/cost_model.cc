@@ -39,8 +39,19 @@ class OwnedMatrix {
   DMatrixHandle handle_ = nullptr;
 };
 
-absl::Status SetParams(BoosterHandle booster, const CostModelOptions& o) {
+// XGBoost's monotone_constraints: "(c0,c1,...)", one per feature.
+std::string MonotoneConstraints(const FeatureMap& features) {
+  std::string out = "(";
+  for (int i = 0; i < features.size(); ++i) {
+    absl::StrAppend(&out, i > 0 ? "," : "", features.monotone()[i]);
+  }
+  return out + ")";
+}
+
+absl::Status SetParams(BoosterHandle booster, const CostModelOptions& o,
+                       const FeatureMap& features) {
   const std::pair<const char*, std::string> params[] = {
+      {"monotone_constraints", MonotoneConstraints(features)},
       {"objective", "reg:squarederror"},
       {"tree_method", "hist"},
       {"max_depth", std::to_string(o.max_depth)},
@@ -153,7 +164,8 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   std::unique_ptr<CostModel> model(
       new CostModel(std::move(features), limits, booster,
                     static_cast<int64_t>(samples.size())));
-  if (absl::Status s = SetParams(booster, options); !s.ok()) return s;
+  if (absl::Status s = SetParams(booster, options, *model->features_); !s.ok())
+    return s;
   for (int i = 0; i < options.rounds; ++i) {
     if (XGBoosterUpdateOneIter(booster, i, train.handle()) != 0) {
       return XgbError("training");

@@ -6,6 +6,8 @@
 #include <limits>
 #include <set>
 
+#include "tuner/model/sm_load.h"
+
 namespace evotune {
 namespace {
 
@@ -16,7 +18,8 @@ constexpr const char* kLaunchNames[] = {
     "log2_blocks",          "threads",    "smem_kib",
     "blocks_per_sm",        "waves",      "last_wave",
     "log2_flops_per_block", "persistent", "cluster_x",
-    "log2_workspace",
+    "log2_workspace",       "row_fill",   "sm_imbalance",
+    "log2_sm_flops",
 };
 
 constexpr const char* kProblemNames[] = {
@@ -41,6 +44,27 @@ int BlocksPerSm(const LaunchGeometry& g, const DeviceLimits& limits) {
   return std::max(blocks, 1);
 }
 
+// How full the query tiles are, how much busier than the average the
+// busiest multiprocessor is, and its flops (sm_load.h); NaN where the
+// template does not give its tile rows.
+void AppendSmLoad(const LaunchGeometry& g, const Problem& p,
+                  const DeviceLimits& limits, std::vector<float>* out) {
+  float fill = kMissing, imbalance = kMissing, busiest = kMissing;
+  if (g.tile_rows > 0) {
+    const int64_t rows = g.tile_packs_heads
+                             ? int64_t(p.seq_q) * (p.heads / p.kv_heads)
+                             : p.seq_q;
+    const int64_t tiles = (rows + g.tile_rows - 1) / g.tile_rows;
+    fill = static_cast<float>(double(rows) / double(tiles * g.tile_rows));
+  }
+  if (std::optional<SmLoad> load =
+          EstimateSmLoad(g, p, limits.multiprocessors)) {
+    imbalance = static_cast<float>(load->busiest / load->mean);
+    busiest = static_cast<float>(std::log2(4.0 * p.head_dim * load->busiest));
+  }
+  out->insert(out->end(), {fill, imbalance, busiest});
+}
+
 void AppendLaunch(const LaunchGeometry& g, const Problem& p,
                   const DeviceLimits& limits, std::vector<float>* out) {
   const std::array<int64_t, 3> grid = LaunchGrid(g, limits.multiprocessors);
@@ -62,6 +86,7 @@ void AppendLaunch(const LaunchGeometry& g, const Problem& p,
                static_cast<float>(std::log2(ProblemFlops(p) / work_blocks)),
                g.persistent ? 1.0f : 0.0f, static_cast<float>(g.cluster_x),
                static_cast<float>(std::log2(1.0 + g.workspace_floats))});
+  AppendSmLoad(g, p, limits, out);
 }
 
 }  // namespace
@@ -77,6 +102,9 @@ FeatureMap::FeatureMap(const TemplateRegistry& templates) {
   names_.assign(std::begin(kProblemNames), std::end(kProblemNames));
   names_.insert(names_.end(), params_.begin(), params_.end());
   names_.insert(names_.end(), std::begin(kLaunchNames), std::end(kLaunchNames));
+  for (const std::string& name : names_) {
+    monotone_.push_back(name == "log2_sm_flops" ? 1 : 0);
+  }
 }
 
 void FeatureMap::Append(const KernelTemplate& t, const Config& config,

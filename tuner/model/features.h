@@ -10,7 +10,9 @@
 //   - the launch the template's geometry gives: blocks, threads, shared
 //     memory, blocks per multiprocessor, waves over the multiprocessors and
 //     how full the last wave is, work per block, persistence, cluster size
-//     and split-KV scratch.
+//     and split-KV scratch; how full the query tiles are, and how the work
+//     falls on the multiprocessors (sm_load.h: the busiest one's flops and
+//     its load over the average).
 #ifndef EVOTUNE_TUNER_MODEL_FEATURES_H_
 #define EVOTUNE_TUNER_MODEL_FEATURES_H_
 
@@ -28,6 +30,10 @@ class FeatureMap {
 
   int size() const { return static_cast<int>(names_.size()); }
   const std::vector<std::string>& names() const { return names_; }
+  // Per feature, 1 where latency cannot fall as it grows (the busiest
+  // multiprocessor's flops), else 0: a constraint on the model's trees, so
+  // that a config never ranks faster for loading a multiprocessor more.
+  const std::vector<int>& monotone() const { return monotone_; }
 
   // Appends size() values. `config` must pass CheckConfig for `problem`;
   // unknown device figures (0 multiprocessors) give NaN where they matter.
@@ -39,6 +45,7 @@ class FeatureMap {
   std::map<std::string, int> template_index_;
   std::vector<std::string> params_;  // Every template's, sorted, unique.
   std::vector<std::string> names_;
+  std::vector<int> monotone_;
 };
 
 }  // namespace evotune
