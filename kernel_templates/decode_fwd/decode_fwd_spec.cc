@@ -56,6 +56,34 @@ std::vector<Config> FittedDefaults(const Problem& p,
           DecodeConfig(rows, 16, 4, 2, splits, q_in_regs)};
 }
 
+// Grid (row blocks x splits, KV heads, batch), threads, shared memory (the
+// larger of Q plus the warps' rings, the merge area and the splits' (max,
+// sum)) and the split-KV workspace.
+LaunchGeometry Geometry(const Config& c, const Problem& p) {
+  const int64_t rows = c.at("ROWS");
+  const int64_t splits = c.at("KV_SPLITS");
+  const int64_t warps = c.at("WARPS");
+  const int64_t row_blocks = (PackedRows(p) + rows - 1) / rows;
+  LaunchGeometry g;
+  g.grid[0] = row_blocks * splits;
+  g.grid[1] = p.kv_heads;
+  g.grid[2] = p.batch;
+  g.block_threads = static_cast<int>(32 * warps);
+  g.tile_rows = rows;
+  g.tile_packs_heads = true;
+  const int64_t rings =
+      (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
+  const int64_t merge = warps * rows * (p.head_dim + 2) * 4;
+  const int64_t split_ml = splits > 8 ? rows * splits * 8 : 0;
+  g.smem_bytes = std::max({rings, merge, split_ml}) + 16;  // + the flag.
+  if (splits > 1) {
+    const int64_t blocks = p.batch * p.kv_heads * row_blocks;
+    g.workspace_floats = blocks * splits * rows * (p.head_dim + 2);
+    g.counters = blocks;
+  }
+  return g;
+}
+
 }  // namespace
 
 KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
@@ -114,30 +142,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
   t.defaults = {config(16, 32, 4, 3, 4), config(16, 32, 4, 3, 16),
                 config(16, 16, 8, 4, 8), config(32, 32, 4, 3, 8),
                 config(16, 64, 4, 2, 1)};
-  t.geometry = [](const Config& c, const Problem& p) {
-    const int64_t rows = c.at("ROWS");
-    const int64_t splits = c.at("KV_SPLITS");
-    const int64_t warps = c.at("WARPS");
-    const int64_t row_blocks = (PackedRows(p) + rows - 1) / rows;
-    LaunchGeometry g;
-    g.grid[0] = row_blocks * splits;
-    g.grid[1] = p.kv_heads;
-    g.grid[2] = p.batch;
-    g.block_threads = static_cast<int>(32 * warps);
-    g.tile_rows = rows;
-    g.tile_packs_heads = true;
-    const int64_t rings =
-        (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
-    const int64_t merge = warps * rows * (p.head_dim + 2) * 4;
-    const int64_t split_ml = splits > 8 ? rows * splits * 8 : 0;
-    g.smem_bytes = std::max({rings, merge, split_ml}) + 16;  // + the flag.
-    if (splits > 1) {
-      const int64_t blocks = p.batch * p.kv_heads * row_blocks;
-      g.workspace_floats = blocks * splits * rows * (p.head_dim + 2);
-      g.counters = blocks;
-    }
-    return g;
-  };
+  t.geometry = Geometry;
   return t;
 }
 
