@@ -96,25 +96,6 @@ LoadKey KeyOf(const LaunchGeometry& g, const Problem& p, int multiprocessors) {
           p.causal};
 }
 
-SmLoad Estimate(const LaunchGeometry& g, const Problem& p, int multiprocessors);
-
-}  // namespace
-
-std::optional<SmLoad> EstimateSmLoad(const LaunchGeometry& g, const Problem& p,
-                                     int multiprocessors) {
-  if (g.tile_rows <= 0 || multiprocessors <= 0) return std::nullopt;
-  // A ranking asks for a thousand configs of one problem, most of them of a
-  // few dozen launches (the configs differ in what the load ignores): each
-  // thread keeps its recent answers.
-  thread_local std::map<LoadKey, SmLoad> recent;
-  const LoadKey key = KeyOf(g, p, multiprocessors);
-  if (auto it = recent.find(key); it != recent.end()) return it->second;
-  if (recent.size() >= 256) recent.clear();
-  return recent[key] = Estimate(g, p, multiprocessors);
-}
-
-namespace {
-
 SmLoad Estimate(const LaunchGeometry& g, const Problem& p,
                 int multiprocessors) {
   const bool packed = g.tile_packs_heads;
@@ -138,4 +119,18 @@ SmLoad Estimate(const LaunchGeometry& g, const Problem& p,
 }
 
 }  // namespace
+
+std::optional<SmLoad> EstimateSmLoad(const LaunchGeometry& g, const Problem& p,
+                                     int multiprocessors) {
+  if (g.tile_rows <= 0 || multiprocessors <= 0) return std::nullopt;
+  // A ranking asks for a thousand configs of one problem, most of them of a
+  // few dozen launches (the configs differ in what the load ignores): each
+  // thread keeps its recent answers.
+  thread_local std::map<LoadKey, SmLoad> recent;
+  const LoadKey key = KeyOf(g, p, multiprocessors);
+  if (auto it = recent.find(key); it != recent.end()) return it->second;
+  if (recent.size() >= 256) recent.clear();
+  return recent[key] = Estimate(g, p, multiprocessors);
+}
+
 }  // namespace evotune
