@@ -56,19 +56,7 @@ absl::StatusOr<std::unique_ptr<ResultStore>> ResultStore::Open(
     }
   }
   if (absl::Status s = store->Migrate(); !s.ok()) return s;
-  if (absl::Status s = store->OpenReaders(); !s.ok()) return s;
   return store;
-}
-
-absl::Status ResultStore::OpenReaders() {
-  absl::MutexLock lock(&pool_mu_);
-  while (open_readers_ < kMaxReaders) {
-    absl::StatusOr<std::unique_ptr<SqliteDb>> db = OpenReader();
-    if (!db.ok()) return db.status();
-    readers_.push_back(*std::move(db));
-    ++open_readers_;
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ResultStore::Migrate() {

@@ -243,11 +243,6 @@ class ResultStore {
 
   explicit ResultStore(std::string path) : path_(std::move(path)) {}
   absl::Status Migrate();
-  // Opens every reader connection, one after another. Opened on demand,
-  // they were opened together by a burst of queries and each waited about
-  // 220 ms in SQLite's busy handler, holding up every query that needed a
-  // reader (bench/RESULTS.md, QueryBest's first run after training).
-  absl::Status OpenReaders();
   // A pooled reader; waits while kMaxReaders are in use.
   absl::StatusOr<Reader> AcquireReader();
   absl::StatusOr<std::unique_ptr<SqliteDb>> OpenReader();

@@ -216,16 +216,6 @@ TEST_F(ResultStoreTest, ConcurrentQueriesShareABoundedPoolOfReaders) {
   EXPECT_GT(most.load(), 0);
 }
 
-// Every reader is open before the first query: opened on demand by a burst
-// of queries, they waited in SQLite's busy handler together.
-TEST_F(ResultStoreTest, EveryReaderIsOpenBeforeTheFirstQuery) {
-  const int before = OpenFiles();
-  auto store = OpenStore();
-  ASSERT_NE(store, nullptr);
-  // The writer and every reader hold the database file at least.
-  EXPECT_GE(OpenFiles() - before, ResultStore::kMaxReaders + 1);
-}
-
 TEST_F(ResultStoreTest, TopKOrdersByMedianAndSkipsFailuresAndOldVersions) {
   auto store = OpenStore();
   std::vector<std::pair<Config, TrialResult>> trials;
