@@ -164,8 +164,10 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   std::unique_ptr<CostModel> model(
       new CostModel(std::move(features), limits, booster,
                     static_cast<int64_t>(samples.size())));
-  if (absl::Status s = SetParams(booster, options, *model->features_); !s.ok())
+  if (absl::Status s = SetParams(booster, options, *model->features_);
+      !s.ok()) {
     return s;
+  }
   for (int i = 0; i < options.rounds; ++i) {
     if (XGBoosterUpdateOneIter(booster, i, train.handle()) != 0) {
       return XgbError("training");

@@ -51,9 +51,7 @@ void AppendSmLoad(const LaunchGeometry& g, const Problem& p,
                   const DeviceLimits& limits, std::vector<float>* out) {
   float fill = kMissing, imbalance = kMissing, busiest = kMissing;
   if (g.tile_rows > 0) {
-    const int64_t rows = g.tile_packs_heads
-                             ? int64_t(p.seq_q) * (p.heads / p.kv_heads)
-                             : p.seq_q;
+    const int64_t rows = TileHeadRows(g, p);
     const int64_t tiles = (rows + g.tile_rows - 1) / g.tile_rows;
     fill = static_cast<float>(double(rows) / double(tiles * g.tile_rows));
   }

@@ -86,6 +86,16 @@ double BusiestSnake(const BlockWork& w, int64_t tiles, int64_t walkers,
   return Busiest(load, total - dealt);
 }
 
+}  // namespace
+
+int64_t TileHeadRows(const LaunchGeometry& g, const Problem& p) {
+  return g.tile_packs_heads
+             ? int64_t(p.seq_q) * (p.heads / std::max<int64_t>(1, p.kv_heads))
+             : p.seq_q;
+}
+
+namespace {
+
 // What EstimateSmLoad's answer depends on.
 using LoadKey = std::array<int64_t, 13>;
 
@@ -100,10 +110,7 @@ SmLoad Estimate(const LaunchGeometry& g, const Problem& p,
                 int multiprocessors) {
   const bool packed = g.tile_packs_heads;
   const int64_t heads = int64_t(p.batch) * (packed ? p.kv_heads : p.heads);
-  const int64_t head_rows =
-      packed ? int64_t(p.seq_q) * (p.heads / std::max<int64_t>(1, p.kv_heads))
-             : p.seq_q;
-  const int64_t q_blocks = (head_rows + g.tile_rows - 1) / g.tile_rows;
+  const int64_t q_blocks = (TileHeadRows(g, p) + g.tile_rows - 1) / g.tile_rows;
   const int64_t blocks = g.grid[0] * g.grid[1] * g.grid[2];
   const BlockWork w{p, packed, g.tile_rows, q_blocks,
                     std::max<int64_t>(1, blocks / (q_blocks * heads))};

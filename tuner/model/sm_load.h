@@ -25,6 +25,10 @@ struct SmLoad {
   double mean = 0;     // Work of the average multiprocessor.
 };
 
+// The query rows of one head that `g`'s tiles cover: seq_q, or with packed
+// heads the rows of the query heads sharing a KV head.
+int64_t TileHeadRows(const LaunchGeometry& g, const Problem& p);
+
 // nullopt when the geometry does not say its tile rows or the device's
 // multiprocessor count is unknown (0).
 std::optional<SmLoad> EstimateSmLoad(const LaunchGeometry& g, const Problem& p,

@@ -27,11 +27,10 @@ absl::StatusOr<DaemonCredentials> DaemonCredentialsFromFlags() {
       absl::GetFlag(FLAGS_token), "--token", absl::GetFlag(FLAGS_token_file),
       "--token_file", "EVOTUNE_TOKEN");
   if (!token.ok()) return token.status();
-  const ClientTls tls{
-      absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
-      absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_server_name)};
-  if (absl::Status s = ChannelCredentials(tls).status(); !s.ok()) return s;
-  return DaemonCredentials{*std::move(token), tls};
+  return DaemonCredentials{
+      *std::move(token),
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+       absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_server_name)}};
 }
 
 }  // namespace evotune
