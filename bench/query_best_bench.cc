@@ -54,6 +54,9 @@ ABSL_FLAG(uint64_t, seed, 1,
 ABSL_FLAG(int, in_process, 0,
           "instead of a load over gRPC, time this many ResultStore::TopK "
           "calls on one thread");
+ABSL_FLAG(std::string, latency_csv, "",
+          "also write each request's due time (s from the start), latency "
+          "from due (us) and whether it was untuned to this CSV file");
 
 namespace evotune {
 namespace {
@@ -220,6 +223,18 @@ std::vector<std::unique_ptr<v1::Tuner::Stub>> Connect(int channels) {
 
 // The latencies of the requests for untuned problems, how many answers the
 // model ranked, and how many were answered while it ranked.
+// Each request on a line, in the order due, so stalls can be placed in time.
+void WriteLatencies(const std::string& path, double rate,
+                    const std::vector<double>& from_due,
+                    const std::vector<char>& untuned) {
+  std::ofstream out(path);
+  out << "due_s,latency_us,untuned\n";
+  for (size_t i = 0; i < from_due.size(); ++i) {
+    out << absl::StrFormat("%.6f,%.1f,%d\n", i / rate, from_due[i],
+                           untuned[i] ? 1 : 0);
+  }
+}
+
 void ReportUntuned(const std::vector<char>& untuned,
                    const std::vector<double>& from_due, int64_t predicted,
                    int64_t ranking) {
@@ -305,6 +320,9 @@ int Load(int64_t problems) {
   Report("latency from due ", from_due);
   Report("latency from sent", from_sent);
   ReportUntuned(untuned, from_due, predicted.load(), ranking.load());
+  if (const std::string csv = absl::GetFlag(FLAGS_latency_csv); !csv.empty()) {
+    WriteLatencies(csv, rate, from_due, untuned);
+  }
   if (const double steal = StealMs(); steal >= 0 && steal_before >= 0) {
     std::printf("hypervisor steal during the run: %.0f CPU-ms\n",
                 steal - steal_before);

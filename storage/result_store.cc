@@ -3,6 +3,8 @@
 // result_store_writes.cc, every query in result_store_queries.cc.
 #include "storage/result_store.h"
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "storage/store_rows.h"
 
@@ -12,9 +14,24 @@ namespace {
 // How much of the file a reader connection maps (address space, not memory).
 constexpr int64_t kReaderMmapBytes = int64_t{1} << 30;
 
-std::string DeviceCacheKey(const DeviceInfo& d) {
-  return absl::StrCat("d\x1f", d.name, "\x1f", d.cc_major, "\x1f", d.cc_minor,
-                      "\x1f", d.driver_version, "\x1f", d.nvrtc_version);
+// Keys of template and problem rows in ids_.
+std::string TemplateKey(const std::string& name, const std::string& hash) {
+  return absl::StrCat("t\x1f", name, "\x1f", hash);
+}
+std::string ProblemCacheKey(const std::string& problem_key) {
+  return absl::StrCat("p\x1f", problem_key);
+}
+
+// Runs `each` on every row of `s`.
+absl::Status ForEachRow(Statement* s,
+                        const std::function<void(Statement*)>& each) {
+  ScopedReset reset(s);
+  for (;;) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return absl::OkStatus();
+    each(s);
+  }
 }
 
 }  // namespace
@@ -56,7 +73,57 @@ absl::StatusOr<std::unique_ptr<ResultStore>> ResultStore::Open(
     }
   }
   if (absl::Status s = store->Migrate(); !s.ok()) return s;
+  if (absl::Status s = store->LoadIds(); !s.ok()) return s;
   return store;
+}
+
+absl::Status ResultStore::LoadIds() {
+  absl::MutexLock writer(&writer_mu_);
+  absl::MutexLock lock(&ids_mu_);
+  SqliteDb* db = writer_.get();
+  absl::StatusOr<Statement*> devices = db->Prepare(
+      "SELECT id, name, cc_major, cc_minor, driver_version, "
+      "nvrtc_version FROM devices");
+  if (!devices.ok()) return devices.status();
+  absl::Status s = ForEachRow(*devices, [&](Statement* row) {
+    DeviceInfo d;
+    d.name = row->Text(1);
+    d.cc_major = static_cast<int>(row->Int(2));
+    d.cc_minor = static_cast<int>(row->Int(3));
+    d.driver_version = row->Text(4);
+    d.nvrtc_version = row->Text(5);
+    ids_[store_rows::DeviceKey(d)] = row->Int(0);
+  });
+  if (!s.ok()) return s;
+  absl::StatusOr<Statement*> templates =
+      db->Prepare("SELECT id, name, source_hash FROM templates");
+  if (!templates.ok()) return templates.status();
+  s = ForEachRow(*templates, [&](Statement* row) {
+    ids_[TemplateKey(row->Text(1), row->Text(2))] = row->Int(0);
+  });
+  if (!s.ok()) return s;
+  absl::StatusOr<Statement*> problems =
+      db->Prepare("SELECT id, key FROM problems");
+  if (!problems.ok()) return problems.status();
+  return ForEachRow(*problems, [&](Statement* row) {
+    ids_[ProblemCacheKey(row->Text(1))] = row->Int(0);
+  });
+}
+
+int64_t ResultStore::Created(const std::string& key, int64_t id) {
+  absl::MutexLock lock(&ids_mu_);
+  ids_[key] = id;
+  created_.push_back(key);
+  return id;
+}
+
+ResultStore::CreatedIds::~CreatedIds() {
+  absl::MutexLock lock(&store_->ids_mu_);
+  if (!committed_) {
+    // Their rows were rolled back with the transaction.
+    for (const std::string& key : store_->created_) store_->ids_.erase(key);
+  }
+  store_->created_.clear();
 }
 
 absl::Status ResultStore::Migrate() {
@@ -117,13 +184,17 @@ absl::StatusOr<int> ResultStore::SchemaVersion() {
 
 absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db, const DeviceInfo& d,
                                               bool create) {
-  const std::string key = DeviceCacheKey(d);
+  const std::string key = store_rows::DeviceKey(d);
   {
     absl::MutexLock lock(&ids_mu_);
     auto it = ids_.find(key);
     if (it != ids_.end()) return it->second;
   }
-  if (create) {
+  // Every row is known (LoadIds, and each row this store creates).
+  if (!create) {
+    return absl::NotFoundError(absl::StrCat("unknown device ", d.name));
+  }
+  {
     absl::StatusOr<Statement*> ins = db->Prepare(
         "INSERT OR IGNORE INTO devices(name, cc_major, cc_minor, "
         "driver_version, nvrtc_version) VALUES(?, ?, ?, ?, ?)");
@@ -148,12 +219,8 @@ absl::StatusOr<int64_t> ResultStore::DeviceId(SqliteDb* db, const DeviceInfo& d,
       .Bind(5, d.nvrtc_version);
   absl::StatusOr<bool> row = (*s)->Step();
   if (!row.ok()) return row.status();
-  if (!*row)
-    return absl::NotFoundError(absl::StrCat("unknown device ", d.name));
-  const int64_t id = (*s)->Int(0);
-  absl::MutexLock lock(&ids_mu_);
-  ids_[key] = id;
-  return id;
+  if (!*row) return absl::InternalError("created device not found");
+  return Created(key, (*s)->Int(0));
 }
 
 absl::StatusOr<std::vector<int64_t>> ResultStore::TemplateIds(
@@ -172,13 +239,16 @@ absl::StatusOr<int64_t> ResultStore::TemplateId(SqliteDb* db,
                                                 const std::string& name,
                                                 const std::string& hash,
                                                 bool create) {
-  const std::string key = absl::StrCat("t\x1f", name, "\x1f", hash);
+  const std::string key = TemplateKey(name, hash);
   {
     absl::MutexLock lock(&ids_mu_);
     auto it = ids_.find(key);
     if (it != ids_.end()) return it->second;
   }
-  if (create) {
+  if (!create) {
+    return absl::NotFoundError(absl::StrCat("unknown template ", name));
+  }
+  {
     absl::StatusOr<Statement*> ins = db->Prepare(
         "INSERT OR IGNORE INTO templates(name, source_hash) VALUES(?, ?)");
     if (!ins.ok()) return ins.status();
@@ -192,24 +262,21 @@ absl::StatusOr<int64_t> ResultStore::TemplateId(SqliteDb* db,
   (*s)->Bind(1, name).Bind(2, hash);
   absl::StatusOr<bool> row = (*s)->Step();
   if (!row.ok()) return row.status();
-  if (!*row)
-    return absl::NotFoundError(absl::StrCat("unknown template ", name));
-  const int64_t id = (*s)->Int(0);
-  absl::MutexLock lock(&ids_mu_);
-  ids_[key] = id;
-  return id;
+  if (!*row) return absl::InternalError("created template not found");
+  return Created(key, (*s)->Int(0));
 }
 
 absl::StatusOr<int64_t> ResultStore::ProblemId(SqliteDb* db, const Problem& p,
                                                bool create) {
   const std::string problem_key = ProblemKey(p);
-  const std::string key = absl::StrCat("p\x1f", problem_key);
+  const std::string key = ProblemCacheKey(problem_key);
   {
     absl::MutexLock lock(&ids_mu_);
     auto it = ids_.find(key);
     if (it != ids_.end()) return it->second;
   }
-  if (create) {
+  if (!create) return absl::NotFoundError("unknown problem");
+  {
     absl::StatusOr<Statement*> ins = db->Prepare(
         "INSERT OR IGNORE INTO problems(key, batch, heads, kv_heads, seq_q, "
         "seq_k, head_dim, causal, dtype, layout) "
@@ -234,11 +301,8 @@ absl::StatusOr<int64_t> ResultStore::ProblemId(SqliteDb* db, const Problem& p,
   (*s)->Bind(1, problem_key);
   absl::StatusOr<bool> row = (*s)->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError("unknown problem");
-  const int64_t id = (*s)->Int(0);
-  absl::MutexLock lock(&ids_mu_);
-  ids_[key] = id;
-  return id;
+  if (!*row) return absl::InternalError("created problem not found");
+  return Created(key, (*s)->Int(0));
 }
 
 }  // namespace evotune

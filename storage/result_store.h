@@ -4,6 +4,10 @@
 // synchronous=FULL: a call that returned OK is on disk and survives kill -9
 // (and power loss). Thread-safe: writes are serialized on one connection,
 // reads run on a pool of reader connections and never block the writer.
+// TopK and HasTunedProblem answers are kept in memory until this object next
+// writes a trial (the hot path of QueryBest then reads no SQL), so the
+// process that opens a database must be its only writer of trials while it
+// runs (the daemon is).
 #ifndef EVOTUNE_STORAGE_RESULT_STORE_H_
 #define EVOTUNE_STORAGE_RESULT_STORE_H_
 
@@ -18,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/generation_cache.h"
 #include "storage/schema.h"
 #include "storage/sqlite.h"
 #include "tuner/space/config.h"
@@ -241,8 +246,41 @@ class ResultStore {
     std::unique_ptr<SqliteDb> db_;
   };
 
+  // Forgets, unless Committed() is called, the key rows a write transaction
+  // created (rolled back with it). One per write transaction, under
+  // writer_mu_.
+  class CreatedIds {
+   public:
+    explicit CreatedIds(ResultStore* store) : store_(store) {}
+    ~CreatedIds();
+    void Committed() { committed_ = true; }
+
+   private:
+    ResultStore* store_;
+    bool committed_ = false;
+  };
+
   explicit ResultStore(std::string path) : path_(std::move(path)) {}
   absl::Status Migrate();
+  // Every device, template and problem row's id into ids_, so that a key
+  // missing there is missing from the store (no query needed to know).
+  absl::Status LoadIds();
+  // Keeps the id of a row just created in the open write transaction.
+  int64_t Created(const std::string& key, int64_t id);
+  // Answers of TopK and HasTunedProblem kept at most (about).
+  static constexpr size_t kCachedAnswers = 1 << 16;
+
+  // TopK and HasTunedProblem as read from the database.
+  absl::StatusOr<std::vector<RankedTrial>> ReadTopK(
+      const DeviceInfo& device, const Problem& problem,
+      const std::vector<std::pair<std::string, std::string>>& templates, int k);
+  absl::StatusOr<bool> ReadHasTunedProblem(
+      const DeviceInfo& device,
+      const std::vector<std::pair<std::string, std::string>>& templates);
+  // After a committed write of trials of the problem on the device (`ok`:
+  // some of them OK): the answers read from those are stale.
+  void TrialsChanged(const DeviceInfo& device, const Problem& problem, bool ok);
+
   // A pooled reader; waits while kMaxReaders are in use.
   absl::StatusOr<Reader> AcquireReader();
   absl::StatusOr<std::unique_ptr<SqliteDb>> OpenReader();
@@ -272,9 +310,16 @@ class ResultStore {
   // Reader connections in use, idle or being opened.
   int open_readers_ ABSL_GUARDED_BY(pool_mu_) = 0;
   absl::CondVar reader_free_;
-  // Key row ids never change once created, so they are cached.
+  // Key row ids never change once created, so they are kept: every row's
+  // (LoadIds, and each row this store creates).
   absl::Mutex ids_mu_;
   absl::flat_hash_map<std::string, int64_t> ids_ ABSL_GUARDED_BY(ids_mu_);
+  // Keys of rows created by the open write transaction.
+  std::vector<std::string> created_ ABSL_GUARDED_BY(ids_mu_);
+  // Answers kept until a trial write: TopK's per (device, problem),
+  // HasTunedProblem's per device.
+  GenerationCache<std::vector<RankedTrial>> top_k_{kCachedAnswers};
+  GenerationCache<bool> has_tuned_{kCachedAnswers / 64};
 };
 
 }  // namespace evotune

@@ -81,23 +81,65 @@ absl::StatusOr<std::vector<StoredTrial>> ResultStore::ListTrials(
   return ReadRows<StoredTrial>(*sel, [](Statement* s) { return ReadTrial(s); });
 }
 
+namespace {
+
+// What names the answer of a query over `templates` (name -> hash).
+std::string TemplatesKey(
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  std::string key;
+  for (const auto& [name, hash] : templates) {
+    absl::StrAppend(&key, name, "\x1f", hash, "\x1e");
+  }
+  return key;
+}
+
+std::string TopKScope(const DeviceInfo& device, const Problem& problem) {
+  return absl::StrCat(store_rows::DeviceKey(device), "\x1d",
+                      ProblemKey(problem));
+}
+
+}  // namespace
+
+void ResultStore::TrialsChanged(const DeviceInfo& device,
+                                const Problem& problem, bool ok) {
+  top_k_.Bump(TopKScope(device, problem));
+  if (ok) has_tuned_.Bump(store_rows::DeviceKey(device));
+}
+
 absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
     const DeviceInfo& device, const Problem& problem,
     const std::vector<std::pair<std::string, std::string>>& templates, int k) {
-  absl::StatusOr<Reader> r = AcquireReader();
-  if (!r.ok()) return r.status();
-  SqliteDb* db = r->db();
+  const std::string scope = TopKScope(device, problem);
+  const std::string key =
+      absl::StrCat(scope, "\x1d", TemplatesKey(templates), k);
+  if (std::optional<std::vector<RankedTrial>> kept = top_k_.Find(scope, key)) {
+    return *std::move(kept);
+  }
+  const uint64_t generation = top_k_.Generation(scope);
+  absl::StatusOr<std::vector<RankedTrial>> read =
+      ReadTopK(device, problem, templates, k);
+  if (read.ok()) top_k_.Put(scope, key, generation, *read);
+  return read;
+}
+
+absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
+    const DeviceInfo& device, const Problem& problem,
+    const std::vector<std::pair<std::string, std::string>>& templates, int k) {
+  // Keys are known without a query: a problem never tuned costs no reader.
   std::vector<RankedTrial> out;
-  absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
-  absl::StatusOr<int64_t> problem_id = ProblemId(db, problem, false);
+  absl::StatusOr<int64_t> device_id = DeviceId(nullptr, device, false);
+  absl::StatusOr<int64_t> problem_id = ProblemId(nullptr, problem, false);
   for (const absl::Status& s : {device_id.status(), problem_id.status()}) {
     if (absl::IsNotFound(s)) return out;
     if (!s.ok()) return s;
   }
-  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
+  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(nullptr, templates);
   if (!ids.ok()) return ids.status();
   const std::vector<int64_t> template_ids = Known(*ids);
   if (template_ids.empty()) return out;
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
   absl::flat_hash_map<int64_t, const std::pair<std::string, std::string>*>
       by_id;
   for (size_t i = 0; i < templates.size(); ++i)
@@ -172,16 +214,28 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
 absl::StatusOr<bool> ResultStore::HasTunedProblem(
     const DeviceInfo& device,
     const std::vector<std::pair<std::string, std::string>>& templates) {
-  absl::StatusOr<Reader> r = AcquireReader();
-  if (!r.ok()) return r.status();
-  SqliteDb* db = r->db();
-  absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
+  const std::string scope = store_rows::DeviceKey(device);
+  const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey(templates));
+  if (std::optional<bool> kept = has_tuned_.Find(scope, key)) return *kept;
+  const uint64_t generation = has_tuned_.Generation(scope);
+  absl::StatusOr<bool> read = ReadHasTunedProblem(device, templates);
+  if (read.ok()) has_tuned_.Put(scope, key, generation, *read);
+  return read;
+}
+
+absl::StatusOr<bool> ResultStore::ReadHasTunedProblem(
+    const DeviceInfo& device,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  absl::StatusOr<int64_t> device_id = DeviceId(nullptr, device, false);
   if (absl::IsNotFound(device_id.status())) return false;
   if (!device_id.ok()) return device_id.status();
-  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
+  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(nullptr, templates);
   if (!ids.ok()) return ids.status();
   const std::vector<int64_t> template_ids = Known(*ids);
   if (template_ids.empty()) return false;
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  SqliteDb* db = r->db();
   std::vector<std::string> marks(template_ids.size(), "?");
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
       "SELECT 1 FROM tuned_problems WHERE device_id = ? AND template_id IN (",

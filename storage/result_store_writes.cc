@@ -1,5 +1,7 @@
 // ResultStore's writes: trials (alone, in bulk, or appended to a job) and job
 // records. Each runs on the writer connection in one transaction.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "storage/result_store.h"
 #include "storage/store_rows.h"
@@ -12,11 +14,14 @@ using store_rows::SelectTrial;
 absl::StatusOr<StoredTrial> ResultStore::InsertTrial(
     const TrialScope& scope, const Config& config, const TrialResult& result) {
   absl::MutexLock lock(&writer_mu_);
+  CreatedIds created(this);
   Transaction txn(writer_.get());
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
   absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, result);
   if (!t.ok()) return t.status();
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  created.Committed();
+  TrialsChanged(scope.device, scope.problem, result.status == TrialStatus::kOk);
   return t;
 }
 
@@ -74,17 +79,25 @@ absl::Status ResultStore::BulkInsertTrials(
     const TrialScope& scope,
     const std::vector<std::pair<Config, TrialResult>>& trials) {
   absl::MutexLock lock(&writer_mu_);
+  CreatedIds created(this);
   Transaction txn(writer_.get());
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
   for (const auto& [config, result] : trials) {
     absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, result);
     if (!t.ok()) return t.status();
   }
-  return txn.Commit();
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  created.Committed();
+  TrialsChanged(scope.device, scope.problem,
+                std::any_of(trials.begin(), trials.end(), [](const auto& t) {
+                  return t.second.status == TrialStatus::kOk;
+                }));
+  return absl::OkStatus();
 }
 
 absl::Status ResultStore::CreateJob(const JobRecord& job) {
   absl::MutexLock lock(&writer_mu_);
+  CreatedIds created(this);
   SqliteDb* db = writer_.get();
   Transaction txn(db);
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
@@ -118,7 +131,9 @@ absl::Status ResultStore::CreateJob(const JobRecord& job) {
     return absl::AlreadyExistsError(
         absl::StrCat("job ", job.job_id, " already exists"));
   }
-  return txn.Commit();
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  created.Committed();
+  return absl::OkStatus();
 }
 
 absl::Status ResultStore::SetJobState(const std::string& job_id, JobState state,
@@ -145,6 +160,7 @@ absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(const JobRecord& job,
                                                      bool cached,
                                                      double elapsed_seconds) {
   absl::MutexLock lock(&writer_mu_);
+  CreatedIds created(this);
   SqliteDb* db = writer_.get();
   Transaction txn(db);
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
@@ -182,6 +198,8 @@ absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(const JobRecord& job,
   (*upd)->Bind(1, event.sequence).Bind(2, elapsed_seconds).Bind(3, job.job_id);
   if (absl::Status s = (*upd)->Run(); !s.ok()) return s;
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  created.Committed();
+  TrialsChanged(job.device, job.problem, result.status == TrialStatus::kOk);
   return event;
 }
 

@@ -16,6 +16,11 @@ std::string TrialColumns(absl::string_view alias) {
   return absl::StrJoin(columns, ", ");
 }
 
+std::string DeviceKey(const DeviceInfo& d) {
+  return absl::StrCat("d\x1f", d.name, "\x1f", d.cc_major, "\x1f", d.cc_minor,
+                      "\x1f", d.driver_version, "\x1f", d.nvrtc_version);
+}
+
 int64_t NowUnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
 absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first) {

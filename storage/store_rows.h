@@ -31,6 +31,9 @@ inline constexpr char kJobSelect[] =
 
 int64_t NowUnixSeconds();
 
+// What names a device in keys kept in memory (its row id, cached answers).
+std::string DeviceKey(const DeviceInfo& d);
+
 // Reads TrialColumns() starting at column `first`. DATA_LOSS for a status the
 // store does not know.
 absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first = 0);

@@ -289,6 +289,76 @@ TEST_F(ResultStoreTest, NearestTunedProblemMatchesShapeClass) {
 
 // Whether a device has tuned problems of some templates: only OK trials of
 // those template versions on that device count.
+TEST_F(ResultStoreTest, TopKIsKeptUntilTheStoreWritesATrial) {
+  auto store = OpenStore();
+  const DeviceInfo device = Scope().device;
+  auto best = [&] {
+    auto top = store->TopK(device, Scope().problem, {{"naive", "abc"}}, 1);
+    EXPECT_TRUE(top.ok()) << top.status();
+    return top.ok() && !top->empty() ? (*top)[0].trial.result.median_us : -1.0;
+  };
+  EXPECT_EQ(best(), -1.0);  // Nothing yet, and that answer is kept too.
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 1}}, Ok(50)).ok());
+  EXPECT_EQ(best(), 50);
+  // Kept: rows removed behind the store's back do not change the answer...
+  RawExec("DELETE FROM trials");
+  EXPECT_EQ(best(), 50);
+  // ...until the store writes trials, by any of its three ways.
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 2}}, Ok(40)).ok());
+  EXPECT_EQ(best(), 40);
+  ASSERT_TRUE(store->BulkInsertTrials(Scope(), {{{{"A", 3}}, Ok(30)}}).ok());
+  EXPECT_EQ(best(), 30);
+  JobRecord job;
+  job.job_id = "j1";
+  job.template_name = "naive";
+  job.template_hash = "abc";
+  job.problem = Scope().problem;
+  job.max_trials = 10;
+  job.max_seconds = 60;
+  job.strategy = "random";
+  job.device = device;
+  ASSERT_TRUE(store->CreateJob(job).ok());
+  ASSERT_TRUE(store->AppendJobTrial(job, {{"A", 4}}, Ok(20), false, 1).ok());
+  EXPECT_EQ(best(), 20);
+  // Only writes of the problem on the device make its answers stale.
+  RawExec("DELETE FROM job_trials; DELETE FROM trials");
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 6}}, Ok(5)).ok());
+  EXPECT_EQ(best(), 20);
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 7}}, Ok(60)).ok());
+  EXPECT_EQ(best(), 60);
+  // A failed write changes nothing and answers stay right.
+  EXPECT_FALSE(
+      store->AppendJobTrial(JobRecord{}, {{"A", 5}}, Ok(1), false, 1).ok());
+  EXPECT_EQ(best(), 60);
+}
+
+TEST_F(ResultStoreTest, KeyRowsOfARolledBackWriteAreForgotten) {
+  auto store = OpenStore();
+  JobRecord job;  // Never created: appending to it fails after the trial's
+  job.job_id = "missing";  // device, template and problem rows were made.
+  job.template_name = "naive";
+  job.template_hash = "abc";
+  job.problem = Scope(2048).problem;
+  job.device = Scope(2048).device;
+  EXPECT_TRUE(absl::IsNotFound(
+      store->AppendJobTrial(job, {{"A", 1}}, Ok(9), false, 0).status()));
+  auto top = store->TopK(job.device, job.problem, {{"naive", "abc"}}, 1);
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_TRUE(top->empty());
+  // The rows were rolled back: a later write creates them again.
+  ASSERT_TRUE(store->InsertTrial(Scope(2048), {{"A", 1}}, Ok(9)).ok());
+  top = store->TopK(job.device, job.problem, {{"naive", "abc"}}, 1);
+  ASSERT_TRUE(top.ok()) << top.status();
+  ASSERT_EQ(top->size(), 1u);
+  // And a store opened later knows every row without asking.
+  store.reset();
+  store = OpenStore();
+  top = store->TopK(job.device, job.problem, {{"naive", "abc"}}, 1);
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->size(), 1u);
+  EXPECT_TRUE(*store->HasTunedProblem(job.device, {{"naive", "abc"}}));
+}
+
 TEST_F(ResultStoreTest, HasTunedProblemCountsOkTrialsOfTheTemplates) {
   auto store = OpenStore();
   const DeviceInfo device = Scope().device;

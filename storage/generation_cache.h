@@ -1,0 +1,116 @@
+// GenerationCache: answers read from the store, kept until what they were
+// read from changes.
+//
+// Answers belong to a scope (e.g. one problem on one device); a committed
+// write to the scope bumps its generation (Bump), and an answer is returned
+// only while its scope is still at the generation it was read at. Readers
+// take the generation before they read (Generation) and keep the answer
+// with it (Put), so a write that commits during the read makes the answer
+// stale at once. Generations are drawn from one counter and never reused.
+// Sharded by scope, so that concurrent queries rarely share a lock; bounded:
+// a shard whose answers fill up drops them (scopes are kept, so that no
+// generation is ever seen twice). Thread-safe.
+#ifndef EVOTUNE_STORAGE_GENERATION_CACHE_H_
+#define EVOTUNE_STORAGE_GENERATION_CACHE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace evotune {
+
+template <typename V>
+class GenerationCache {
+ public:
+  // Holds at most about `max_entries` answers.
+  explicit GenerationCache(size_t max_entries)
+      : per_shard_(max_entries / kShards + 1) {}
+  GenerationCache(const GenerationCache&) = delete;
+  GenerationCache& operator=(const GenerationCache&) = delete;
+
+  // The scope's generation now: 0 until its first Bump.
+  uint64_t Generation(const std::string& scope) const {
+    const Shard& s = ShardOf(scope);
+    absl::MutexLock lock(&s.mu);
+    return GenerationLocked(s, scope);
+  }
+
+  // The answer kept for `key` of `scope`, unless the scope changed since it
+  // was read.
+  std::optional<V> Find(const std::string& scope,
+                        const std::string& key) const {
+    const Shard& s = ShardOf(scope);
+    absl::MutexLock lock(&s.mu);
+    auto it = s.answers.find(key);
+    if (it == s.answers.end() ||
+        it->second.first != GenerationLocked(s, scope)) {
+      return std::nullopt;
+    }
+    return it->second.second;
+  }
+
+  // Keeps `value` for `key` of `scope`, read at `generation`.
+  void Put(const std::string& scope, const std::string& key,
+           uint64_t generation, V value) {
+    Shard& s = ShardOf(scope);
+    absl::MutexLock lock(&s.mu);
+    if (s.answers.size() >= per_shard_ && !s.answers.contains(key)) {
+      s.answers.clear();  // Rare; the next queries read again.
+    }
+    s.answers[key] = {generation, std::move(value)};
+  }
+
+  // After a committed write to `scope`: its answers are stale.
+  void Bump(const std::string& scope) {
+    Shard& s = ShardOf(scope);
+    const uint64_t next = next_.fetch_add(1, std::memory_order_relaxed) + 1;
+    absl::MutexLock lock(&s.mu);
+    s.generations[scope] = next;
+  }
+
+  // Answers kept, stale ones included.
+  size_t size() const {
+    size_t n = 0;
+    for (const Shard& s : shards_) {
+      absl::MutexLock lock(&s.mu);
+      n += s.answers.size();
+    }
+    return n;
+  }
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct Shard {
+    mutable absl::Mutex mu;
+    absl::flat_hash_map<std::string, uint64_t> generations ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, std::pair<uint64_t, V>> answers
+        ABSL_GUARDED_BY(mu);
+  };
+  static uint64_t GenerationLocked(const Shard& s, const std::string& scope)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    auto it = s.generations.find(scope);
+    return it == s.generations.end() ? 0 : it->second;
+  }
+  Shard& ShardOf(const std::string& scope) {
+    return shards_[std::hash<std::string>()(scope) % kShards];
+  }
+  const Shard& ShardOf(const std::string& scope) const {
+    return shards_[std::hash<std::string>()(scope) % kShards];
+  }
+
+  const size_t per_shard_;
+  std::atomic<uint64_t> next_{0};
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_STORAGE_GENERATION_CACHE_H_

@@ -1,0 +1,84 @@
+#include "storage/generation_cache.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+TEST(GenerationCacheTest, AnswersUntilItsScopeIsWritten) {
+  GenerationCache<int> cache(100);
+  EXPECT_FALSE(cache.Find("s", "s/a").has_value());
+  cache.Put("s", "s/a", cache.Generation("s"), 42);
+  cache.Put("t", "t/a", cache.Generation("t"), 7);
+  EXPECT_EQ(*cache.Find("s", "s/a"), 42);
+  cache.Bump("s");
+  EXPECT_FALSE(cache.Find("s", "s/a").has_value());  // Written since.
+  EXPECT_EQ(*cache.Find("t", "t/a"), 7);             // Another scope.
+  cache.Put("s", "s/a", cache.Generation("s"), 43);  // Read again.
+  EXPECT_EQ(*cache.Find("s", "s/a"), 43);
+}
+
+TEST(GenerationCacheTest, AnAnswerReadAcrossAWriteIsNeverServed) {
+  GenerationCache<int> cache(100);
+  const uint64_t before = cache.Generation("s");  // The read starts...
+  cache.Bump("s");                                // ...a write commits...
+  cache.Put("s", "s/a", before, 1);               // ...the read ends.
+  EXPECT_FALSE(cache.Find("s", "s/a").has_value());
+}
+
+TEST(GenerationCacheTest, GenerationsAreNeverSeenTwice) {
+  GenerationCache<int> cache(16);
+  const uint64_t before = cache.Generation("s");
+  cache.Bump("s");
+  // Many more scopes than the cache holds answers of: answers are dropped,
+  // generations are not, so `before` stays stale.
+  for (int i = 0; i < 1000; ++i) {
+    const std::string scope = "x" + std::to_string(i);
+    cache.Put(scope, scope, cache.Generation(scope), i);
+    cache.Bump(scope);
+  }
+  cache.Put("s", "s/a", before, 1);
+  EXPECT_FALSE(cache.Find("s", "s/a").has_value());
+}
+
+TEST(GenerationCacheTest, StaysBoundedAndKeepsTheNewest) {
+  GenerationCache<int> cache(64);
+  for (int i = 0; i < 10000; ++i) {
+    const std::string scope = "k" + std::to_string(i);
+    cache.Put(scope, scope, cache.Generation(scope), i);
+    EXPECT_EQ(*cache.Find(scope, scope), i);
+  }
+  // 16 shards of at most 64 / 16 + 1 answers.
+  EXPECT_LE(cache.size(), 16u * 5);
+  EXPECT_GT(cache.size(), 0u);
+}
+
+TEST(GenerationCacheTest, ConcurrentReadersAndWritersSeeWholeAnswers) {
+  GenerationCache<std::vector<int>> cache(1000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&cache, t] {
+      for (int i = 0; i < 2000; ++i) {
+        const std::string scope = "s" + std::to_string(i % 7);
+        const std::string key = scope + "/" + std::to_string(i % 50);
+        if ((i + t) % 5 == 0) {
+          cache.Bump(scope);
+        } else if ((i + t) % 3 == 0) {
+          cache.Put(scope, key, cache.Generation(scope),
+                    std::vector<int>(i % 50 + 1, i % 50));
+        } else if (auto v = cache.Find(scope, key)) {
+          ASSERT_EQ(v->size(), static_cast<size_t>(i % 50 + 1));
+          for (int x : *v) ASSERT_EQ(x, i % 50);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
+}  // namespace evotune
