@@ -10,6 +10,9 @@
 // Sharded by scope, so that concurrent queries rarely share a lock; bounded:
 // a shard whose answers fill up drops them (scopes are kept, so that no
 // generation is ever seen twice). Thread-safe.
+//
+// `weigh` gives an answer's weight (e.g. its rows); the answers kept weigh
+// about `max_weight` at most.
 #ifndef EVOTUNE_STORAGE_GENERATION_CACHE_H_
 #define EVOTUNE_STORAGE_GENERATION_CACHE_H_
 
@@ -30,9 +33,10 @@ namespace evotune {
 template <typename V>
 class GenerationCache {
  public:
-  // Holds at most about `max_entries` answers.
-  explicit GenerationCache(size_t max_entries)
-      : per_shard_(max_entries / kShards + 1) {}
+  explicit GenerationCache(
+      size_t max_weight,
+      size_t (*weigh)(const V&) = [](const V&) { return size_t{1}; })
+      : per_shard_(max_weight / kShards + 1), weigh_(weigh) {}
   GenerationCache(const GenerationCache&) = delete;
   GenerationCache& operator=(const GenerationCache&) = delete;
 
@@ -61,10 +65,18 @@ class GenerationCache {
   void Put(const std::string& scope, const std::string& key,
            uint64_t generation, V value) {
     Shard& s = ShardOf(scope);
+    const size_t weight = weigh_(value);
     absl::MutexLock lock(&s.mu);
-    if (s.answers.size() >= per_shard_ && !s.answers.contains(key)) {
-      s.answers.clear();  // Rare; the next queries read again.
+    auto it = s.answers.find(key);
+    if (it != s.answers.end()) {
+      s.weight -= weigh_(it->second.second);
+      s.answers.erase(it);
     }
+    if (s.weight + weight > per_shard_) {
+      s.answers.clear();  // Rare; the next queries read again.
+      s.weight = 0;
+    }
+    s.weight += weight;
     s.answers[key] = {generation, std::move(value)};
   }
 
@@ -93,6 +105,7 @@ class GenerationCache {
     absl::flat_hash_map<std::string, uint64_t> generations ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<std::string, std::pair<uint64_t, V>> answers
         ABSL_GUARDED_BY(mu);
+    size_t weight ABSL_GUARDED_BY(mu) = 0;
   };
   static uint64_t GenerationLocked(const Shard& s, const std::string& scope)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
@@ -107,6 +120,7 @@ class GenerationCache {
   }
 
   const size_t per_shard_;
+  size_t (*const weigh_)(const V&);
   std::atomic<uint64_t> next_{0};
   std::array<Shard, kShards> shards_;
 };

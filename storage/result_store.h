@@ -267,8 +267,10 @@ class ResultStore {
   absl::Status LoadIds();
   // Keeps the id of a row just created in the open write transaction.
   int64_t Created(const std::string& key, int64_t id);
-  // Answers of TopK and HasTunedProblem kept at most (about).
-  static constexpr size_t kCachedAnswers = 1 << 16;
+  // Trials of TopK answers kept in memory at most (about); an answer weighs
+  // one more than its trials.
+  static constexpr size_t kCachedTrials = size_t{1} << 17;
+  static size_t Rows(const std::vector<RankedTrial>& v) { return 1 + v.size(); }
 
   // TopK and HasTunedProblem as read from the database.
   absl::StatusOr<std::vector<RankedTrial>> ReadTopK(
@@ -318,8 +320,8 @@ class ResultStore {
   std::vector<std::string> created_ ABSL_GUARDED_BY(ids_mu_);
   // Answers kept until a trial write: TopK's per (device, problem),
   // HasTunedProblem's per device.
-  GenerationCache<std::vector<RankedTrial>> top_k_{kCachedAnswers};
-  GenerationCache<bool> has_tuned_{kCachedAnswers / 64};
+  GenerationCache<std::vector<RankedTrial>> top_k_{kCachedTrials, &Rows};
+  GenerationCache<bool> has_tuned_{1024};
 };
 
 }  // namespace evotune

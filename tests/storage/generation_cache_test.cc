@@ -57,6 +57,27 @@ TEST(GenerationCacheTest, StaysBoundedAndKeepsTheNewest) {
   EXPECT_GT(cache.size(), 0u);
 }
 
+TEST(GenerationCacheTest, BoundedByTheWeightOfItsAnswers) {
+  GenerationCache<std::vector<int>> cache(
+      160, [](const std::vector<int>& v) { return v.size(); });
+  for (int i = 0; i < 1000; ++i) {
+    const std::string scope = "k" + std::to_string(i);
+    cache.Put(scope, scope, cache.Generation(scope), std::vector<int>(5, i));
+    EXPECT_EQ(cache.Find(scope, scope)->front(), i);
+  }
+  // 16 shards of at most 160 / 16 + 1 = 11 ints: two answers each.
+  EXPECT_LE(cache.size(), 16u * 2);
+  // Replacing an answer does not count it twice.
+  GenerationCache<std::vector<int>> one(
+      16, [](const std::vector<int>& v) { return v.size(); });
+  for (int i = 0; i < 100; ++i) {
+    one.Put("s", "s/a", one.Generation("s"), std::vector<int>(1, i));
+    one.Put("s", "s/b", one.Generation("s"), std::vector<int>(1, i));
+  }
+  EXPECT_EQ(one.size(), 2u);
+  EXPECT_EQ(one.Find("s", "s/a")->front(), 99);
+}
+
 TEST(GenerationCacheTest, ConcurrentReadersAndWritersSeeWholeAnswers) {
   GenerationCache<std::vector<int>> cache(1000);
   std::vector<std::thread> threads;
