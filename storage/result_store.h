@@ -4,10 +4,10 @@
 // synchronous=FULL: a call that returned OK is on disk and survives kill -9
 // (and power loss). Thread-safe: writes are serialized on one connection,
 // reads run on a pool of reader connections and never block the writer.
-// TopK and HasTunedProblem answers are kept in memory until this object next
-// writes a trial (the hot path of QueryBest then reads no SQL), so the
-// process that opens a database must be its only writer of trials while it
-// runs (the daemon is).
+// TopK, HasTunedProblem and NearestTunedProblem answers are kept in memory
+// until this object next writes a trial of their scope (the hot path of
+// QueryBest then reads no SQL), so the process that opens a database must be
+// its only writer of trials while it runs (the daemon is).
 #ifndef EVOTUNE_STORAGE_RESULT_STORE_H_
 #define EVOTUNE_STORAGE_RESULT_STORE_H_
 
@@ -276,6 +276,10 @@ class ResultStore {
   absl::StatusOr<std::vector<RankedTrial>> ReadTopK(
       const DeviceInfo& device, const Problem& problem,
       const std::vector<std::pair<std::string, std::string>>& templates, int k);
+  absl::StatusOr<std::optional<Problem>> ReadNearestTunedProblem(
+      const DeviceInfo& device, const Problem& problem,
+      const std::vector<std::pair<std::string, std::string>>& templates,
+      bool same_class);
   absl::StatusOr<bool> ReadHasTunedProblem(
       const DeviceInfo& device,
       const std::vector<std::pair<std::string, std::string>>& templates);
@@ -322,6 +326,10 @@ class ResultStore {
   // HasTunedProblem's per device.
   GenerationCache<std::vector<RankedTrial>> top_k_{kCachedTrials, &Rows};
   GenerationCache<bool> has_tuned_{1024};
+  // NearestTunedProblem's per device: a search of every tuned problem
+  // (milliseconds on a large store), asked by every query the nearest rule
+  // answers.
+  GenerationCache<std::optional<Problem>> nearest_{size_t{1} << 14};
 };
 
 }  // namespace evotune

@@ -103,7 +103,10 @@ std::string TopKScope(const DeviceInfo& device, const Problem& problem) {
 void ResultStore::TrialsChanged(const DeviceInfo& device,
                                 const Problem& problem, bool ok) {
   top_k_.Bump(TopKScope(device, problem));
-  if (ok) has_tuned_.Bump(store_rows::DeviceKey(device));
+  if (ok) {
+    has_tuned_.Bump(store_rows::DeviceKey(device));
+    nearest_.Bump(store_rows::DeviceKey(device));
+  }
 }
 
 absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
@@ -163,6 +166,24 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
 }
 
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
+    const DeviceInfo& device, const Problem& problem,
+    const std::vector<std::pair<std::string, std::string>>& templates,
+    bool same_class) {
+  const std::string scope = store_rows::DeviceKey(device);
+  const std::string key =
+      absl::StrCat(scope, "\x1d", ProblemKey(problem), "\x1d",
+                   TemplatesKey(templates), same_class ? 1 : 0);
+  if (std::optional<std::optional<Problem>> kept = nearest_.Find(scope, key)) {
+    return *std::move(kept);
+  }
+  const uint64_t generation = nearest_.Generation(scope);
+  absl::StatusOr<std::optional<Problem>> read =
+      ReadNearestTunedProblem(device, problem, templates, same_class);
+  if (read.ok()) nearest_.Put(scope, key, generation, *read);
+  return read;
+}
+
+absl::StatusOr<std::optional<Problem>> ResultStore::ReadNearestTunedProblem(
     const DeviceInfo& device, const Problem& problem,
     const std::vector<std::pair<std::string, std::string>>& templates,
     bool same_class) {

@@ -287,6 +287,31 @@ TEST_F(ResultStoreTest, NearestTunedProblemMatchesShapeClass) {
   EXPECT_FALSE((*nearest)->causal);
 }
 
+TEST_F(ResultStoreTest, NearestTunedProblemIsKeptUntilTheDeviceGetsATrial) {
+  auto store = OpenStore();
+  auto nearest = [&] {
+    auto n = store->NearestTunedProblem(Scope().device, Scope(600).problem,
+                                        {{"naive", "abc"}});
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() && n->has_value() ? (*n)->seq_q : int64_t{-1};
+  };
+  EXPECT_EQ(nearest(), -1);
+  ASSERT_TRUE(store->InsertTrial(Scope(8192), {{"A", 1}}, Ok(5)).ok());
+  EXPECT_EQ(nearest(), 8192);
+  // Kept: rows removed behind the store's back do not change it...
+  RawExec(
+      "DELETE FROM tuned_problems WHERE problem_id IN "
+      "(SELECT id FROM problems WHERE seq_q = 8192)");
+  EXPECT_EQ(nearest(), 8192);
+  // ...nor does a failed trial; an OK one, of any problem, does.
+  TrialResult failed;
+  failed.status = TrialStatus::kIncorrect;
+  ASSERT_TRUE(store->InsertTrial(Scope(512), {{"A", 1}}, failed).ok());
+  EXPECT_EQ(nearest(), 8192);
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 1}}, Ok(5)).ok());
+  EXPECT_EQ(nearest(), 1024);
+}
+
 // Whether a device has tuned problems of some templates: only OK trials of
 // those template versions on that device count.
 TEST_F(ResultStoreTest, TopKIsKeptUntilTheStoreWritesATrial) {
