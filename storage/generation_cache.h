@@ -80,6 +80,18 @@ class GenerationCache {
     s.answers[key] = {generation, std::move(value)};
   }
 
+  // The answer kept for `key` of `scope`, or else `read()`'s (a
+  // absl::StatusOr<V>), kept when OK.
+  template <typename Read>
+  auto FindOrRead(const std::string& scope, const std::string& key, Read read)
+      -> decltype(read()) {
+    if (std::optional<V> kept = Find(scope, key)) return *std::move(kept);
+    const uint64_t generation = Generation(scope);
+    auto value = read();
+    if (value.ok()) Put(scope, key, generation, *value);
+    return value;
+  }
+
   // After a committed write to `scope`: its answers are stale.
   void Bump(const std::string& scope) {
     Shard& s = ShardOf(scope);

@@ -115,14 +115,8 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
   const std::string scope = TopKScope(device, problem);
   const std::string key =
       absl::StrCat(scope, "\x1d", TemplatesKey(templates), k);
-  if (std::optional<std::vector<RankedTrial>> kept = top_k_.Find(scope, key)) {
-    return *std::move(kept);
-  }
-  const uint64_t generation = top_k_.Generation(scope);
-  absl::StatusOr<std::vector<RankedTrial>> read =
-      ReadTopK(device, problem, templates, k);
-  if (read.ok()) top_k_.Put(scope, key, generation, *read);
-  return read;
+  return top_k_.FindOrRead(
+      scope, key, [&] { return ReadTopK(device, problem, templates, k); });
 }
 
 absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
@@ -173,14 +167,9 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
   const std::string key =
       absl::StrCat(scope, "\x1d", ProblemKey(problem), "\x1d",
                    TemplatesKey(templates), same_class ? 1 : 0);
-  if (std::optional<std::optional<Problem>> kept = nearest_.Find(scope, key)) {
-    return *std::move(kept);
-  }
-  const uint64_t generation = nearest_.Generation(scope);
-  absl::StatusOr<std::optional<Problem>> read =
-      ReadNearestTunedProblem(device, problem, templates, same_class);
-  if (read.ok()) nearest_.Put(scope, key, generation, *read);
-  return read;
+  return nearest_.FindOrRead(scope, key, [&] {
+    return ReadNearestTunedProblem(device, problem, templates, same_class);
+  });
 }
 
 absl::StatusOr<std::optional<Problem>> ResultStore::ReadNearestTunedProblem(
@@ -237,11 +226,8 @@ absl::StatusOr<bool> ResultStore::HasTunedProblem(
     const std::vector<std::pair<std::string, std::string>>& templates) {
   const std::string scope = store_rows::DeviceKey(device);
   const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey(templates));
-  if (std::optional<bool> kept = has_tuned_.Find(scope, key)) return *kept;
-  const uint64_t generation = has_tuned_.Generation(scope);
-  absl::StatusOr<bool> read = ReadHasTunedProblem(device, templates);
-  if (read.ok()) has_tuned_.Put(scope, key, generation, *read);
-  return read;
+  return has_tuned_.FindOrRead(
+      scope, key, [&] { return ReadHasTunedProblem(device, templates); });
 }
 
 absl::StatusOr<bool> ResultStore::ReadHasTunedProblem(

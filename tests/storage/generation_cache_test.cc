@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 
 namespace evotune {
@@ -20,6 +21,21 @@ TEST(GenerationCacheTest, AnswersUntilItsScopeIsWritten) {
   EXPECT_EQ(*cache.Find("t", "t/a"), 7);             // Another scope.
   cache.Put("s", "s/a", cache.Generation("s"), 43);  // Read again.
   EXPECT_EQ(*cache.Find("s", "s/a"), 43);
+}
+
+TEST(GenerationCacheTest, FindOrReadReadsOncePerGenerationAndKeepsNoError) {
+  GenerationCache<int> cache(100);
+  int reads = 0;
+  auto read = [&]() -> absl::StatusOr<int> { return ++reads; };
+  EXPECT_EQ(*cache.FindOrRead("s", "s/a", read), 1);
+  EXPECT_EQ(*cache.FindOrRead("s", "s/a", read), 1);
+  cache.Bump("s");
+  EXPECT_EQ(*cache.FindOrRead("s", "s/a", read), 2);
+  auto fail = []() -> absl::StatusOr<int> {
+    return absl::UnavailableError("busy");
+  };
+  EXPECT_FALSE(cache.FindOrRead("s", "s/b", fail).ok());
+  EXPECT_EQ(*cache.FindOrRead("s", "s/b", read), 3);  // Not kept: read again.
 }
 
 TEST(GenerationCacheTest, AnAnswerReadAcrossAWriteIsNeverServed) {
