@@ -94,6 +94,27 @@ TEST(CostModelTest, LearnsWhichConfigIsFasterOnAnUnseenProblem) {
   EXPECT_TRUE(predict({}).empty());
 }
 
+// Trees cannot extrapolate, but latency relative to the busiest
+// multiprocessor's work carries over: on four times the longest trained
+// keys, the predictions follow the law (a tree fitted to the latencies
+// themselves would predict at most those of 16384 keys, a quarter).
+TEST(CostModelTest, ExtrapolatesToMoreKeysThanTrained) {
+  std::unique_ptr<CostModel> model = TrainOnLaw({});
+  ASSERT_NE(model, nullptr);
+  const Problem longer = DecodeProblem(65536);
+  std::vector<CostSample> asked;
+  for (const Config& c : FeasibleConfigs(Decode(), longer, H100Limits())) {
+    asked.push_back({&Decode(), c, longer});
+  }
+  absl::StatusOr<std::vector<double>> us = model->PredictUs(asked);
+  ASSERT_TRUE(us.ok()) << us.status();
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const double truth = Law(asked[i].config, longer);
+    EXPECT_GT((*us)[i], truth / 1.5) << ConfigKey(asked[i].config);
+    EXPECT_LT((*us)[i], truth * 1.5) << ConfigKey(asked[i].config);
+  }
+}
+
 // Copies of the model predict at once from many threads, each exactly as
 // the trained one.
 TEST(CostModelTest, ThreadsPredictAtOnceAndAlike) {

@@ -105,15 +105,31 @@ TEST(FeatureMapTest, TileFillAndMultiprocessorLoad) {
   EXPECT_TRUE(std::isnan(Feature(map, row, "sm_imbalance")));
 }
 
-// Only the busiest multiprocessor's flops constrain the trees: more of them
-// never predicts a faster kernel.
-TEST(FeatureMapTest, OnlyTheBusiestMultiprocessorsFlopsAreMonotone) {
+// The work a cost model's latency is relative to: the busiest
+// multiprocessor's flops, or the problem's spread over the multiprocessors
+// where the template does not give its tiles.
+TEST(FeatureMapTest, WorkIsTheBusiestMultiprocessorsFlops) {
   const FeatureMap map(TemplateRegistry::Builtin());
-  ASSERT_EQ(static_cast<int>(map.monotone().size()), map.size());
-  for (int i = 0; i < map.size(); ++i) {
-    EXPECT_EQ(map.monotone()[i], map.names()[i] == "log2_sm_flops" ? 1 : 0)
-        << map.names()[i];
-  }
+  DeviceLimits limits;
+  limits.smem_per_block_bytes = 227 * 1024;
+  limits.compute_capability = 90;
+  limits.multiprocessors = 132;
+  std::vector<float> row;
+  const KernelTemplate& tma = Template("flash_fwd_tma");
+  map.Append(tma, FeasibleConfigs(tma, Seed(), limits).front(), Seed(), limits,
+             &row);
+  ASSERT_FALSE(std::isnan(Feature(map, row, "log2_sm_flops")));
+  EXPECT_EQ(map.Log2Work(row.data(), 132), Feature(map, row, "log2_sm_flops"));
+  EXPECT_LT(map.Log2Work(row.data(), 132), Feature(map, row, "log2_flops"));
+  row.clear();
+  const KernelTemplate& naive = Template("naive");
+  map.Append(naive, FeasibleConfigs(naive, Seed(), limits).front(), Seed(),
+             limits, &row);
+  ASSERT_TRUE(std::isnan(Feature(map, row, "log2_sm_flops")));
+  EXPECT_DOUBLE_EQ(map.Log2Work(row.data(), 128),
+                   Feature(map, row, "log2_flops") - 7.0);
+  EXPECT_DOUBLE_EQ(map.Log2Work(row.data(), 0),
+                   Feature(map, row, "log2_flops"));
 }
 
 }  // namespace

@@ -39,19 +39,8 @@ class OwnedMatrix {
   DMatrixHandle handle_ = nullptr;
 };
 
-// XGBoost's monotone_constraints: "(c0,c1,...)", one per feature.
-std::string MonotoneConstraints(const FeatureMap& features) {
-  std::string out = "(";
-  for (int i = 0; i < features.size(); ++i) {
-    absl::StrAppend(&out, i > 0 ? "," : "", features.monotone()[i]);
-  }
-  return out + ")";
-}
-
-absl::Status SetParams(BoosterHandle booster, const CostModelOptions& o,
-                       const FeatureMap& features) {
+absl::Status SetParams(BoosterHandle booster, const CostModelOptions& o) {
   const std::pair<const char*, std::string> params[] = {
-      {"monotone_constraints", MonotoneConstraints(features)},
       {"objective", "reg:squarederror"},
       {"tree_method", "hist"},
       {"max_depth", std::to_string(o.max_depth)},
@@ -80,6 +69,23 @@ std::vector<float> FeatureMatrix(const FeatureMap& features,
                     limits, &values);
   }
   return values;
+}
+
+// Per row of `values`, the natural log of its busiest multiprocessor's flops
+// (FeatureMap::Log2Work): the model's labels are log(µs) less this, a cost
+// per flop of the busiest multiprocessor, which carries over from the tuned
+// problems to larger or smaller ones where a tree, which cannot extrapolate,
+// would predict the latencies of the sizes it has seen.
+std::vector<double> LogWork(const FeatureMap& features,
+                            const std::vector<float>& values,
+                            const DeviceLimits& limits) {
+  const size_t cols = features.size();
+  std::vector<double> out(values.size() / cols);
+  for (size_t r = 0; r < out.size(); ++r) {
+    out[r] = std::log(2.0) *
+             features.Log2Work(&values[r * cols], limits.multiprocessors);
+  }
+  return out;
 }
 
 }  // namespace
@@ -143,14 +149,16 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   if (samples.empty()) {
     return absl::InvalidArgumentError("cost model: no samples to train on");
   }
+  const std::vector<float> values =
+      FeatureMatrix(*features, samples, limits, nullptr);
+  const std::vector<double> work = LogWork(*features, values, limits);
   std::vector<float> labels;
-  for (const CostSample& s : samples) {
-    labels.push_back(static_cast<float>(std::log(s.median_us)));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    labels.push_back(
+        static_cast<float>(std::log(samples[i].median_us) - work[i]));
   }
   OwnedMatrix train;
-  if (absl::Status s = train.Create(
-          FeatureMatrix(*features, samples, limits, nullptr), features->size());
-      !s.ok()) {
+  if (absl::Status s = train.Create(values, features->size()); !s.ok()) {
     return s;
   }
   if (XGDMatrixSetFloatInfo(train.handle(), "label", labels.data(),
@@ -164,8 +172,7 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   std::unique_ptr<CostModel> model(
       new CostModel(std::move(features), limits, booster,
                     static_cast<int64_t>(samples.size())));
-  if (absl::Status s = SetParams(booster, options, *model->features_);
-      !s.ok()) {
+  if (absl::Status s = SetParams(booster, options); !s.ok()) {
     return s;
   }
   for (int i = 0; i < options.rounds; ++i) {
@@ -208,6 +215,7 @@ absl::StatusOr<std::vector<double>> CostModel::Predict(
       R"({"type": 0, "training": false, "cache_id": 0, "iteration_begin": 0, )",
       R"("iteration_end": )", trees > 0 && trees < trees_ ? trees : 0,
       R"(, "strict_shape": false, "missing": NaN})");
+  const std::vector<double> work = LogWork(*features_, values, limits_);
   Predictor* p = Acquire();
   const bst_ulong* shape = nullptr;
   bst_ulong dims = 0;
@@ -217,7 +225,9 @@ absl::StatusOr<std::vector<double>> CostModel::Predict(
                                 nullptr, &shape, &dims, &out) != 0;
   std::vector<double> us;
   us.reserve(rows);
-  for (size_t i = 0; !failed && i < rows; ++i) us.push_back(std::exp(out[i]));
+  for (size_t i = 0; !failed && i < rows; ++i) {
+    us.push_back(std::exp(out[i] + work[i]));
+  }
   p->mu.Unlock();
   if (failed) return XgbError("predicting");
   return us;

@@ -1,6 +1,7 @@
 // CostModel: predicts a config's median latency on a problem from the trials
 // measured on one device, with gradient-boosted trees (XGBoost, through its C
-// API) over FeatureMap's features, fitted to log(median_us).
+// API) over FeatureMap's features, fitted to log(median_us) less the log of
+// the flops its busiest multiprocessor computes (FeatureMap::Log2Work).
 //
 // It serves two uses: ranking the configs tuned for other problems on a
 // problem never tuned (transfer), and screening a search's candidates so

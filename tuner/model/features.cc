@@ -100,9 +100,16 @@ FeatureMap::FeatureMap(const TemplateRegistry& templates) {
   names_.assign(std::begin(kProblemNames), std::end(kProblemNames));
   names_.insert(names_.end(), params_.begin(), params_.end());
   names_.insert(names_.end(), std::begin(kLaunchNames), std::end(kLaunchNames));
-  for (const std::string& name : names_) {
-    monotone_.push_back(name == "log2_sm_flops" ? 1 : 0);
+  for (int i = 0; i < size(); ++i) {
+    if (names_[i] == "log2_sm_flops") sm_flops_column_ = i;
+    if (names_[i] == "log2_flops") flops_column_ = i;
   }
+}
+
+double FeatureMap::Log2Work(const float* row, int multiprocessors) const {
+  const float sm_flops = row[sm_flops_column_];
+  if (!std::isnan(sm_flops)) return sm_flops;
+  return row[flops_column_] - std::log2(std::max(1, multiprocessors));
 }
 
 void FeatureMap::Append(const KernelTemplate& t, const Config& config,

@@ -30,10 +30,12 @@ class FeatureMap {
 
   int size() const { return static_cast<int>(names_.size()); }
   const std::vector<std::string>& names() const { return names_; }
-  // Per feature, 1 where latency cannot fall as it grows (the busiest
-  // multiprocessor's flops), else 0: a constraint on the model's trees, so
-  // that a config never ranks faster for loading a multiprocessor more.
-  const std::vector<int>& monotone() const { return monotone_; }
+  // log2 of the flops the busiest multiprocessor computes, read from a row
+  // of Append's values: its `log2_sm_flops`, or where the template does not
+  // give its tile rows the problem's flops spread over `multiprocessors`.
+  // The figure a latency grows with, whatever the problem's size: a cost
+  // model fits latency relative to it.
+  double Log2Work(const float* row, int multiprocessors) const;
 
   // Appends size() values. `config` must pass CheckConfig for `problem`;
   // unknown device figures (0 multiprocessors) give NaN where they matter.
@@ -45,7 +47,8 @@ class FeatureMap {
   std::map<std::string, int> template_index_;
   std::vector<std::string> params_;  // Every template's, sorted, unique.
   std::vector<std::string> names_;
-  std::vector<int> monotone_;
+  int sm_flops_column_ = 0;  // Of log2_sm_flops and log2_flops.
+  int flops_column_ = 0;
 };
 
 }  // namespace evotune
