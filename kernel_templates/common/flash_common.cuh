@@ -465,6 +465,25 @@ __device__ __forceinline__ void InitRows(float (&o)[kMTiles][kDTiles][4],
   }
 }
 
+// Counts one split of a row block in: called by one thread, after the
+// __syncthreads that follows its block's writes of partial rows; true for the
+// last split, which merges them all after another __syncthreads. The add is
+// acquire-release at GPU scope: it publishes the block's rows (ordered before
+// it by the barrier) and, in the last split, makes every other split's
+// visible to the block (through the barrier after it). Cheaper than every
+// thread fencing (__threadfence is a sequentially consistent fence) and
+// then adding. Leaves the counter at 0 for the next launch.
+__device__ __forceinline__ bool CountSplitIn(int* counter, int splits) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;\n"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  if (old != splits - 1) return false;
+  *counter = 0;
+  return true;
+}
+
 // A warp's unnormalised output rows (fp32; row r at part + r * stride) and
 // their (max, sum) (at ml + 2 r), for split-KV: rows numbered from row0.
 template <int kMTiles, int kDTiles>
@@ -573,17 +592,13 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
     StorePartialRows(part_o + mine * kD, kD, part_ml + mine * 2, row0, o_acc,
                      row_max, row_sum, lane);
     // Publish, then count this split in; the last one combines.
-    __threadfence();
     __syncthreads();
     __shared__ int last;
     if (threadIdx.x == 0) {
-      int* counter = p.counters + head * t.q_blocks + t.q_block;
-      last = atomicAdd(counter, 1) == kSplits - 1;
-      if (last) *counter = 0;  // Ready for the next launch.
+      last = CountSplitIn(p.counters + head * t.q_blocks + t.q_block, kSplits);
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     // Eight columns per thread and step, loads issued together: this runs
     // on the critical path of the whole launch.
     constexpr int kVec = 8;

@@ -614,20 +614,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   if constexpr (kSplits > 1) {
     // Publish, then count this split in; the last one merges.
-    __threadfence();
     __syncthreads();
     int* last = reinterpret_cast<int*>(smem + kFlagOffset);
     if (threadIdx.x == 0) {
-      int* counter =
-          p.counters +
-          (static_cast<long long>(w.b) * p.kv_heads + w.kvh) * w.row_blocks +
-          w.row_block;
-      *last = atomicAdd(counter, 1) == kSplits - 1;
-      if (*last) *counter = 0;  // Ready for the next launch.
+      *last =
+          CountSplitIn(p.counters +
+                           (static_cast<long long>(w.b) * p.kv_heads + w.kvh) *
+                               w.row_blocks +
+                           w.row_block,
+                       kSplits);
     }
     __syncthreads();
     if (!*last) return;
-    __threadfence();
     MergeSplits(p, w, ws, rows_here, smem);  // Over the rings: done with.
   }
 }
