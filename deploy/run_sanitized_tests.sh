@@ -10,5 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DEVOTUNE_SANITIZE=address
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export LSAN_OPTIONS=suppressions=$PWD/deploy/lsan.supp
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE "gpu|build" "$@"
