@@ -13,10 +13,17 @@ int64_t PackedRows(const Problem& p) {
   return p.seq_q * (p.heads / std::max<int64_t>(1, p.kv_heads));
 }
 
+// The decode template for a few query rows per KV head, and for up to 64
+// queries against keys at least 64 times as many: there the K/V stream, read
+// once per KV head here and once per query head and query tile by a prefill
+// template, outweighs the prefill templates' faster MMAs. A prefill
+// template's defaults suit more rows better. Recorded on the H100
+// (tests/data/decode_fwd_short_query_landscapes_h100.csv): 17 queries on
+// 4097 keys 24.4 us against flash_fwd_tma's 30.3, MQA with 64 queries on
+// 8192 keys 19.2 against 25.6; 32 queries on 512 keys 10.7 against 9.7.
 int DefaultRank(const Problem& p) {
-  // The decode template for a few query rows per KV head; a prefill
-  // template's defaults suit more rows better.
-  return p.seq_q <= 16 ? 3 : -1;
+  if (p.seq_q <= 16) return 3;
+  return p.seq_q <= 64 && p.seq_k >= 64 * p.seq_q ? 3 : -1;
 }
 
 Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
@@ -30,17 +37,20 @@ Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
 // splits (a power of two, at most 64) that keep the grid within one block
 // per multiprocessor and give each split more than 32 keys; where 16-row
 // blocks alone fill the GPU, blocks of 32 (fewer blocks re-reading each K/V
-// tile; 32 rows were measured without spilling at head_dim 128). On the H100:
-// the first is within 5% of the recorded optimum of each of the suite's decode
-// problems (tests/data/decode_fwd_landscapes_h100.csv); 32-row blocks took
-// B=64 H=8 KV=2 Sq=16 Sk=2048 d128 causal from 72.7 to 57.5 us (RESULTS.md).
+// tile; 32 rows were measured without spilling at head_dim 128). Three tiles
+// in flight per warp; four warps per block where the grid leaves
+// multiprocessors with one block, two where several blocks share one. On the
+// H100 the first is within 11% of the recorded optimum of each of the nine
+// recorded problems (tests/data/decode_fwd_*landscapes_h100.csv; with two
+// stages and four warps everywhere it was up to 24% off, on 17 queries).
 std::vector<Config> FittedDefaults(const Problem& p,
                                    const DeviceLimits& limits) {
   const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 128;
   const int64_t blocks = p.batch * p.kv_heads * ((PackedRows(p) + 15) / 16);
+  const bool full = blocks >= sms;
   int64_t rows = 16;
   int64_t splits = 1;
-  if (blocks >= sms) {
+  if (full) {
     while (rows < 32 && rows < PackedRows(p)) rows *= 2;
   }
   while (splits < 64 && blocks * splits * 2 <= sms && splits * 32 < p.seq_k) {
@@ -49,7 +59,8 @@ std::vector<Config> FittedDefaults(const Problem& p,
   // Q stays in registers only for 16-row blocks (more spill at head_dim
   // 128); the last two need less shared memory (99 KB per block on an L4).
   const int64_t q_in_regs = rows == 16 ? 1 : 0;
-  return {DecodeConfig(rows, 32, 4, 2, splits, q_in_regs),
+  return {DecodeConfig(rows, 32, full ? 2 : 4, 3, splits, q_in_regs),
+          DecodeConfig(rows, 32, 4, 2, splits, q_in_regs),
           DecodeConfig(rows, 32, 4, 3, splits, 0),
           DecodeConfig(rows, 16, 8, 2, splits, q_in_regs),
           DecodeConfig(rows, 32, 2, 2, splits, 0),

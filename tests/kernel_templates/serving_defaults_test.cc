@@ -153,5 +153,46 @@ TEST(ServingDefaultsTest, DecodeRowsGrowOnceTheGridIsFull) {
   EXPECT_EQ(rows(one_row), 16);
 }
 
+// The decode template ranks first for up to 16 queries, and for up to 64
+// queries on keys at least 64 times as many; a prefill template otherwise.
+TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {
+  const KernelTemplate& decode =
+      *TemplateRegistry::Builtin().Find("decode_fwd");
+  const KernelTemplate& tma =
+      *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  auto first = [&](int64_t seq_q, int64_t seq_k) {
+    Problem p = Decode(1, 8, 1, seq_k);
+    p.seq_q = seq_q;
+    const std::vector<DefaultChoice> served =
+        RankedDefaults({&tma, &decode}, p, H100(), 1);
+    EXPECT_EQ(served.size(), 1u);
+    return served.empty() ? "" : served.front().t->name;
+  };
+  EXPECT_EQ(first(1, 100), "decode_fwd");
+  EXPECT_EQ(first(16, 16), "decode_fwd");
+  EXPECT_EQ(first(17, 17 * 64), "decode_fwd");
+  EXPECT_EQ(first(64, 8192), "decode_fwd");
+  EXPECT_EQ(first(17, 17 * 64 - 1), "flash_fwd_tma");
+  EXPECT_EQ(first(32, 512), "flash_fwd_tma");
+  EXPECT_EQ(first(65, 65 * 128), "flash_fwd_tma");
+}
+
+// Where blocks are fewer than the multiprocessors, each streams its keys
+// with four warps; where several share one, with two. Three tiles in flight
+// either way.
+TEST(ServingDefaultsTest, DecodeWarpsFollowTheGrid) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  auto first = [&](const Problem& p) {
+    const std::vector<DefaultChoice> served =
+        RankedDefaults({&t}, p, H100(), 1);
+    EXPECT_EQ(served.size(), 1u);
+    EXPECT_EQ(served.front().config.at("STAGES"), 3);
+    return served.front().config.at("WARPS");
+  };
+  EXPECT_EQ(first(Decode(1, 64, 8, 32768)), 4);   // 8 blocks, 16 splits.
+  EXPECT_EQ(first(Decode(8, 32, 8, 8192)), 4);    // 64 blocks, 2 splits.
+  EXPECT_EQ(first(Decode(32, 16, 16, 2048)), 2);  // 512 blocks.
+}
+
 }  // namespace
 }  // namespace evotune

@@ -15,17 +15,50 @@ namespace {
 // Trees of the coarse pass that shortlists transfer candidates.
 constexpr int kShortlistTrees = 60;
 
+// The parameter of templates that split a row block's keys over blocks.
+constexpr char kSplitParam[] = "KV_SPLITS";
+
+// A config as compiled: template, config, head_dim and dtype.
+using CompiledKey = std::tuple<std::string, std::string, int64_t, int>;
+
+CompiledKey Compiled(const CostSample& s, const Config& config) {
+  return {s.t->name, ConfigKey(config), s.problem.head_dim,
+          static_cast<int>(s.problem.dtype)};
+}
+
+// `s`'s config with each other split count its template offers.
+std::vector<Config> SplitVariants(const CostSample& s) {
+  std::vector<Config> out;
+  const Param* splits = s.t->space.Find(kSplitParam);
+  auto own = s.config.find(kSplitParam);
+  if (splits == nullptr || own == s.config.end()) return out;
+  for (int64_t v : splits->values) {
+    if (v == own->second) continue;
+    out.push_back(s.config);
+    out.back()[kSplitParam] = v;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<TransferCandidate> TransferPool(
     const std::vector<CostSample>& samples, size_t per_problem) {
   std::map<std::pair<std::string, std::string>, std::vector<const CostSample*>>
       groups;
+  std::map<CompiledKey, const CostSample*> measured;
   for (const CostSample& s : samples) {
     groups[{s.t->name, ProblemKey(s.problem)}].push_back(&s);
+    measured.insert({Compiled(s, s.config), &s});
   }
   std::vector<TransferCandidate> pool;
-  std::set<std::tuple<std::string, std::string, int64_t, int>> seen;
+  std::set<CompiledKey> seen;
+  // A config recurs across problems; RankTransfers needs only its first
+  // source of each head_dim and dtype (the kinship it ranks by), so the
+  // pool, walked per query, grows with the configs, not the problems.
+  auto add = [&](const CostSample& s) {
+    if (seen.insert(Compiled(s, s.config)).second) pool.push_back(s);
+  };
   for (auto& [key, group] : groups) {
     std::sort(group.begin(), group.end(),
               [](const CostSample* a, const CostSample* b) {
@@ -33,13 +66,15 @@ std::vector<TransferCandidate> TransferPool(
               });
     if (group.size() > per_problem) group.resize(per_problem);
     for (const CostSample* s : group) {
-      // A config recurs across problems; RankTransfers needs only its first
-      // source of each head_dim and dtype (the kinship it ranks by), so the
-      // pool, walked per query, grows with the configs, not the problems.
-      if (seen.insert({s->t->name, ConfigKey(s->config), s->problem.head_dim,
-                       static_cast<int>(s->problem.dtype)})
-              .second) {
-        pool.push_back(*s);
+      add(*s);
+      // The split count fits the grid to the multiprocessors: the one tuned
+      // for this problem's size is rarely what another size needs, while
+      // the rest of the config carries over. Its variants come along where
+      // they ran at this head_dim and dtype (register use, which no check
+      // foresees, changes with the split count too).
+      for (const Config& variant : SplitVariants(*s)) {
+        auto it = measured.find(Compiled(*s, variant));
+        if (it != measured.end()) add(*it->second);
       }
     }
   }

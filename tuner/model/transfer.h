@@ -26,9 +26,10 @@ struct RankedTransfer {
 inline constexpr size_t kTransferPoolPerProblem = 50;
 
 // The `per_problem` fastest samples of each (template, problem), the pool
-// transfers are chosen from: of each config, only its first sample per
-// head_dim and dtype (in (template, problem) order), which is all
-// RankTransfers reads.
+// transfers are chosen from, each with the samples of its config at the
+// other split counts (KV_SPLITS) that ran at its head_dim and dtype: of
+// each config, only its first sample per head_dim and dtype (in (template,
+// problem) order), which is all RankTransfers reads.
 std::vector<TransferCandidate> TransferPool(
     const std::vector<CostSample>& samples, size_t per_problem);
 

@@ -1,0 +1,133 @@
+#include "tuner/model/transfer.h"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+const KernelTemplate& Decode() {
+  return *TemplateRegistry::Builtin().Find("decode_fwd");
+}
+
+DeviceLimits H100Limits() {
+  DeviceLimits limits;
+  limits.smem_per_block_bytes = 227 * 1024;
+  limits.compute_capability = 90;
+  limits.multiprocessors = 132;
+  return limits;
+}
+
+// One query of 32 heads on 8 KV heads: one 16-row block per KV head and
+// batch entry.
+Problem DecodeProblem(int64_t batch, int64_t seq_k) {
+  Problem p;
+  p.batch = batch;
+  p.heads = 32;
+  p.kv_heads = 8;
+  p.seq_k = seq_k;
+  p.head_dim = 128;
+  return p;
+}
+
+// A made-up law where the split count fits the grid to 128 multiprocessors
+// and each split costs a little: a batch of 16 fills them without splits, a
+// batch of 1 wants 16.
+double Law(const Config& c, const Problem& p) {
+  const double blocks = static_cast<double>(p.batch * p.kv_heads);
+  const double fill = std::min(1.0, blocks * c.at("KV_SPLITS") / 128.0);
+  return p.seq_k * 0.01 / c.at("WARPS") / fill + 0.5 * c.at("KV_SPLITS") +
+         c.at("STAGES");
+}
+
+std::vector<CostSample> Measured(const Problem& p) {
+  std::vector<CostSample> out;
+  for (const Config& c : FeasibleConfigs(Decode(), p, H100Limits())) {
+    out.push_back({&Decode(), c, p, Law(c, p)});
+  }
+  return out;
+}
+
+// Configs with every other value of `name`; nothing else differs.
+bool SameButFor(const Config& a, const Config& b, const std::string& name) {
+  Config x = a, y = b;
+  x.erase(name);
+  y.erase(name);
+  return x == y;
+}
+
+// Each of a problem's fastest configs enters the pool with its variants of
+// other split counts, where they ran at that head_dim and dtype.
+TEST(TransferTest, PoolHoldsSplitVariantsThatRan) {
+  std::vector<CostSample> samples;
+  for (CostSample& s : Measured(DecodeProblem(16, 8192))) {
+    // As if 32 splits had failed to compile.
+    if (s.config.at("KV_SPLITS") != 32) samples.push_back(std::move(s));
+  }
+  const std::vector<TransferCandidate> pool = TransferPool(samples, 1);
+  ASSERT_FALSE(pool.empty());
+  const Config& fastest = pool.front().config;
+  EXPECT_EQ(fastest.at("KV_SPLITS"), 1);
+  std::set<int64_t> splits;
+  for (const TransferCandidate& c : pool) {
+    EXPECT_TRUE(SameButFor(c.config, fastest, "KV_SPLITS"))
+        << ConfigKey(c.config);
+    splits.insert(c.config.at("KV_SPLITS"));
+  }
+  EXPECT_EQ(splits, (std::set<int64_t>{1, 2, 4, 8, 16, 64}));
+}
+
+// Trained on both batches at several lengths, and offered the pool of a
+// batch of 16, whose fastest configs have no splits: asked for a batch of
+// 1, the ranking serves the split count the law wants there.
+TEST(TransferTest, ServesTheSplitCountTheAskedProblemNeeds) {
+  std::vector<CostSample> train;
+  for (int64_t seq_k : {2048, 4096, 16384}) {
+    for (int64_t batch : {1, 16}) {
+      for (CostSample& s : Measured(DecodeProblem(batch, seq_k))) {
+        train.push_back(std::move(s));
+      }
+    }
+  }
+  auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
+  absl::StatusOr<std::unique_ptr<CostModel>> model =
+      CostModel::Train(features, train, H100Limits());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<CostSample> batch16 = Measured(DecodeProblem(16, 8192));
+  std::sort(batch16.begin(), batch16.end(),
+            [](const CostSample& a, const CostSample& b) {
+              return a.median_us < b.median_us;
+            });
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(batch16[i].config.at("KV_SPLITS"), 1);
+  }
+  const std::vector<TransferCandidate> pool = TransferPool(batch16, 2);
+  absl::StatusOr<std::vector<RankedTransfer>> ranked =
+      RankTransfers(**model, pool, DecodeProblem(1, 8192), 1);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_EQ(ranked->size(), 1u);
+  const Config& served = ranked->front().candidate.config;
+  EXPECT_EQ(served.at("KV_SPLITS"), 16) << ConfigKey(served);
+}
+
+// A template without a split parameter: its configs as they ran.
+TEST(TransferTest, ConfigsWithoutSplitsTransferAsTheyAre) {
+  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+  ASSERT_EQ(naive.space.Find("KV_SPLITS"), nullptr);
+  Problem p = DecodeProblem(1, 512);
+  std::vector<CostSample> samples;
+  for (const Config& c : FeasibleConfigs(naive, p, H100Limits())) {
+    samples.push_back({&naive, c, p, 1.0 + samples.size()});
+  }
+  ASSERT_GT(samples.size(), 2u);
+  const std::vector<TransferCandidate> pool = TransferPool(samples, 2);
+  ASSERT_EQ(pool.size(), 2u);
+  EXPECT_EQ(pool[0].config, samples[0].config);
+  EXPECT_EQ(pool[1].config, samples[1].config);
+}
+
+}  // namespace
+}  // namespace evotune
