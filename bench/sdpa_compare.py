@@ -386,6 +386,12 @@ def main():
                   "config": meta["config"], "template": meta["template"],
                   "rel_err": ours_err, "finite": finite}
         result["us"] = time_us(lambda: kernel(q, k, v, o, pr["causal"]))
+        # The output of the last timed call: a kernel that leaves state
+        # behind (split counters) must be as right on every launch.
+        result["rel_err_after_timing"] = rel_l2(o, ref)
+        if not result["rel_err_after_timing"] <= max(2 * ours_err, 1e-2):
+            print(f"{entry['name']}: WRONG after repeated launches "
+                  f"(rel err {result['rel_err_after_timing']:.1e})")
         if op is not None:
             time_op(op, q, k, v, pr["causal"], meta, ref, result,
                     lambda: kernel(q, k, v, o, pr["causal"]))
