@@ -8,13 +8,15 @@
 namespace evotune {
 
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
-                               int64_t splits, SplitCombine combine) {
+                               int64_t block_n, int64_t splits,
+                               SplitCombine combine) {
   const int64_t q_blocks = (p.seq_q + block_m - 1) / block_m;
   LaunchGeometry g;
   g.grid[0] = q_blocks * splits;
   g.grid[1] = p.heads;
   g.grid[2] = p.batch;
   g.tile_rows = block_m;
+  g.tile_keys = block_n;
   if (combine == SplitCombine::kCluster) g.cluster_x = static_cast<int>(splits);
   if (splits > 1 && combine == SplitCombine::kWorkspace) {
     const int64_t heads = p.batch * p.heads;

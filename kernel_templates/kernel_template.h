@@ -43,6 +43,9 @@ struct LaunchGeometry {
   // Query rows of one head a work block computes (its tile), for cost models
   // (tuner/model/sm_load.h); 0 when the template does not say.
   int64_t tile_rows = 0;
+  // Keys a block takes at once (its K/V tile): it works through whole tiles,
+  // masked columns too. 0 when the template does not say.
+  int64_t tile_keys = 0;
   // The tile's rows are of the query heads sharing a KV head (heads /
   // kv_heads times seq_q of them, the decode template's packing).
   bool tile_packs_heads = false;
@@ -115,9 +118,11 @@ enum class SplitCombine { kWorkspace, kCluster };
 // (kernel_templates/common/flash_common.cuh): grid (ceil(seq_q / block_m) *
 // splits, heads, batch), and with splits > 1 combined through the workspace
 // the fp32 workspace of partial rows and the per-query-block counters;
-// tile_rows block_m. Threads and shared memory are left to the caller.
+// tile_rows block_m, tile_keys block_n. Threads and shared memory are left
+// to the caller.
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
-                               int64_t splits, SplitCombine combine);
+                               int64_t block_n, int64_t splits,
+                               SplitCombine combine);
 
 // OK when the template supports the problem's head_dim and dtype; otherwise
 // INVALID_ARGUMENT naming "problem.head_dim" or "problem.dtype".

@@ -61,8 +61,9 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
                 config(128, 128, 8, 3, 1), config(64, 128, 4, 2, 1), split};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = c.at("BLOCK_M");
-    LaunchGeometry g = SplitKvGeometry(p, block_m, c.at("KV_SPLITS"),
-                                       SplitCombine::kWorkspace);
+    LaunchGeometry g =
+        SplitKvGeometry(p, block_m, c.at("BLOCK_N"), c.at("KV_SPLITS"),
+                        SplitCombine::kWorkspace);
     g.block_threads = static_cast<int>(32 * c.at("NUM_WARPS"));
     g.smem_bytes =
         (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2;

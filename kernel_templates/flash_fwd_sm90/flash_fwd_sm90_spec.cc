@@ -51,8 +51,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_sm90)(std::string source,
                 config(1, 64, 2, 4)};
   t.geometry = [](const Config& c, const Problem& p) {
     const int64_t block_m = 64 * c.at("WARPGROUPS");
-    LaunchGeometry g =
-        SplitKvGeometry(p, block_m, c.at("KV_SPLITS"), SplitCombine::kCluster);
+    LaunchGeometry g = SplitKvGeometry(
+        p, block_m, c.at("BLOCK_N"), c.at("KV_SPLITS"), SplitCombine::kCluster);
     g.block_threads = static_cast<int>(128 * c.at("WARPGROUPS"));
     // 1024 B to align the swizzled tiles.
     g.smem_bytes =

@@ -66,8 +66,8 @@ std::vector<Config> Defaults() {
 // shared memory and tensor map boxes.
 LaunchGeometry Geometry(const Config& c, const Problem& p) {
   const int64_t block_m = 64 * c.at("CONSUMERS");
-  LaunchGeometry g =
-      SplitKvGeometry(p, block_m, c.at("KV_SPLITS"), SplitCombine::kCluster);
+  LaunchGeometry g = SplitKvGeometry(p, block_m, c.at("BLOCK_N"),
+                                     c.at("KV_SPLITS"), SplitCombine::kCluster);
   const bool persistent = c.at("PERSISTENT") == 1;
   if (persistent) {  // The tiles, walked by LaunchGrid's blocks.
     g.grid[0] *= g.grid[1] * g.grid[2];

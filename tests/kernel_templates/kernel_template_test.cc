@@ -247,18 +247,18 @@ TEST(KernelTemplateTest, SplitKvGeometrySizesGridAndScratch) {
   Problem p = SeedProblem();
   p.batch = 2;
   p.seq_q = 100;  // Two query blocks of 64.
-  LaunchGeometry one = SplitKvGeometry(p, 64, 1, SplitCombine::kWorkspace);
+  LaunchGeometry one = SplitKvGeometry(p, 64, 0, 1, SplitCombine::kWorkspace);
   EXPECT_EQ(one.grid[0], 2);
   EXPECT_EQ(one.grid[1], 8);
   EXPECT_EQ(one.grid[2], 2);
   EXPECT_EQ(one.workspace_floats, 0);
   EXPECT_EQ(one.counters, 0);
-  LaunchGeometry four = SplitKvGeometry(p, 64, 4, SplitCombine::kWorkspace);
+  LaunchGeometry four = SplitKvGeometry(p, 64, 0, 4, SplitCombine::kWorkspace);
   EXPECT_EQ(four.grid[0], 8);
   // Partial rows (head_dim) plus max and sum per row of every split.
   EXPECT_EQ(four.workspace_floats, 2 * 8 * 4 * 2 * 64 * (64 + 2));
   EXPECT_EQ(four.counters, 2 * 8 * 2);
-  LaunchGeometry cluster = SplitKvGeometry(p, 64, 4, SplitCombine::kCluster);
+  LaunchGeometry cluster = SplitKvGeometry(p, 64, 0, 4, SplitCombine::kCluster);
   EXPECT_EQ(cluster.grid[0], 8);
   EXPECT_EQ(cluster.cluster_x, 4);
   EXPECT_EQ(four.cluster_x, 1);

@@ -29,7 +29,7 @@ TEST(SmLoadTest, EqualBlocksFillingWholeWavesLoadEveryMultiprocessorAlike) {
   Problem p = Causal(1, kSms, 64, 4096);
   p.causal = false;
   const std::optional<SmLoad> load = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 1, SplitCombine::kCluster), p, kSms);
+      SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster), p, kSms);
   ASSERT_TRUE(load.has_value());
   EXPECT_DOUBLE_EQ(load->busiest, load->mean);
   EXPECT_DOUBLE_EQ(load->mean, 64.0 * (4096 + 64));  // One block each.
@@ -41,7 +41,8 @@ TEST(SmLoadTest, EqualBlocksFillingWholeWavesLoadEveryMultiprocessorAlike) {
 // 128 keys; the snake pairs rank r with rank 7 - r: 9 tiles everywhere.
 TEST(SmLoadTest, ACausalGridDealtInTurnLoadsSomeMoreThanASnake) {
   const Problem p = Causal(2, 16, 1024, 1024);
-  const LaunchGeometry g = SplitKvGeometry(p, 128, 1, SplitCombine::kCluster);
+  const LaunchGeometry g =
+      SplitKvGeometry(p, 128, 0, 1, SplitCombine::kCluster);
   const double mean = 32 * 128 * (128 * 36 + 8 * 64) / double(kSms);
   const std::optional<SmLoad> dealt = EstimateSmLoad(g, p, kSms);
   ASSERT_TRUE(dealt.has_value());
@@ -58,13 +59,38 @@ TEST(SmLoadTest, ACausalGridDealtInTurnLoadsSomeMoreThanASnake) {
 TEST(SmLoadTest, KvSplitsShortenTheBusiestMultiprocessorOfASmallGrid) {
   const Problem p = Causal(1, 32, 128, 2048);
   const std::optional<SmLoad> one = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 1, SplitCombine::kCluster), p, kSms);
+      SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster), p, kSms);
   const std::optional<SmLoad> two = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 2, SplitCombine::kCluster), p, kSms);
+      SplitKvGeometry(p, 64, 0, 2, SplitCombine::kCluster), p, kSms);
   ASSERT_TRUE(one.has_value() && two.has_value());
   EXPECT_DOUBLE_EQ(one->busiest, 64 * (2048 + 64));
   EXPECT_DOUBLE_EQ(two->busiest, 64 * (1024 + 64));
   EXPECT_DOUBLE_EQ(one->mean, 32 * 64 * (2048 + 1984 + 2 * 64) / double(kSms));
+}
+
+// A block works through whole key tiles, masked columns too: b1 h1 q128
+// k128 causal in 64-row tiles sees 128 and 64 keys, but with 128-key tiles
+// both blocks take one whole tile.
+TEST(SmLoadTest, ABlockWorksThroughWholeKeyTiles) {
+  const Problem p = Causal(1, 1, 128, 128);
+  const std::optional<SmLoad> exact = EstimateSmLoad(
+      SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster), p, kSms);
+  const std::optional<SmLoad> tiled = EstimateSmLoad(
+      SplitKvGeometry(p, 64, 128, 1, SplitCombine::kCluster), p, kSms);
+  ASSERT_TRUE(exact.has_value() && tiled.has_value());
+  EXPECT_DOUBLE_EQ(exact->mean, 64 * (128 + 64 + 2 * 64) / double(kSms));
+  EXPECT_DOUBLE_EQ(tiled->mean, 64 * (2 * 128 + 2 * 64) / double(kSms));
+}
+
+// Splits share whole tiles, the first the most: 2048 keys are 16 tiles of
+// 128, three splits take 6, 6 and 4 of them.
+TEST(SmLoadTest, KvSplitsShareWholeKeyTiles) {
+  Problem p = Causal(1, 1, 64, 2048);
+  p.causal = false;
+  const std::optional<SmLoad> load = EstimateSmLoad(
+      SplitKvGeometry(p, 64, 128, 3, SplitCombine::kCluster), p, kSms);
+  ASSERT_TRUE(load.has_value());
+  EXPECT_DOUBLE_EQ(load->busiest, 64 * (6 * 128 + 64));
 }
 
 // The decode template packs the query heads of a KV head into its rows:
@@ -89,7 +115,7 @@ TEST(SmLoadTest, PackedHeadsAreOneTileOfEveryKey) {
 TEST(SmLoadTest, AHugeGridIsNearlyEven) {
   const Problem p = Causal(16, 64, 8192, 8192);
   const std::optional<SmLoad> load = EstimateSmLoad(
-      SplitKvGeometry(p, 128, 1, SplitCombine::kCluster), p, kSms);
+      SplitKvGeometry(p, 128, 0, 1, SplitCombine::kCluster), p, kSms);
   ASSERT_TRUE(load.has_value());
   EXPECT_GE(load->busiest, load->mean);
   EXPECT_LE(load->busiest, 1.02 * load->mean);
@@ -97,7 +123,7 @@ TEST(SmLoadTest, AHugeGridIsNearlyEven) {
 
 TEST(SmLoadTest, UnknownWithoutTileRowsOrMultiprocessors) {
   const Problem p = Causal(1, 8, 512, 512);
-  LaunchGeometry g = SplitKvGeometry(p, 64, 1, SplitCombine::kCluster);
+  LaunchGeometry g = SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster);
   EXPECT_FALSE(EstimateSmLoad(g, p, 0).has_value());
   g.tile_rows = 0;
   EXPECT_FALSE(EstimateSmLoad(g, p, kSms).has_value());

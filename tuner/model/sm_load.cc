@@ -19,12 +19,13 @@ constexpr double kBlockOverheadKeys = 64;
 constexpr int64_t kMaxWalked = 8192;
 
 // The work of a head's query blocks, one of `splits` shares of their keys
-// each. Packed heads' rows are taken to see every key (a few query rows
-// against many keys).
+// each: with `tile_keys` given, whole key tiles, the first split the most
+// (flash_common.cuh's split ranges). Packed heads' rows are taken to see
+// every key (a few query rows against many keys).
 struct BlockWork {
   const Problem& p;
   bool packed;
-  int64_t rows, q_blocks, splits;
+  int64_t rows, q_blocks, splits, tile_keys;
 
   // The block of rank `rank` (0: the last query block, which runs first).
   double At(int64_t rank) const {
@@ -34,8 +35,13 @@ struct BlockWork {
       const int64_t last_row = std::min<int64_t>(p.seq_q - 1, q0 + rows - 1);
       keys = std::clamp<int64_t>(last_row + 1 + p.seq_k - p.seq_q, 0, p.seq_k);
     }
-    return double(rows) *
-           (double((keys + splits - 1) / splits) + kBlockOverheadKeys);
+    return double(rows) * (double(SplitKeys(keys)) + kBlockOverheadKeys);
+  }
+  // The keys the busiest of `splits` shares of `keys` works through.
+  int64_t SplitKeys(int64_t keys) const {
+    if (tile_keys <= 0) return (keys + splits - 1) / splits;
+    const int64_t tiles = (keys + tile_keys - 1) / tile_keys;
+    return (tiles + splits - 1) / splits * tile_keys;
   }
   double Head() const {  // All of one head's blocks.
     double sum = 0;
@@ -97,13 +103,13 @@ int64_t TileHeadRows(const LaunchGeometry& g, const Problem& p) {
 namespace {
 
 // What EstimateSmLoad's answer depends on.
-using LoadKey = std::array<int64_t, 13>;
+using LoadKey = std::array<int64_t, 14>;
 
 LoadKey KeyOf(const LaunchGeometry& g, const Problem& p, int multiprocessors) {
   return {g.tile_rows, g.tile_packs_heads, g.persistent,    g.grid[0],
           g.grid[1],   g.grid[2],          multiprocessors, p.batch,
           p.heads,     p.kv_heads,         p.seq_q,         p.seq_k,
-          p.causal};
+          p.causal,    g.tile_keys};
 }
 
 SmLoad Estimate(const LaunchGeometry& g, const Problem& p,
@@ -112,8 +118,12 @@ SmLoad Estimate(const LaunchGeometry& g, const Problem& p,
   const int64_t heads = int64_t(p.batch) * (packed ? p.kv_heads : p.heads);
   const int64_t q_blocks = (TileHeadRows(g, p) + g.tile_rows - 1) / g.tile_rows;
   const int64_t blocks = g.grid[0] * g.grid[1] * g.grid[2];
-  const BlockWork w{p, packed, g.tile_rows, q_blocks,
-                    std::max<int64_t>(1, blocks / (q_blocks * heads))};
+  const BlockWork w{p,
+                    packed,
+                    g.tile_rows,
+                    q_blocks,
+                    std::max<int64_t>(1, blocks / (q_blocks * heads)),
+                    g.tile_keys};
   const double total = w.Head() * double(heads);
   SmLoad load;
   load.mean = total / multiprocessors;
