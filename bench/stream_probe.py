@@ -2,7 +2,8 @@
 """How fast the GPU reads one buffer, by how the read is laid out: every
 block sweeping the whole buffer (sdpa_compare.py's read floor) against each
 block reading its own contiguous slice, as a split-KV decode kernel does
-(one slice of K and one of V per block, read side by side).
+(one slice of K and one of V per block, read side by side), into registers
+or, as decode_fwd streams them, through per-warp cp.async rings.
 
   python3 bench/stream_probe.py [--mib 128] [--json OUT]
 
@@ -50,6 +51,49 @@ extern "C" __global__ void sliced(const uint4* __restrict__ a, long long n,
   if (acc == 0x9e3779b9u) out[0] = acc;  // Keeps the loads.
 }
 
+// As `sliced` with parts = 2, through shared memory: each warp walks every
+// warps-th tile of TILE bytes of its block's K and V slices through a ring
+// of STAGES tiles of each, 16-byte cp.async, STAGES - 1 tiles in flight
+// (decode_fwd's stream without its math).
+extern "C" __global__ void ringed(const uint4* __restrict__ a, long long n,
+                                  int parts, unsigned* out) {
+  extern __shared__ uint4 smem[];
+  constexpr int kChunks = TILE / 16;  // Of one tile, K or V.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warps = blockDim.x / 32;
+  const long long part = n / 2, slice = part / gridDim.x;
+  const uint4* k = a + (long long)blockIdx.x * slice;
+  const uint4* v = k + part;
+  uint4* ring = smem + (long long)warp * STAGES * 2 * kChunks;
+  const long long tiles = slice / kChunks;
+  auto issue = [&](long long t, int stage) {
+    if (t < tiles) {
+      for (int c = lane; c < kChunks; c += 32) {
+        const unsigned dk = (unsigned)__cvta_generic_to_shared(
+            ring + stage * 2 * kChunks + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk),
+                     "l"(k + t * kChunks + c));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         dk + 16 * kChunks),
+                     "l"(v + t * kChunks + c));
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  unsigned acc = 0;
+  long long t = warp;
+  for (int s = 0; s < STAGES - 1; ++s) issue(t + (long long)s * warps, s);
+  for (int s = 0; t < tiles; t += warps, s = (s + 1) % STAGES) {
+    issue(t + (long long)(STAGES - 1) * warps, (s + STAGES - 1) % STAGES);
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 1));
+    __syncwarp();
+    const uint4 x = ring[s * 2 * kChunks + lane];
+    acc ^= x.x ^ x.w;
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) out[0] = acc + parts;
+}
+
 // Every block sweeps the whole buffer, a grid-wide stride apart.
 extern "C" __global__ void swept(const uint4* __restrict__ a, long long n,
                                  int parts, unsigned* out) {
@@ -71,13 +115,14 @@ extern "C" __global__ void swept(const uint4* __restrict__ a, long long n,
 """
 
 
-def compile_module(unroll):
+def compile_module(unroll, tile=8192, stages=3):
     nvrtc = ctypes.CDLL("libnvrtc.so.13")
     prog = ctypes.c_void_p()
     check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.encode(),
                                    b"probe.cu", 0, None, None), "create")
     major, minor = torch.cuda.get_device_capability()
-    opts = [f"--gpu-architecture=sm_{major}{minor}", f"-DUNROLL={unroll}"]
+    opts = [f"--gpu-architecture=sm_{major}{minor}", f"-DUNROLL={unroll}",
+            f"-DTILE={tile}", f"-DSTAGES={stages}"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     check(nvrtc.nvrtcCompileProgram(prog, len(opts), arr), "compile")
     size = ctypes.c_size_t()
@@ -87,6 +132,28 @@ def compile_module(unroll):
     module = ctypes.c_void_p()
     check(_cuda.cuModuleLoadData(ctypes.byref(module), cubin), "load")
     return module, cubin
+
+
+def time_row(fn, kernel, blocks, threads, smem, buf, out, extra):
+    """Times one read of `buf` by `fn`; prints and returns its row."""
+    parts = ctypes.c_int(extra.get("parts", 2))
+    vals = (ctypes.c_void_p(buf.data_ptr()),
+            ctypes.c_longlong(buf.numel() // 16), parts,
+            ctypes.c_void_p(out.data_ptr()))
+    argv = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.pointer(v),
+                                               ctypes.c_void_p) for v in vals])
+
+    def launch():
+        check(_cuda.cuLaunchKernel(
+            fn, blocks, 1, 1, threads, 1, 1, smem,
+            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), argv,
+            None), "launch")
+    us = time_us(launch)
+    row = {"kernel": kernel, "blocks": blocks, "threads": threads, **extra,
+           "us": us, "tbps": buf.numel() / us / 1e6}
+    print(f"{kernel:>6} blocks {blocks:>5} threads {threads:>4} {extra}: "
+          f"{us:8.2f} us {row['tbps']:.2f} TB/s", flush=True)
+    return row
 
 
 def main():
@@ -111,26 +178,20 @@ def main():
             fn = ctypes.c_void_p()
             check(_cuda.cuModuleGetFunction(ctypes.byref(fn), module,
                                             kernel.encode()), "function")
-            vals = (ctypes.c_void_p(buf.data_ptr()),
-                    ctypes.c_longlong(buf.numel() // 16), ctypes.c_int(parts),
-                    ctypes.c_void_p(out.data_ptr()))
-            argv = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.pointer(v),
-                                                       ctypes.c_void_p)
-                                           for v in vals])
-
-            def launch():
-                check(_cuda.cuLaunchKernel(
-                    fn, blocks, 1, 1, threads, 1, 1, 0,
-                    ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
-                    argv, None), "launch")
-            us = time_us(launch)
-            row = {"kernel": kernel, "parts": parts, "blocks": blocks,
-                   "threads": threads, "unroll": unroll, "us": us,
-                   "tbps": buf.numel() / us / 1e6}
-            rows.append(row)
-            print(f"{kernel:>6} parts {parts} blocks {blocks:>5} threads "
-                  f"{threads:>4} unroll {unroll}: {us:8.2f} us "
-                  f"{row['tbps']:.2f} TB/s", flush=True)
+            rows.append(time_row(fn, kernel, blocks, threads, 0, buf, out,
+                                 {"parts": parts, "unroll": unroll}))
+    for warps, tile, stages in ((4, 8192, 3), (4, 8192, 2), (8, 4096, 3),
+                                (8, 8192, 2), (16, 2048, 3), (16, 4096, 2)):
+        smem = warps * stages * 2 * tile
+        if smem > 227 * 1024:
+            continue
+        module, _ = compile_module(4, tile, stages)
+        fn = ctypes.c_void_p()
+        check(_cuda.cuModuleGetFunction(ctypes.byref(fn), module, b"ringed"),
+              "function")
+        check(_cuda.cuFuncSetAttribute(fn, 8, smem), "shared memory")
+        rows.append(time_row(fn, "ringed", 128, 32 * warps, smem, buf, out,
+                             {"tile_bytes": tile, "stages": stages}))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(0),
