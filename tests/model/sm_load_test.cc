@@ -25,11 +25,19 @@ LaunchGeometry Persistent(LaunchGeometry g) {
   return g;
 }
 
+// The load of a cluster-combined launch of block_m x block_n tiles (0: the
+// whole key range at once) in `splits` KV splits.
+std::optional<SmLoad> Load(const Problem& p, int block_m, int block_n,
+                           int splits) {
+  return EstimateSmLoad(
+      SplitKvGeometry(p, block_m, block_n, splits, SplitCombine::kCluster), p,
+      kSms);
+}
+
 TEST(SmLoadTest, EqualBlocksFillingWholeWavesLoadEveryMultiprocessorAlike) {
   Problem p = Causal(1, kSms, 64, 4096);
   p.causal = false;
-  const std::optional<SmLoad> load = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster), p, kSms);
+  const std::optional<SmLoad> load = Load(p, 64, 0, 1);
   ASSERT_TRUE(load.has_value());
   EXPECT_DOUBLE_EQ(load->busiest, load->mean);
   EXPECT_DOUBLE_EQ(load->mean, 64.0 * (4096 + 64));  // One block each.
@@ -58,10 +66,8 @@ TEST(SmLoadTest, ACausalGridDealtInTurnLoadsSomeMoreThanASnake) {
 // multiprocessors idle; two KV splits halve the longest block's keys.
 TEST(SmLoadTest, KvSplitsShortenTheBusiestMultiprocessorOfASmallGrid) {
   const Problem p = Causal(1, 32, 128, 2048);
-  const std::optional<SmLoad> one = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster), p, kSms);
-  const std::optional<SmLoad> two = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 0, 2, SplitCombine::kCluster), p, kSms);
+  const std::optional<SmLoad> one = Load(p, 64, 0, 1);
+  const std::optional<SmLoad> two = Load(p, 64, 0, 2);
   ASSERT_TRUE(one.has_value() && two.has_value());
   EXPECT_DOUBLE_EQ(one->busiest, 64 * (2048 + 64));
   EXPECT_DOUBLE_EQ(two->busiest, 64 * (1024 + 64));
@@ -73,10 +79,8 @@ TEST(SmLoadTest, KvSplitsShortenTheBusiestMultiprocessorOfASmallGrid) {
 // both blocks take one whole tile.
 TEST(SmLoadTest, ABlockWorksThroughWholeKeyTiles) {
   const Problem p = Causal(1, 1, 128, 128);
-  const std::optional<SmLoad> exact = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 0, 1, SplitCombine::kCluster), p, kSms);
-  const std::optional<SmLoad> tiled = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 128, 1, SplitCombine::kCluster), p, kSms);
+  const std::optional<SmLoad> exact = Load(p, 64, 0, 1);
+  const std::optional<SmLoad> tiled = Load(p, 64, 128, 1);
   ASSERT_TRUE(exact.has_value() && tiled.has_value());
   EXPECT_DOUBLE_EQ(exact->mean, 64 * (128 + 64 + 2 * 64) / double(kSms));
   EXPECT_DOUBLE_EQ(tiled->mean, 64 * (2 * 128 + 2 * 64) / double(kSms));
@@ -87,8 +91,7 @@ TEST(SmLoadTest, ABlockWorksThroughWholeKeyTiles) {
 TEST(SmLoadTest, KvSplitsShareWholeKeyTiles) {
   Problem p = Causal(1, 1, 64, 2048);
   p.causal = false;
-  const std::optional<SmLoad> load = EstimateSmLoad(
-      SplitKvGeometry(p, 64, 128, 3, SplitCombine::kCluster), p, kSms);
+  const std::optional<SmLoad> load = Load(p, 64, 128, 3);
   ASSERT_TRUE(load.has_value());
   EXPECT_DOUBLE_EQ(load->busiest, 64 * (6 * 128 + 64));
 }
@@ -114,8 +117,7 @@ TEST(SmLoadTest, PackedHeadsAreOneTileOfEveryKey) {
 // grid's busiest multiprocessor is within a few percent of the average.
 TEST(SmLoadTest, AHugeGridIsNearlyEven) {
   const Problem p = Causal(16, 64, 8192, 8192);
-  const std::optional<SmLoad> load = EstimateSmLoad(
-      SplitKvGeometry(p, 128, 0, 1, SplitCombine::kCluster), p, kSms);
+  const std::optional<SmLoad> load = Load(p, 128, 0, 1);
   ASSERT_TRUE(load.has_value());
   EXPECT_GE(load->busiest, load->mean);
   EXPECT_LE(load->busiest, 1.02 * load->mean);
