@@ -38,6 +38,7 @@ REPLAYS = 50
 
 _cuda = ctypes.CDLL("libcuda.so.1")
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 
 
 class AttentionParams(ctypes.Structure):
@@ -114,14 +115,13 @@ class EvotuneKernel:
         self.meta = meta
         data = open(cubin_path, "rb").read()
         self._data = ctypes.create_string_buffer(data, len(data))
-        self.module = ctypes.c_void_p()
-        check(_cuda.cuModuleLoadData(ctypes.byref(self.module), self._data),
-              "cuModuleLoadData")
-        self.function = ctypes.c_void_p()
-        check(_cuda.cuModuleGetFunction(ctypes.byref(self.function),
-                                        self.module,
-                                        meta["kernel"].encode()),
-              "cuModuleGetFunction")
+        self.module, self.function = load_function(self._data,
+                                                   meta["kernel"])
+        if meta.get("cluster_x", 1) > 8:  # Past the portable cluster size.
+            check(_cuda.cuFuncSetAttribute(
+                self.function,
+                _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                "cuFuncSetAttribute")
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         # Scratch the template asks for; counters start (and stay) at zero.
         self.workspace = self.counters = None
@@ -248,30 +248,44 @@ extern "C" __global__ void read_floor(const uint4* __restrict__ a,
 """
 
 
-class ReadFloor:
-    """Times one streaming read of a buffer of a given size."""
+def compile_cubin(source, name, options=()):
+    """Compiles CUDA `source` with NVRTC for this GPU; returns the cubin."""
+    nvrtc = ctypes.CDLL("libnvrtc.so.13")
+    prog = ctypes.c_void_p()
+    check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
+                                   name.encode(), 0, None, None),
+          "nvrtcCreateProgram")
+    major, minor = torch.cuda.get_device_capability()
+    opts = [f"--gpu-architecture=sm_{major}{minor}", *options]
+    arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+    check(nvrtc.nvrtcCompileProgram(prog, len(opts), arr),
+          "nvrtcCompileProgram")
+    size = ctypes.c_size_t()
+    check(nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
+    cubin = ctypes.create_string_buffer(size.value)
+    check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+    return cubin
 
-    def __init__(self):
-        nvrtc = ctypes.CDLL("libnvrtc.so.13")
-        prog = ctypes.c_void_p()
-        check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog),
-                                       READ_FLOOR_SOURCE.encode(), b"floor.cu",
-                                       0, None, None), "nvrtcCreateProgram")
-        major, minor = torch.cuda.get_device_capability()
-        opts = (ctypes.c_char_p * 1)(f"--gpu-architecture=sm_{major}{minor}"
-                                     .encode())
-        check(nvrtc.nvrtcCompileProgram(prog, 1, opts), "nvrtcCompileProgram")
-        size = ctypes.c_size_t()
-        check(nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
-        self._cubin = ctypes.create_string_buffer(size.value)
-        check(nvrtc.nvrtcGetCUBIN(prog, self._cubin), "nvrtcGetCUBIN")
-        self.module = ctypes.c_void_p()
-        check(_cuda.cuModuleLoadData(ctypes.byref(self.module), self._cubin),
-              "cuModuleLoadData")
-        self.function = ctypes.c_void_p()
-        check(_cuda.cuModuleGetFunction(ctypes.byref(self.function),
-                                        self.module, b"read_floor"),
-              "cuModuleGetFunction")
+
+def load_function(cubin, name):
+    """Loads `cubin` and returns (module, function `name` in it)."""
+    module = ctypes.c_void_p()
+    check(_cuda.cuModuleLoadData(ctypes.byref(module), cubin),
+          "cuModuleLoadData")
+    function = ctypes.c_void_p()
+    check(_cuda.cuModuleGetFunction(ctypes.byref(function), module,
+                                    name.encode()), "cuModuleGetFunction")
+    return module, function
+
+
+class ReadFloor:
+    """Times one streaming read of a buffer of a given size. `load`: the
+    load intrinsic (__ldcs: evict first; __ldcg: L2's default policy)."""
+
+    def __init__(self, load="__ldcs"):
+        self._cubin = compile_cubin(READ_FLOOR_SOURCE.replace("__ldcs", load),
+                                    "floor.cu")
+        self.module, self.function = load_function(self._cubin, "read_floor")
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.out = torch.zeros(1, dtype=torch.int32, device="cuda")
 

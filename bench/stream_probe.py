@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How fast the GPU reads one buffer, by how the read is laid out: every
-block sweeping the whole buffer (sdpa_compare.py's read floor) against each
+block sweeping the whole buffer (sdpa_compare.py's read floor, with two
+L2 policies and over a 4x larger buffer) against each
 block reading its own contiguous slice, as a split-KV decode kernel does
 (one slice of K and one of V per block, read side by side), into registers
 or, as decode_fwd streams them, through per-warp cp.async rings.
@@ -19,7 +20,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import _cuda, check, time_us  # noqa: E402
+from sdpa_compare import (ReadFloor, _cuda, check, compile_cubin,  # noqa
+                          load_function, time_us)
 
 SOURCE = r"""
 // Block b reads slice b of each of `parts` (1 or 2) equal parts of a (K and
@@ -93,45 +95,16 @@ extern "C" __global__ void ringed(const uint4* __restrict__ a, long long n,
   }
   if (acc == 0x9e3779b9u) out[0] = acc + parts;
 }
-
-// Every block sweeps the whole buffer, a grid-wide stride apart.
-extern "C" __global__ void swept(const uint4* __restrict__ a, long long n,
-                                 int parts, unsigned* out) {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  unsigned acc = 0;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += UNROLL * stride) {
-    uint4 x[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const long long j = i + u * stride;
-      x[u] = j < n ? __ldcs(a + j) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) acc ^= x[u].x ^ x[u].w;
-  }
-  if (acc == 0x9e3779b9u) out[0] = acc + parts;
-}
 """
 
 
-def compile_module(unroll, tile=8192, stages=3):
-    nvrtc = ctypes.CDLL("libnvrtc.so.13")
-    prog = ctypes.c_void_p()
-    check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.encode(),
-                                   b"probe.cu", 0, None, None), "create")
-    major, minor = torch.cuda.get_device_capability()
-    opts = [f"--gpu-architecture=sm_{major}{minor}", f"-DUNROLL={unroll}",
-            f"-DTILE={tile}", f"-DSTAGES={stages}"]
-    arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-    check(nvrtc.nvrtcCompileProgram(prog, len(opts), arr), "compile")
-    size = ctypes.c_size_t()
-    check(nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
-    cubin = ctypes.create_string_buffer(size.value)
-    check(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-    module = ctypes.c_void_p()
-    check(_cuda.cuModuleLoadData(ctypes.byref(module), cubin), "load")
-    return module, cubin
+def ringed_or_sliced(kernel, unroll, tile=8192, stages=3):
+    """Compiles SOURCE with these constants; returns (module, function,
+    cubin): the cubin must outlive the module's use."""
+    cubin = compile_cubin(SOURCE, "probe.cu",
+                          (f"-DUNROLL={unroll}", f"-DTILE={tile}",
+                           f"-DSTAGES={stages}"))
+    return (*load_function(cubin, kernel), cubin)
 
 
 def time_row(fn, kernel, blocks, threads, smem, buf, out, extra):
@@ -166,29 +139,35 @@ def main():
     buf = torch.empty(args.mib << 20, dtype=torch.uint8, device="cuda")
     buf.random_()
     out = torch.zeros(1, dtype=torch.int32, device="cuda")
+    # The read floor's kernel: its loads evict first (as sdpa_compare.py
+    # times it) or take L2's default policy, and the same read of a buffer
+    # 4x larger, per 128 MiB: what L2 (50 MB) keeps between the timed
+    # launches counts less there.
     rows = []
+    for load, scale in (("__ldcs", 1), ("__ldcg", 1), ("__ldcs", 4),
+                        ("__ldcg", 4)):
+        us = ReadFloor(load).us(scale * buf.numel()) / scale
+        rows.append({"kernel": "floor", "load": load, "mib": scale * args.mib,
+                     "blocks": 8 * sms, "threads": 256, "us": us,
+                     "tbps": buf.numel() / us / 1e6})
+        print(f" floor {load} over {scale * args.mib} MiB, per {args.mib} "
+              f"MiB: {us:8.2f} us {rows[-1]['tbps']:.2f} TB/s", flush=True)
+    keep = []  # Modules and cubins stay loaded while their rows run.
     for unroll in (4, 8):
-        module, _ = compile_module(unroll)
-        for kernel, parts, blocks, threads in (
-                ("swept", 1, 8 * sms, 256), ("sliced", 2, 128, 128),
-                ("sliced", 2, 128, 256), ("sliced", 2, 128, 512),
-                ("sliced", 2, 128, 1024), ("sliced", 2, 132, 512),
-                ("sliced", 1, 128, 512), ("sliced", 2, 256, 512),
-                ("sliced", 2, 1024, 256)):
-            fn = ctypes.c_void_p()
-            check(_cuda.cuModuleGetFunction(ctypes.byref(fn), module,
-                                            kernel.encode()), "function")
-            rows.append(time_row(fn, kernel, blocks, threads, 0, buf, out,
+        *_, fn, cubin = ringed_or_sliced("sliced", unroll)
+        keep.append(cubin)
+        for parts, blocks, threads in (
+                (2, 128, 128), (2, 128, 256), (2, 128, 512), (2, 128, 1024),
+                (2, 132, 512), (1, 128, 512), (2, 256, 512), (2, 1024, 256)):
+            rows.append(time_row(fn, "sliced", blocks, threads, 0, buf, out,
                                  {"parts": parts, "unroll": unroll}))
     for warps, tile, stages in ((4, 8192, 3), (4, 8192, 2), (8, 4096, 3),
                                 (8, 8192, 2), (16, 2048, 3), (16, 4096, 2)):
         smem = warps * stages * 2 * tile
         if smem > 227 * 1024:
             continue
-        module, _ = compile_module(4, tile, stages)
-        fn = ctypes.c_void_p()
-        check(_cuda.cuModuleGetFunction(ctypes.byref(fn), module, b"ringed"),
-              "function")
+        _, fn, cubin = ringed_or_sliced("ringed", 4, tile, stages)
+        keep.append(cubin)
         check(_cuda.cuFuncSetAttribute(fn, 8, smem), "shared memory")
         rows.append(time_row(fn, "ringed", 128, 32 * warps, smem, buf, out,
                              {"tile_bytes": tile, "stages": stages}))
