@@ -485,19 +485,21 @@ __device__ __forceinline__ bool CountSplitIn(int* counter, int splits) {
 }
 
 // A warp's unnormalised output rows (fp32; row r at part + r * stride) and
-// their (max, sum) (at ml + 2 r), for split-KV: rows numbered from row0.
+// their (max, sum) (at ml + 2 r), for split-KV: rows numbered from row0, of
+// which those from `rows` on are not stored (nothing reads them).
 template <int kMTiles, int kDTiles>
 __device__ __forceinline__ void StorePartialRows(
     float* part, int stride, float* ml, int row0,
     const float (&o_acc)[kMTiles][kDTiles][4],
     const float (&row_max)[kMTiles][2], const float (&row_sum)[kMTiles][2],
-    int lane) {
+    int lane, int rows = 1 << 30) {
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = QuadSum(row_sum[mt][half]);
       const int row = row0 + mt * 16 + lane / 4 + half * 8;
+      if (row >= rows) continue;
       float* out = part + static_cast<long long>(row) * stride + (lane % 4) * 2;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {

@@ -41,7 +41,7 @@
 // Grid: (ceil(seq_q * group / ROWS) * KV_SPLITS, kv_heads, batch); block:
 // 32 * WARPS threads; dynamic shared memory: the larger of the Q tile plus
 // the warps' rings, (ROWS + WARPS * STAGES * 2 * TILE_N) * HEAD_DIM * 2 B,
-// the merge area WARPS * ROWS * (HEAD_DIM + 2) * 4 B and, with KV_SPLITS >
+// the merge area WARPS * ROWS * (HEAD_DIM + 10) * 4 B and, with KV_SPLITS >
 // 8, the splits' (max, sum) ROWS * KV_SPLITS * 8 B; plus 16 B. With
 // KV_SPLITS > 1 the workspace holds batch * kv_heads * row_blocks *
 // KV_SPLITS * ROWS * (HEAD_DIM + 2) floats and one counter per (batch,
@@ -534,8 +534,11 @@ __device__ __forceinline__ void MergeSplits(const AttentionParams& p,
 
 // Dynamic shared memory (as the spec's geometry): the Q tile and rings, or
 // the warps' merge area, or the splits' (max, sum); then the last-split flag.
+// A warp's partial rows lie kPartStride floats apart in the merge area: the
+// padding spreads its stores over the banks.
+constexpr int kPartStride = kD + 8;
 constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
-constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
+constexpr int kMergeBytes = kWarps * kRows * (kPartStride + 2) * 4;
 constexpr int kFlagOffset = kRingBytes > kMergeBytes
                                 ? (kRingBytes > kMergeMlBytes ? kRingBytes
                                                               : kMergeMlBytes)
@@ -579,9 +582,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // Merge the warps' partial rows through shared memory (over the rings).
   __syncthreads();
   float* part_o = reinterpret_cast<float*>(smem);
-  float* part_ml = part_o + kWarps * kRows * kD;
-  StorePartialRows(part_o + warp * kRows * kD, kD, part_ml + warp * kRows * 2,
-                   0, o_acc, row_max, row_sum, lane);
+  float* part_ml = part_o + kWarps * kRows * kPartStride;
+  StorePartialRows(part_o + warp * kRows * kPartStride, kPartStride,
+                   part_ml + warp * kRows * 2, 0, o_acc, row_max, row_sum, lane,
+                   rows_here);
   __syncthreads();
   evt_elem* o = static_cast<evt_elem*>(p.o);
   const Workspace ws(p, w);
@@ -593,7 +597,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int wp = 0; wp < kWarps; ++wp) {
       const float* ml = part_ml + (wp * kRows + row) * 2;
       const float4* part = reinterpret_cast<const float4*>(
-          part_o + (wp * kRows + row) * kD + col);
+          part_o + (wp * kRows + row) * kPartStride + col);
       merge.Add(ml[0], ml[1], part[0], part[1]);
     }
     if constexpr (kSplits == 1) {

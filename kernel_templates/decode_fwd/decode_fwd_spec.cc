@@ -68,8 +68,8 @@ std::vector<Config> FittedDefaults(const Problem& p,
 }
 
 // Grid (row blocks x splits, KV heads, batch), threads, shared memory (the
-// larger of Q plus the warps' rings, the merge area and the splits' (max,
-// sum)) and the split-KV workspace.
+// larger of Q plus the warps' rings, the merge area, whose rows are padded
+// by 8 floats, and the splits' (max, sum)) and the split-KV workspace.
 LaunchGeometry Geometry(const Config& c, const Problem& p) {
   const int64_t rows = c.at("ROWS");
   const int64_t splits = c.at("KV_SPLITS");
@@ -84,7 +84,7 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   g.tile_packs_heads = true;
   const int64_t rings =
       (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
-  const int64_t merge = warps * rows * (p.head_dim + 2) * 4;
+  const int64_t merge = warps * rows * (p.head_dim + 8 + 2) * 4;
   const int64_t split_ml = splits > 8 ? rows * splits * 8 : 0;
   g.smem_bytes = std::max({rings, merge, split_ml}) + 16;  // + the flag.
   if (splits > 1) {
