@@ -20,13 +20,14 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import (ReadFloor, _cuda, check, compile_cubin,  # noqa
-                          load_function, time_us)
+from sdpa_compare import (  # noqa: E402
+    _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ReadFloor, _cuda, check,
+    compile_cubin, load_function, time_us)
 
 SOURCE = r"""
 // Block b reads slice b of each of `parts` (1 or 2) equal parts of a (K and
-// V: 2),
-// the parts' slices side by side, UNROLL 16-byte loads in flight a thread.
+// V: 2), the parts' slices side by side, UNROLL 16-byte loads in flight a
+// thread.
 extern "C" __global__ void sliced(const uint4* __restrict__ a, long long n,
                                   int parts, unsigned* out) {
   const long long part = n / parts, slice = part / gridDim.x;
@@ -98,7 +99,7 @@ extern "C" __global__ void ringed(const uint4* __restrict__ a, long long n,
 """
 
 
-def ringed_or_sliced(kernel, unroll, tile=8192, stages=3):
+def probe_kernel(kernel, unroll, tile=8192, stages=3):
     """Compiles SOURCE with these constants; returns (module, function,
     cubin): the cubin must outlive the module's use."""
     cubin = compile_cubin(SOURCE, "probe.cu",
@@ -154,7 +155,7 @@ def main():
               f"MiB: {us:8.2f} us {rows[-1]['tbps']:.2f} TB/s", flush=True)
     keep = []  # Modules and cubins stay loaded while their rows run.
     for unroll in (4, 8):
-        *_, fn, cubin = ringed_or_sliced("sliced", unroll)
+        *_, fn, cubin = probe_kernel("sliced", unroll)
         keep.append(cubin)
         for parts, blocks, threads in (
                 (2, 128, 128), (2, 128, 256), (2, 128, 512), (2, 128, 1024),
@@ -166,9 +167,11 @@ def main():
         smem = warps * stages * 2 * tile
         if smem > 227 * 1024:
             continue
-        _, fn, cubin = ringed_or_sliced("ringed", 4, tile, stages)
+        _, fn, cubin = probe_kernel("ringed", 4, tile, stages)
         keep.append(cubin)
-        check(_cuda.cuFuncSetAttribute(fn, 8, smem), "shared memory")
+        check(_cuda.cuFuncSetAttribute(
+            fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+            "shared memory")
         rows.append(time_row(fn, "ringed", 128, 32 * warps, smem, buf, out,
                              {"tile_bytes": tile, "stages": stages}))
     if args.json:

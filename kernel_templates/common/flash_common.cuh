@@ -484,6 +484,12 @@ __device__ __forceinline__ bool CountSplitIn(int* counter, int splits) {
   return true;
 }
 
+// Floats between partial rows (fp32) kept in shared memory for a merge: the
+// padding spreads a warp's stores of 8 rows over all the banks (at kD
+// floats apart they would fall on the same ones).
+template <int kD>
+constexpr int kPartRowStride = kD + 8;
+
 // A warp's unnormalised output rows (fp32; row r at part + r * stride) and
 // their (max, sum) (at ml + 2 r), for split-KV: rows numbered from row0, of
 // which those from `rows` on are not stored (nothing reads them).

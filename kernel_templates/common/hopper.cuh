@@ -306,10 +306,9 @@ __device__ __forceinline__ void ClusterSync() {
           : "memory");
 }
 
-// Floats per partial row: the padding spreads a warp's stores over the
-// banks.
+// Floats per partial row, as flash_common's merges lay them out.
 template <int kD>
-constexpr int kClusterPartStride = kD + 8;
+constexpr int kClusterPartStride = flash::kPartRowStride<kD>;
 
 // Split-KV epilogue: the kSplits blocks of a cluster hold the unnormalised
 // output rows of the same query block over different keys. Each leaves its

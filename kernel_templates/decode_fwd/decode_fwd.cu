@@ -534,9 +534,8 @@ __device__ __forceinline__ void MergeSplits(const AttentionParams& p,
 
 // Dynamic shared memory (as the spec's geometry): the Q tile and rings, or
 // the warps' merge area, or the splits' (max, sum); then the last-split flag.
-// A warp's partial rows lie kPartStride floats apart in the merge area: the
-// padding spreads its stores over the banks.
-constexpr int kPartStride = kD + 8;
+// A warp's partial rows lie kPartStride floats apart in the merge area.
+constexpr int kPartStride = kPartRowStride<kD>;
 constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
 constexpr int kMergeBytes = kWarps * kRows * (kPartStride + 2) * 4;
 constexpr int kFlagOffset = kRingBytes > kMergeBytes
