@@ -92,6 +92,11 @@ struct KernelTemplate {
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
   std::vector<Constraint> constraints;
+  // Every config the constraints admit fits its registers (no spill) at
+  // every head_dim and dtype, as a compile test checks: a config that ran on
+  // one problem runs on any other the constraints admit it for. Unset, a
+  // config is trusted only at the head_dim and dtype it ran at.
+  bool fits_every_form = false;
   // Configs known to do well, tried first by searches (those a problem or
   // device cannot run are skipped).
   std::vector<Config> defaults;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -41,6 +42,34 @@ struct Job {
   std::string arch;
 };
 
+// Compiles the jobs on every core; returns a line per job that fails to
+// compile, has no cubin, or whose result `accept` refuses.
+std::vector<std::string> CompileAll(
+    const std::vector<Job>& jobs,
+    const std::function<bool(const CompileResult&)>& accept) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& j = jobs[i];
+      absl::StatusOr<CompileResult> r =
+          CompileTemplate(*j.t, j.config, j.problem, j.arch);
+      if (!r.ok() || !r->ok || r->cubin.empty() || !accept(*r)) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back(j.t->name + " " + ConfigKey(j.config) + " " +
+                           ProblemKey(j.problem) + " " + j.arch + ": " +
+                           (r.ok() ? r->log : r.status().ToString()));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned n = std::max(2u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < n; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  return failures;
+}
+
 TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
   std::vector<Job> jobs;
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
@@ -66,50 +95,52 @@ TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
     }
   }
   ASSERT_FALSE(jobs.empty());
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::vector<std::string> failures;
-  auto worker = [&] {
-    for (size_t i = next++; i < jobs.size(); i = next++) {
-      const Job& j = jobs[i];
-      absl::StatusOr<CompileResult> r =
-          CompileTemplate(*j.t, j.config, j.problem, j.arch);
-      // C7508: ptxas ignored a setmaxnreg; every template that reallocates
-      // registers must do it where ptxas honours it.
-      if (!r.ok() || !r->ok || r->cubin.empty() ||
-          r->log.find("C7508") != std::string::npos) {
-        std::lock_guard<std::mutex> lock(mu);
-        failures.push_back(j.t->name + " " + ConfigKey(j.config) + " " +
-                           ProblemKey(j.problem) + " " + j.arch + ": " +
-                           (r.ok() ? r->log : r.status().ToString()));
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  const unsigned n = std::max(2u, std::thread::hardware_concurrency());
-  for (unsigned i = 0; i < n; ++i) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  // C7508: ptxas ignored a setmaxnreg; every template that reallocates
+  // registers must do it where ptxas honours it.
+  const std::vector<std::string> failures =
+      CompileAll(jobs, [](const CompileResult& r) {
+        return r.log.find("C7508") == std::string::npos;
+      });
   EXPECT_THAT(failures, ::testing::IsEmpty());
 }
 
 // flash_fwd_tma's register constraint admits only configs whose consumers
-// fit their reallocated registers: none of them spills. Registers do not
+// fit their reallocated registers: none of them spills, at any head_dim or
+// dtype (which the template claims: fits_every_form). Registers do not
 // depend on STAGES, so one stage count covers the space.
 TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  ASSERT_TRUE(t.fits_every_form);
   const DeviceLimits h100{232448, 1024, 90};
-  for (int64_t head_dim : {64, 128}) {
-    Problem p;
-    p.seq_q = p.seq_k = 512;
-    p.head_dim = head_dim;
-    for (const Config& c : FeasibleConfigs(t, p, h100)) {
-      if (c.at("STAGES") != 2) continue;
-      absl::StatusOr<CompileResult> r = CompileTemplate(t, c, p, "sm_90a");
-      ASSERT_TRUE(r.ok() && r->ok) << ConfigKey(c);
-      EXPECT_THAT(r->log, ::testing::HasSubstr("0 bytes spill stores"))
-          << ConfigKey(c) << " " << ProblemKey(p) << "\n"
-          << r->log;
+  std::vector<Job> jobs;
+  for (int64_t head_dim : t.head_dims) {
+    for (DType dtype : t.dtypes) {
+      Problem p;
+      p.seq_q = p.seq_k = 512;
+      p.head_dim = head_dim;
+      p.dtype = dtype;
+      for (const Config& c : FeasibleConfigs(t, p, h100)) {
+        if (c.at("STAGES") == 2) jobs.push_back({&t, c, p, "sm_90a"});
+      }
     }
+  }
+  ASSERT_FALSE(jobs.empty());
+  EXPECT_THAT(CompileAll(jobs,
+                         [](const CompileResult& r) {
+                           // ptxas -v: "N bytes stack frame, N bytes spill
+                           // stores, N bytes spill loads".
+                           return r.log.find(
+                                      ", 0 bytes spill stores, 0 "
+                                      "bytes spill loads") != std::string::npos;
+                         }),
+              ::testing::IsEmpty());
+}
+
+// A template that claims its configs fit every head_dim and dtype needs a
+// no-spill test above; only flash_fwd_tma has one.
+TEST(NvrtcCompilerTest, OnlyCheckedTemplatesFitEveryForm) {
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    EXPECT_EQ(t.fits_every_form, t.name == "flash_fwd_tma") << t.name;
   }
 }
 

@@ -129,5 +129,56 @@ TEST(TransferTest, ConfigsWithoutSplitsTransferAsTheyAre) {
   EXPECT_EQ(pool[1].config, samples[1].config);
 }
 
+const KernelTemplate& Tma() {
+  return *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+}
+
+// Every config of `t` the problem admits, timed by a made-up law under which
+// 64-key tiles win at head_dim 64 and 128-key tiles at 128.
+std::vector<CostSample> MeasuredForms(const KernelTemplate& t,
+                                      const Problem& p) {
+  const char* tile = t.space.Find("BLOCK_N") ? "BLOCK_N" : "TILE_N";
+  std::vector<CostSample> out;
+  for (const Config& c : FeasibleConfigs(t, p, H100Limits())) {
+    const bool fits = (c.at(tile) == 64) == (p.head_dim == 64);
+    out.push_back({&t, c, p, (fits ? 10.0 : 20.0) + out.size() * 1e-3});
+  }
+  return out;
+}
+
+// A config measured only at head_dim 64 and fp16 is ranked for a head_dim
+// 128 bf16 problem beside those measured there when its template fits every
+// form (flash_fwd_tma); otherwise (decode_fwd) only those measured at the
+// asked form are.
+TEST(TransferTest, TemplatesThatFitEveryFormServeConfigsOfOtherForms) {
+  Problem d64;
+  d64.heads = d64.kv_heads = 16;
+  d64.seq_q = d64.seq_k = 1024;
+  Problem d128 = d64;
+  d128.head_dim = 128;
+  d128.dtype = DType::kBf16;
+  Problem asked = d128;
+  asked.seq_q = asked.seq_k = 2048;
+  for (const KernelTemplate* t : {&Tma(), &Decode()}) {
+    Problem small = d64, large = d128, q = asked;
+    if (t == &Decode()) small.seq_q = large.seq_q = q.seq_q = 1;
+    std::vector<CostSample> samples = MeasuredForms(*t, small);
+    for (CostSample& s : MeasuredForms(*t, large)) samples.push_back(s);
+    auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
+    absl::StatusOr<std::unique_ptr<CostModel>> model =
+        CostModel::Train(features, samples, H100Limits());
+    ASSERT_TRUE(model.ok()) << model.status();
+    const std::vector<TransferCandidate> pool = TransferPool(samples, 1);
+    absl::StatusOr<std::vector<RankedTransfer>> ranked =
+        RankTransfers(**model, pool, q, pool.size());
+    ASSERT_TRUE(ranked.ok()) << ranked.status();
+    bool other_form = false;
+    for (const RankedTransfer& r : *ranked) {
+      other_form |= r.candidate.problem.head_dim == 64;
+    }
+    EXPECT_EQ(other_form, t->fits_every_form) << t->name;
+  }
+}
+
 }  // namespace
 }  // namespace evotune

@@ -85,8 +85,11 @@ namespace {
 
 // How closely `source` compiled the kernel `problem` needs: 2 for the same
 // head_dim and dtype, 1 for the same head_dim. A config that ran at one
-// head_dim may exceed the registers at another.
-int Kinship(const Problem& source, const Problem& problem) {
+// head_dim may exceed the registers at another, unless its template's
+// configs fit every form.
+int Kinship(const KernelTemplate& t, const Problem& source,
+            const Problem& problem) {
+  if (t.fits_every_form) return 2;
   if (source.head_dim != problem.head_dim) return 0;
   return source.dtype == problem.dtype ? 2 : 1;
 }
@@ -100,7 +103,7 @@ std::vector<TransferCandidate> Runnable(
     std::vector<TransferCandidate> runnable;
     std::set<std::string> seen;
     for (const TransferCandidate& c : pool) {
-      if (Kinship(c.problem, problem) < kinship ||
+      if (Kinship(*c.t, c.problem, problem) < kinship ||
           !RunsOn(*c.t, c.config, problem, limits) ||
           !seen.insert(absl::StrCat(c.t->name, "/", ConfigKey(c.config)))
                .second) {

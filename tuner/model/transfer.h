@@ -37,7 +37,8 @@ std::vector<TransferCandidate> TransferPool(
 // CheckConfig on the model's device), fastest predicted first, at most k.
 // Configs measured at the problem's head_dim and dtype come alone when
 // there are any, else those of its head_dim: register use, which no check
-// foresees, changes with them.
+// foresees, changes with them. Configs of a template that fits every form
+// (KernelTemplate::fits_every_form) come wherever they were measured.
 absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
     const CostModel& model, const std::vector<TransferCandidate>& pool,
     const Problem& problem, size_t k);
