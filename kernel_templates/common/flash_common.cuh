@@ -597,8 +597,9 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
     float* part_ml =
         p.workspace + p.batch * p.heads * (long long)kSplits * q_rows * kD;
     const long long mine = (head * kSplits + t.split) * q_rows;
+    // Rows past seq_q are padding that the combine skips: not stored.
     StorePartialRows(part_o + mine * kD, kD, part_ml + mine * 2, row0, o_acc,
-                     row_max, row_sum, lane);
+                     row_max, row_sum, lane, p.seq_q);
     // Publish, then count this split in; the last one combines.
     __syncthreads();
     __shared__ int last;
