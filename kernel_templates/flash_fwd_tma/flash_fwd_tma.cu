@@ -22,7 +22,8 @@
 //     wgmma owns them, so only the older group is waited on).
 //   - PINGPONG (two consumers): named barriers make the warpgroups take
 //     turns issuing their GEMMs, so one's softmax overlaps the other's
-//     matrix work.
+//     matrix work; at head_dim 64 the turns run on across a persistent
+//     block's tiles, so one's epilogue does too.
 //   - the output is normalised into shared memory and written by a TMA
 //     store (rows past seq_q are clipped by the copy engine, as loads past
 //     the end are zero-filled): where the warpgroup's Q rows were, or, with
@@ -251,25 +252,43 @@ __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
   }
 }
 
+// Whether the ping-pong turns run on across a persistent block's tiles
+// (else they restart at each tile). Across tiles, one consumer's epilogue
+// overlaps the other's GEMMs: up to 6% faster at head_dim 64 on the H100,
+// but 1-2% slower at 128 (bench/RESULTS.md).
+constexpr bool kTurnsAcrossTiles = kPersistent && kD == 64;
+
 // Turn-taking of two consumer warpgroups around their GEMM issues (a no-op
 // without PINGPONG). Consumer c waits for its turn on barrier kTurn + c and
-// then gives the turn to the other; consumer 1 hands consumer 0 the first
-// turn and keeps its own last one, so every barrier sees as many arrivals
-// as waits.
+// then gives the turn to the other. Consumer 1 hands consumer 0 the first
+// turn of the block (or of each tile with key tiles); the last turn of the
+// block (or tile) given to consumer 0 is taken by its FinishBlock (or kept
+// by consumer 1), so every barrier sees as many arrivals as waits. Both
+// consumers take the same tiles, so they take turns as often.
 struct Turns {
   int consumer;
-  __device__ __forceinline__ void Start(int regions) const {
-    if (kPingPong && consumer == 1 && regions > 0) {
-      NamedBarrierArrive(kTurn, 256);
-    }
+  __device__ __forceinline__ void StartBlock() const {
+    if (kTurnsAcrossTiles) HandFirst();
+  }
+  __device__ __forceinline__ void StartTile(int regions) const {
+    if (!kTurnsAcrossTiles && regions > 0) HandFirst();
   }
   __device__ __forceinline__ void Begin() const {
     if (kPingPong) NamedBarrierSync(kTurn + consumer, 256);
   }
+  // `last`: the tile's last turn.
   __device__ __forceinline__ void End(bool last) const {
-    if (kPingPong && !(last && consumer == 1)) {
+    if (kPingPong && !(last && consumer == 1 && !kTurnsAcrossTiles)) {
       NamedBarrierArrive(kTurn + 1 - consumer, 256);
     }
+  }
+  __device__ __forceinline__ void FinishBlock() const {
+    if (kTurnsAcrossTiles && consumer == 0) Begin();
+  }
+
+ private:
+  __device__ __forceinline__ void HandFirst() const {
+    if (kPingPong && consumer == 1) NamedBarrierArrive(kTurn, 256);
   }
 };
 
@@ -446,11 +465,12 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
   const Turns turns{consumer};
   const Tiles tiles = MyTiles(p);
   int it = 0;  // Key tiles consumed before this tile.
+  turns.StartBlock();
   for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
     Rows r;
     InitRows(r.o, r.row_max, r.row_sum);
-    turns.Start(w.num_blocks);
+    turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), n & 1);
     if constexpr (kOverlap) {
       ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, it, lane);
@@ -469,6 +489,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
           r.row_sum, lane, consumer * 128 + thread, 128 * kConsumers);
     }
   }
+  turns.FinishBlock();
   if (thread == 0) TmaStoreWait</*kRead=*/false>();
 }
 
