@@ -306,13 +306,9 @@ __device__ __forceinline__ void ClusterSync() {
           : "memory");
 }
 
-// Floats per partial row, as flash_common's merges lay them out.
-template <int kD>
-constexpr int kClusterPartStride = flash::kPartRowStride<kD>;
-
 // Split-KV epilogue: the kSplits blocks of a cluster hold the unnormalised
 // output rows of the same query block over different keys. Each leaves its
-// rows (fp32, [kM][kClusterPartStride<kD>]) and their (max, sum) in its
+// rows (fp32, [kM][kPartRowStride<kD>]) and their (max, sum) in its
 // shared memory `part` (the caller makes sure nothing reads the tiles there
 // any more); then block `split` combines rows [split, split + 1) * kM /
 // kSplits from all of them and stores those. Every thread of the cluster
@@ -324,7 +320,7 @@ __device__ __forceinline__ void CombineInCluster(
     const AttentionParams& p, const flash::BlockPlan& w, float* part, int row0,
     const float (&o_acc)[1][kD / 8][4], const float (&row_max)[1][2],
     const float (&row_sum)[1][2], int lane, int thread, int threads) {
-  constexpr int kStride = kClusterPartStride<kD>;
+  constexpr int kStride = flash::kPartRowStride<kD>;
   float* part_ml = part + kM * kStride;
   flash::StorePartialRows(part, kStride, part_ml, row0, o_acc, row_max, row_sum,
                           lane);

@@ -81,7 +81,7 @@ __device__ __forceinline__ void WgmmaCommitAndWait() {
 
 // Split-KV epilogue (CombineInCluster of common/hopper.cuh): the partial
 // rows go where the tiles were.
-static_assert(kM * (kClusterPartStride<kD> + 2) * 4 <=
+static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
                   (kM + 2 * kStages * kN) * kD * 2,
               "partial rows fit where the tiles were");
 

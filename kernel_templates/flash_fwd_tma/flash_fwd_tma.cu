@@ -79,7 +79,7 @@ static_assert(kStages >= 2, "STAGES");
 static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
 static_assert(kSplits == 1 || !kPersistent, "KV_SPLITS needs one tile a block");
 // Split-KV partial rows go where Q and the K/V ring were.
-static_assert(kM * (kClusterPartStride<kD> + 2) * 4 <=
+static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
                   kQBytes + 2 * kStages * kTileBytes,
               "partial rows fit where the tiles were");
 
