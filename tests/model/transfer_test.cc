@@ -180,5 +180,60 @@ TEST(TransferTest, TemplatesThatFitEveryFormServeConfigsOfOtherForms) {
   }
 }
 
+// The first config of `t` at `a` without splits whose variants of every
+// split count run at `b` too.
+Config SplitFreeAtBoth(const KernelTemplate& t, const Problem& a,
+                       const Problem& b) {
+  const std::vector<Config> at_b = FeasibleConfigs(t, b, H100Limits());
+  auto runs_at_b = [&](const Config& c) {
+    return std::find(at_b.begin(), at_b.end(), c) != at_b.end();
+  };
+  for (const Config& c : FeasibleConfigs(t, a, H100Limits())) {
+    if (c.at("KV_SPLITS") != 1 || !runs_at_b(c)) continue;
+    bool all = true;
+    for (int64_t v : t.space.Find("KV_SPLITS")->values) {
+      Config variant = c;
+      variant["KV_SPLITS"] = v;
+      all &= runs_at_b(variant);
+    }
+    if (all) return c;
+  }
+  return {};
+}
+
+// A config that was fastest only at head_dim 64 fp16 enters the pool once,
+// with its split variants that ran at head_dim 128 bf16 when its template
+// fits every form (flash_fwd_tma); otherwise (decode_fwd) without them.
+TEST(TransferTest, PoolTakesSplitVariantsOfEveryFormWhereConfigsFitIt) {
+  for (const KernelTemplate* t : {&Tma(), &Decode()}) {
+    Problem small;
+    small.heads = small.kv_heads = 16;
+    small.seq_q = t == &Decode() ? 1 : 1024;
+    small.seq_k = 1024;
+    Problem large = small;
+    large.head_dim = 128;
+    large.dtype = DType::kBf16;
+    const Config c = SplitFreeAtBoth(*t, small, large);
+    ASSERT_FALSE(c.empty()) << t->name;
+    std::vector<CostSample> samples = {{t, c, small, 1.0}};
+    for (const Config& other : FeasibleConfigs(*t, large, H100Limits())) {
+      // The large problem's fastest is another config; c's ran slower there.
+      const bool family = SameButFor(other, c, "KV_SPLITS");
+      samples.push_back({t, other, large, family ? 5.0 : 1.0 + samples.size()});
+    }
+    std::multiset<int64_t> splits;
+    for (const TransferCandidate& s : TransferPool(samples, 1)) {
+      if (SameButFor(s.config, c, "KV_SPLITS")) {
+        splits.insert(s.config.at("KV_SPLITS"));
+      }
+    }
+    const std::vector<int64_t>& values = t->space.Find("KV_SPLITS")->values;
+    EXPECT_EQ(splits, t->fits_every_form
+                          ? std::multiset<int64_t>(values.begin(), values.end())
+                          : std::multiset<int64_t>{1})
+        << t->name;
+  }
+}
+
 }  // namespace
 }  // namespace evotune

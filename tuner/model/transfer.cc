@@ -18,10 +18,13 @@ constexpr int kShortlistTrees = 60;
 // The parameter of templates that split a row block's keys over blocks.
 constexpr char kSplitParam[] = "KV_SPLITS";
 
-// A config as compiled: template, config, head_dim and dtype.
+// A config as compiled: template, config, head_dim and dtype. The configs
+// of a template that fits every form (KernelTemplate::fits_every_form) are
+// one whatever the form they ran at.
 using CompiledKey = std::tuple<std::string, std::string, int64_t, int>;
 
 CompiledKey Compiled(const CostSample& s, const Config& config) {
+  if (s.t->fits_every_form) return {s.t->name, ConfigKey(config), 0, -1};
   return {s.t->name, ConfigKey(config), s.problem.head_dim,
           static_cast<int>(s.problem.dtype)};
 }
@@ -54,8 +57,8 @@ std::vector<TransferCandidate> TransferPool(
   std::vector<TransferCandidate> pool;
   std::set<CompiledKey> seen;
   // A config recurs across problems; RankTransfers needs only its first
-  // source of each head_dim and dtype (the kinship it ranks by), so the
-  // pool, walked per query, grows with the configs, not the problems.
+  // source of each compiled form (the kinship it ranks by), so the pool,
+  // walked per query, grows with the configs, not the problems.
   auto add = [&](const CostSample& s) {
     if (seen.insert(Compiled(s, s.config)).second) pool.push_back(s);
   };
@@ -70,7 +73,7 @@ std::vector<TransferCandidate> TransferPool(
       // The split count fits the grid to the multiprocessors: the one tuned
       // for this problem's size is rarely what another size needs, while
       // the rest of the config carries over. Its variants come along where
-      // they ran at this head_dim and dtype (register use, which no check
+      // they ran as this config was compiled (register use, which no check
       // foresees, changes with the split count too).
       for (const Config& variant : SplitVariants(*s)) {
         auto it = measured.find(Compiled(*s, variant));

@@ -27,9 +27,10 @@ inline constexpr size_t kTransferPoolPerProblem = 50;
 
 // The `per_problem` fastest samples of each (template, problem), the pool
 // transfers are chosen from, each with the samples of its config at the
-// other split counts (KV_SPLITS) that ran at its head_dim and dtype: of
-// each config, only its first sample per head_dim and dtype (in (template,
-// problem) order), which is all RankTransfers reads.
+// other split counts (KV_SPLITS) that ran at its head_dim and dtype (at any,
+// for a template that fits every form): of each config, only its first
+// sample per head_dim and dtype (per template, for one that fits every
+// form; in (template, problem) order), which is all RankTransfers reads.
 std::vector<TransferCandidate> TransferPool(
     const std::vector<CostSample>& samples, size_t per_problem);
 
