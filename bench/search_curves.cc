@@ -8,7 +8,8 @@
 // (problem,strategy,seed,trial,best_us) for bench/plot_search_curves.py.
 // "evolutionary+model" is the evolutionary search screening --prescreen
 // candidates per measured config with a cost model trained on the other
-// problems of the landscape (the problem searched is never learned from).
+// problems of the landscape (the problem searched is never learned from);
+// the defaults fitted to the problem are its trusted seeds, as in jobs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,9 @@ ABSL_FLAG(double, within, 0.03, "target: this close to the optimum");
 ABSL_FLAG(int, prescreen, 64,
           "candidates the cost model screens per measured config");
 ABSL_FLAG(std::string, curves, "", "write every best-so-far curve here");
+ABSL_FLAG(double, seed_margin, 0.15,
+          "screening: a seed's edge over drawn candidates (the evolutionary "
+          "strategy's seed_margin)");
 
 namespace evotune {
 namespace {
@@ -121,28 +125,33 @@ absl::StatusOr<LatencyPredictor> ModelLeavingOut(
 // The search variants compared on problem `key`.
 absl::StatusOr<std::vector<Variant>> Variants(
     const KernelTemplate& t, const std::vector<Config>& feasible,
-    const std::vector<Config>& seeds, const RecordedLandscape& landscape,
-    const std::string& key, const DeviceLimits& limits) {
+    const std::vector<Config>& seeds, size_t trusted,
+    const RecordedLandscape& landscape, const std::string& key,
+    const DeviceLimits& limits) {
   absl::StatusOr<LatencyPredictor> predictor =
       ModelLeavingOut(landscape, key, limits);
   if (!predictor.ok()) return predictor.status();
   const StrategyOptions screened = {
-      {"prescreen", absl::GetFlag(FLAGS_prescreen)}};
+      {"prescreen", absl::GetFlag(FLAGS_prescreen)},
+      {"seed_margin", absl::GetFlag(FLAGS_seed_margin)}};
   // The evolutionary search as jobs run it (seeded with the template's
   // defaults for the problem), the same screening with the model, without
   // seeds, and random search.
   return std::vector<Variant>{
-      {"evolutionary", "evolutionary", {t.space, feasible, seeds}, {}},
+      {"evolutionary", "evolutionary", {t.space, feasible, seeds, {}}, {}},
       {"evolutionary+model",
        "evolutionary",
-       {t.space, feasible, seeds, *predictor},
+       {t.space, feasible, seeds, *predictor, trusted},
        screened},
-      {"evolutionary-unseeded", "evolutionary", {t.space, feasible, {}}, {}},
+      {"evolutionary-unseeded",
+       "evolutionary",
+       {t.space, feasible, {}, {}},
+       {}},
       {"unseeded+model",
        "evolutionary",
        {t.space, feasible, {}, *predictor},
        screened},
-      {"random", "random", {t.space, feasible, seeds}, {}}};
+      {"random", "random", {t.space, feasible, seeds, {}}, {}}};
 }
 
 int Run() {
@@ -181,12 +190,14 @@ int Run() {
         optimum = std::min(optimum, r.median_us);
     }
     const std::vector<Config> seeds = DefaultConfigs(t, p, limits);
+    const size_t trusted =
+        t.fitted_defaults ? t.fitted_defaults(p, limits).size() : 0;
     std::vector<Config> feasible;
     for (const Config& c : FeasibleConfigs(t, p, limits)) {
       if ((*replay)->Covers(t, c, p)) feasible.push_back(c);
     }
     absl::StatusOr<std::vector<Variant>> variants =
-        Variants(t, feasible, seeds, *landscape, key, limits);
+        Variants(t, feasible, seeds, trusted, *landscape, key, limits);
     if (!variants.ok()) {
       std::fprintf(stderr, "%s\n", variants.status().ToString().c_str());
       return 1;

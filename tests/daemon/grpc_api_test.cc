@@ -613,7 +613,7 @@ TEST_F(GrpcApiTest, StrategyOptionsAreStoredWithTheJobAndUsed) {
   EXPECT_EQ(d.store()->GetJob(submitted.job_id())->strategy_options,
             "local_prob=0.65,min_concordance=0.65,min_gain=0.002,parents=6,"
             "patience=1,population=4,prescreen=1,reset_prob=0.08,"
-            "step_prob=0.35,tournament=2");
+            "seed_margin=0.15,step_prob=0.35,tournament=2");
   // The same search with the defaults (on another problem, so nothing is
   // answered from the store) runs longer.
   v1::SubmitSearchRequest defaults = SeedRequest(200);

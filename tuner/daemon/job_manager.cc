@@ -145,10 +145,9 @@ absl::StatusOr<StoredTrial> JobManager::EvaluateOne(const DeviceInfo& device,
   return store_->InsertTrial(scope, config, **measured);
 }
 
-std::vector<Config> JobManager::SeedConfigs(const KernelTemplate& t,
-                                            const DeviceInfo& device,
-                                            const Problem& problem) {
-  std::vector<Config> seeds;
+void JobManager::AddSeeds(const KernelTemplate& t, const DeviceInfo& device,
+                          const Problem& problem, SearchInputs* inputs) {
+  std::vector<Config>& seeds = inputs->seeds;
   const std::vector<std::pair<std::string, std::string>> versions = {
       {t.name, t.hash}};
   // The best configs of the nearest problem already tuned on this device.
@@ -161,10 +160,13 @@ std::vector<Config> JobManager::SeedConfigs(const KernelTemplate& t,
       for (const RankedTrial& r : *top) seeds.push_back(r.trial.config);
     }
   }
+  inputs->trusted_seeds =
+      seeds.size() + (t.fitted_defaults
+                          ? t.fitted_defaults(problem, device.limits).size()
+                          : 0);
   for (Config& c : DefaultConfigs(t, problem, device.limits)) {
     seeds.push_back(std::move(c));
   }
-  return seeds;
 }
 
 uint64_t JobManager::version() const {
@@ -342,12 +344,13 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
   absl::StatusOr<StrategyOptions> options =
       ParseStrategyOptions(job.strategy_options);
   if (!options.ok()) return options.status();
-  absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy = MakeStrategy(
-      job.strategy,
-      SearchInputs{t->space, SearchableConfigs(*t, job.problem, device),
-                   SeedConfigs(*t, device, job.problem),
-                   Predictor(*t, device, job.problem)},
-      job.seed, *options);
+  SearchInputs inputs{t->space,
+                      SearchableConfigs(*t, job.problem, device),
+                      {},
+                      Predictor(*t, device, job.problem)};
+  AddSeeds(*t, device, job.problem, &inputs);
+  absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy =
+      MakeStrategy(job.strategy, std::move(inputs), job.seed, *options);
   if (!strategy.ok()) return strategy.status();
   TrialLoop::Hooks hooks;
   hooks.should_stop = [this, &job](bool* cancelled) {

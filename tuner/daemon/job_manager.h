@@ -124,11 +124,11 @@ class JobManager {
   // Whether the job must stop now (shutdown or cancel).
   bool ShouldStop(const std::string& job_id, bool* cancelled) const;
   void Notify();
-  // Configs a search tries first: the best of the nearest problem tuned on
-  // this device, then the template's defaults.
-  std::vector<Config> SeedConfigs(const KernelTemplate& t,
-                                  const DeviceInfo& device,
-                                  const Problem& problem);
+  // Configs a search tries first, into `inputs`: the best of the nearest
+  // problem tuned on this device and the template's defaults fitted to the
+  // problem (trusted: measured as they are), then its other defaults.
+  void AddSeeds(const KernelTemplate& t, const DeviceInfo& device,
+                const Problem& problem, SearchInputs* inputs);
 
   ResultStore* const store_;
   const TemplateRegistry* const templates_;

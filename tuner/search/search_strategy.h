@@ -7,6 +7,7 @@
 #ifndef EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_
 #define EVOTUNE_TUNER_SEARCH_SEARCH_STRATEGY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -43,12 +44,16 @@ using LatencyPredictor =
 // constraint on the target device (a strategy never proposes another one),
 // configs worth trying first (the best of similar problems, the template's
 // defaults), best first, and a cost model's predictor when the device has
-// one (empty otherwise; a strategy may ignore it).
+// one (empty otherwise; a strategy may ignore it). The first
+// `trusted_seeds` seeds (the best of similar problems, defaults fitted to
+// the problem) are measured as they are; a strategy that screens by the
+// model may screen the others too.
 struct SearchInputs {
   ParamSpace space;
   std::vector<Config> feasible;
   std::vector<Config> seeds;
   LatencyPredictor predict_us;
+  size_t trusted_seeds = 0;
 };
 
 }  // namespace evotune

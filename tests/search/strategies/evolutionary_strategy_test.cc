@@ -212,5 +212,58 @@ TEST(EvolutionaryStrategyTest, RepairNeverYieldsAnInfeasibleOrRepeatedConfig) {
   }
 }
 
+// Proposals one at a time, each reported before the next (latency A + B).
+std::vector<Config> FirstProposals(EvolutionaryStrategy& s, int n) {
+  std::vector<Config> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<Config> next = s.Propose(1);
+    if (next.empty()) break;
+    TrialResult r;
+    r.median_us = static_cast<double>(next[0].at("A") + next[0].at("B"));
+    s.Report({{next[0], r}});
+    out.push_back(next[0]);
+  }
+  return out;
+}
+
+// The trusted seeds run as they are, whatever the model predicts; the other
+// seeds compete with the drawn candidates, each predicted `seed_margin`
+// faster than the model says.
+TEST(EvolutionaryStrategyTest, TrustedSeedsRunFirstAndTheOthersAreScreened) {
+  ParamSpace space({{"A", {1, 2, 3, 4, 5, 6, 7, 8}, ""},
+                    {"B", {1, 2, 3, 4, 5, 6, 7, 8}, ""}});
+  const std::vector<Config> feasible = space.Enumerate();
+  const Config trusted = {{"A", 1}, {"B", 1}};
+  const Config second = {{"A", 2}, {"B", 2}};
+  const Config third = {{"A", 3}, {"B", 3}};
+  // The larger A + B, the faster predicted: the seeds look slow (96 and 94
+  // us), most drawn candidates faster (84 us at best).
+  LatencyPredictor predict = [](const std::vector<Config>& configs) {
+    std::vector<double> us;
+    for (const Config& c : configs) us.push_back(100.0 - c.at("A") - c.at("B"));
+    return us;
+  };
+  SearchInputs inputs{space, feasible, {trusted, second, third}, predict, 1};
+  EvolutionOptions options;
+  options.prescreen = 64;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    EvolutionaryStrategy edge(inputs, seed, options);
+    EXPECT_EQ(FirstProposals(edge, 2),
+              (std::vector<Config>{trusted, third}));  // 94 * 0.85 < 84.
+    options.seed_margin = 0;
+    EvolutionaryStrategy none(inputs, seed, options);
+    const std::vector<Config> run = FirstProposals(none, 2);
+    ASSERT_EQ(run.size(), 2u);
+    EXPECT_EQ(run[0], trusted);
+    EXPECT_GT(run[1].at("A") + run[1].at("B"), 6) << seed;
+    options.seed_margin = EvolutionOptions{}.seed_margin;
+  }
+  // Without a model the seeds run in order.
+  inputs.predict_us = nullptr;
+  EvolutionaryStrategy plain(inputs, 1, options);
+  EXPECT_EQ(FirstProposals(plain, 3),
+            (std::vector<Config>{trusted, second, third}));
+}
+
 }  // namespace
 }  // namespace evotune

@@ -36,10 +36,11 @@ EvolutionaryStrategy::EvolutionaryStrategy(SearchInputs inputs, uint64_t seed,
   }
   active_ = ParamSpace(std::move(active));
   std::set<std::string> queued;
-  for (const Config& c : inputs_.seeds) {
+  for (size_t i = 0; i < inputs_.seeds.size(); ++i) {
+    const Config& c = inputs_.seeds[i];
     const std::string key = ConfigKey(c);
     if (feasible_keys_.count(key) > 0 && queued.insert(key).second) {
-      first_generation_.push_back(c);
+      (i < inputs_.trusted_seeds ? trusted_ : first_generation_).push_back(c);
     }
   }
 }
@@ -180,13 +181,19 @@ bool EvolutionaryStrategy::ModelOrdersMeasurements() {
   return model_trusted_;
 }
 
+bool EvolutionaryStrategy::Screening() {
+  return options_.prescreen > 1 && inputs_.predict_us &&
+         ModelOrdersMeasurements();
+}
+
 std::optional<Config> EvolutionaryStrategy::Screened(bool breeding) {
-  if (options_.prescreen <= 1 || !inputs_.predict_us ||
-      !ModelOrdersMeasurements()) {
-    return Candidate(breeding);
-  }
+  if (!Screening()) return Candidate(breeding);
   std::vector<Config> drawn;
   std::set<std::string> keys;
+  for (const Config& c : first_generation_) {
+    if (Usable(c) && keys.insert(ConfigKey(c)).second) drawn.push_back(c);
+  }
+  const size_t seeds = drawn.size();
   for (int i = 0; i < options_.prescreen; ++i) {
     std::optional<Config> c = Candidate(breeding);
     if (!c) break;
@@ -195,22 +202,29 @@ std::optional<Config> EvolutionaryStrategy::Screened(bool breeding) {
   if (drawn.size() < 2) {
     return drawn.empty() ? std::nullopt : std::optional<Config>(drawn[0]);
   }
-  const std::vector<double> predicted = inputs_.predict_us(drawn);
+  std::vector<double> predicted = inputs_.predict_us(drawn);
   if (predicted.size() != drawn.size()) return drawn[0];
+  for (size_t i = 0; i < seeds; ++i) predicted[i] *= 1 - options_.seed_margin;
   const size_t best =
       std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
   return drawn[best];
 }
 
+std::optional<Config> EvolutionaryStrategy::NextSeed(
+    std::deque<Config>& seeds) {
+  while (!seeds.empty()) {
+    Config c = std::move(seeds.front());
+    seeds.pop_front();
+    if (Usable(c)) return c;
+  }
+  return std::nullopt;
+}
+
 std::vector<Config> EvolutionaryStrategy::Propose(int n) {
   std::vector<Config> out;
   while (static_cast<int>(out.size()) < n) {
-    std::optional<Config> next;
-    while (!next && !first_generation_.empty()) {
-      Config c = std::move(first_generation_.front());
-      first_generation_.pop_front();
-      if (Usable(c)) next = std::move(c);
-    }
+    std::optional<Config> next = NextSeed(trusted_);
+    if (!next && !Screening()) next = NextSeed(first_generation_);
     const bool breeding =
         ranked_.size() >= 2 && ranked_[1].first < kInf &&
         seen_.size() >= static_cast<size_t>(options_.population);
@@ -277,7 +291,10 @@ StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)() {
             "measured, the predicted fastest measured (1: no screening)"},
            {"min_concordance", 0, 1, d.min_concordance, false,
             "screening stops when the model orders fewer of the search's "
-            "measured pairs right"}},
+            "measured pairs right"},
+           {"seed_margin", 0, 0.9, d.seed_margin, false,
+            "screening: how much faster than a seed not yet run a drawn "
+            "candidate must be predicted to be measured before it"}},
           [](SearchInputs inputs, uint64_t seed, const StrategyOptions& o) {
             EvolutionOptions e;
             e.population = static_cast<int>(o.at("population"));
@@ -290,6 +307,7 @@ StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)() {
             e.min_gain = o.at("min_gain");
             e.prescreen = static_cast<int>(o.at("prescreen"));
             e.min_concordance = o.at("min_concordance");
+            e.seed_margin = o.at("seed_margin");
             return std::unique_ptr<SearchStrategy>(
                 new EvolutionaryStrategy(std::move(inputs), seed, e));
           }};

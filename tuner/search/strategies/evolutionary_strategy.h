@@ -16,8 +16,11 @@
 //     neighbouring steps and otherwise replaced by a random unseen feasible
 //     config: nothing infeasible or repeated is ever proposed.
 //   - With a cost model at hand and `prescreen` > 1, each config after the
-//     seeds is the one predicted fastest of `prescreen` candidates drawn as
-//     above (the others stay unseen): the model filters, the GPU measures.
+//     trusted seeds is the one predicted fastest of `prescreen` candidates
+//     drawn as above and the seeds not yet run (the others stay unseen): the
+//     model filters, the GPU measures. A seed's prediction counts
+//     `seed_margin` faster than it is (the defaults are proven on many
+//     problems, the model errs by about that much).
 //     The model is trusted only while it orders this search's own
 //     measurements: once 8 configs ran, screening stops for good when fewer
 //     than `min_concordance` of their pairs (each with one of the faster
@@ -56,6 +59,7 @@ struct EvolutionOptions {
   double min_gain = 0.002;   // Relative improvement that counts as gain.
   int prescreen = 1;         // Candidates per proposal, with a model.
   double min_concordance = 0.65;  // Pairs the model must order right.
+  double seed_margin = 0.15;      // A seed's edge over drawn candidates.
 };
 
 class EvolutionaryStrategy : public SearchStrategy {
@@ -76,6 +80,8 @@ class EvolutionaryStrategy : public SearchStrategy {
   bool Usable(const Config& c) const;  // Feasible and not seen.
   std::optional<Config> RandomUnseen();
   std::optional<Config> Candidate(bool breeding);
+  std::optional<Config> NextSeed(std::deque<Config>& seeds);
+  bool Screening();  // Whether proposals are screened by the model now.
   std::optional<Config> Screened(bool breeding);
   bool ModelOrdersMeasurements();
   std::optional<Config> Child();
@@ -89,8 +95,9 @@ class EvolutionaryStrategy : public SearchStrategy {
   ParamSpace active_;  // Parameters with more than one feasible value.
   std::mt19937_64 gen_;
   std::set<std::string> feasible_keys_;
-  std::set<std::string> seen_;  // Proposed or reported.
-  std::deque<Config> first_generation_;
+  std::set<std::string> seen_;           // Proposed or reported.
+  std::deque<Config> trusted_;           // Seeds measured as they are.
+  std::deque<Config> first_generation_;  // The other seeds.
   // Evaluated configs by fitness (median latency; failures +inf), best first.
   std::vector<std::pair<double, Config>> ranked_;
   int reported_this_generation_ = 0;
