@@ -177,7 +177,9 @@ bool EvolutionaryStrategy::ModelOrdersMeasurements() {
       alike += predicted[i] < predicted[j];
     }
   }
-  model_trusted_ = pairs == 0 || alike >= options_.min_concordance * pairs;
+  // No pair ordered (every measured config failed, or all tie): the model's
+  // picks tell nothing apart, so they are not worth screening by either.
+  model_trusted_ = pairs > 0 && alike >= options_.min_concordance * pairs;
   return model_trusted_;
 }
 
