@@ -87,9 +87,9 @@ std::optional<Choice> DefaultsServed(
 
 // Serves problem `key` from `all` (only the templates recorded for it):
 // the model's first ranked config and the nearest rule's, with its optimum;
-// both the same defaults where the daemon answers with them. std::nullopt
-// when nothing in `all` can serve it.
-absl::StatusOr<std::optional<LeftOut>> Serve(
+// both the same defaults where the daemon answers with them (as where
+// nothing in `all` serves it).
+absl::StatusOr<LeftOut> Serve(
     const CostModel& model, const std::vector<CostSample>& all,
     const std::vector<const KernelTemplate*>& recorded, const std::string& key,
     const Truth& truth, const DeviceLimits& limits) {
@@ -98,7 +98,6 @@ absl::StatusOr<std::optional<LeftOut>> Serve(
   for (const CostSample& s : all) {
     if (truth.count(s.t->name) > 0) serving.push_back(s);
   }
-  if (serving.empty()) return std::nullopt;
   LeftOut row{key};
   for (const auto& [name, results] : truth) {
     for (const auto& [config, r] : results) {
@@ -213,10 +212,10 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
       if (!trained.ok()) return trained.status();
       model = *std::move(trained);
     }
-    absl::StatusOr<std::optional<LeftOut>> row =
+    absl::StatusOr<LeftOut> row =
         Serve(*model, all, recorded, key, truth, limits);
     if (!row.ok()) return row.status();
-    if (row->has_value()) out.push_back(**row);
+    out.push_back(*std::move(row));
   }
   return out;
 }
