@@ -95,7 +95,9 @@ TEST(ServingDefaultsTest, RankedDefaultsFittedFirstRunnableOnlyOnce) {
 // decode_fwd fits its split count to the device: as many splits as keep the
 // grid within one block per multiprocessor (the recorded optimum of the
 // suite's decode problems on the H100: 16 for decode-long, 2 for
-// decode-gqa, 1 for decode-d64), and no more than the keys can feed.
+// decode-gqa, 1 for decode-d64), and no more than the keys can feed: more
+// than 32 keys a split, and a merge of the splits' partial rows that reads
+// no more than a split streams.
 TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   // The split count of the fitted configs, the same in all; the first that
@@ -118,8 +120,14 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   d64.head_dim = 64;
   d64.dtype = DType::kFp16;
   EXPECT_EQ(splits(d64, H100()), 1);
-  // Few keys: every split gets more than 32.
-  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100()), 4);
+  // Few keys: every split gets more than 32; 2 x 2 x 8 merged rows of 100.
+  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100()), 2);
+  EXPECT_EQ(splits(Decode(1, 8, 8, 100), H100()), 4);  // One row merged.
+  // MQA: 16 rows merged from each split. 16 splits (recorded 11% off the
+  // optimum on the H100), where the grid alone allows 32 (24% off).
+  Problem mqa = Decode(4, 16, 1, 8192);
+  mqa.dtype = DType::kFp16;
+  EXPECT_EQ(splits(mqa, H100()), 16);
   // A smaller device, and one of unknown size.
   DeviceLimits l4 = H100();
   l4.compute_capability = 89;
@@ -192,6 +200,11 @@ TEST(ServingDefaultsTest, DecodeWarpsFollowTheGrid) {
   EXPECT_EQ(first(Decode(1, 64, 8, 32768)), 4);   // 8 blocks, 16 splits.
   EXPECT_EQ(first(Decode(8, 32, 8, 8192)), 4);    // 64 blocks, 2 splits.
   EXPECT_EQ(first(Decode(32, 16, 16, 2048)), 2);  // 512 blocks.
+  // 192 blocks of 16 rows, but 96 of the 32 rows served.
+  Problem q48 = Decode(2, 32, 4, 3000);
+  q48.seq_q = 48;
+  q48.causal = true;
+  EXPECT_EQ(first(q48), 4);
 }
 
 }  // namespace
