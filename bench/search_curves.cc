@@ -189,9 +189,8 @@ int Run() {
       if (r.status == TrialStatus::kOk)
         optimum = std::min(optimum, r.median_us);
     }
-    const std::vector<Config> seeds = DefaultConfigs(t, p, limits);
-    const size_t trusted =
-        t.fitted_defaults ? t.fitted_defaults(p, limits).size() : 0;
+    size_t trusted = 0;
+    const std::vector<Config> seeds = DefaultConfigs(t, p, limits, &trusted);
     std::vector<Config> feasible;
     for (const Config& c : FeasibleConfigs(t, p, limits)) {
       if ((*replay)->Covers(t, c, p)) feasible.push_back(c);

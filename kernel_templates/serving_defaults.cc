@@ -32,9 +32,10 @@ std::vector<const KernelTemplate*> TopRanked(
 
 std::vector<Config> DefaultConfigs(const KernelTemplate& t,
                                    const Problem& problem,
-                                   const DeviceLimits& limits) {
+                                   const DeviceLimits& limits, size_t* fitted) {
   std::vector<Config> configs;
   if (t.fitted_defaults) configs = t.fitted_defaults(problem, limits);
+  if (fitted != nullptr) *fitted = configs.size();
   configs.insert(configs.end(), t.defaults.begin(), t.defaults.end());
   return configs;
 }

@@ -24,10 +24,12 @@ std::vector<const KernelTemplate*> TopRanked(
 
 // The template's configs known or fitted to do well on the problem:
 // fitted_defaults, then defaults (some may not run on it). Search seeds and
-// answers made of defaults start from them.
+// answers made of defaults start from them. `fitted`, when given, is set to
+// how many lead the list as fitted to the problem (search trusts those).
 std::vector<Config> DefaultConfigs(const KernelTemplate& t,
                                    const Problem& problem,
-                                   const DeviceLimits& limits);
+                                   const DeviceLimits& limits,
+                                   size_t* fitted = nullptr);
 
 // A template's config, as an answer made of defaults holds it.
 struct DefaultChoice {

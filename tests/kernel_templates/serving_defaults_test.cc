@@ -86,10 +86,12 @@ TEST(ServingDefaultsTest, RankedDefaultsFittedFirstRunnableOnlyOnce) {
   EXPECT_THAT(got, testing::ElementsAre("high:X=4", "high:X=2", "high:X=1",
                                         "low:X=2", "low:X=1"));
   EXPECT_EQ(RankedDefaults({&low, &high}, p, H100(), 2).size(), 2u);
+  size_t fitted = 0;
   EXPECT_THAT(
-      DefaultConfigs(high, p, H100()),
+      DefaultConfigs(high, p, H100(), &fitted),
       testing::ElementsAre(Config{{"X", 4}}, Config{{"X", 2}}, Config{{"X", 1}},
                            Config{{"X", 2}}, Config{{"X", 3}}));
+  EXPECT_EQ(fitted, 2u);
 }
 
 // decode_fwd fits its split count to the device: as many splits as keep the

@@ -160,13 +160,11 @@ void JobManager::AddSeeds(const KernelTemplate& t, const DeviceInfo& device,
       for (const RankedTrial& r : *top) seeds.push_back(r.trial.config);
     }
   }
-  inputs->trusted_seeds =
-      seeds.size() + (t.fitted_defaults
-                          ? t.fitted_defaults(problem, device.limits).size()
-                          : 0);
-  for (Config& c : DefaultConfigs(t, problem, device.limits)) {
-    seeds.push_back(std::move(c));
-  }
+  size_t fitted = 0;
+  std::vector<Config> defaults =
+      DefaultConfigs(t, problem, device.limits, &fitted);
+  inputs->trusted_seeds = seeds.size() + fitted;
+  for (Config& c : defaults) seeds.push_back(std::move(c));
 }
 
 uint64_t JobManager::version() const {
