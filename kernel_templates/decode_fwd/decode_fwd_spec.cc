@@ -33,50 +33,57 @@ Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
                 {"TILE_N", n},         {"WARPS", warps}};
 }
 
-// Configs fitted to the problem. Blocks of 16 packed rows and the most
-// splits (a power of two, at most 64) that keep the grid within one block
-// per multiprocessor, give each split more than 32 keys and keep the merge
-// of the splits' rows within what one split streams; where 16-row
-// blocks alone fill the GPU, blocks of 32 (fewer blocks re-reading each K/V
-// tile; 32 rows were measured without spilling at head_dim 128). Three tiles
-// in flight per warp; four warps per block where the grid leaves
-// multiprocessors with one block, two where several blocks share one. On the
-// H100 the first is within 11% of the recorded optimum on 19 of the 20
-// recorded problems (tests/data/decode_fwd_*landscapes_h100.csv) and 11%
-// on the last (MQA with 16 heads, 1 query and 8192 keys: 16 splits; 32,
-// without the bound on the merge, were 24% off); with two stages and four
-// warps everywhere it was up to 24% off on 17 queries.
+// Configs fitted to the problem: blocks of 16 packed rows, or of 32 where
+// 16-row blocks alone fill the GPU or where a KV head has 64 packed rows or
+// more (fewer blocks re-reading each K/V tile, the splits making up the
+// grid; 32 rows were measured without spilling at head_dim 128). Then the
+// most splits (a power of two, at most 64) that keep the grid within one
+// block per multiprocessor, give each split more than 32 keys and keep the
+// merge of the splits' rows within what one split streams. Three tiles in
+// flight per warp; two warps per block where several blocks share a
+// multiprocessor, else eight where a block has 16 rows or more to feed
+// (16-key tiles at head_dim 128, where 32-key ones overflow shared memory),
+// four otherwise. On the H100 the first is within 11% of the recorded
+// optimum on 28 of the 30 recorded problems
+// (tests/data/decode_fwd_*landscapes_h100.csv) and 14% at worst (4 queries
+// of 16 heads on 2048 keys); with 16-row blocks and four warps for several
+// causal queries it was 39% off (64 queries of 32 heads on 4 KV heads).
 std::vector<Config> FittedDefaults(const Problem& p,
                                    const DeviceLimits& limits) {
   const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 128;
-  const int64_t blocks = p.batch * p.kv_heads * ((PackedRows(p) + 15) / 16);
-  const bool full = blocks >= sms;
-  int64_t rows = 16;
-  int64_t splits = 1;
-  if (full) {
-    while (rows < 32 && rows < PackedRows(p)) rows *= 2;
-  }
+  const int64_t packed = PackedRows(p);
+  auto blocks = [&](int64_t rows) {
+    return p.batch * p.kv_heads * ((packed + rows - 1) / rows);
+  };
+  const int64_t rows =
+      packed > 16 && (blocks(16) >= sms || packed >= 64) ? 32 : 16;
   // The last split's merge reads splits x merged rows partial rows: no more
   // than each split streams of K and V (4 bytes a value either way).
-  const int64_t merged = std::min(PackedRows(p), rows);
-  while (splits < 64 && blocks * splits * 2 <= sms && splits * 32 < p.seq_k &&
-         4 * splits * splits * merged <= p.seq_k) {
+  const int64_t merged = std::min(packed, rows);
+  int64_t splits = 1;
+  while (splits < 64 && blocks(rows) * splits * 2 <= sms &&
+         splits * 32 < p.seq_k && 4 * splits * splits * merged <= p.seq_k) {
     splits *= 2;
   }
   // Q stays in registers only for 16-row blocks (more spill at head_dim
   // 128); the last two need less shared memory (99 KB per block on an L4).
   const int64_t q_in_regs = rows == 16 ? 1 : 0;
-  // Warps by the grid of `rows`-row blocks: 32-row blocks may leave
-  // multiprocessors with one block where 16-row ones did not (two warps
-  // there were 1.6-1.7x the optimum on 24 and 48 causal queries).
-  const bool shared =
-      p.batch * p.kv_heads * ((PackedRows(p) + rows - 1) / rows) >= sms;
-  return {DecodeConfig(rows, 32, shared ? 2 : 4, 3, splits, q_in_regs),
-          DecodeConfig(rows, 32, 4, 2, splits, q_in_regs),
-          DecodeConfig(rows, 32, 4, 3, splits, 0),
-          DecodeConfig(rows, 16, 8, 2, splits, q_in_regs),
-          DecodeConfig(rows, 32, 2, 2, splits, 0),
-          DecodeConfig(rows, 16, 4, 2, splits, q_in_regs)};
+  const bool shared = blocks(rows) >= sms;
+  const int64_t warps = shared ? 2 : merged >= 16 ? 8 : 4;
+  const int64_t n = warps == 8 && p.head_dim > 64 ? 16 : 32;
+  std::vector<Config> fitted = {
+      DecodeConfig(rows, n, warps, 3, splits, q_in_regs)};
+  if (warps == 8) {
+    fitted.push_back(DecodeConfig(rows, 32, 4, 3, splits, q_in_regs));
+  }
+  for (const Config& c : {DecodeConfig(rows, 32, 4, 2, splits, q_in_regs),
+                          DecodeConfig(rows, 32, 4, 3, splits, 0),
+                          DecodeConfig(rows, 16, 8, 2, splits, q_in_regs),
+                          DecodeConfig(rows, 32, 2, 2, splits, 0),
+                          DecodeConfig(rows, 16, 4, 2, splits, q_in_regs)}) {
+    if (c != fitted.front()) fitted.push_back(c);
+  }
+  return fitted;
 }
 
 // Grid (row blocks x splits, KV heads, batch), threads, shared memory (the

@@ -1,6 +1,7 @@
 #include "kernel_templates/serving_defaults.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -142,25 +143,39 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   EXPECT_EQ(splits(Decode(1, 32, 1, 131072), H100()), 64);
 }
 
-// Where 16-row blocks alone fill the GPU, blocks pack 32 query rows when the
-// problem has them.
-TEST(ServingDefaultsTest, DecodeRowsGrowOnceTheGridIsFull) {
+// Blocks pack 32 query rows where 16-row blocks alone fill the GPU, or where
+// a KV head has 64 rows or more (its K/V re-read half as often; splits make
+// up the grid).
+TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
-  auto rows = [&](const Problem& p) {
+  auto rows_splits = [&](const Problem& p) {
     const std::vector<DefaultChoice> served =
         RankedDefaults({&t}, p, H100(), 1);
     EXPECT_EQ(served.size(), 1u);
-    return served.empty() ? 0 : served.front().config.at("ROWS");
+    if (served.empty()) return std::make_pair<int64_t, int64_t>(0, 0);
+    return std::make_pair(served.front().config.at("ROWS"),
+                          served.front().config.at("KV_SPLITS"));
   };
+  using RowsSplits = std::pair<int64_t, int64_t>;
   Problem q16 = Decode(64, 8, 2, 2048);  // 64 packed rows, 512 blocks of 16.
   q16.seq_q = 16;
   q16.causal = true;
-  EXPECT_EQ(rows(q16), 32);
+  EXPECT_EQ(rows_splits(q16), RowsSplits(32, 1));
   q16.head_dim = 64;
-  EXPECT_EQ(rows(q16), 32);
-  EXPECT_EQ(rows(Decode(8, 32, 8, 8192)), 16);  // 64 blocks: split instead.
-  Problem one_row = Decode(32, 16, 16, 2048);   // Full, but 1 row per head.
-  EXPECT_EQ(rows(one_row), 16);
+  EXPECT_EQ(rows_splits(q16), RowsSplits(32, 1));
+  // 64 blocks: split instead.
+  EXPECT_EQ(rows_splits(Decode(8, 32, 8, 8192)), RowsSplits(16, 2));
+  Problem one_row = Decode(32, 16, 16, 2048);  // Full, but 1 row per head.
+  EXPECT_EQ(rows_splits(one_row), RowsSplits(16, 1));
+  // 512 rows on each of 4 KV heads: 64 blocks of 32 rows in 2 splits
+  // (recorded 4% off the optimum), not 128 of 16 in one (39% off).
+  Problem q64 = Decode(1, 32, 4, 16384);
+  q64.seq_q = 64;
+  q64.causal = true;
+  EXPECT_EQ(rows_splits(q64), RowsSplits(32, 2));
+  Problem q2 = Decode(8, 16, 2, 4096);  // 32 packed rows, 16 blocks of 16.
+  q2.seq_q = 2;
+  EXPECT_EQ(rows_splits(q2), RowsSplits(16, 8));
 }
 
 // The decode template ranks first for up to 16 queries, and for up to 64
@@ -187,26 +202,36 @@ TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {
   EXPECT_EQ(first(65, 65 * 128), "flash_fwd_tma");
 }
 
-// Where blocks are fewer than the multiprocessors, each streams its keys
-// with four warps; where several share one, with two. Three tiles in flight
-// either way.
-TEST(ServingDefaultsTest, DecodeWarpsFollowTheGrid) {
+// Where several blocks share a multiprocessor, each streams its keys with
+// two warps; where blocks are fewer than the multiprocessors, with eight if
+// a block has 16 query rows or more to feed (16-key tiles at head_dim 128),
+// else four. Three tiles in flight either way.
+TEST(ServingDefaultsTest, DecodeWarpsFollowTheGridAndTheRows) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   auto first = [&](const Problem& p) {
     const std::vector<DefaultChoice> served =
         RankedDefaults({&t}, p, H100(), 1);
     EXPECT_EQ(served.size(), 1u);
     EXPECT_EQ(served.front().config.at("STAGES"), 3);
-    return served.front().config.at("WARPS");
+    return std::make_pair(served.front().config.at("WARPS"),
+                          served.front().config.at("TILE_N"));
   };
-  EXPECT_EQ(first(Decode(1, 64, 8, 32768)), 4);   // 8 blocks, 16 splits.
-  EXPECT_EQ(first(Decode(8, 32, 8, 8192)), 4);    // 64 blocks, 2 splits.
-  EXPECT_EQ(first(Decode(32, 16, 16, 2048)), 2);  // 512 blocks.
+  using WarpsTile = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(first(Decode(1, 64, 8, 32768)), WarpsTile(4, 32));   // 8 rows.
+  EXPECT_EQ(first(Decode(8, 32, 8, 8192)), WarpsTile(4, 32));    // 4 rows.
+  EXPECT_EQ(first(Decode(32, 16, 16, 2048)), WarpsTile(2, 32));  // 512 blocks.
   // 192 blocks of 16 rows, but 96 of the 32 rows served.
   Problem q48 = Decode(2, 32, 4, 3000);
   q48.seq_q = 48;
   q48.causal = true;
-  EXPECT_EQ(first(q48), 4);
+  EXPECT_EQ(first(q48), WarpsTile(8, 16));
+  // MQA: 16 rows, 4 blocks (recorded 11% off the optimum with four warps,
+  // 2.5% with eight).
+  Problem mqa = Decode(4, 16, 1, 8192);
+  mqa.dtype = DType::kFp16;
+  EXPECT_EQ(first(mqa), WarpsTile(8, 16));
+  mqa.head_dim = 64;
+  EXPECT_EQ(first(mqa), WarpsTile(8, 32));
 }
 
 }  // namespace
