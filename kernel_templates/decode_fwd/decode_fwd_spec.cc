@@ -33,18 +33,39 @@ Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
                 {"TILE_N", n},         {"WARPS", warps}};
 }
 
-// Configs fitted to the problem: blocks of 16 packed rows, or of 32 where
-// 16-row blocks alone fill the GPU or where a KV head has 64 packed rows or
-// more (fewer blocks re-reading each K/V tile, the splits making up the
-// grid; 32 rows were measured without spilling at head_dim 128). Then the
+// The config fitted to the problem for blocks of `rows` packed rows: the
 // most splits (a power of two, at most 64) that keep the grid within one
 // block per multiprocessor, give each split more than 32 keys and keep the
 // merge of the splits' rows within what one split streams. Three tiles in
 // flight per warp; two warps per block where several blocks share a
 // multiprocessor, else eight where a block has 16 rows or more to feed
 // (16-key tiles at head_dim 128, where 32-key ones overflow shared memory),
-// four otherwise. On the H100 the first is within 11% of the recorded
-// optimum on 28 of the 30 recorded problems
+// four otherwise. Q stays in registers only for 16-row blocks (more spill
+// at head_dim 128).
+Config FitRows(const Problem& p, int64_t sms, int64_t rows) {
+  const int64_t blocks =
+      p.batch * p.kv_heads * ((PackedRows(p) + rows - 1) / rows);
+  // The last split's merge reads splits x merged rows partial rows: no more
+  // than each split streams of K and V (4 bytes a value either way).
+  const int64_t merged = std::min(PackedRows(p), rows);
+  int64_t splits = 1;
+  while (splits < 64 && blocks * splits * 2 <= sms && splits * 32 < p.seq_k &&
+         4 * splits * splits * merged <= p.seq_k) {
+    splits *= 2;
+  }
+  const int64_t warps = blocks >= sms ? 2 : merged >= 16 ? 8 : 4;
+  const int64_t n = warps == 8 && p.head_dim > 64 ? 16 : 32;
+  return DecodeConfig(rows, n, warps, 3, splits, rows == 16 ? 1 : 0);
+}
+
+// Configs fitted to the problem: FitRows of blocks of 16 packed rows, or of
+// 32 where 16-row blocks alone fill the GPU or where a KV head has 64 packed
+// rows or more (fewer blocks re-reading each K/V tile, the splits making up
+// the grid; 32 rows were measured without spilling at head_dim 128). Then
+// variants of it (four warps, fewer stages; the last two need less shared
+// memory, 99 KB per block on an L4), and where 32 rows were chosen for the
+// packed rows alone, FitRows of 16 rows. On the H100 the first is within 11%
+// of the recorded optimum on 28 of the 30 recorded problems
 // (tests/data/decode_fwd_*landscapes_h100.csv) and 14% at worst (4 queries
 // of 16 heads on 2048 keys); with 16-row blocks and four warps for several
 // causal queries it was 39% off (64 queries of 32 heads on 4 KV heads).
@@ -52,37 +73,26 @@ std::vector<Config> FittedDefaults(const Problem& p,
                                    const DeviceLimits& limits) {
   const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 128;
   const int64_t packed = PackedRows(p);
-  auto blocks = [&](int64_t rows) {
-    return p.batch * p.kv_heads * ((packed + rows - 1) / rows);
+  const bool full = p.batch * p.kv_heads * ((packed + 15) / 16) >= sms;
+  const int64_t rows = packed > 16 && (full || packed >= 64) ? 32 : 16;
+  const Config first = FitRows(p, sms, rows);
+  const int64_t splits = first.at("KV_SPLITS");
+  const int64_t q_in_regs = first.at("Q_IN_REGS");
+  std::vector<Config> fitted = {first};
+  auto add = [&](const Config& c) {
+    if (std::find(fitted.begin(), fitted.end(), c) == fitted.end()) {
+      fitted.push_back(c);
+    }
   };
-  const int64_t rows =
-      packed > 16 && (blocks(16) >= sms || packed >= 64) ? 32 : 16;
-  // The last split's merge reads splits x merged rows partial rows: no more
-  // than each split streams of K and V (4 bytes a value either way).
-  const int64_t merged = std::min(packed, rows);
-  int64_t splits = 1;
-  while (splits < 64 && blocks(rows) * splits * 2 <= sms &&
-         splits * 32 < p.seq_k && 4 * splits * splits * merged <= p.seq_k) {
-    splits *= 2;
+  if (first.at("WARPS") == 8) {
+    add(DecodeConfig(rows, 32, 4, 3, splits, q_in_regs));
   }
-  // Q stays in registers only for 16-row blocks (more spill at head_dim
-  // 128); the last two need less shared memory (99 KB per block on an L4).
-  const int64_t q_in_regs = rows == 16 ? 1 : 0;
-  const bool shared = blocks(rows) >= sms;
-  const int64_t warps = shared ? 2 : merged >= 16 ? 8 : 4;
-  const int64_t n = warps == 8 && p.head_dim > 64 ? 16 : 32;
-  std::vector<Config> fitted = {
-      DecodeConfig(rows, n, warps, 3, splits, q_in_regs)};
-  if (warps == 8) {
-    fitted.push_back(DecodeConfig(rows, 32, 4, 3, splits, q_in_regs));
-  }
-  for (const Config& c : {DecodeConfig(rows, 32, 4, 2, splits, q_in_regs),
-                          DecodeConfig(rows, 32, 4, 3, splits, 0),
-                          DecodeConfig(rows, 16, 8, 2, splits, q_in_regs),
-                          DecodeConfig(rows, 32, 2, 2, splits, 0),
-                          DecodeConfig(rows, 16, 4, 2, splits, q_in_regs)}) {
-    if (c != fitted.front()) fitted.push_back(c);
-  }
+  if (rows == 32 && !full) add(FitRows(p, sms, 16));
+  add(DecodeConfig(rows, 32, 4, 2, splits, q_in_regs));
+  add(DecodeConfig(rows, 32, 4, 3, splits, 0));
+  add(DecodeConfig(rows, 16, 8, 2, splits, q_in_regs));
+  add(DecodeConfig(rows, 32, 2, 2, splits, 0));
+  add(DecodeConfig(rows, 16, 4, 2, splits, q_in_regs));
   return fitted;
 }
 
