@@ -196,6 +196,49 @@ TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
               testing::Each(testing::Contains(std::make_pair("ROWS", 32))));
 }
 
+// flash_fwd_tma fits consumers (64-row or 128-row tiles) and splits to the
+// grid: one consumer for a head's few queries or a small grid, splits while
+// the grid stays within the multiprocessors and each split keeps 4 tiles of
+// 128 keys, persistent blocks when unsplit. The first that runs is what an
+// answer made of defaults serves.
+TEST(ServingDefaultsTest, TmaFitsConsumersAndSplitsToTheGrid) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  auto first = [&](const Problem& p) {
+    const std::vector<DefaultChoice> served =
+        RankedDefaults({&t}, p, H100(), 1);
+    EXPECT_EQ(served.size(), 1u);
+    if (served.empty()) return std::string();
+    const Config& c = served.front().config;
+    return "C" + std::to_string(c.at("CONSUMERS")) + " K" +
+           std::to_string(c.at("KV_SPLITS")) + " P" +
+           std::to_string(c.at("PERSISTENT")) + " PP" +
+           std::to_string(c.at("PINGPONG"));
+  };
+  auto prefill = [](int64_t batch, int64_t heads, int64_t seq_q,
+                    int64_t seq_k) {
+    Problem p = Decode(batch, heads, heads, seq_k);
+    p.seq_q = seq_q;
+    return p;
+  };
+  // 1024 tiles of 128 rows: two consumers, persistent.
+  EXPECT_EQ(first(prefill(2, 16, 4096, 4096)), "C2 K1 P1 PP1");
+  // 192 tiles: the same.
+  EXPECT_EQ(first(prefill(2, 12, 1000, 1000)), "C2 K1 P1 PP1");
+  // The seed problem: 32 tiles of 128 rows, so 64 of 64; 512 keys are too
+  // few to split.
+  EXPECT_EQ(first(prefill(1, 8, 512, 512)), "C1 K1 P1 PP0");
+  // 17 queries: 64 tiles of 64 rows, 2 splits of 4097 keys (recorded
+  // optimum; the persistent ping-pong default was 1.42x).
+  EXPECT_EQ(first(prefill(8, 8, 17, 4097)), "C1 K2 P0 PP0");
+  // MQA, 64 queries on 8192 keys: 8 tiles, 4 splits (the default 4x off).
+  Problem mqa = prefill(1, 8, 64, 8192);
+  mqa.kv_heads = 1;
+  EXPECT_EQ(first(mqa), "C1 K4 P0 PP0");
+  EXPECT_EQ(t.fitted_defaults(mqa, H100()).size(), 2u);
+  // 64 tiles of 128 rows fill half the GPU: two consumers, 2 splits.
+  EXPECT_EQ(first(prefill(4, 8, 256, 3000)), "C2 K2 P0 PP1");
+}
+
 // The decode template ranks first for up to 16 queries, and for up to 64
 // queries on keys at least 64 times as many; a prefill template otherwise.
 TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {
