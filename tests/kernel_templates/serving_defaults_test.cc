@@ -31,6 +31,15 @@ DeviceLimits H100() {
   return h100;
 }
 
+// The config an answer made of t's defaults serves for the problem: the
+// first that runs there (empty when none does).
+Config Served(const KernelTemplate& t, const Problem& p,
+              const DeviceLimits& limits = H100()) {
+  const std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
+  EXPECT_EQ(served.size(), 1u);
+  return served.empty() ? Config{} : served.front().config;
+}
+
 // A template of one parameter whose rank and defaults a test chooses.
 KernelTemplate Ranked(const std::string& name, int rank,
                       std::vector<int64_t> defaults) {
@@ -112,10 +121,7 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
       if (c.at("ROWS") != fitted.front().at("ROWS")) continue;
       EXPECT_EQ(c.at("KV_SPLITS"), fitted.front().at("KV_SPLITS"));
     }
-    const std::vector<DefaultChoice> served =
-        RankedDefaults({&t}, p, limits, 1);
-    EXPECT_EQ(served.size(), 1u);
-    EXPECT_EQ(served.front().config.at("KV_SPLITS"),
+    EXPECT_EQ(Served(t, p, limits).at("KV_SPLITS"),
               fitted.front().at("KV_SPLITS"));
     return fitted.front().at("KV_SPLITS");
   };
@@ -151,12 +157,8 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
 TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   auto rows_splits = [&](const Problem& p) {
-    const std::vector<DefaultChoice> served =
-        RankedDefaults({&t}, p, H100(), 1);
-    EXPECT_EQ(served.size(), 1u);
-    if (served.empty()) return std::make_pair<int64_t, int64_t>(0, 0);
-    return std::make_pair(served.front().config.at("ROWS"),
-                          served.front().config.at("KV_SPLITS"));
+    const Config c = Served(t, p);
+    return std::make_pair(c.at("ROWS"), c.at("KV_SPLITS"));
   };
   using RowsSplits = std::pair<int64_t, int64_t>;
   Problem q16 = Decode(64, 8, 2, 2048);  // 64 packed rows, 512 blocks of 16.
@@ -204,11 +206,7 @@ TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
 TEST(ServingDefaultsTest, TmaFitsConsumersAndSplitsToTheGrid) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
   auto first = [&](const Problem& p) {
-    const std::vector<DefaultChoice> served =
-        RankedDefaults({&t}, p, H100(), 1);
-    EXPECT_EQ(served.size(), 1u);
-    if (served.empty()) return std::string();
-    const Config& c = served.front().config;
+    const Config c = Served(t, p);
     return "C" + std::to_string(c.at("CONSUMERS")) + " K" +
            std::to_string(c.at("KV_SPLITS")) + " P" +
            std::to_string(c.at("PERSISTENT")) + " PP" +
@@ -270,12 +268,9 @@ TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {
 TEST(ServingDefaultsTest, DecodeWarpsFollowTheGridAndTheRows) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   auto first = [&](const Problem& p) {
-    const std::vector<DefaultChoice> served =
-        RankedDefaults({&t}, p, H100(), 1);
-    EXPECT_EQ(served.size(), 1u);
-    EXPECT_EQ(served.front().config.at("STAGES"), 3);
-    return std::make_pair(served.front().config.at("WARPS"),
-                          served.front().config.at("TILE_N"));
+    const Config c = Served(t, p);
+    EXPECT_EQ(c.at("STAGES"), 3);
+    return std::make_pair(c.at("WARPS"), c.at("TILE_N"));
   };
   using WarpsTile = std::pair<int64_t, int64_t>;
   EXPECT_EQ(first(Decode(1, 64, 8, 32768)), WarpsTile(4, 32));   // 8 rows.
