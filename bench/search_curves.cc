@@ -8,7 +8,8 @@
 // (problem,strategy,seed,trial,best_us) for bench/plot_search_curves.py.
 // "evolutionary+model" is the evolutionary search screening --prescreen
 // candidates per measured config with a cost model trained on the other
-// problems of the landscape (the problem searched is never learned from);
+// problems of the landscape and of --train_with's (the problem searched is
+// never learned from);
 // the defaults fitted to the problem are its trusted seeds, as in jobs.
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,8 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -28,6 +31,10 @@
 
 ABSL_FLAG(std::string, landscape, "tests/data/flash_fwd_landscapes_h100.csv",
           "recorded landscape (bench/record_landscapes.sh)");
+ABSL_FLAG(std::vector<std::string>, train_with, {},
+          "more recordings (comma-separated, of any template) whose problems "
+          "other than the one searched train the cost model too, as the "
+          "daemon's model learns from every template tuned on the device");
 ABSL_FLAG(int, seeds, 25, "runs per strategy and problem");
 ABSL_FLAG(double, within, 0.03, "target: this close to the optimum");
 ABSL_FLAG(int, prescreen, 64,
@@ -109,27 +116,27 @@ double MedianTrialsToTarget(const Variant& v, Evaluator& e,
   return Median(to_target);
 }
 
-// The cost model's predictor for `key`, trained on every other problem of
-// the landscape.
+// The cost model's predictor for `key` with the template of the first
+// landscape, trained on every other problem of the landscapes.
 absl::StatusOr<LatencyPredictor> ModelLeavingOut(
-    const RecordedLandscape& landscape, const std::string& key,
+    const std::vector<RecordedLandscape>& landscapes, const std::string& key,
     const DeviceLimits& limits) {
   auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
   absl::StatusOr<std::unique_ptr<CostModel>> model =
-      CostModel::Train(features, RecordedSamples({landscape}, key), limits, {});
+      CostModel::Train(features, RecordedSamples(landscapes, key), limits, {});
   if (!model.ok()) return model.status();
-  return LatencyPredictor(
-      ConfigPredictor(*std::move(model), landscape.t, *ParseProblemKey(key)));
+  return LatencyPredictor(ConfigPredictor(
+      *std::move(model), landscapes.front().t, *ParseProblemKey(key)));
 }
 
 // The search variants compared on problem `key`.
 absl::StatusOr<std::vector<Variant>> Variants(
     const KernelTemplate& t, const std::vector<Config>& feasible,
     const std::vector<Config>& seeds, size_t trusted,
-    const RecordedLandscape& landscape, const std::string& key,
+    const std::vector<RecordedLandscape>& landscapes, const std::string& key,
     const DeviceLimits& limits) {
   absl::StatusOr<LatencyPredictor> predictor =
-      ModelLeavingOut(landscape, key, limits);
+      ModelLeavingOut(landscapes, key, limits);
   if (!predictor.ok()) return predictor.status();
   const StrategyOptions screened = {
       {"prescreen", absl::GetFlag(FLAGS_prescreen)},
@@ -154,6 +161,23 @@ absl::StatusOr<std::vector<Variant>> Variants(
       {"random", "random", {t.space, feasible, seeds, {}}, {}}};
 }
 
+// The landscape searched, then those of --train_with.
+absl::StatusOr<std::vector<RecordedLandscape>> LoadLandscapes(
+    const std::string& path, const DeviceLimits& limits) {
+  std::vector<std::string> paths = {path};
+  for (const std::string& p : absl::GetFlag(FLAGS_train_with)) {
+    paths.push_back(p);
+  }
+  std::vector<RecordedLandscape> landscapes;
+  for (const std::string& p : paths) {
+    absl::StatusOr<RecordedLandscape> l =
+        LoadRecordedLandscape(p, TemplateRegistry::Builtin(), limits);
+    if (!l.ok()) return l.status();
+    landscapes.push_back(*std::move(l));
+  }
+  return landscapes;
+}
+
 int Run() {
   const std::string path = absl::GetFlag(FLAGS_landscape);
   auto replay = ReplayEvaluator::Load(path);
@@ -162,13 +186,13 @@ int Run() {
     return 1;
   }
   const DeviceLimits limits = (*replay)->device().limits;
-  absl::StatusOr<RecordedLandscape> landscape =
-      LoadRecordedLandscape(path, TemplateRegistry::Builtin(), limits);
-  if (!landscape.ok()) {
-    std::fprintf(stderr, "%s\n", landscape.status().ToString().c_str());
+  absl::StatusOr<std::vector<RecordedLandscape>> landscapes =
+      LoadLandscapes(path, limits);
+  if (!landscapes.ok()) {
+    std::fprintf(stderr, "%s\n", landscapes.status().ToString().c_str());
     return 1;
   }
-  const KernelTemplate& t = *landscape->t;
+  const KernelTemplate& t = *landscapes->front().t;
   std::ofstream curves_out;
   if (!absl::GetFlag(FLAGS_curves).empty()) {
     curves_out.open(absl::GetFlag(FLAGS_curves));
@@ -196,7 +220,7 @@ int Run() {
       if ((*replay)->Covers(t, c, p)) feasible.push_back(c);
     }
     absl::StatusOr<std::vector<Variant>> variants =
-        Variants(t, feasible, seeds, trusted, *landscape, key, limits);
+        Variants(t, feasible, seeds, trusted, *landscapes, key, limits);
     if (!variants.ok()) {
       std::fprintf(stderr, "%s\n", variants.status().ToString().c_str());
       return 1;

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
@@ -265,6 +266,51 @@ TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {
 // two warps; where blocks are fewer than the multiprocessors, with eight if
 // a block has 16 query rows or more to feed (16-key tiles at head_dim 128),
 // else four. Three tiles in flight either way.
+// flash_fwd fits its row block and warps to the queries a head has, splits
+// to the grid and stages to the blocks a multiprocessor holds; on a device
+// with less shared memory it gives up stages, then key tiles.
+TEST(ServingDefaultsTest, FlashFitsBlocksSplitsAndStagesToTheProblem) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  auto first = [&](const Problem& p, const DeviceLimits& limits) {
+    const Config c = Served(t, p, limits);
+    return absl::StrCat("M", c.at("BLOCK_M"), " N", c.at("BLOCK_N"), " W",
+                        c.at("NUM_WARPS"), " S", c.at("STAGES"), " K",
+                        c.at("KV_SPLITS"));
+  };
+  auto prefill = [](int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_k,
+                    int64_t head_dim) {
+    Problem p = Decode(batch, heads, heads, seq_k);
+    p.seq_q = seq_q;
+    p.head_dim = head_dim;
+    return p;
+  };
+  // Long prefill at head_dim 128: one 128 x 128 block per multiprocessor.
+  EXPECT_EQ(first(prefill(2, 16, 4096, 4096, 128), H100()),
+            "M128 N128 W8 S3 K1");
+  // 32 query blocks, 2048 keys: 4 splits (recorded optimum; unsplit 2.3x).
+  Problem few_blocks = prefill(1, 32, 128, 2048, 128);
+  few_blocks.kv_heads = 8;
+  few_blocks.causal = true;
+  EXPECT_EQ(first(few_blocks, H100()), "M128 N128 W8 S3 K4");
+  // Head_dim 64, 256 query blocks of 128: four warps on 64-key tiles.
+  EXPECT_EQ(first(prefill(4, 16, 1024, 1024, 64), H100()), "M128 N64 W4 S3 K1");
+  // The seed problem: too few blocks, too few keys to split: 64-row blocks.
+  EXPECT_EQ(first(prefill(1, 8, 512, 512, 64), H100()), "M64 N128 W4 S3 K1");
+  // One query of 256 heads on 8192 keys: 16-row one-warp blocks in 4 splits,
+  // one stage (1024 blocks).
+  EXPECT_EQ(first(Decode(8, 32, 8, 8192), H100()), "M16 N32 W1 S1 K4");
+  // One query of 64 heads: 16-row blocks would leave too few warps.
+  EXPECT_EQ(first(Decode(1, 64, 8, 32768), H100()), "M32 N64 W2 S3 K4");
+  // 17 queries: 32-row blocks, 4 splits of 4097 keys.
+  EXPECT_EQ(first(prefill(8, 8, 17, 4097, 64), H100()), "M32 N64 W2 S3 K4");
+  // 99 KB per block (an L4): two stages of 64-key tiles at head_dim 128.
+  DeviceLimits l4 = H100();
+  l4.smem_per_block_bytes = 99 * 1024;
+  l4.compute_capability = 89;
+  l4.multiprocessors = 58;
+  EXPECT_EQ(first(prefill(2, 16, 4096, 4096, 128), l4), "M128 N64 W8 S2 K1");
+}
+
 TEST(ServingDefaultsTest, DecodeWarpsFollowTheGridAndTheRows) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   auto first = [&](const Problem& p) {

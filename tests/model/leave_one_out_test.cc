@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -107,6 +108,31 @@ TEST(LeaveOneOutTest, UntunedDecodeProblemsGetTheDecodeTemplatesDefaults) {
     EXPECT_EQ(r.nearest.config, r.model.config) << r.problem;
   }
   EXPECT_EQ(decode, 26);
+}
+
+// flash_fwd's first fitted config on each recorded problem: within 10% of
+// the recorded optimum everywhere (FlashAttention 2's tiles, the first of
+// its plain defaults, are up to 2.8x off).
+TEST(LeaveOneOutTest, FlashFwdFittedDefaultsComeNearTheOptimum) {
+  absl::StatusOr<RecordedLandscape> flash =
+      Recording("flash_fwd_landscapes_h100.csv");
+  ASSERT_TRUE(flash.ok()) << flash.status();
+  ASSERT_EQ(flash->problems.size(), 31u);
+  int within_3 = 0;
+  for (const auto& [key, results] : flash->problems) {
+    const Problem p = *ParseProblemKey(key);
+    const Config first = flash->t->fitted_defaults(p, H100Limits()).front();
+    double optimum = std::numeric_limits<double>::infinity();
+    double fitted = optimum;
+    for (const auto& [c, r] : results) {
+      if (r.status != TrialStatus::kOk) continue;
+      optimum = std::min(optimum, r.median_us);
+      if (c == first) fitted = r.median_us;
+    }
+    EXPECT_LE(fitted / optimum, 1.10) << key;
+    within_3 += fitted <= 1.03 * optimum;
+  }
+  EXPECT_GE(within_3, 27);
 }
 
 }  // namespace
