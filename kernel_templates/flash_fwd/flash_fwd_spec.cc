@@ -100,8 +100,8 @@ std::vector<Config> FitManyQueries(const Problem& p, int64_t sms) {
 // multiprocessors). On the H100 recordings
 // (tests/data/flash_fwd_landscapes_h100.csv) the first is within 3% of the
 // optimum on 27 of 31 problems and 9% at worst, the two within 3% on 29;
-// FlashAttention 2's tiles, the first default, were up to 2.8x off on
-// decode-like problems.
+// the first of the plain defaults that ran was more than 10% off on 15,
+// up to 4.4x on decode-like problems (MQA, 64 queries on 8192 keys).
 std::vector<Config> FittedDefaults(const Problem& p,
                                    const DeviceLimits& limits) {
   const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 132;

@@ -279,6 +279,44 @@ TEST_F(CudaEvaluatorTest, EveryConfigOfTheHopperTemplatesIsCorrect) {
   }
 }
 
+// Persistent flash_fwd_tma blocks walking several tiles each (more tiles
+// than multiprocessors): the next tile's Q loaded during this tile's
+// epilogue, the K/V ring and (at head_dim 64) the ping-pong turns running on
+// across tiles, and tiles that see no key at all (causal rows before the
+// first key), for every persistent config.
+TEST_F(CudaEvaluatorTest, PersistentBlocksOfSeveralTilesAreCorrect) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  if (!CheckDevice(t, evaluator_->device().limits).ok()) {
+    GTEST_SKIP() << "needs a compute capability 9.0 device";
+  }
+  for (int64_t d : {64, 128}) {
+    Problem p;
+    p.batch = 2;
+    p.heads = 16;
+    p.kv_heads = 4;
+    p.seq_q = 1100;  // 9 tiles of 128 rows a head, the last partial.
+    p.seq_k = 700;
+    p.head_dim = d;
+    p.causal = true;  // The first 400 rows see no key.
+    p.dtype = d == 64 ? DType::kFp16 : DType::kBf16;
+    std::vector<Config> persistent;
+    for (const Config& c : FeasibleConfigs(t, p, evaluator_->device().limits)) {
+      if (c.at("PERSISTENT") == 1) persistent.push_back(c);
+    }
+    evaluator_->Prefetch(t, persistent, p);
+    int ok = 0;
+    for (const Config& c : persistent) {
+      absl::StatusOr<TrialResult> r = evaluator_->Evaluate(t, c, p);
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (r->status == TrialStatus::kResourceRejected) continue;
+      EXPECT_EQ(r->status, TrialStatus::kOk)
+          << ProblemKey(p) << " " << ConfigKey(c) << ": " << r->error;
+      ++ok;
+    }
+    EXPECT_GT(ok, 10) << ProblemKey(p);
+  }
+}
+
 // Pipeline races (a stage refilled before every warp read it, a wait count
 // off by one, a missing barrier) show as output that changes between runs:
 // 100 runs of configs of the tensor-core templates, on problems long enough
