@@ -95,6 +95,9 @@ struct RankedTrial {
   // A cost model's prediction for another problem than the trial's; 0 when
   // none was made.
   double predicted_us = 0;
+  // A config the template fits to the asked problem, never measured (the
+  // trial holds only its config).
+  bool fitted = false;
 };
 
 // An OK trial with the template and problem it measured.

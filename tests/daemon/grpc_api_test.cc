@@ -521,9 +521,20 @@ TEST_F(GrpcApiTest, TheCostModelRanksTransfersOnceTrained) {
   }
   EXPECT_TRUE(later.predicted());
   EXPECT_FALSE(later.ranking());
-  ASSERT_GT(later.results_size(), 0);
-  EXPECT_EQ(ConfigFromProto(later.results(0).trial().config())->at("KV_SPLITS"),
+  ASSERT_EQ(later.results_size(), 3);
+  // The model predicts decode_fwd's config fitted to the problem (64 splits)
+  // within 5% of the tuned 32 splits: it comes first, never measured, and
+  // the source is the problem of the first transferred config.
+  EXPECT_TRUE(later.results(0).fitted());
+  EXPECT_FALSE(later.results(0).trial().has_latency());
+  EXPECT_EQ(*ConfigFromProto(later.results(0).trial().config()),
+            t.fitted_defaults(hurried, limits).front());
+  EXPECT_FALSE(later.results(1).fitted());
+  EXPECT_EQ(ConfigFromProto(later.results(1).trial().config())->at("KV_SPLITS"),
             32);
+  EXPECT_EQ((std::set<uint32_t>{2048, 4096, 16384, 32768})
+                .count(later.source_problem().seq_k()),
+            1u);
   // One that waits is ranked before its answer.
   EXPECT_TRUE(Best(d, Decode(20480, 128), "decode_fwd", 3, true).predicted());
 }

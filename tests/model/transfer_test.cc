@@ -43,12 +43,32 @@ double Law(const Config& c, const Problem& p) {
          c.at("STAGES");
 }
 
-std::vector<CostSample> Measured(const Problem& p) {
+std::vector<CostSample> Measured(const Problem& p,
+                                 double (*law)(const Config&,
+                                               const Problem&) = Law) {
   std::vector<CostSample> out;
   for (const Config& c : FeasibleConfigs(Decode(), p, H100Limits())) {
-    out.push_back({&Decode(), c, p, Law(c, p)});
+    out.push_back({&Decode(), c, p, law(c, p)});
   }
   return out;
+}
+
+// A model trained on batches of 1 and 16 at several lengths under `law`.
+std::unique_ptr<CostModel> TrainedOn(double (*law)(const Config&,
+                                                   const Problem&)) {
+  std::vector<CostSample> train;
+  for (int64_t seq_k : {2048, 4096, 16384}) {
+    for (int64_t batch : {1, 16}) {
+      for (CostSample& s : Measured(DecodeProblem(batch, seq_k), law)) {
+        train.push_back(std::move(s));
+      }
+    }
+  }
+  auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
+  absl::StatusOr<std::unique_ptr<CostModel>> model =
+      CostModel::Train(features, train, H100Limits());
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
 }
 
 // Configs with every other value of `name`; nothing else differs.
@@ -84,18 +104,8 @@ TEST(TransferTest, PoolHoldsSplitVariantsThatRan) {
 // batch of 16, whose fastest configs have no splits: asked for a batch of
 // 1, the ranking serves the split count the law wants there.
 TEST(TransferTest, ServesTheSplitCountTheAskedProblemNeeds) {
-  std::vector<CostSample> train;
-  for (int64_t seq_k : {2048, 4096, 16384}) {
-    for (int64_t batch : {1, 16}) {
-      for (CostSample& s : Measured(DecodeProblem(batch, seq_k))) {
-        train.push_back(std::move(s));
-      }
-    }
-  }
-  auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
-  absl::StatusOr<std::unique_ptr<CostModel>> model =
-      CostModel::Train(features, train, H100Limits());
-  ASSERT_TRUE(model.ok()) << model.status();
+  std::unique_ptr<CostModel> model = TrainedOn(Law);
+  ASSERT_NE(model, nullptr);
   std::vector<CostSample> batch16 = Measured(DecodeProblem(16, 8192));
   std::sort(batch16.begin(), batch16.end(),
             [](const CostSample& a, const CostSample& b) {
@@ -106,11 +116,45 @@ TEST(TransferTest, ServesTheSplitCountTheAskedProblemNeeds) {
   }
   const std::vector<TransferCandidate> pool = TransferPool(batch16, 2);
   absl::StatusOr<std::vector<RankedTransfer>> ranked =
-      RankTransfers(**model, pool, DecodeProblem(1, 8192), 1);
+      RankTransfers(*model, pool, DecodeProblem(1, 8192), 1);
   ASSERT_TRUE(ranked.ok()) << ranked.status();
   ASSERT_EQ(ranked->size(), 1u);
   const Config& served = ranked->front().candidate.config;
   EXPECT_EQ(served.at("KV_SPLITS"), 16) << ConfigKey(served);
+}
+
+// The config its template fits to the asked problem leads, marked fitted
+// and never measured, when the model predicts no transfer more than
+// kFittedMargin faster (here every config costs the same); not where it
+// predicts one well ahead (the law's 16 splits for a batch of 1).
+TEST(TransferTest, TheFittedConfigLeadsUnlessATransferIsPredictedWellAhead) {
+  const Problem asked = DecodeProblem(1, 8192);
+  const Config fitted = Decode().fitted_defaults(asked, H100Limits()).front();
+  auto flat = [](const Config&, const Problem& p) { return p.seq_k * 0.01; };
+  std::unique_ptr<CostModel> alike = TrainedOn(flat);
+  ASSERT_NE(alike, nullptr);
+  const std::vector<TransferCandidate> pool =
+      TransferPool(Measured(DecodeProblem(16, 8192), flat), 8);
+  absl::StatusOr<std::vector<RankedTransfer>> ranked =
+      RankTransfers(*alike, pool, asked, 4);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_EQ(ranked->size(), 4u);
+  EXPECT_TRUE(ranked->front().fitted);
+  EXPECT_EQ(ranked->front().candidate.config, fitted);
+  EXPECT_EQ(ProblemKey(ranked->front().candidate.problem), ProblemKey(asked));
+  EXPECT_EQ(ranked->front().candidate.median_us, 0);
+  for (size_t i = 1; i < ranked->size(); ++i) {
+    EXPECT_FALSE((*ranked)[i].fitted);
+    EXPECT_NE((*ranked)[i].candidate.config, fitted);  // Not twice.
+  }
+  std::unique_ptr<CostModel> lawful = TrainedOn(Law);
+  ASSERT_NE(lawful, nullptr);
+  ranked = RankTransfers(
+      *lawful, TransferPool(Measured(DecodeProblem(16, 8192)), 2), asked, 4);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_FALSE(ranked->empty());
+  EXPECT_FALSE(ranked->front().fitted);
+  EXPECT_EQ(ranked->front().candidate.config.at("KV_SPLITS"), 16);
 }
 
 // A template without a split parameter: its configs as they ran.

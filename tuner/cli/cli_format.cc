@@ -156,7 +156,7 @@ std::vector<std::vector<std::string>> BestRows(
       row.push_back(absl::StrFormat("%.2f us", r.predicted_us()));
     }
     if (!r.trial().has_latency()) {
-      row.insert(row.end(), {"-", "-", "-", "-", "-"});
+      row.insert(row.end(), {"-", "-", "-", "-", r.fitted() ? "fitted" : "-"});
     } else {
       row.insert(row.end(),
                  {absl::StrFormat("%.2f us", l.median_us()),
@@ -190,6 +190,16 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
                     "nothing tuned on this GPU runs on this problem: the "
                     "templates' default configs, not measured (tune it: "
                     "evotune submit)\n");
+  } else if (best.predicted() && best.results(0).fitted()) {
+    absl::StrAppend(
+        &out,
+        "no exact match: first the config its template fits to this problem "
+        "(TRIAL fitted, not measured), predicted within 5% of the best "
+        "config tuned for another problem (",
+        FormatProblem(best.source_problem()),
+        "); then configs tuned for other problems, ranked by this GPU's cost "
+        "model (PREDICTED: on this problem; MEDIAN: measured on the problem "
+        "it was tuned for)\n");
   } else if (best.predicted()) {
     absl::StrAppend(
         &out,

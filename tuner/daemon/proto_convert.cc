@@ -83,8 +83,9 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
     c->set_template_hash(r.template_hash);
     *c->mutable_trial() = TrialToProto(r.trial);
     c->set_predicted_us(r.predicted_us);
-    // A default config was never measured: no status, no latency.
-    if (answer.defaults) {
+    c->set_fitted(r.fitted);
+    // A default or fitted config was never measured: no status, no latency.
+    if (answer.defaults || r.fitted) {
       c->mutable_trial()->clear_status();
       c->mutable_trial()->clear_latency();
     }

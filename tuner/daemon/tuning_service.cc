@@ -381,21 +381,31 @@ void TuningService::Rank(const ModelSnapshot& snapshot,
     std::copy_if(snapshot.pool.begin(), snapshot.pool.end(),
                  std::back_inserter(some), named);
   }
+  // One more than asked: a fitted config first may push out the transfer
+  // that names the source problem.
   absl::StatusOr<std::vector<RankedTransfer>> ranked = RankTransfers(
-      *snapshot.model, all ? snapshot.pool : some, query.problem, query.k);
+      *snapshot.model, all ? snapshot.pool : some, query.problem, query.k + 1);
   if (!ranked.ok()) {
     p->status = ranked.status();
     return;
   }
+  bool sourced = false;
   for (const RankedTransfer& r : *ranked) {
     StoredTrial trial;
     trial.config = r.candidate.config;
     trial.result.status = TrialStatus::kOk;
     trial.result.median_us = r.candidate.median_us;
-    p->results.push_back(
-        {r.candidate.t->name, r.candidate.t->hash, trial, r.predicted_us});
+    p->results.push_back({r.candidate.t->name, r.candidate.t->hash, trial,
+                          r.predicted_us, r.fitted});
+    // The source: the first transferred config's problem.
+    if (!r.fitted && !sourced) {
+      p->source_problem = r.candidate.problem;
+      sourced = true;
+    }
   }
-  if (!ranked->empty()) p->source_problem = ranked->front().candidate.problem;
+  if (p->results.size() > static_cast<size_t>(query.k)) {
+    p->results.resize(query.k);
+  }
 }
 
 void TuningService::Publish(const ModelSnapshot& snapshot,

@@ -142,6 +142,32 @@ absl::Status Shortlist(const CostModel& model, const Problem& problem, size_t k,
   return absl::OkStatus();
 }
 
+// Puts the first config that the first candidate's template fits to
+// `problem` and that runs there first in `ranked` (sorted, not empty) when
+// the model predicts it within kFittedMargin of that candidate.
+absl::Status PreferFitted(const CostModel& model, const Problem& problem,
+                          std::vector<RankedTransfer>* ranked) {
+  const KernelTemplate& t = *ranked->front().candidate.t;
+  if (!t.fitted_defaults) return absl::OkStatus();
+  for (const Config& c : t.fitted_defaults(problem, model.limits())) {
+    if (!RunsOn(t, c, problem, model.limits())) continue;
+    const TransferCandidate fitted{&t, c, problem, 0};
+    absl::StatusOr<std::vector<double>> us =
+        model.PredictUsOn(problem, {fitted});
+    if (!us.ok()) return us.status();
+    if ((*us)[0] * (1 - kFittedMargin) > ranked->front().predicted_us) break;
+    ranked->erase(std::remove_if(ranked->begin(), ranked->end(),
+                                 [&](const RankedTransfer& r) {
+                                   return r.candidate.t == &t &&
+                                          r.candidate.config == c;
+                                 }),
+                  ranked->end());
+    ranked->insert(ranked->begin(), {fitted, (*us)[0], true});
+    break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
@@ -162,6 +188,11 @@ absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
                    [](const RankedTransfer& a, const RankedTransfer& b) {
                      return a.predicted_us < b.predicted_us;
                    });
+  if (!ranked.empty()) {
+    if (absl::Status s = PreferFitted(model, problem, &ranked); !s.ok()) {
+      return s;
+    }
+  }
   if (ranked.size() > k) ranked.resize(k);
   return ranked;
 }

@@ -18,7 +18,19 @@ using TransferCandidate = CostSample;
 struct RankedTransfer {
   TransferCandidate candidate;
   double predicted_us = 0;  // On the asked problem.
+  // A config its template fits to the asked problem
+  // (KernelTemplate::fitted_defaults), never measured: candidate.problem is
+  // the asked problem, candidate.median_us 0.
+  bool fitted = false;
 };
+
+// The config the best-ranked candidate's template fits to the asked problem
+// is served first unless the model predicts that candidate more than this
+// much faster: the fitted rules come within a few percent of the optimum on
+// most recorded problems, and the model's ties are not that precise
+// (leave-one-out on the H100 recordings: median 1.017 -> 1.014;
+// bench/RESULTS.md).
+inline constexpr double kFittedMargin = 0.05;
 
 // How many of each tuned problem's fastest configs (per template) the pool
 // transfers are chosen from holds: the daemon's and the leave-one-out
@@ -39,7 +51,9 @@ std::vector<TransferCandidate> TransferPool(
 // Configs measured at the problem's head_dim and dtype come alone when
 // there are any, else those of its head_dim: register use, which no check
 // foresees, changes with them. Configs of a template that fits every form
-// (KernelTemplate::fits_every_form) come wherever they were measured.
+// (KernelTemplate::fits_every_form) come wherever they were measured. The
+// first config the first one's template fits to the problem that runs there
+// comes first (`fitted`) when predicted within kFittedMargin of it.
 absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
     const CostModel& model, const std::vector<TransferCandidate>& pool,
     const Problem& problem, size_t k);

@@ -1,0 +1,66 @@
+#include "tuner/cli/cli_format.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A result of `name` with one parameter, measured at `median_us` (none: not
+// measured) and predicted at `predicted_us`.
+void AddResult(v1::QueryBestResponse& best, const std::string& name,
+               int64_t splits, double median_us, double predicted_us) {
+  v1::RankedConfig* r = best.add_results();
+  r->set_template_name(name);
+  v1::ParamValue* p = r->mutable_trial()->mutable_config()->add_params();
+  p->set_name("KV_SPLITS");
+  p->set_value(splits);
+  if (median_us > 0) {
+    r->mutable_trial()->set_status(v1::TRIAL_STATUS_OK);
+    r->mutable_trial()->mutable_latency()->set_median_us(median_us);
+  }
+  r->set_predicted_us(predicted_us);
+}
+
+v1::QueryBestResponse Predicted() {
+  v1::QueryBestResponse best;
+  best.set_transferred(true);
+  best.set_predicted(true);
+  best.mutable_source_problem()->set_batch(4);
+  best.mutable_source_problem()->set_seq_k(16384);
+  return best;
+}
+
+// A fitted config first: the header says so and names the source of the
+// transfers after it; its row is marked fitted, without latencies.
+TEST(CliFormatTest, AFittedConfigFirstIsMarkedAndNotMeasured) {
+  v1::QueryBestResponse best = Predicted();
+  AddResult(best, "decode_fwd", 64, 0, 10.1);
+  best.mutable_results(0)->set_fitted(true);
+  AddResult(best, "decode_fwd", 32, 12.5, 10.3);
+  const std::string out = FormatBest(best);
+  EXPECT_THAT(out, HasSubstr("first the config its template fits to this "
+                             "problem (TRIAL fitted, not measured)"));
+  EXPECT_THAT(out,
+              ContainsRegex("KV_SPLITS=64 +10.10 us +- +- +- +- +fitted\n"));
+  EXPECT_THAT(out, ContainsRegex("KV_SPLITS=32 +10.30 us +12.50 us"));
+}
+
+// Without a fitted config: the transfers alone, the first one's source named.
+TEST(CliFormatTest, PredictedTransfersNameTheFirstOnesSource) {
+  v1::QueryBestResponse best = Predicted();
+  AddResult(best, "decode_fwd", 32, 12.5, 10.3);
+  const std::string out = FormatBest(best);
+  EXPECT_THAT(out, HasSubstr("ranked by this GPU's cost model"));
+  EXPECT_THAT(out, HasSubstr("the first from"));
+  EXPECT_THAT(out, Not(HasSubstr("fitted")));
+}
+
+}  // namespace
+}  // namespace evotune
