@@ -153,7 +153,7 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
 }
 
 // Blocks pack 32 query rows where 16-row blocks alone fill the GPU, or where
-// a KV head has 64 rows or more (its K/V re-read half as often; splits make
+// a KV head has 128 rows or more (its K/V re-read half as often; splits make
 // up the grid).
 TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
@@ -178,6 +178,13 @@ TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
   q64.seq_q = 64;
   q64.causal = true;
   EXPECT_EQ(rows_splits(q64), RowsSplits(32, 2));
+  // 96 packed rows on each of 4 (batch, KV head): 24 blocks of 16 rows in 4
+  // splits (the recorded optimum; 32 rows in 8 splits were 5% off).
+  Problem q12 = Decode(2, 16, 2, 6000);
+  q12.seq_q = 12;
+  q12.head_dim = 64;
+  q12.causal = true;
+  EXPECT_EQ(rows_splits(q12), RowsSplits(16, 4));
   Problem q2 = Decode(8, 16, 2, 4096);  // 32 packed rows, 16 blocks of 16.
   q2.seq_q = 2;
   EXPECT_EQ(rows_splits(q2), RowsSplits(16, 8));
