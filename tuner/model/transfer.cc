@@ -149,22 +149,25 @@ absl::Status PreferFitted(const CostModel& model, const Problem& problem,
                           std::vector<RankedTransfer>* ranked) {
   const KernelTemplate& t = *ranked->front().candidate.t;
   if (!t.fitted_defaults) return absl::OkStatus();
-  for (const Config& c : t.fitted_defaults(problem, model.limits())) {
-    if (!RunsOn(t, c, problem, model.limits())) continue;
-    const TransferCandidate fitted{&t, c, problem, 0};
-    absl::StatusOr<std::vector<double>> us =
-        model.PredictUsOn(problem, {fitted});
-    if (!us.ok()) return us.status();
-    if ((*us)[0] * (1 - kFittedMargin) > ranked->front().predicted_us) break;
-    ranked->erase(std::remove_if(ranked->begin(), ranked->end(),
-                                 [&](const RankedTransfer& r) {
-                                   return r.candidate.t == &t &&
-                                          r.candidate.config == c;
-                                 }),
-                  ranked->end());
-    ranked->insert(ranked->begin(), {fitted, (*us)[0], true});
-    break;
+  const std::vector<Config> configs =
+      t.fitted_defaults(problem, model.limits());
+  auto runs = std::find_if(
+      configs.begin(), configs.end(),
+      [&](const Config& c) { return RunsOn(t, c, problem, model.limits()); });
+  if (runs == configs.end()) return absl::OkStatus();
+  const TransferCandidate fitted{&t, *runs, problem, 0};
+  absl::StatusOr<std::vector<double>> us = model.PredictUsOn(problem, {fitted});
+  if (!us.ok()) return us.status();
+  if ((*us)[0] * (1 - kFittedMargin) > ranked->front().predicted_us) {
+    return absl::OkStatus();
   }
+  ranked->erase(std::remove_if(ranked->begin(), ranked->end(),
+                               [&](const RankedTransfer& r) {
+                                 return r.candidate.t == &t &&
+                                        r.candidate.config == fitted.config;
+                               }),
+                ranked->end());
+  ranked->insert(ranked->begin(), {fitted, (*us)[0], true});
   return absl::OkStatus();
 }
 
