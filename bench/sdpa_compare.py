@@ -2,7 +2,8 @@
 """Times evotune kernels side by side with PyTorch SDPA, in one process.
 
 For every entry of a plan (JSON list of {"name", "cubin", "meta"} where meta
-is the .json that bench/export_kernel writes), on the same random inputs:
+is the .json that bench/export_kernel writes), on the same random inputs
+(consecutive entries of one problem share its input and output tensors):
   - checks the evotune kernel against an fp32 SDPA reference (and reports
     SDPA flash's own error on the same inputs for scale);
   - times the evotune kernel, SDPA's flash backend and SDPA's cuDNN backend
@@ -314,6 +315,20 @@ def min_bytes(pr):
     return 2 * (2 * q + 2 * kv)
 
 
+def random_inputs(pr):
+    """Fresh random Q, K, V of a problem, an output buffer and the fp32
+    reference output."""
+    shape_q = (pr["batch"], pr["heads"], pr["seq_q"], pr["head_dim"])
+    shape_kv = (pr["batch"], pr["kv_heads"], pr["seq_k"], pr["head_dim"])
+    q = torch.randn(shape_q, device="cuda", dtype=pr["dtype"])
+    k = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"])
+    v = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"]) + 0.5
+    ref = F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=reference_mask(pr),
+        enable_gqa=pr["kv_heads"] != pr["heads"])
+    return q, k, v, torch.empty_like(q), ref
+
+
 def rel_l2(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
@@ -373,27 +388,27 @@ def main():
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"device-to-device copy {copy:.2f} TB/s")
     sdpa_times = {}  # Per problem: kernels for one problem share SDPA's times.
+    inputs = None  # (problem, q, k, v, o, ref) of the entries before.
     for entry in plan:
         meta = json.load(open(entry["meta"]))
         pr = parse_problem(meta["problem"])
-        shape_q = (pr["batch"], pr["heads"], pr["seq_q"], pr["head_dim"])
-        shape_kv = (pr["batch"], pr["kv_heads"], pr["seq_k"], pr["head_dim"])
-        q = torch.randn(shape_q, device="cuda", dtype=pr["dtype"])
-        k = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"])
-        v = torch.randn(shape_kv, device="cuda", dtype=pr["dtype"]) + 0.5
-        gqa = pr["kv_heads"] != pr["heads"]
         try:
             kernel = EvotuneKernel(entry["cubin"], meta)
         except RuntimeError as e:  # E.g. more shared memory than the GPU has.
             print(f"{entry['name']}: not run: {e}")
             continue
-        o = torch.full_like(q, float("nan"))
+        # Consecutive entries of one problem share its tensors: fresh ones
+        # per entry would land at alternating addresses, and that alone
+        # moved a kernel's time by up to 5% from one entry to the next.
+        if inputs is None or inputs[0] != meta["problem"]:
+            inputs = None  # Frees the last problem's tensors first.
+            inputs = (meta["problem"], *random_inputs(pr))
+        _, q, k, v, o, ref = inputs
+        gqa = pr["kv_heads"] != pr["heads"]
+        o.fill_(float("nan"))
         kernel(q, k, v, o, pr["causal"])
         torch.cuda.synchronize()
         mask = sdpa_mask(pr)
-        ref = F.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), attn_mask=reference_mask(pr),
-            enable_gqa=gqa)
         ours_err = rel_l2(o, ref)
         finite = bool(torch.isfinite(o).all())
         result = {"name": entry["name"], "problem": meta["problem"],
