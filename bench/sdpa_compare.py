@@ -15,7 +15,13 @@ bytes, the least any kernel could take) after a device-to-device copy measured i
 writes it as JSON (GPU, date, commit, copy bandwidth, rows) if asked.
 
   python3 bench/sdpa_compare.py PLAN.json [--json OUT.json] [--commit SHA]
-      [--bundle KERNELS.evtb]
+      [--bundle KERNELS.evtb] [--rounds N]
+
+With --rounds N, every kernel and SDPA's backends are timed N times, the
+whole plan over again each round, and the medians reported (the JSON keeps
+each round's times: "us_rounds", "flash_us_rounds", "cudnn_us_rounds"): a
+run's times drift, and kernels of one problem timed one after another do
+not see the same conditions (bench/RESULTS.md, 2026-11-26, stream-K tail).
 
 With --bundle (needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
 python/evotune/torch.py), the same kernel is also timed as the PyTorch op
@@ -363,6 +369,42 @@ def time_op(op, q, k, v, causal, meta, ref, result, kernel_fn):
     result["us_after_op"] = time_us(kernel_fn)
 
 
+def time_rounds(timed, rounds):
+    """Times every kernel of `timed` ((row, kernel, inputs)) and SDPA on its
+    problem rounds - 1 more times, the whole list over again each round (a
+    run's clocks and placement drift: one problem's kernels, timed one
+    after another, are not timed alike); sets each row's times to the
+    medians over the rounds and keeps the rounds' times beside them."""
+    for row, _, _ in timed:
+        row["us_rounds"] = [row["us"]]
+        for label in ("flash", "cudnn"):
+            row[f"{label}_us_rounds"] = [row.get(f"{label}_us")]
+    for _ in range(rounds - 1):
+        sdpa = {}
+        for row, kernel, (problem, q, k, v, o, ref) in timed:
+            pr = parse_problem(problem)
+            if problem not in sdpa:
+                sdpa[problem] = time_sdpa(q, k, v, sdpa_mask(pr),
+                                          pr["kv_heads"] != pr["heads"], ref)
+            for label in ("flash", "cudnn"):
+                row[f"{label}_us_rounds"].append(sdpa[problem].get(f"{label}_us"))
+            row["us_rounds"].append(
+                time_us(lambda: kernel(q, k, v, o, pr["causal"])))
+    for row, _, (problem, *_) in timed:
+        pr = parse_problem(problem)
+        row["us"] = statistics.median(row["us_rounds"])
+        for label in ("flash", "cudnn"):
+            times = [t for t in row[f"{label}_us_rounds"] if t is not None]
+            row[f"{label}_us"] = statistics.median(times) if times else None
+        row["tflops"] = flops(pr) / row["us"] / 1e6
+        row["tbps"] = min_bytes(pr) / row["us"] / 1e6
+
+
+def flops(pr):
+    return 4.0 * pr["batch"] * pr["heads"] * pr["seq_q"] * pr["seq_k"] * \
+        pr["head_dim"] / (2 if pr["causal"] else 1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("plan")
@@ -371,7 +413,13 @@ def main():
                         help="commit of the kernels, for the JSON header")
     parser.add_argument("--bundle", help="also time evotune.torch.attention "
                         "serving this bundle")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time every kernel and SDPA this many times, "
+                        "the whole plan over again each round, and report "
+                        "the medians")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     op = None
     if args.bundle:
         import evotune.torch as op
@@ -389,6 +437,7 @@ def main():
           f"device-to-device copy {copy:.2f} TB/s")
     sdpa_times = {}  # Per problem: kernels for one problem share SDPA's times.
     inputs = None  # (problem, q, k, v, o, ref) of the entries before.
+    timed = []  # (row, kernel, inputs) for the rounds after the first.
     for entry in plan:
         meta = json.load(open(entry["meta"]))
         pr = parse_problem(meta["problem"])
@@ -427,12 +476,14 @@ def main():
         if meta["problem"] not in sdpa_times:
             sdpa_times[meta["problem"]] = time_sdpa(q, k, v, mask, gqa, ref)
         result.update(sdpa_times[meta["problem"]])
-        flops = 4.0 * pr["batch"] * pr["heads"] * pr["seq_q"] * pr["seq_k"] * \
-            pr["head_dim"] / (2 if pr["causal"] else 1)
-        result["tflops"] = flops / result["us"] / 1e6
+        result["tflops"] = flops(pr) / result["us"] / 1e6
         result["tbps"] = min_bytes(pr) / result["us"] / 1e6
         result["read_floor_us"] = floor.us(min_bytes(pr)) if floor else None
         rows.append(result)
+        if args.rounds > 1:
+            timed.append((result, kernel, inputs))
+    if args.rounds > 1:
+        time_rounds(timed, args.rounds)
 
     header = (f"{'problem':<13} {'evotune us':>10} {'TFLOP/s':>8} {'TB/s':>5} "
               f"{'flash us':>9} {'cudnn us':>9} {'flash/ours':>10} "
@@ -464,7 +515,8 @@ def main():
         header = {"gpu": torch.cuda.get_device_name(),
                   "torch": torch.__version__,
                   "date": datetime.date.today().isoformat(),
-                  "commit": args.commit, "copy_tbps": copy}
+                  "commit": args.commit, "copy_tbps": copy,
+                  "rounds": args.rounds}
         json.dump({**header, "results": rows}, open(args.json, "w"), indent=1)
 
 

@@ -12,10 +12,10 @@
 //     its registers up (setmaxnreg) to the consumers.
 //   - each consumer warpgroup owns 64 rows: S = Q K^T as one wgmma
 //     m64nBLOCK_Nk16 per k-step from shared memory, the online softmax in
-//     registers, O += P V with P from registers (wgmma m64n64k16 per 64
-//     output columns), and hands each stage back through its empty barrier
-//     as soon as the tensor cores are done with it. No block-wide barrier
-//     after the start.
+//     registers (its reference moved lazily, see kLazy), O += P V with P
+//     from registers (wgmma m64n64k16 per 64 output columns), and hands each
+//     stage back through its empty barrier as soon as the tensor cores are done
+//     with it. No block-wide barrier after the start.
 //   - OVERLAP: S for tile j + 1 and O += P V for tile j are issued before the
 //     softmax of tile j + 1, which then runs while the tensor cores work (S,
 //     P and O live in distinct registers that nothing touches while a
@@ -300,6 +300,32 @@ struct Rows {
   float row_max[1][2], row_sum[1][2], correction[1][2];
 };
 
+// The online softmax of a tile with a lazy reference: a row's reference
+// (its max so far, exp2 domain) moves only when one of its scores passes it
+// by more than kSlack, so probabilities stay below 2^kSlack (well inside
+// the range of fp16 and bf16; the sums and O are fp32) and O is rescaled on
+// few tiles (correction 1 on the others). Fewer instructions a tile: the
+// large problems run at the H100's power cap (bench/RESULTS.md,
+// 2026-11-26). Not with 192-key tiles, where it measured 1-1.6% slower
+// (8k-d128).
+constexpr bool kLazy = kN <= 128;
+constexpr float kSlack = 8.f;
+__device__ __forceinline__ void SoftmaxLazy(Rows& r, float scale_log2) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float mx = QuadRowMax(r.s[0], half) * scale_log2;
+    const float old = r.row_max[0][half];
+    r.correction[0][half] = 1.f;
+    if (mx > old + kSlack) {  // Always on a row's first key: old is -inf.
+      r.correction[0][half] = Exp2(old - mx);
+      r.row_max[0][half] = mx;
+    }
+    const float ref = r.row_max[0][half] == NegInf() ? 0.f : r.row_max[0][half];
+    r.row_sum[0][half] = r.row_sum[0][half] * r.correction[0][half] +
+                         ExpRowHalf(r.s[0], half, scale_log2, ref);
+  }
+}
+
 // Masks (where the tile needs it) and runs the softmax of key tile j.
 __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
                                         const BlockPlan& w, int j, int row0,
@@ -308,7 +334,11 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
   if (TileNeedsMask<kN>(p, w, kv0)) {
     MaskTile(r.s, p, kv0, w.q0 + row0, w.shift, lane);
   }
-  SoftmaxScores(r.s, r.row_max, r.row_sum, p.scale_log2, r.correction);
+  if constexpr (kLazy) {
+    SoftmaxLazy(r, p.scale_log2);
+  } else {
+    SoftmaxScores(r.s, r.row_max, r.row_sum, p.scale_log2, r.correction);
+  }
 }
 
 // P for O += P V, done before the wgmma.fence that precedes its use.
@@ -318,9 +348,12 @@ __device__ __forceinline__ void PackAll(Rows& r) {
   FenceOperands(r.pf);
 }
 
-// O scaled to the new row maxima, done before the next wgmma.fence.
+// O scaled to the rows' new references where one moved, done before the
+// next wgmma.fence.
 __device__ __forceinline__ void Rescale(Rows& r) {
-  RescaleRows(r.o, r.correction);
+  if (!kLazy || r.correction[0][0] != 1.f || r.correction[0][1] != 1.f) {
+    RescaleRows(r.o, r.correction);
+  }
   FenceOperands(r.o[0]);
 }
 

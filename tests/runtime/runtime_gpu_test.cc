@@ -76,14 +76,15 @@ class RuntimeGpuTest : public ::testing::Test {
     return p;
   }
 
-  // Random Q, K, V uploaded in the layout of `call` (bshd when `strided`).
+  // Random Q, K, V uploaded in the layout of `call` (bshd when `strided`);
+  // K row j scaled by 1 + rise * j / seq_k.
   Inputs Upload(const Problem& p, bool strided, AttentionCall* call,
-                uint64_t seed) {
+                uint64_t seed, float rise = 0.f) {
     Inputs in;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     auto make = [&](std::vector<float>* host, int64_t heads, int64_t seq,
-                    CUdeviceptr* dev, AttentionTensor* t) {
+                    CUdeviceptr* dev, AttentionTensor* t, float rise) {
       const int64_t d = p.head_dim;
       host->resize(p.batch * heads * seq * d);
       *t = strided ? AttentionTensor{nullptr, seq * heads * d, d, heads * d}
@@ -93,7 +94,8 @@ class RuntimeGpuTest : public ::testing::Test {
         for (int64_t h = 0; h < heads; ++h)
           for (int64_t s = 0; s < seq; ++s)
             for (int64_t c = 0; c < d; ++c) {
-              const uint16_t x = FloatToHalfBits(u(rng), p.dtype);
+              const uint16_t x =
+                  FloatToHalfBits(u(rng) * (1.f + rise * s / seq), p.dtype);
               (*host)[((b * heads + h) * seq + s) * d + c] =
                   HalfBitsToFloat(x, p.dtype);
               bits[b * t->batch_stride + h * t->head_stride +
@@ -104,11 +106,11 @@ class RuntimeGpuTest : public ::testing::Test {
       t->data = reinterpret_cast<void*>(*dev);
     };
     call->problem = p;
-    make(&in.q, p.heads, p.seq_q, &in.dq, &call->q);
-    make(&in.k, p.kv_heads, p.seq_k, &in.dk, &call->k);
-    make(&in.v, p.kv_heads, p.seq_k, &in.dv, &call->v);
+    make(&in.q, p.heads, p.seq_q, &in.dq, &call->q, 0.f);
+    make(&in.k, p.kv_heads, p.seq_k, &in.dk, &call->k, rise);
+    make(&in.v, p.kv_heads, p.seq_k, &in.dv, &call->v, 0.f);
     std::vector<float> o;
-    make(&o, p.heads, p.seq_q, &in.d_o, &call->o);
+    make(&o, p.heads, p.seq_q, &in.d_o, &call->o, 0.f);
     return in;
   }
 
@@ -194,6 +196,57 @@ TEST_F(RuntimeGpuTest, EveryTemplateRunsCorrectlyThroughABundle) {
             << t.name << " " << ConfigKey(config) << " " << ProblemKey(p)
             << (strided ? " bshd" : " bhsd");
         EXPECT_LE(e.rel_l2, tol.rel_l2) << t.name << " " << ProblemKey(p);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 8);
+}
+
+// Scores that rise along the keys (K row j scaled by 1 + 40 j / seq_k), so
+// that a row's max grows far past its first key tile's many times over:
+// random inputs alone leave it near the first tile's, and with it the
+// online softmax's rescaling of O (flash_fwd_tma moves a row's reference
+// only when a score passes it by 2^8). Every template, its fitted configs
+// and its first and last feasible ones.
+TEST_F(RuntimeGpuTest, ScoresRisingAlongTheKeysAreCorrect) {
+  Problem full;
+  full.heads = 4;
+  full.kv_heads = 2;
+  full.seq_q = 200;
+  full.seq_k = 1500;
+  full.head_dim = 128;
+  full.dtype = DType::kBf16;
+  Problem causal = full;
+  causal.seq_q = causal.seq_k = 300;
+  causal.head_dim = 64;
+  causal.causal = true;
+  causal.dtype = DType::kFp16;
+  int checked = 0;
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    if (t.test_only || !CheckDevice(t, device_.limits).ok()) continue;
+    for (const Problem& p : {full, causal}) {
+      std::vector<Config> configs = FeasibleConfigs(t, p, device_.limits);
+      if (!CheckSupports(t, p).ok() || configs.empty()) continue;
+      configs = {configs.front(), configs.back()};
+      if (t.fitted_defaults) {
+        for (const Config& c : t.fitted_defaults(p, device_.limits)) {
+          if (CheckConfig(t, c, p, device_.limits).ok()) configs.push_back(c);
+        }
+      }
+      for (const Config& config : configs) {
+        Runtime runtime(*BundleSource::Open(Bundle(t, config, {p})));
+        AttentionCall call;
+        Inputs in = Upload(p, false, &call, 11 + checked, /*rise=*/40.f);
+        ASSERT_TRUE(runtime.Attention(call, stream_).ok());
+        const std::vector<RowIndex> rows = SampleRows(p);
+        const ErrorStats e = CompareRows(
+            Rows(call, rows), ReferenceRows(p, in.q, in.k, in.v, rows));
+        const Tolerance tol = ToleranceFor(p.dtype);
+        EXPECT_LE(e.max_abs, tol.max_abs)
+            << t.name << " " << ConfigKey(config) << " " << ProblemKey(p);
+        EXPECT_LE(e.rel_l2, tol.rel_l2)
+            << t.name << " " << ConfigKey(config) << " " << ProblemKey(p);
         ++checked;
       }
     }
