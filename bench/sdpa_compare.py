@@ -447,8 +447,8 @@ def main():
             print(f"{entry['name']}: not run: {e}")
             continue
         # Consecutive entries of one problem share its tensors: fresh ones
-        # per entry would land at alternating addresses, and that alone
-        # moved a kernel's time by up to 5% from one entry to the next.
+        # per entry landed at alternating addresses, and a kernel's time
+        # alternated with them (up to 5% between neighbouring entries).
         if inputs is None or inputs[0] != meta["problem"]:
             inputs = None  # Frees the last problem's tensors first.
             inputs = (meta["problem"], *random_inputs(pr))
