@@ -15,6 +15,7 @@
 #include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/evaluator/reference.h"
+#include "tuner/space/problem.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {
@@ -210,18 +211,10 @@ TEST_F(RuntimeGpuTest, EveryTemplateRunsCorrectlyThroughABundle) {
 // only when a score passes it by 2^8). Every template, its fitted configs
 // and its first and last feasible ones.
 TEST_F(RuntimeGpuTest, ScoresRisingAlongTheKeysAreCorrect) {
-  Problem full;
-  full.heads = 4;
-  full.kv_heads = 2;
-  full.seq_q = 200;
-  full.seq_k = 1500;
-  full.head_dim = 128;
-  full.dtype = DType::kBf16;
-  Problem causal = full;
-  causal.seq_q = causal.seq_k = 300;
-  causal.head_dim = 64;
-  causal.causal = true;
-  causal.dtype = DType::kFp16;
+  const Problem full =
+      *ParseProblemKey("b1_h4_kv2_q200_k1500_d128_full_bf16_bhsd");
+  const Problem causal =
+      *ParseProblemKey("b1_h4_kv2_q300_k300_d64_causal_fp16_bhsd");
   int checked = 0;
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
     if (t.test_only || !CheckDevice(t, device_.limits).ok()) continue;
