@@ -131,6 +131,40 @@ __device__ __forceinline__ void WgmmaSS(float (&d)[24][4], unsigned long long a,
                EVT_ACC_8(d, 8), EVT_ACC_8(d, 16));
 }
 
+// d (64 x N) = a (64 x 16, registers: the mma m16n8k16 A fragment of each
+// warp's 16 rows) * b (16 x N, shared memory, K-major, like K) +
+// (accumulate ? d : 0).
+#define EVT_WGMMA_RS(N, REGS, A_OP, B_OP, P_OP, ...)                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P_OP                \
+               ", 0;\n"                                                \
+               "wgmma.mma_async.sync.aligned.m64n" #N                  \
+               "k16.f32." EVT_WGMMA_TYPES " " REGS ", " A_OP ", " B_OP \
+               ", p, 1, 1, 0;\n}\n"                                    \
+               : __VA_ARGS__                                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),   \
+                 "r"(accumulate ? 1 : 0))
+
+__device__ __forceinline__ void WgmmaRSK(float (&d)[8][4], const unsigned* a,
+                                         unsigned long long b,
+                                         bool accumulate) {
+  EVT_WGMMA_RS(64, EVT_ACC_REGS_64, "{%32, %33, %34, %35}", "%36", "%37",
+               EVT_ACC_8(d, 0));
+}
+
+__device__ __forceinline__ void WgmmaRSK(float (&d)[16][4], const unsigned* a,
+                                         unsigned long long b,
+                                         bool accumulate) {
+  EVT_WGMMA_RS(128, EVT_ACC_REGS_128, "{%64, %65, %66, %67}", "%68", "%69",
+               EVT_ACC_8(d, 0), EVT_ACC_8(d, 8));
+}
+
+__device__ __forceinline__ void WgmmaRSK(float (&d)[24][4], const unsigned* a,
+                                         unsigned long long b,
+                                         bool accumulate) {
+  EVT_WGMMA_RS(192, EVT_ACC_REGS_192, "{%96, %97, %98, %99}", "%100", "%101",
+               EVT_ACC_8(d, 0), EVT_ACC_8(d, 8), EVT_ACC_8(d, 16));
+}
+
 // d (64 x 64) += a (64 x 16, registers: the mma m16n8k16 A fragment of each
 // warp's 16 rows) * b (16 x 64, shared memory, N-major: [k][n], like V).
 __device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,

@@ -11,8 +11,9 @@
 //     waits on a stage's "empty" mbarrier before refilling it. It gives
 //     its registers up (setmaxnreg) to the consumers.
 //   - each consumer warpgroup owns 64 rows: S = Q K^T as one wgmma
-//     m64nBLOCK_Nk16 per k-step from shared memory, the online softmax in
-//     registers (its reference moved lazily, see kLazy), O += P V with P
+//     m64nBLOCK_Nk16 per k-step, K from shared memory and Q from registers
+//     where they allow (kQInRegs; else from shared memory), the online softmax
+//     in registers (its reference moved lazily, see kLazy), O += P V with P
 //     from registers (wgmma m64n64k16 per 64 output columns), and hands each
 //     stage back through its empty barrier as soon as the tensor cores are done
 //     with it. No block-wide barrier after the start.
@@ -225,15 +226,51 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
   }
 }
 
-// S = Q K^T for one key tile: the warpgroup's 64 rows of Q (from q_rows)
-// against the kN keys of the K stage, one wgmma per k-step of 16.
+// With OVERLAP, where registers allow (the spec's estimate of a consumer
+// thread's registers plus D / 4), each thread keeps its part of the
+// warpgroup's Q rows in registers (A fragments) for the whole tile, and S =
+// Q K^T reads only K from shared memory: 2-3% faster on the mid-sized suite
+// problems, the same on the large ones (bench/RESULTS.md, 2026-11-26). Not
+// without OVERLAP: there ptxas (CUDA 13.0) gave the fragments' registers to
+// P inside the key loop of 64-key tiles, so that S of the next tile was
+// taken against P (wrong results, caught by the GPU tests).
+constexpr int kRegisterBudget = kRealloc ? kConsumerRegs : 255;
+constexpr bool kQInRegs = kOverlap && kD / 2 + kN / 2 + kN / 4 + 32 +
+                                              (kPersistent ? 8 : 0) + kD / 4 <=
+                                          kRegisterBudget;
+constexpr int kQFrags = kQInRegs ? kD / 16 : 1;
+
+// The thread's A fragments of the warpgroup's 64 rows of Q (at q_rows), one
+// per k-step: ldmatrix of 16 rows by 16 columns per warp.
+__device__ __forceinline__ void LoadQFragments(unsigned (&qf)[kQFrags][4],
+                                               unsigned q_rows, int thread) {
+  const int lane = thread % 32;
+  const int row = (thread / 32) * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int chunk = 2 * (ks % 4) + lane / 16;
+    LdMatrixX4(qf[ks], q_rows + (ks / 4) * kM * kRowBytes + row * kRowBytes +
+                           ((chunk ^ (row % 8)) << 4));
+  }
+}
+
+// S = Q K^T for one key tile: the warpgroup's 64 rows of Q (from q_rows or
+// the fragments qf) against the kN keys of the K stage, one wgmma per k-step
+// of 16.
 __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
+                                        const unsigned (&qf)[kQFrags][4],
                                         unsigned k_stage) {
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     const unsigned step = (ks % 4) * 32;  // Bytes into the 128-byte rows.
-    WgmmaSS(s, Descriptor(q_rows + (ks / 4) * kM * kRowBytes + step),
-            Descriptor(k_stage + (ks / 4) * kN * kRowBytes + step), ks > 0);
+    const unsigned long long k =
+        Descriptor(k_stage + (ks / 4) * kN * kRowBytes + step);
+    if constexpr (kQInRegs) {
+      WgmmaRSK(s, qf[ks], k, ks > 0);
+    } else {
+      WgmmaSS(s, Descriptor(q_rows + (ks / 4) * kM * kRowBytes + step), k,
+              ks > 0);
+    }
   }
 }
 
@@ -297,6 +334,7 @@ struct Rows {
   float o[1][kDTiles][4];
   float s[1][kNTiles][4];
   unsigned pf[kN / 16][4];
+  unsigned qf[kQFrags][4];  // Q's A fragments (kQInRegs).
   float row_max[1][2], row_sum[1][2], correction[1][2];
 };
 
@@ -367,7 +405,7 @@ __device__ __forceinline__ void ConsumeSerial(
     BarrierWait(s.k_full(stage), parity);
     turns.Begin();
     WgmmaFence();
-    IssueQk(r.s[0], q_rows, s.k(stage));
+    IssueQk(r.s[0], q_rows, r.qf, s.k(stage));
     WgmmaCommit();
     turns.End(false);
     WgmmaWait<0>();
@@ -400,7 +438,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
   BarrierWait(s.k_full(it % kStages), (it / kStages) & 1);
   turns.Begin();
   WgmmaFence();
-  IssueQk(r.s[0], q_rows, s.k(it % kStages));
+  IssueQk(r.s[0], q_rows, r.qf, s.k(it % kStages));
   WgmmaCommit();
   turns.End(false);
   WgmmaWait<0>();
@@ -415,7 +453,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
     BarrierWait(s.k_full(stage), ((it + j) / kStages) & 1);
     turns.Begin();
     WgmmaFence();
-    IssueQk(r.s[0], q_rows, s.k(stage));
+    IssueQk(r.s[0], q_rows, r.qf, s.k(stage));
     WgmmaCommit();
     Rescale(r);
     BarrierWait(s.v_full(prev), ((it + j - 1) / kStages) & 1);
@@ -505,6 +543,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     InitRows(r.o, r.row_max, r.row_sum);
     turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), n & 1);
+    if constexpr (kQInRegs) LoadQFragments(r.qf, q_rows, thread);
     if constexpr (kOverlap) {
       ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, it, lane);
     } else {

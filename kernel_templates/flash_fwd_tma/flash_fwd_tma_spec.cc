@@ -16,6 +16,8 @@ int64_t ConsumerRegisters(int64_t consumers) {
 // about 32 for addresses, row statistics and loop state, 8 more for the
 // tile loop of PERSISTENT. Configs above their budget spill
 // (nvrtc_compiler_test's FlashFwdTmaConfigsDoNotSpill holds the rest to it).
+// With OVERLAP the kernel keeps Q in registers (HEAD_DIM / 4 more) where
+// that still fits (its kQInRegs).
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
   return p.head_dim / 2 + c.at("BLOCK_N") / 2 +
          c.at("OVERLAP") * c.at("BLOCK_N") / 4 + 32 + 8 * c.at("PERSISTENT");
