@@ -21,4 +21,5 @@ read -r template config problem < <(python3 "$here/best_config.py" "$work/best.j
 printf '[{"name": "best", "cubin": "%s", "meta": "%s"}]\n' \
   "$work/kernel.cubin" "$work/kernel.json" >"$work/plan.json"
 commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
-python3 "$here/sdpa_compare.py" "$work/plan.json" --json "$out" --commit "$commit"
+python3 "$here/sdpa_compare.py" "$work/plan.json" --interleave --json "$out" \
+  --commit "$commit"

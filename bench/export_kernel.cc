@@ -5,7 +5,8 @@
 //   export_kernel --template_name=flash_fwd --config=BLOCK_M=64,...
 //     --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd --arch=sm_90a
 //     --out=DIR/x
-// writes DIR/x.cubin and DIR/x.json. With --source=FILE the template's
+// writes DIR/x.cubin, DIR/x.json and DIR/x.log (the compiler's log:
+// registers, spills, warnings). With --source=FILE the template's
 // source is read from FILE instead (its spec and shared headers stay): a
 // kernel variant timed beside the built-in one without a rebuild. Its hash
 // is then "edited".
@@ -68,6 +69,7 @@ int Run() {
   if (!r->ok) return Fail(absl::StrCat("compile error:\n", r->log));
   const std::string out = absl::GetFlag(FLAGS_out);
   std::ofstream(out + ".cubin", std::ios::binary) << r->cubin;
+  std::ofstream(out + ".log") << r->log;  // ptxas: registers, spills.
   const LaunchGeometry g = t->geometry(*config, *problem);
   std::ofstream(out + ".json") << absl::StrFormat(
       "{\"template\": \"%s\", \"hash\": \"%s\", \"config\": \"%s\", "

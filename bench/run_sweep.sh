@@ -48,5 +48,5 @@ done <"$work/problems"
 echo "]" >>"$work/plan.json"
 kill -TERM $pid
 wait $pid
-PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py "$work/plan.json" \
+PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py "$work/plan.json" --interleave \
   --json "$out/compare.json" --commit "${COMMIT:-unknown}" | tee "$out/compare.txt"

@@ -15,13 +15,19 @@ bytes, the least any kernel could take) after a device-to-device copy measured i
 writes it as JSON (GPU, date, commit, copy bandwidth, rows) if asked.
 
   python3 bench/sdpa_compare.py PLAN.json [--json OUT.json] [--commit SHA]
-      [--bundle KERNELS.evtb] [--rounds N]
+      [--bundle KERNELS.evtb] [--rounds N] [--interleave]
 
 With --rounds N, every kernel and SDPA's backends are timed N times, the
 whole plan over again each round, and the medians reported (the JSON keeps
 each round's times: "us_rounds", "flash_us_rounds", "cudnn_us_rounds"): a
 run's times drift, and kernels of one problem timed one after another do
 not see the same conditions (bench/RESULTS.md, 2026-11-26, stream-K tail).
+
+With --interleave, each problem's kernels and SDPA's two backends are timed
+together: their graphs take turns, one replay each (the order reversed every
+other turn), so that the clocks of a board at its power limit, which drift
+over seconds, fall on all of them alike (bench/RESULTS.md, 2026-11-26).
+With --rounds N as well, that N times, the whole plan over again each round.
 
 With --bundle (needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
 python/evotune/torch.py), the same kernel is also timed as the PyTorch op
@@ -181,8 +187,9 @@ class EvotuneKernel:
             None), "cuLaunchKernel")
 
 
-def time_us(fn):
-    """Median GPU time per call over CUDA-graph replays."""
+def capture(fn):
+    """A CUDA graph of REPEAT back-to-back calls of fn (warmed up outside
+    it), replayed once."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for _ in range(3):
@@ -194,16 +201,31 @@ def time_us(fn):
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(REPLAYS):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / REPEAT)
-    return statistics.median(samples)
+    return graph
+
+
+def time_together(fns):
+    """Median GPU time per call of each of fns over REPLAYS replays of its
+    graph. The graphs take turns, one replay each, in reverse order every
+    other turn, so that a run's drifting clocks fall on all of them alike."""
+    graphs = [capture(fn) for fn in fns]
+    samples = [[] for _ in graphs]
+    for turn in range(REPLAYS):
+        order = range(len(graphs))
+        for i in (reversed(order) if turn % 2 else order):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[i].replay()
+            end.record()
+            end.synchronize()
+            samples[i].append(start.elapsed_time(end) * 1000.0 / REPEAT)
+    return [statistics.median(x) for x in samples]
+
+
+def time_us(fn):
+    """Median GPU time per call over CUDA-graph replays."""
+    return time_together([fn])[0]
 
 
 def sdpa_mask(pr):
@@ -339,17 +361,28 @@ def rel_l2(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
 
-def time_sdpa(q, k, v, mask, gqa, ref):
-    """SDPA's flash and cuDNN backends: error against ref and time."""
+def sdpa_call(q, k, v, mask, gqa, backend):
+    """One SDPA call restricted to `backend`."""
+    def call():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, **mask,
+                                                  enable_gqa=gqa)
+    return call
+
+
+SDPA_BACKENDS = ((SDPBackend.FLASH_ATTENTION, "flash"),
+                 (SDPBackend.CUDNN_ATTENTION, "cudnn"))
+
+
+def time_sdpa(q, k, v, mask, gqa, ref, timed=True):
+    """SDPA's flash and cuDNN backends: error against ref and (if timed)
+    time."""
     result = {}
-    for backend, label in ((SDPBackend.FLASH_ATTENTION, "flash"),
-                           (SDPBackend.CUDNN_ATTENTION, "cudnn")):
+    for backend, label in SDPA_BACKENDS:
+        sdpa = sdpa_call(q, k, v, mask, gqa, backend)
         try:
-            with sdpa_kernel(backend):
-                sdpa = lambda: F.scaled_dot_product_attention(
-                    q, k, v, **mask, enable_gqa=gqa)
-                result[f"{label}_err"] = rel_l2(sdpa(), ref)
-                result[f"{label}_us"] = time_us(sdpa)
+            result[f"{label}_err"] = rel_l2(sdpa(), ref)
+            result[f"{label}_us"] = time_us(sdpa) if timed else None
         except RuntimeError as e:  # Backend unavailable for this shape.
             result[f"{label}_us"] = None
             result[f"{label}_error"] = str(e).splitlines()[0]
@@ -390,8 +423,45 @@ def time_rounds(timed, rounds):
                 row[f"{label}_us_rounds"].append(sdpa[problem].get(f"{label}_us"))
             row["us_rounds"].append(
                 time_us(lambda: kernel(q, k, v, o, pr["causal"])))
-    for row, _, (problem, *_) in timed:
-        pr = parse_problem(problem)
+    set_medians([row for row, _, _ in timed])
+
+
+def time_interleaved(timed, rounds):
+    """--interleave: per problem, its kernels of `timed` ((row, kernel,
+    inputs)) and SDPA's backends are timed together (time_together), so
+    that all see the same clocks, rounds times, the whole list over again
+    each round; sets each row's times to the medians over the rounds."""
+    groups = {}  # Problem: its rows, in plan order.
+    for row, kernel, inputs in timed:
+        groups.setdefault(inputs[0], []).append((row, kernel, inputs))
+        row["us_rounds"] = []
+        for label in ("flash", "cudnn"):
+            row[f"{label}_us_rounds"] = []
+    for _ in range(rounds):
+        for problem, group in groups.items():
+            _, q, k, v, o, _ = group[0][2]
+            pr = parse_problem(problem)
+            fns = [lambda kernel=kernel: kernel(q, k, v, o, pr["causal"])
+                   for _, kernel, _ in group]
+            labels = [label for backend, label in SDPA_BACKENDS
+                      if group[0][0].get(f"{label}_err") is not None]
+            fns += [sdpa_call(q, k, v, sdpa_mask(pr),
+                              pr["kv_heads"] != pr["heads"], backend)
+                    for backend, label in SDPA_BACKENDS if label in labels]
+            times = time_together(fns)
+            for i, (row, _, _) in enumerate(group):
+                row["us_rounds"].append(times[i])
+                for label in ("flash", "cudnn"):
+                    t = (times[len(group) + labels.index(label)]
+                         if label in labels else None)
+                    row[f"{label}_us_rounds"].append(t)
+    set_medians([row for row, _, _ in timed])
+
+
+def set_medians(rows):
+    """Each row's times: the medians of its rounds' times."""
+    for row in rows:
+        pr = parse_problem(row["problem"])
         row["us"] = statistics.median(row["us_rounds"])
         for label in ("flash", "cudnn"):
             times = [t for t in row[f"{label}_us_rounds"] if t is not None]
@@ -417,6 +487,9 @@ def main():
                         help="time every kernel and SDPA this many times, "
                         "the whole plan over again each round, and report "
                         "the medians")
+    parser.add_argument("--interleave", action="store_true",
+                        help="time each problem's kernels and SDPA's "
+                        "backends together, their replays taking turns")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -437,7 +510,7 @@ def main():
           f"device-to-device copy {copy:.2f} TB/s")
     sdpa_times = {}  # Per problem: kernels for one problem share SDPA's times.
     inputs = None  # (problem, q, k, v, o, ref) of the entries before.
-    timed = []  # (row, kernel, inputs) for the rounds after the first.
+    timed = []  # (row, kernel, inputs) for later rounds (all: --interleave).
     for entry in plan:
         meta = json.load(open(entry["meta"]))
         pr = parse_problem(meta["problem"])
@@ -463,7 +536,11 @@ def main():
         result = {"name": entry["name"], "problem": meta["problem"],
                   "config": meta["config"], "template": meta["template"],
                   "rel_err": ours_err, "finite": finite}
-        result["us"] = time_us(lambda: kernel(q, k, v, o, pr["causal"]))
+        if args.interleave:  # Timed later; launched again for the check.
+            for _ in range(REPEAT):
+                kernel(q, k, v, o, pr["causal"])
+        else:
+            result["us"] = time_us(lambda: kernel(q, k, v, o, pr["causal"]))
         # The output of the last timed call: a kernel that leaves state
         # behind (split counters) must be as right on every launch.
         result["rel_err_after_timing"] = rel_l2(o, ref)
@@ -474,15 +551,19 @@ def main():
             time_op(op, q, k, v, pr["causal"], meta, ref, result,
                     lambda: kernel(q, k, v, o, pr["causal"]))
         if meta["problem"] not in sdpa_times:
-            sdpa_times[meta["problem"]] = time_sdpa(q, k, v, mask, gqa, ref)
+            sdpa_times[meta["problem"]] = time_sdpa(
+                q, k, v, mask, gqa, ref, timed=not args.interleave)
         result.update(sdpa_times[meta["problem"]])
-        result["tflops"] = flops(pr) / result["us"] / 1e6
-        result["tbps"] = min_bytes(pr) / result["us"] / 1e6
+        if not args.interleave:
+            result["tflops"] = flops(pr) / result["us"] / 1e6
+            result["tbps"] = min_bytes(pr) / result["us"] / 1e6
         result["read_floor_us"] = floor.us(min_bytes(pr)) if floor else None
         rows.append(result)
-        if args.rounds > 1:
+        if args.rounds > 1 or args.interleave:
             timed.append((result, kernel, inputs))
-    if args.rounds > 1:
+    if args.interleave:
+        time_interleaved(timed, args.rounds)
+    elif args.rounds > 1:
         time_rounds(timed, args.rounds)
 
     header = (f"{'problem':<13} {'evotune us':>10} {'TFLOP/s':>8} {'TB/s':>5} "
@@ -516,7 +597,7 @@ def main():
                   "torch": torch.__version__,
                   "date": datetime.date.today().isoformat(),
                   "commit": args.commit, "copy_tbps": copy,
-                  "rounds": args.rounds}
+                  "rounds": args.rounds, "interleaved": args.interleave}
         json.dump({**header, "results": rows}, open(args.json, "w"), indent=1)
 
 

@@ -24,11 +24,13 @@ constexpr int kRowBytes = 128;  // One row of a 64-column block.
 // A wgmma shared-memory matrix descriptor of the 128-byte swizzle layout:
 // start address, leading and stride byte offsets (the stride between
 // 8-row groups, 1024 B; the leading offset is unused by K-major operands
-// and by N-major ones at most 64 wide), all in 16-byte units.
-__device__ __forceinline__ unsigned long long Descriptor(unsigned address) {
+// and by N-major ones at most 64 wide, and for wider N-major ones the
+// distance between their 64-column blocks), all in 16-byte units.
+__device__ __forceinline__ unsigned long long Descriptor(
+    unsigned address, unsigned long long lead_bytes = 8 * kRowBytes) {
   constexpr unsigned long long kGroup = (8 * kRowBytes) >> 4;
-  return ((address & 0x3FFFF) >> 4) | (kGroup << 16) | (kGroup << 32) |
-         (1ull << 62);
+  return ((address & 0x3FFFF) >> 4) | ((lead_bytes >> 4) << 16) |
+         (kGroup << 32) | (1ull << 62);
 }
 
 // Keeps the compiler from moving reads or writes of wgmma operands across
@@ -172,6 +174,17 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,
   asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." EVT_WGMMA_TYPES
                " " EVT_ACC_REGS_64 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
                : EVT_ACC_8(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// d (64 x 128) += a (64 x 16, registers, as above) * b (16 x 128, shared
+// memory, N-major in two 64-column blocks, the descriptor's leading offset
+// apart).
+__device__ __forceinline__ void WgmmaRS(float (&d)[16][4], const unsigned* a,
+                                        unsigned long long b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." EVT_WGMMA_TYPES
+               " " EVT_ACC_REGS_128 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+               : EVT_ACC_8(d, 0), EVT_ACC_8(d, 8)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 

@@ -14,7 +14,8 @@
 //     m64nBLOCK_Nk16 per k-step, K from shared memory and Q from registers
 //     where they allow (kQInRegs; else from shared memory), the online softmax
 //     in registers (its reference moved lazily, see kLazy), O += P V with P
-//     from registers (wgmma m64n64k16 per 64 output columns), and hands each
+//     from registers (a k-step's wgmma m64n128k16 over all 128 output
+//     columns, or m64n64k16 per 64, see kPvWide), and hands each
 //     stage back through its empty barrier as soon as the tensor cores are done
 //     with it. No block-wide barrier after the start.
 //   - OVERLAP: S for tile j + 1 and O += P V for tile j are issued before the
@@ -275,16 +276,25 @@ __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
 }
 
 // O += P V for one key tile: for key step t, rows 16 t .. 16 t + 15 of the
-// V stage; output columns 64 db .. 64 db + 63 from its column block db.
+// V stage. At head_dim 128 with up to 128 keys a tile, one m64n128k16 a
+// step reads both 64-column blocks of V and P's registers once: 1-3%
+// faster than one m64n64k16 per block, but 1-2.5% slower with 192-key
+// tiles (bench/RESULTS.md, 2026-11-26). Else output columns 64 db .. 64 db
+// + 63 from V's column block db.
+constexpr bool kPvWide = kD == 128 && kN <= 128;
 __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
                                         const unsigned (&pf)[kN / 16][4],
                                         unsigned v_stage) {
 #pragma unroll
   for (int t = 0; t < kN / 16; ++t) {
+    const unsigned rows = v_stage + t * 16 * kRowBytes;
+    if constexpr (kPvWide) {
+      WgmmaRS(o, pf[t], Descriptor(rows, kN * kRowBytes));
+    } else {
 #pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
-      WgmmaRS(N64(o, db), pf[t],
-              Descriptor(v_stage + db * kN * kRowBytes + t * 16 * kRowBytes));
+      for (int db = 0; db < kD / 64; ++db) {
+        WgmmaRS(N64(o, db), pf[t], Descriptor(rows + db * kN * kRowBytes));
+      }
     }
   }
 }
