@@ -24,8 +24,8 @@ run's times drift, and kernels of one problem timed one after another do
 not see the same conditions (bench/RESULTS.md, 2026-11-26, stream-K tail).
 
 With --interleave, each problem's kernels and SDPA's two backends are timed
-together: their graphs take turns, one replay each (the order reversed every
-other turn), so that the clocks of a board at its power limit, which drift
+together: their graphs take turns, one replay each (in a random order each
+turn), so that the clocks of a board at its power limit, which drift
 over seconds, fall on all of them alike (bench/RESULTS.md, 2026-11-26).
 With --rounds N as well, that N times, the whole plan over again each round.
 
@@ -39,6 +39,7 @@ import argparse
 import ctypes
 import datetime
 import json
+import random
 import statistics
 
 import torch
@@ -206,13 +207,17 @@ def capture(fn):
 
 def time_together(fns):
     """Median GPU time per call of each of fns over REPLAYS replays of its
-    graph. The graphs take turns, one replay each, in reverse order every
-    other turn, so that a run's drifting clocks fall on all of them alike."""
+    graph. The graphs take turns, one replay each, so that a run's drifting
+    clocks fall on all of them alike; each turn in a new random order
+    (seeded), so that none always follows the same one (what ran just
+    before moves a kernel's time by up to 4%, bench/RESULTS.md)."""
     graphs = [capture(fn) for fn in fns]
     samples = [[] for _ in graphs]
-    for turn in range(REPLAYS):
-        order = range(len(graphs))
-        for i in (reversed(order) if turn % 2 else order):
+    shuffle = random.Random(0).shuffle
+    for _ in range(REPLAYS):
+        order = list(range(len(graphs)))
+        shuffle(order)
+        for i in order:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
