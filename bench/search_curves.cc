@@ -11,12 +11,15 @@
 // problems of the landscape and of --train_with's (the problem searched is
 // never learned from);
 // the defaults fitted to the problem are its trusted seeds, as in jobs.
+// With --explain=PROBLEM it prints how that model ranks the problem's
+// configs instead: why screening leads a search well or astray there.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,15 @@ ABSL_FLAG(double, within, 0.03, "target: this close to the optimum");
 ABSL_FLAG(int, prescreen, 64,
           "candidates the cost model screens per measured config");
 ABSL_FLAG(std::string, curves, "", "write every best-so-far curve here");
+ABSL_FLAG(std::string, explain, "",
+          "print, for this problem key instead, the cost model's fastest "
+          "predicted configs beside their measured times, and the measured "
+          "fastest beside their predicted rank");
+ABSL_FLAG(bool, skip_known_rejected, true,
+          "leave out of every search the configs the template's other "
+          "recorded problems of the same head_dim and dtype were rejected "
+          "for (spills, registers, shared memory), as jobs leave out those "
+          "the store has seen rejected");
 ABSL_FLAG(double, seed_margin, 0.15,
           "screening: a seed's edge over drawn candidates (the evolutionary "
           "strategy's seed_margin)");
@@ -129,6 +141,89 @@ absl::StatusOr<LatencyPredictor> ModelLeavingOut(
       *std::move(model), landscapes.front().t, *ParseProblemKey(key)));
 }
 
+// --explain: the model's ranking of `key`'s measured configs against the
+// measured one.
+int Explain(const ReplayEvaluator& replay,
+            const std::vector<RecordedLandscape>& landscapes,
+            const std::string& key, const DeviceLimits& limits) {
+  auto it = replay.landscape().find(key);
+  if (it == replay.landscape().end()) {
+    std::fprintf(stderr, "--explain: %s is not in the landscape\n",
+                 key.c_str());
+    return 1;
+  }
+  absl::StatusOr<LatencyPredictor> predictor =
+      ModelLeavingOut(landscapes, key, limits);
+  if (!predictor.ok()) {
+    std::fprintf(stderr, "%s\n", predictor.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<Config> configs;
+  std::vector<double> measured;
+  for (const auto& [c, r] : it->second) {
+    if (r.status != TrialStatus::kOk) continue;
+    configs.push_back(*ParseConfigKey(c));
+    measured.push_back(r.median_us);
+  }
+  const std::vector<double> predicted = (*predictor)(configs);
+  const auto ranks = [](const std::vector<double>& v) {
+    std::vector<size_t> order(v.size()), rank(v.size());
+    for (size_t i = 0; i < v.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return v[a] < v[b]; });
+    for (size_t i = 0; i < order.size(); ++i) rank[order[i]] = i + 1;
+    return rank;
+  };
+  const std::vector<size_t> by_model = ranks(predicted);
+  const std::vector<size_t> by_time = ranks(measured);
+  const double target = *std::min_element(measured.begin(), measured.end()) *
+                        (1 + absl::GetFlag(FLAGS_within));
+  size_t near = 0, first = configs.size();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (measured[i] > target) continue;
+    ++near;
+    first = std::min(first, by_model[i]);
+  }
+  std::printf(
+      "%s: %zu configs measured ok, %zu within %.0f%% of the fastest, the "
+      "model's first of them its #%zu\n%8s %8s %10s %10s  config\n",
+      key.c_str(), configs.size(), near, 100 * absl::GetFlag(FLAGS_within),
+      first, "model#", "measured#", "pred us", "meas us");
+  // The model's 12 fastest and the measured 12 fastest, in the model's
+  // order.
+  std::vector<size_t> shown;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (by_model[i] <= 12 || by_time[i] <= 12) shown.push_back(i);
+  }
+  std::sort(shown.begin(), shown.end(),
+            [&](size_t a, size_t b) { return by_model[a] < by_model[b]; });
+  for (size_t i : shown) {
+    std::printf("%8zu %8zu %10.2f %10.2f  %s\n", by_model[i], by_time[i],
+                predicted[i], measured[i], ConfigKey(configs[i]).c_str());
+  }
+  return 0;
+}
+
+// Configs of the first landscape's template rejected for resources on a
+// problem other than `key` with its head_dim and dtype.
+std::set<std::string> KnownRejected(
+    const std::vector<RecordedLandscape>& landscapes, const std::string& key) {
+  const Problem p = *ParseProblemKey(key);
+  std::set<std::string> rejected;
+  for (const auto& [other, results] : landscapes.front().problems) {
+    const Problem q = *ParseProblemKey(other);
+    if (other == key || q.head_dim != p.head_dim || q.dtype != p.dtype) {
+      continue;
+    }
+    for (const auto& [c, r] : results) {
+      if (r.status == TrialStatus::kResourceRejected) {
+        rejected.insert(ConfigKey(c));
+      }
+    }
+  }
+  return rejected;
+}
+
 // The search variants compared on problem `key`.
 absl::StatusOr<std::vector<Variant>> Variants(
     const KernelTemplate& t, const std::vector<Config>& feasible,
@@ -192,6 +287,9 @@ int Run() {
     std::fprintf(stderr, "%s\n", landscapes.status().ToString().c_str());
     return 1;
   }
+  if (!absl::GetFlag(FLAGS_explain).empty()) {
+    return Explain(**replay, *landscapes, absl::GetFlag(FLAGS_explain), limits);
+  }
   const KernelTemplate& t = *landscapes->front().t;
   std::ofstream curves_out;
   if (!absl::GetFlag(FLAGS_curves).empty()) {
@@ -216,8 +314,14 @@ int Run() {
     size_t trusted = 0;
     const std::vector<Config> seeds = DefaultConfigs(t, p, limits, &trusted);
     std::vector<Config> feasible;
+    const std::set<std::string> rejected =
+        absl::GetFlag(FLAGS_skip_known_rejected)
+            ? KnownRejected(*landscapes, key)
+            : std::set<std::string>();
     for (const Config& c : FeasibleConfigs(t, p, limits)) {
-      if ((*replay)->Covers(t, c, p)) feasible.push_back(c);
+      if ((*replay)->Covers(t, c, p) && rejected.count(ConfigKey(c)) == 0) {
+        feasible.push_back(c);
+      }
     }
     absl::StatusOr<std::vector<Variant>> variants =
         Variants(t, feasible, seeds, trusted, *landscapes, key, limits);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,15 @@ class ResultStore {
   absl::StatusOr<int64_t> CountTrials();
   // The id of the newest trial (0 for none): grows with every insert.
   absl::StatusOr<int64_t> LastTrialId();
+
+  // The configs of the template (name and hash) rejected for resources on
+  // the device (spills, registers, shared memory: fixed by the config, the
+  // head_dim and the dtype that are compiled in) on any problem of
+  // `problem`'s head_dim and dtype, as config keys: what a search of such a
+  // problem need not try again.
+  absl::StatusOr<std::set<std::string>> RejectedConfigs(
+      const DeviceInfo& device, const std::string& template_name,
+      const std::string& template_hash, const Problem& problem);
 
   // Every OK trial on the device, with its template and problem (what a cost
   // model learns from), oldest first.

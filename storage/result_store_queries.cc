@@ -305,6 +305,39 @@ absl::StatusOr<int64_t> ResultStore::LastTrialId() {
   return (*sel)->Int(0);
 }
 
+absl::StatusOr<std::set<std::string>> ResultStore::RejectedConfigs(
+    const DeviceInfo& device, const std::string& template_name,
+    const std::string& template_hash, const Problem& problem) {
+  absl::StatusOr<Reader> r = AcquireReader();
+  if (!r.ok()) return r.status();
+  std::set<std::string> out;
+  absl::StatusOr<int64_t> device_id = DeviceId(r->db(), device, false);
+  absl::StatusOr<int64_t> template_id =
+      TemplateId(r->db(), template_name, template_hash, false);
+  for (const absl::Status& s : {device_id.status(), template_id.status()}) {
+    if (absl::IsNotFound(s)) return out;
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(
+      "SELECT DISTINCT tr.config_key FROM trials tr JOIN problems p ON p.id = "
+      "tr.problem_id WHERE tr.device_id = ? AND tr.template_id = ? AND "
+      "tr.status = ? AND p.head_dim = ? AND p.dtype = ?");
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  (*sel)
+      ->Bind(1, *device_id)
+      .Bind(2, *template_id)
+      .Bind(3, int64_t{static_cast<int>(TrialStatus::kResourceRejected)})
+      .Bind(4, int64_t{problem.head_dim})
+      .Bind(5, DTypeName(problem.dtype));
+  while (true) {
+    absl::StatusOr<bool> row = (*sel)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return out;
+    out.insert((*sel)->Text(0));
+  }
+}
+
 absl::StatusOr<std::vector<MeasuredTrial>> ResultStore::MeasuredTrials(
     const DeviceInfo& device) {
   absl::StatusOr<Reader> r = AcquireReader();

@@ -241,9 +241,10 @@ constexpr bool kQInRegs = kOverlap && kD / 2 + kN / 2 + kN / 4 + 32 +
                                           kRegisterBudget;
 constexpr int kQFrags = kQInRegs ? kD / 16 : 1;
 
-// The thread's A fragments of the warpgroup's 64 rows of Q (at q_rows), one
-// per k-step: ldmatrix of 16 rows by 16 columns per warp.
-__device__ __forceinline__ void LoadQFragments(unsigned (&qf)[kQFrags][4],
+// The thread's A fragments of the warpgroup's 64 rows of Q (at q_rows, in
+// 64-column blocks), one per k-step: ldmatrix of 16 rows by 16 columns per
+// warp. The lane's row is its lane mod 8, so LaneChunk's swizzle applies.
+__device__ __forceinline__ void LoadWarpgroupQ(unsigned (&qf)[kQFrags][4],
                                                unsigned q_rows, int thread) {
   const int lane = thread % 32;
   const int row = (thread / 32) * 16 + lane % 8 + 8 * ((lane / 8) % 2);
@@ -251,7 +252,7 @@ __device__ __forceinline__ void LoadQFragments(unsigned (&qf)[kQFrags][4],
   for (int ks = 0; ks < kD / 16; ++ks) {
     const int chunk = 2 * (ks % 4) + lane / 16;
     LdMatrixX4(qf[ks], q_rows + (ks / 4) * kM * kRowBytes + row * kRowBytes +
-                           ((chunk ^ (row % 8)) << 4));
+                           2 * LaneChunk(chunk, lane));
   }
 }
 
@@ -553,7 +554,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     InitRows(r.o, r.row_max, r.row_sum);
     turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), n & 1);
-    if constexpr (kQInRegs) LoadQFragments(r.qf, q_rows, thread);
+    if constexpr (kQInRegs) LoadWarpgroupQ(r.qf, q_rows, thread);
     if constexpr (kOverlap) {
       ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, it, lane);
     } else {

@@ -102,6 +102,35 @@ TEST_F(JobManagerTest, SearchesGetTheDevicesCostModel) {
             *models.Get(job.device)->model->PredictUs(samples));
 }
 
+// A search does not try again what was rejected for resources at the same
+// head_dim and dtype on another problem, unless every config was.
+TEST_F(JobManagerTest, ConfigsKnownRejectedAtTheHeadDimAndDtypeAreSkipped) {
+  FakeRunner runner(FakeRunner::FullyTimed);
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  const JobRecord job = NaiveJob(1000);
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  const DeviceInfo device = *runner.FindDevice(job.device.name);
+  const std::vector<Config> configs =
+      m.SearchableConfigs(t, job.problem, device);
+  ASSERT_GE(configs.size(), 3u);
+  TrialScope other{device, t.name, t.hash, job.problem};
+  other.problem.seq_q = other.problem.seq_k = 256;
+  TrialResult rejected;
+  rejected.status = TrialStatus::kResourceRejected;
+  for (size_t i = 0; i + 1 < configs.size(); ++i) {
+    ASSERT_TRUE(store_->InsertTrial(other, configs[i], rejected).ok());
+  }
+  EXPECT_EQ(m.WithoutKnownRejected(t, job.problem, device, configs),
+            std::vector<Config>{configs.back()});
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(job)->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  EXPECT_EQ(store_->GetJob(id)->trials_done, 1);
+
+  ASSERT_TRUE(store_->InsertTrial(other, configs.back(), rejected).ok());
+  EXPECT_EQ(m.WithoutKnownRejected(t, job.problem, device, configs), configs);
+}
+
 TEST_F(JobManagerTest, CancelMidTrialWithdrawsItAndEndsTheJob) {
   FakeRunner runner(FakeRunner::FullyTimed);
   runner.HoldAfter(0);

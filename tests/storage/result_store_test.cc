@@ -403,6 +403,51 @@ TEST_F(ResultStoreTest, HasTunedProblemCountsOkTrialsOfTheTemplates) {
   EXPECT_FALSE(*store->HasTunedProblem(other, {{"naive", "abc"}}));
 }
 
+// Rejections for resources are fixed by the config, head_dim and dtype
+// compiled in: any problem of the same head_dim and dtype reveals them,
+// other head_dims, dtypes, template versions and devices do not, and other
+// failures are no rejections.
+TEST_F(ResultStoreTest,
+       RejectedConfigsComeFromProblemsOfTheSameHeadDimAndDtype) {
+  auto store = OpenStore();
+  TrialResult rejected;
+  rejected.status = TrialStatus::kResourceRejected;
+  TrialResult incorrect;
+  incorrect.status = TrialStatus::kIncorrect;
+  const TrialScope asked = Scope(100);
+  EXPECT_TRUE(
+      store->RejectedConfigs(asked.device, "naive", "abc", asked.problem)
+          ->empty())
+      << "nothing stored";
+  ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 1}}, rejected).ok());
+  ASSERT_TRUE(store->InsertTrial(Scope(2048), {{"A", 2}}, rejected).ok());
+  ASSERT_TRUE(store->InsertTrial(Scope(2048), {{"A", 3}}, incorrect).ok());
+  ASSERT_TRUE(store->InsertTrial(Scope(2048), {{"A", 4}}, Ok(5)).ok());
+  TrialScope d128 = Scope(1024);
+  d128.problem.head_dim = 128;
+  ASSERT_TRUE(store->InsertTrial(d128, {{"A", 5}}, rejected).ok());
+  TrialScope bf16 = Scope(1024);
+  bf16.problem.dtype = DType::kBf16;
+  ASSERT_TRUE(store->InsertTrial(bf16, {{"A", 6}}, rejected).ok());
+  TrialScope older = Scope(1024);
+  older.template_hash = "older";
+  ASSERT_TRUE(store->InsertTrial(older, {{"A", 7}}, rejected).ok());
+  TrialScope elsewhere = Scope(1024);
+  elsewhere.device.name = "another GPU";
+  ASSERT_TRUE(store->InsertTrial(elsewhere, {{"A", 8}}, rejected).ok());
+
+  absl::StatusOr<std::set<std::string>> got =
+      store->RejectedConfigs(asked.device, "naive", "abc", asked.problem);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::set<std::string>{ConfigKey({{"A", 1}}),
+                                         ConfigKey({{"A", 2}})}));
+  EXPECT_EQ(*store->RejectedConfigs(asked.device, "naive", "abc", d128.problem),
+            std::set<std::string>{ConfigKey({{"A", 5}})});
+  EXPECT_TRUE(
+      store->RejectedConfigs(asked.device, "other", "abc", asked.problem)
+          ->empty());
+}
+
 TEST_F(ResultStoreTest, JobEventsAreSequencedAndAtomic) {
   auto store = OpenStore();
   JobRecord job;

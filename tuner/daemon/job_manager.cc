@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -318,6 +320,24 @@ std::vector<Config> JobManager::SearchableConfigs(
   return configs;
 }
 
+std::vector<Config> JobManager::WithoutKnownRejected(
+    const KernelTemplate& t, const Problem& problem, const DeviceInfo& device,
+    std::vector<Config> configs) const {
+  absl::StatusOr<std::set<std::string>> rejected =
+      store_->RejectedConfigs(device, t.name, t.hash, problem);
+  if (!rejected.ok()) {
+    LogError(absl::StrCat("known rejections: ", rejected.status().ToString()));
+    return configs;
+  }
+  std::vector<Config> kept;
+  for (Config& c : configs) {
+    if (rejected->count(ConfigKey(c)) == 0) kept.push_back(std::move(c));
+  }
+  // Every config known rejected: the search tries them again rather than
+  // nothing.
+  return kept.empty() ? configs : kept;
+}
+
 LatencyPredictor JobManager::Predictor(const KernelTemplate& t,
                                        const DeviceInfo& device,
                                        const Problem& problem) {
@@ -342,10 +362,12 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
   absl::StatusOr<StrategyOptions> options =
       ParseStrategyOptions(job.strategy_options);
   if (!options.ok()) return options.status();
-  SearchInputs inputs{t->space,
-                      SearchableConfigs(*t, job.problem, device),
-                      {},
-                      Predictor(*t, device, job.problem)};
+  SearchInputs inputs{
+      t->space,
+      WithoutKnownRejected(*t, job.problem, device,
+                           SearchableConfigs(*t, job.problem, device)),
+      {},
+      Predictor(*t, device, job.problem)};
   AddSeeds(*t, device, job.problem, &inputs);
   absl::StatusOr<std::unique_ptr<SearchStrategy>> strategy =
       MakeStrategy(job.strategy, std::move(inputs), job.seed, *options);

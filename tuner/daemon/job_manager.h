@@ -68,6 +68,13 @@ class JobManager {
   std::vector<Config> SearchableConfigs(const KernelTemplate& t,
                                         const Problem& problem,
                                         const DeviceInfo& device) const;
+  // `configs` less those the store has seen rejected for resources with
+  // `t` on `device` at `problem`'s head_dim and dtype (they would be again:
+  // ResultStore::RejectedConfigs); all of them when that leaves none.
+  std::vector<Config> WithoutKnownRejected(const KernelTemplate& t,
+                                           const Problem& problem,
+                                           const DeviceInfo& device,
+                                           std::vector<Config> configs) const;
   // The predictor a search of `t` on `problem` gets: the device's cost
   // model's (`t` must outlive it), or empty while it has none.
   LatencyPredictor Predictor(const KernelTemplate& t, const DeviceInfo& device,
