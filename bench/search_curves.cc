@@ -224,6 +224,26 @@ std::set<std::string> KnownRejected(
   return rejected;
 }
 
+// The configs of `key` a search tries, as a job's would: feasible,
+// recorded and (--skip_known_rejected) not known rejected.
+std::vector<Config> SearchableConfigs(
+    const ReplayEvaluator& replay,
+    const std::vector<RecordedLandscape>& landscapes, const std::string& key,
+    const DeviceLimits& limits) {
+  const KernelTemplate& t = *landscapes.front().t;
+  const Problem p = *ParseProblemKey(key);
+  const std::set<std::string> rejected =
+      absl::GetFlag(FLAGS_skip_known_rejected) ? KnownRejected(landscapes, key)
+                                               : std::set<std::string>();
+  std::vector<Config> out;
+  for (const Config& c : FeasibleConfigs(t, p, limits)) {
+    if (replay.Covers(t, c, p) && rejected.count(ConfigKey(c)) == 0) {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // The search variants compared on problem `key`.
 absl::StatusOr<std::vector<Variant>> Variants(
     const KernelTemplate& t, const std::vector<Config>& feasible,
@@ -313,16 +333,8 @@ int Run() {
     }
     size_t trusted = 0;
     const std::vector<Config> seeds = DefaultConfigs(t, p, limits, &trusted);
-    std::vector<Config> feasible;
-    const std::set<std::string> rejected =
-        absl::GetFlag(FLAGS_skip_known_rejected)
-            ? KnownRejected(*landscapes, key)
-            : std::set<std::string>();
-    for (const Config& c : FeasibleConfigs(t, p, limits)) {
-      if ((*replay)->Covers(t, c, p) && rejected.count(ConfigKey(c)) == 0) {
-        feasible.push_back(c);
-      }
-    }
+    const std::vector<Config> feasible =
+        SearchableConfigs(**replay, *landscapes, key, limits);
     absl::StatusOr<std::vector<Variant>> variants =
         Variants(t, feasible, seeds, trusted, *landscapes, key, limits);
     if (!variants.ok()) {
