@@ -11,6 +11,8 @@
 // problems of the landscape and of --train_with's (the problem searched is
 // never learned from);
 // the defaults fitted to the problem are its trusted seeds, as in jobs.
+// Model and defaults see the H100's limits (132 multiprocessors), as a job's
+// do there: the recordings are of that GPU.
 // With --explain=PROBLEM it prints how that model ranks the problem's
 // configs instead: why screening leads a search well or astray there.
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -293,6 +296,22 @@ absl::StatusOr<std::vector<RecordedLandscape>> LoadLandscapes(
   return landscapes;
 }
 
+// The limits of the device the recording ran on, as a worker there reports
+// them to the daemon: the replay's own admit every recorded config but leave
+// the multiprocessors unknown, and the cost model's launch features (waves,
+// the busiest multiprocessor's work) and the fitted defaults need them.
+std::optional<DeviceLimits> RecordedLimits(const ReplayEvaluator& replay,
+                                           const std::string& path) {
+  if (replay.device().limits.compute_capability != 90) {
+    std::fprintf(stderr,
+                 "%s: search_curves models an H100; the recording is of "
+                 "compute capability %d\n",
+                 path.c_str(), replay.device().limits.compute_capability);
+    return std::nullopt;
+  }
+  return H100Limits();
+}
+
 int Run() {
   const std::string path = absl::GetFlag(FLAGS_landscape);
   auto replay = ReplayEvaluator::Load(path);
@@ -300,7 +319,9 @@ int Run() {
     std::fprintf(stderr, "%s\n", replay.status().ToString().c_str());
     return 1;
   }
-  const DeviceLimits limits = (*replay)->device().limits;
+  const std::optional<DeviceLimits> recorded = RecordedLimits(**replay, path);
+  if (!recorded) return 1;
+  const DeviceLimits limits = *recorded;
   absl::StatusOr<std::vector<RecordedLandscape>> landscapes =
       LoadLandscapes(path, limits);
   if (!landscapes.ok()) {
