@@ -302,11 +302,12 @@ absl::StatusOr<std::vector<RecordedLandscape>> LoadLandscapes(
 // the busiest multiprocessor's work) and the fitted defaults need them.
 std::optional<DeviceLimits> RecordedLimits(const ReplayEvaluator& replay,
                                            const std::string& path) {
-  if (replay.device().limits.compute_capability != 90) {
+  const int cc = replay.device().limits.compute_capability;
+  if (cc != 90) {
     std::fprintf(stderr,
-                 "%s: search_curves models an H100; the recording is of "
-                 "compute capability %d\n",
-                 path.c_str(), replay.device().limits.compute_capability);
+                 "%s: search_curves models an H100 (compute capability 9.0); "
+                 "the recording is of %d.%d\n",
+                 path.c_str(), cc / 10, cc % 10);
     return std::nullopt;
   }
   return H100Limits();

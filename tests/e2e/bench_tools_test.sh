@@ -19,7 +19,16 @@ for landscape in flash_fwd decode_fwd; do
     fail "search_curves on $landscape: no model summary"$'\n'"$out"
 done
 json=$(mktemp)
-trap 'rm -f "$json"' EXIT
+other_gpu=$(mktemp)
+trap 'rm -f "$json" "$other_gpu"' EXIT
+# Its model and defaults are the H100's: another GPU's recording is refused.
+sed 's/^# compute capability: 9.0$/# compute capability: 8.9/' \
+  "$src/tests/data/flash_fwd_landscapes_h100.csv" >"$other_gpu"
+if out=$("$bin/search_curves" --seeds=1 --landscape="$other_gpu" 2>&1); then
+  fail "search_curves took a recording of compute capability 8.9"
+fi
+grep -q "the recording is of 8.9" <<<"$out" ||
+  fail "search_curves refused another GPU's recording without saying why: $out"
 out=$("$bin/transfer_loo" \
   --landscapes="$src/tests/data/flash_fwd_landscapes_h100.csv" \
   --rounds=50 --json="$json") || fail "transfer_loo exited $?"
