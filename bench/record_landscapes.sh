@@ -17,10 +17,15 @@ work=$(mktemp -d)
 "$(dirname "$0")/exhaustive_suite.sh" "$b" "$shapes" "$work/db" "$template"
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)
-python3 - "$work/db" "$shapes" "$out" "$gpu" "$commit" "$template" "$cc" <<'PY'
+# Compute capability, multiprocessors and shared memory per block, as the
+# workers report them to the daemon (replays take the limits from here).
+device=$("$b/run" evotune-worker --describe --cache_dir=none) || {
+  echo "record_landscapes: evotune-worker --describe failed" >&2
+  exit 1
+}
+python3 - "$work/db" "$shapes" "$out" "$gpu" "$commit" "$template" "$device" <<'PY'
 import csv, datetime, json, sqlite3, sys
-db, shapes, out, gpu, commit, template, cc = sys.argv[1:]
+db, shapes, out, gpu, commit, template, device = sys.argv[1:]
 names = {}
 for p in json.load(open(shapes))["problems"]:
     key = (f"b{p['batch']}_h{p['heads']}_kv{p['kv_heads']}_q{p['seq_q']}"
@@ -36,7 +41,8 @@ rows = sqlite3.connect(db).execute(
     "WHERE tp.name = ? ORDER BY p.key, t.config_key", (template,)).fetchall()
 with open(out, "w", newline="") as f:
     f.write(f"# evotune landscape: every feasible {template} config per problem\n")
-    f.write(f"# gpu: {gpu}\n# compute capability: {cc}\n")
+    f.write(f"# gpu: {gpu}\n")
+    f.writelines(f"# {line}\n" for line in device.splitlines() if line)
     f.write(f"# date: {datetime.date.today()}\n")
     f.write(f"# commit: {commit}\n# template hash: {rows[0][1] if rows else '?'}\n")
     w = csv.writer(f)

@@ -11,8 +11,9 @@
 // problems of the landscape and of --train_with's (the problem searched is
 // never learned from);
 // the defaults fitted to the problem are its trusted seeds, as in jobs.
-// Model and defaults see the H100's limits (132 multiprocessors), as a job's
-// do there: the recordings are of that GPU.
+// Model and defaults see the recorded GPU's limits (its multiprocessors, from
+// the recording's header), as a job's do there; every landscape given must be
+// of one GPU.
 // With --explain=PROBLEM it prints how that model ranks the problem's
 // configs instead: why screening leads a search well or astray there.
 #include <algorithm>
@@ -21,7 +22,6 @@
 #include <fstream>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -279,9 +279,9 @@ absl::StatusOr<std::vector<Variant>> Variants(
       {"random", "random", {t.space, feasible, seeds, {}}, {}}};
 }
 
-// The landscape searched, then those of --train_with.
+// The landscape searched, then those of --train_with, all of one GPU.
 absl::StatusOr<std::vector<RecordedLandscape>> LoadLandscapes(
-    const std::string& path, const DeviceLimits& limits) {
+    const std::string& path) {
   std::vector<std::string> paths = {path};
   for (const std::string& p : absl::GetFlag(FLAGS_train_with)) {
     paths.push_back(p);
@@ -289,28 +289,15 @@ absl::StatusOr<std::vector<RecordedLandscape>> LoadLandscapes(
   std::vector<RecordedLandscape> landscapes;
   for (const std::string& p : paths) {
     absl::StatusOr<RecordedLandscape> l =
-        LoadRecordedLandscape(p, TemplateRegistry::Builtin(), limits);
+        LoadRecordedLandscape(p, TemplateRegistry::Builtin());
     if (!l.ok()) return l.status();
     landscapes.push_back(*std::move(l));
   }
-  return landscapes;
-}
-
-// The limits of the device the recording ran on, as a worker there reports
-// them to the daemon: the replay's own admit every recorded config but leave
-// the multiprocessors unknown, and the cost model's launch features (waves,
-// the busiest multiprocessor's work) and the fitted defaults need them.
-std::optional<DeviceLimits> RecordedLimits(const ReplayEvaluator& replay,
-                                           const std::string& path) {
-  const int cc = replay.device().limits.compute_capability;
-  if (cc != 90) {
-    std::fprintf(stderr,
-                 "%s: search_curves models an H100 (compute capability 9.0); "
-                 "the recording is of %d.%d\n",
-                 path.c_str(), cc / 10, cc % 10);
-    return std::nullopt;
+  if (absl::StatusOr<DeviceLimits> shared = SharedLimits(landscapes);
+      !shared.ok()) {
+    return shared.status();
   }
-  return H100Limits();
+  return landscapes;
 }
 
 int Run() {
@@ -320,15 +307,13 @@ int Run() {
     std::fprintf(stderr, "%s\n", replay.status().ToString().c_str());
     return 1;
   }
-  const std::optional<DeviceLimits> recorded = RecordedLimits(**replay, path);
-  if (!recorded) return 1;
-  const DeviceLimits limits = *recorded;
   absl::StatusOr<std::vector<RecordedLandscape>> landscapes =
-      LoadLandscapes(path, limits);
+      LoadLandscapes(path);
   if (!landscapes.ok()) {
     std::fprintf(stderr, "%s\n", landscapes.status().ToString().c_str());
     return 1;
   }
+  const DeviceLimits limits = landscapes->front().limits;
   if (!absl::GetFlag(FLAGS_explain).empty()) {
     return Explain(**replay, *landscapes, absl::GetFlag(FLAGS_explain), limits);
   }

@@ -50,13 +50,18 @@ int Run() {
   std::vector<RecordedLandscape> landscapes;
   for (absl::string_view path :
        absl::StrSplit(absl::GetFlag(FLAGS_landscapes), ',')) {
-    absl::StatusOr<RecordedLandscape> l = LoadRecordedLandscape(
-        std::string(path), TemplateRegistry::Builtin(), H100Limits());
+    absl::StatusOr<RecordedLandscape> l =
+        LoadRecordedLandscape(std::string(path), TemplateRegistry::Builtin());
     if (!l.ok()) {
       std::fprintf(stderr, "%s\n", l.status().ToString().c_str());
       return 1;
     }
     landscapes.push_back(*std::move(l));
+  }
+  const absl::StatusOr<DeviceLimits> limits = SharedLimits(landscapes);
+  if (!limits.ok()) {
+    std::fprintf(stderr, "%s\n", limits.status().ToString().c_str());
+    return 1;
   }
   CostModelOptions options;
   options.rounds = absl::GetFlag(FLAGS_rounds);
@@ -66,7 +71,7 @@ int Run() {
     tuned.insert(std::string(key));
   }
   absl::StatusOr<std::vector<LeftOut>> rows =
-      LeaveOneProblemOut(landscapes, H100Limits(), options, tuned);
+      LeaveOneProblemOut(landscapes, *limits, options, tuned);
   if (!rows.ok()) {
     std::fprintf(stderr, "%s\n", rows.status().ToString().c_str());
     return 1;

@@ -198,4 +198,44 @@ TEST(ServerLimitsTest, AWorkersCompileAheadReachesThePool) {
 }
 
 }  // namespace
+// The device a worker registers keeps its multiprocessors (the cost model's
+// launch features and the fitted configs need them); a count past any GPU's
+// is refused, naming the field.
+TEST(ServerLimitsTest, AWorkersMultiprocessorsReachThePool) {
+  WorkerPool pool(WorkerPool::Options{});
+  GrpcWorkerPool service(&pool, AccessTokens{});
+  absl::StatusOr<BuiltServer> built =
+      BuildServer("127.0.0.1:0", {&service}, nullptr, false, 8);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto stub = v1::WorkerPool::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
+                          grpc::InsecureChannelCredentials()));
+  DeviceInfo h100;
+  h100.name = "GPU";
+  h100.cc_major = 9;
+  h100.limits.smem_per_block_bytes = 227 << 10;
+  h100.limits.multiprocessors = 132;
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("w");
+  *reg.mutable_device() = WorkerDeviceToProto(h100);
+  v1::RegisterWorkerResponse id;
+  grpc::ClientContext rc;
+  ASSERT_TRUE(stub->RegisterWorker(&rc, reg, &id).ok());
+  absl::StatusOr<DeviceInfo> found = pool.FindDevice("GPU");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->limits.multiprocessors, 132);
+  EXPECT_EQ(found->limits.smem_per_block_bytes, 227 << 10);
+  EXPECT_EQ(found->limits.compute_capability, 90);
+
+  reg.set_name("absurd");
+  reg.mutable_device()->set_multiprocessors(1u << 30);
+  grpc::ClientContext bad;
+  const grpc::Status s = stub->RegisterWorker(&bad, reg, &id);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("device.multiprocessors"), std::string::npos)
+      << s.error_message();
+  built->server->Shutdown();
+  pool.Close();
+}
+
 }  // namespace evotune

@@ -21,13 +21,21 @@ done
 json=$(mktemp)
 other_gpu=$(mktemp)
 trap 'rm -f "$json" "$other_gpu"' EXIT
-# Its model and defaults are the H100's: another GPU's recording is refused.
-sed 's/^# compute capability: 9.0$/# compute capability: 8.9/' \
-  "$src/tests/data/flash_fwd_landscapes_h100.csv" >"$other_gpu"
+# Its model and defaults are the recorded GPU's: a recording that does not
+# give its multiprocessors is refused, and so is training with another GPU's.
+flash="$src/tests/data/flash_fwd_landscapes_h100.csv"
+grep -v '^# multiprocessors:' "$flash" >"$other_gpu"
 if out=$("$bin/search_curves" --seeds=1 --landscape="$other_gpu" 2>&1); then
-  fail "search_curves took a recording of compute capability 8.9"
+  fail "search_curves took a recording without its multiprocessors"
 fi
-grep -q "the recording is of 8.9" <<<"$out" ||
+grep -q "does not give the GPU's multiprocessors" <<<"$out" ||
+  fail "search_curves refused a recording without saying why: $out"
+sed 's/^# multiprocessors: 132$/# multiprocessors: 58/' "$flash" >"$other_gpu"
+if out=$("$bin/search_curves" --seeds=1 --landscape="$flash" \
+  --train_with="$other_gpu" 2>&1); then
+  fail "search_curves trained with another GPU's recording"
+fi
+grep -q "were recorded on different GPUs" <<<"$out" ||
   fail "search_curves refused another GPU's recording without saying why: $out"
 out=$("$bin/transfer_loo" \
   --landscapes="$src/tests/data/flash_fwd_landscapes_h100.csv" \

@@ -20,6 +20,10 @@ TEST(ReplayEvaluatorTest, AnswersFromTheRecording) {
   const ReplayEvaluator& r = **replay;
   EXPECT_EQ(r.template_name(), "flash_fwd");
   EXPECT_THAT(r.device().name, HasSubstr("replay of NVIDIA H100"));
+  // The recorded GPU's limits, as its workers reported them to the daemon.
+  EXPECT_EQ(r.device().limits.multiprocessors, 132);
+  EXPECT_EQ(r.device().limits.smem_per_block_bytes, 232448);
+  EXPECT_EQ(r.device().limits.compute_capability, 90);
   ASSERT_EQ(r.landscape().size(), 31u);
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
   for (const auto& [key, results] : r.landscape()) {
@@ -127,6 +131,23 @@ TEST(ReplayEvaluatorTest, RefusesWhatWasNotRecorded) {
   EXPECT_EQ(r->status, TrialStatus::kResourceRejected);
 }
 
+// A recording made before headers gave the limits: the multiprocessors are
+// unknown and the shared memory limit admits every recorded config.
+TEST(ReplayEvaluatorTest, ARecordingWithoutLimitsAdmitsWhatItHolds) {
+  const std::string path = ::testing::TempDir() + "/old_landscape.csv";
+  std::ofstream(path) << "# evotune landscape: every feasible naive x\n"
+                         "# compute capability: 8.9\n"
+                         "problem,problem_key,config,status,median_us,min_us,"
+                         "p90_us,cv\n"
+                         "seed,b1_h8_kv8_q512_k512_d64_full_fp16_bhsd,"
+                         "\"KV_TILE=64,WARPS=4\",ok,9,9,9,0\n";
+  auto replay = ReplayEvaluator::Load(path);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ((*replay)->device().limits.compute_capability, 89);
+  EXPECT_EQ((*replay)->device().limits.multiprocessors, 0);
+  EXPECT_GE((*replay)->device().limits.smem_per_block_bytes, int64_t{1} << 30);
+}
+
 TEST(ReplayEvaluatorTest, MalformedFilesNameTheLine) {
   const std::string path = ::testing::TempDir() + "/bad_landscape.csv";
   std::ofstream(path) << "# evotune landscape: every feasible flash_fwd x\n"
@@ -137,6 +158,12 @@ TEST(ReplayEvaluatorTest, MalformedFilesNameTheLine) {
   auto replay = ReplayEvaluator::Load(path);
   EXPECT_TRUE(absl::IsInvalidArgument(replay.status()));
   EXPECT_THAT(std::string(replay.status().message()), HasSubstr(":3:"));
+  std::ofstream(path) << "# evotune landscape: every feasible flash_fwd x\n"
+                         "# multiprocessors: lots\n";
+  replay = ReplayEvaluator::Load(path);
+  EXPECT_TRUE(absl::IsInvalidArgument(replay.status()));
+  EXPECT_THAT(std::string(replay.status().message()),
+              HasSubstr(":2: multiprocessors"));
   EXPECT_TRUE(absl::IsNotFound(ReplayEvaluator::Load("/nonexistent").status()));
 }
 

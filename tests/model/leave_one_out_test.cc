@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <string>
@@ -16,7 +17,7 @@ namespace {
 // A recording of tests/data (file name without the folder).
 absl::StatusOr<RecordedLandscape> Recording(const std::string& file) {
   return LoadRecordedLandscape(std::string(EVOTUNE_TEST_DATA) + "/" + file,
-                               TemplateRegistry::Builtin(), H100Limits());
+                               TemplateRegistry::Builtin());
 }
 
 // LeaveOneProblemOut with smaller models (300 boosting rounds), to stay
@@ -27,6 +28,65 @@ absl::StatusOr<std::vector<LeftOut>> Serve(
   CostModelOptions options;
   options.rounds = 300;
   return LeaveOneProblemOut(landscapes, H100Limits(), options, tuned);
+}
+
+// Every recording gives its GPU's limits in its header: the H100's.
+TEST(LeaveOneOutTest, TheRecordingsGiveTheH100sLimits) {
+  std::vector<RecordedLandscape> all;
+  for (const char* file :
+       {"flash_fwd_landscapes_h100.csv", "flash_fwd_sm90_landscapes_h100.csv",
+        "flash_fwd_tma_landscapes_h100.csv", "decode_fwd_landscapes_h100.csv",
+        "decode_fwd_short_query_landscapes_h100.csv",
+        "decode_fwd_spread_landscapes_h100.csv",
+        "decode_fwd_causal_spread_landscapes_h100.csv"}) {
+    absl::StatusOr<RecordedLandscape> l = Recording(file);
+    ASSERT_TRUE(l.ok()) << l.status();
+    all.push_back(*std::move(l));
+  }
+  absl::StatusOr<DeviceLimits> shared = SharedLimits(all);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  const DeviceLimits h100 = H100Limits();
+  EXPECT_EQ(shared->multiprocessors, h100.multiprocessors);
+  EXPECT_EQ(shared->smem_per_block_bytes, h100.smem_per_block_bytes);
+  EXPECT_EQ(shared->compute_capability, h100.compute_capability);
+  EXPECT_EQ(shared->max_threads_per_block, h100.max_threads_per_block);
+}
+
+// A recording that does not say its multiprocessors is refused, and so are
+// recordings of two GPUs together, naming both files.
+TEST(LeaveOneOutTest, RecordingsMustGiveOneGpusLimits) {
+  const std::string dir = ::testing::TempDir();
+  const std::string header =
+      "# evotune landscape: every feasible naive config per problem\n"
+      "# compute capability: 9.0\n";
+  const std::string rows =
+      "problem,problem_key,config,status,median_us,min_us,p90_us,cv\n"
+      "seed,b1_h8_kv8_q512_k512_d64_full_fp16_bhsd,\"KV_TILE=64,WARPS=4\",ok,"
+      "9,9,9,0\n";
+  std::ofstream(dir + "/unsized.csv") << header << rows;
+  absl::StatusOr<RecordedLandscape> unsized =
+      LoadRecordedLandscape(dir + "/unsized.csv", TemplateRegistry::Builtin());
+  EXPECT_TRUE(absl::IsInvalidArgument(unsized.status()));
+  EXPECT_NE(unsized.status().message().find("multiprocessors"),
+            std::string::npos)
+      << unsized.status();
+  std::ofstream(dir + "/l4.csv") << header << "# multiprocessors: 58\n" << rows;
+  std::ofstream(dir + "/h100.csv") << header << "# multiprocessors: 132\n"
+                                   << rows;
+  std::vector<RecordedLandscape> two;
+  for (const char* name : {"/h100.csv", "/l4.csv"}) {
+    absl::StatusOr<RecordedLandscape> l =
+        LoadRecordedLandscape(dir + name, TemplateRegistry::Builtin());
+    ASSERT_TRUE(l.ok()) << l.status();
+    two.push_back(*std::move(l));
+  }
+  absl::StatusOr<DeviceLimits> shared = SharedLimits(two);
+  EXPECT_TRUE(absl::IsInvalidArgument(shared.status()));
+  EXPECT_NE(shared.status().message().find("l4.csv and "), std::string::npos)
+      << shared.status();
+  two.pop_back();
+  ASSERT_TRUE(SharedLimits(two).ok());
+  EXPECT_EQ(SharedLimits(two)->multiprocessors, 132);
 }
 
 TEST(LeaveOneOutTest, ServedConfigsRunAndComeCloseToTheOptimum) {

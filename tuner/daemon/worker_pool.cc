@@ -184,8 +184,11 @@ absl::StatusOr<std::string> WorkerPool::Register(WorkerInfo info) {
       }
     }
     id = absl::StrCat(instance_, "-w", next_worker_++);
-    LogInfo(
-        absl::StrCat("worker ", name, " registered (", info.device.name, ")"));
+    const DeviceLimits& limits = info.device.limits;
+    LogInfo(absl::StrCat("worker ", name, " registered (", info.device.name,
+                         ": ", limits.multiprocessors, " multiprocessors, ",
+                         limits.smem_per_block_bytes / 1024,
+                         " KiB shared memory per block)"));
     workers_[id] = Worker{std::move(info), options_.clock->Now()};
     worker_order_.push_back(id);
     on_register = on_register_;

@@ -7,8 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "tuner/evaluator/device_header.h"
 
 namespace evotune {
 namespace {
@@ -42,19 +42,11 @@ absl::StatusOr<TrialStatus> ParseStatus(absl::string_view name) {
 
 absl::Status ReplayEvaluator::ReadComment(absl::string_view text,
                                           std::string* gpu, std::string* hash) {
+  absl::StatusOr<bool> device_line = ReadDeviceHeaderLine(text, &device_);
+  if (!device_line.ok() || *device_line) return device_line.status();
   text = absl::StripAsciiWhitespace(text);
   if (absl::ConsumePrefix(&text, "gpu:")) {
     *gpu = std::string(absl::StripAsciiWhitespace(text));
-  } else if (absl::ConsumePrefix(&text, "compute capability:")) {
-    std::pair<std::string, std::string> cc =
-        absl::StrSplit(absl::StripAsciiWhitespace(text), '.');
-    if (!absl::SimpleAtoi(cc.first, &device_.cc_major) ||
-        !absl::SimpleAtoi(cc.second, &device_.cc_minor)) {
-      return absl::InvalidArgumentError(
-          "compute capability: expected MAJOR.MINOR");
-    }
-    device_.limits.compute_capability =
-        10 * device_.cc_major + device_.cc_minor;
   } else if (absl::ConsumePrefix(&text, "template hash:")) {
     *hash = std::string(absl::StripAsciiWhitespace(text));
   } else if (absl::ConsumePrefix(&text, "evotune landscape: every feasible ")) {
@@ -70,6 +62,11 @@ absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
     return absl::NotFoundError(absl::StrCat("cannot read landscape ", path));
   }
   std::unique_ptr<ReplayEvaluator> r(new ReplayEvaluator);
+  // Without a "# shared memory per block" line (recordings made before it
+  // was written), the limit admits every recorded config: unknown ones are
+  // answered as rejected anyway.
+  r->device_.limits.smem_per_block_bytes = int64_t{1} << 30;
+  r->device_.limits.max_threads_per_block = 1024;
   std::string gpu = "unknown GPU", hash = "unknown";
   std::string line;
   int line_number = 0;
@@ -130,10 +127,6 @@ absl::StatusOr<std::unique_ptr<ReplayEvaluator>> ReplayEvaluator::Load(
       absl::StrCat("replay of ", gpu, " (", r->template_name_, "@", hash, ")");
   r->device_.driver_version = "replay";
   r->device_.nvrtc_version = "replay";
-  // The recording covers what its GPU allows; unknown configs are answered
-  // as rejected, so the limits only need to admit every recorded one.
-  r->device_.limits.smem_per_block_bytes = 1 << 30;
-  r->device_.limits.max_threads_per_block = 1024;
   return r;
 }
 

@@ -6,6 +6,12 @@
 // <GPU> (<template>@<recorded hash>)"), so they never mix with live
 // measurements, nor with another recording.
 //
+// The device's limits are the recording's ("# multiprocessors: N" and
+// "# shared memory per block: BYTES" in its header), so a daemon replaying it
+// fits its defaults and its cost model to the GPU that was measured. A
+// recording without them reports 0 multiprocessors (unknown) and a shared
+// memory limit that admits every recorded config.
+//
 // A template may have gained parameters since the recording. A parameter the
 // recording lacks matches only at its first (smallest) value, which by the
 // templates' rule reproduces the kernel from before the parameter existed.
@@ -52,7 +58,7 @@ class ReplayEvaluator : public Evaluator {
  private:
   ReplayEvaluator() = default;
   // A "# ..." line of the file's header (text after the '#'): the GPU, its
-  // compute capability, the template and its hash.
+  // compute capability and limits, the template and its hash.
   absl::Status ReadComment(absl::string_view text, std::string* gpu,
                            std::string* hash);
   // The recorded result for `config`, or null.

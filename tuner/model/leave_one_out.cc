@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "kernel_templates/serving_defaults.h"
 #include "tuner/evaluator/replay_evaluator.h"
 #include "tuner/model/transfer.h"
@@ -134,25 +135,57 @@ DeviceLimits H100Limits() {
 }
 
 absl::StatusOr<RecordedLandscape> LoadRecordedLandscape(
-    const std::string& path, const TemplateRegistry& templates,
-    const DeviceLimits& limits) {
+    const std::string& path, const TemplateRegistry& templates) {
   absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
       ReplayEvaluator::Load(path);
   if (!replay.ok()) return replay.status();
   RecordedLandscape out;
+  out.path = path;
   out.t = templates.Find((*replay)->template_name());
   if (out.t == nullptr) {
     return absl::InvalidArgumentError(path + ": no template named " +
                                       (*replay)->template_name());
   }
+  out.limits = (*replay)->device().limits;
+  if (out.limits.multiprocessors <= 0) {
+    return absl::InvalidArgumentError(
+        path +
+        ": the header does not give the GPU's multiprocessors (a "
+        "\"# multiprocessors: N\" line, as evotune-worker --describe prints "
+        "it)");
+  }
   for (const auto& [key, results] : (*replay)->landscape()) {
     const Problem p = *ParseProblemKey(key);
-    for (const Config& c : FeasibleConfigs(*out.t, p, limits)) {
+    for (const Config& c : FeasibleConfigs(*out.t, p, out.limits)) {
       absl::StatusOr<TrialResult> r = (*replay)->Evaluate(*out.t, c, p);
       if (r.ok()) out.problems[key].push_back({c, *r});
     }
   }
   return out;
+}
+
+absl::StatusOr<DeviceLimits> SharedLimits(
+    const std::vector<RecordedLandscape>& landscapes) {
+  if (landscapes.empty()) {
+    return absl::InvalidArgumentError("no recorded landscapes");
+  }
+  const RecordedLandscape& first = landscapes.front();
+  for (const RecordedLandscape& l : landscapes) {
+    const DeviceLimits& a = first.limits;
+    const DeviceLimits& b = l.limits;
+    if (a.compute_capability != b.compute_capability ||
+        a.multiprocessors != b.multiprocessors ||
+        a.smem_per_block_bytes != b.smem_per_block_bytes ||
+        a.max_threads_per_block != b.max_threads_per_block) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          l.path, " and ", first.path,
+          " were recorded on different GPUs (compute capability ",
+          b.compute_capability / 10, ".", b.compute_capability % 10, ", ",
+          b.multiprocessors, " multiprocessors vs ", a.compute_capability / 10,
+          ".", a.compute_capability % 10, ", ", a.multiprocessors, ")"));
+    }
+  }
+  return first.limits;
 }
 
 std::vector<CostSample> RecordedSamples(

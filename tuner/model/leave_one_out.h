@@ -18,20 +18,29 @@
 
 namespace evotune {
 
-// The limits of the H100 SXM the recordings in tests/data were made on.
+// The limits of the H100 SXM the recordings in tests/data were made on (as
+// their headers give them).
 DeviceLimits H100Limits();
 
-// One template's recorded results: every config feasible on `limits` of
-// every recorded problem (by problem key), with its result.
+// One template's recorded results: every config feasible on the recorded
+// GPU's limits of every recorded problem (by problem key), with its result.
 struct RecordedLandscape {
+  std::string path;
   const KernelTemplate* t = nullptr;
+  DeviceLimits limits;  // The recording's (its header's).
   std::map<std::string, std::vector<std::pair<Config, TrialResult>>> problems;
 };
 
 // Reads a CSV as bench/record_landscapes.sh writes it (see ReplayEvaluator).
+// INVALID_ARGUMENT when its header does not give the GPU's multiprocessors:
+// the cost model's launch features and the fitted configs need them.
 absl::StatusOr<RecordedLandscape> LoadRecordedLandscape(
-    const std::string& path, const TemplateRegistry& templates,
-    const DeviceLimits& limits);
+    const std::string& path, const TemplateRegistry& templates);
+
+// The limits the landscapes were recorded with; INVALID_ARGUMENT naming two
+// recordings whose limits differ (of different GPUs), or for none.
+absl::StatusOr<DeviceLimits> SharedLimits(
+    const std::vector<RecordedLandscape>& landscapes);
 
 // The OK results of every landscape as training samples, leaving out the
 // problem `skip` (a problem key; empty leaves out none).

@@ -49,6 +49,11 @@ struct DeviceLimits {
   int multiprocessors = 0;
 };
 
+// More multiprocessors than any GPU has (an H100 has 132): a count read from
+// the wire or a file past it is refused (the cost model keeps a figure per
+// multiprocessor).
+constexpr int kMaxMultiprocessors = 4096;
+
 // The device key: results measured on different keys never mix.
 struct DeviceInfo {
   std::string name;

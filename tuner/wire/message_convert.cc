@@ -83,6 +83,12 @@ absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d) {
       static_cast<int64_t>(d.smem_per_block_bytes());
   out.limits.max_threads_per_block =
       static_cast<int>(d.max_threads_per_block());
+  if (d.multiprocessors() > static_cast<uint32_t>(kMaxMultiprocessors)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device.multiprocessors: at most ", kMaxMultiprocessors,
+                     " (got ", d.multiprocessors(), ")"));
+  }
+  out.limits.multiprocessors = static_cast<int>(d.multiprocessors());
   out.limits.compute_capability = 10 * out.cc_major + out.cc_minor;
   if (out.name.empty()) {
     return absl::InvalidArgumentError("device.device.name: required");
@@ -102,6 +108,8 @@ v1::WorkerDevice WorkerDeviceToProto(const DeviceInfo& d) {
       static_cast<uint64_t>(d.limits.smem_per_block_bytes));
   out.set_max_threads_per_block(
       static_cast<uint32_t>(d.limits.max_threads_per_block));
+  out.set_multiprocessors(
+      static_cast<uint32_t>(std::max(0, d.limits.multiprocessors)));
   return out;
 }
 

@@ -27,7 +27,8 @@ v1::Problem ProblemToProto(const Problem& p);
 v1::Device DeviceToProto(const DeviceInfo& d);
 // The device key only; limits stay at their defaults.
 DeviceInfo DeviceKeyFromProto(const v1::Device& d);
-// INVALID_ARGUMENT naming the field when the name or a limit is missing.
+// INVALID_ARGUMENT naming the field when the name or a limit is missing, or
+// the multiprocessors are past any GPU's (0: unknown).
 absl::StatusOr<DeviceInfo> DeviceFromProto(const v1::WorkerDevice& d);
 v1::WorkerDevice WorkerDeviceToProto(const DeviceInfo& d);
 v1::Config ConfigToProto(const Config& c);

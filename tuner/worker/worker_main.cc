@@ -26,6 +26,7 @@
 #include "tuner/common/xdg.h"
 #include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/cuda_evaluator.h"
+#include "tuner/evaluator/device_header.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
 #include "tuner/wire/client_flags.h"
 #include "tuner/wire/grpc_lifetime.h"
@@ -48,6 +49,10 @@ ABSL_FLAG(int, compile_threads, 0,
 ABSL_FLAG(bool, probe, false,
           "print the number of usable devices and exit (status 3 with the "
           "reason when there is none)");
+ABSL_FLAG(bool, describe, false,
+          "print the device of --gpu (its compute capability, multiprocessors "
+          "and shared memory per block, as a landscape recording's header "
+          "holds them) and exit");
 ABSL_FLAG(int, synthetic_delay_ms, 0,
           "synthetic evaluator: milliseconds per evaluation");
 ABSL_FLAG(std::string, synthetic_log, "",
@@ -140,6 +145,18 @@ int Probe() {
   return kExitOk;
 }
 
+// Prints the device this worker would serve, as DeviceHeader writes it.
+int Describe() {
+  absl::StatusOr<std::unique_ptr<Evaluator>> evaluator = MakeEvaluator();
+  if (!evaluator.ok()) {
+    LogError(absl::StrCat("evotune-worker: ", evaluator.status().message()));
+    return absl::IsInvalidArgument(evaluator.status()) ? kExitUsage
+                                                       : kExitNoDevice;
+  }
+  std::printf("%s", DeviceHeader((*evaluator)->device()).c_str());
+  return kExitOk;
+}
+
 // The daemon's address, the token and the channel's credentials from the
 // flags and environment; INVALID_ARGUMENT naming a bad flag.
 absl::StatusOr<WorkerOptions> ConnectionFromFlags() {
@@ -157,6 +174,7 @@ absl::StatusOr<WorkerOptions> ConnectionFromFlags() {
 
 int Run() {
   if (absl::GetFlag(FLAGS_probe)) return Probe();
+  if (absl::GetFlag(FLAGS_describe)) return Describe();
   absl::StatusOr<WorkerOptions> connection = ConnectionFromFlags();
   if (!connection.ok()) {
     LogError(absl::StrCat("evotune-worker: ", connection.status().message()));
