@@ -174,9 +174,15 @@ class ResultStore {
       const DeviceInfo& device,
       const std::vector<std::pair<std::string, std::string>>& templates);
 
-  // The device with this name that most recently got a trial; NOT_FOUND when
-  // the store has no device of that name.
+  // The device with this name that most recently got a trial, with the
+  // limits last recorded for it (RecordDeviceLimits; unknown, compute
+  // capability 0, when none were); NOT_FOUND when the store has no device of
+  // that name.
   absl::StatusOr<DeviceInfo> FindDevice(const std::string& name);
+  // Records the device's limits (shared memory and threads per block,
+  // multiprocessors) on its row, when the store has one (a job or a trial on
+  // it): a daemon without that GPU serves it with them.
+  absl::Status RecordDeviceLimits(const DeviceInfo& device);
 
   absl::StatusOr<int64_t> CountTrials();
   // The id of the newest trial (0 for none): grows with every insert.

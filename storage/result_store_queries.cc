@@ -260,7 +260,8 @@ absl::StatusOr<DeviceInfo> ResultStore::FindDevice(const std::string& name) {
   if (!r.ok()) return r.status();
   absl::StatusOr<Statement*> sel = r->db()->Prepare(
       "SELECT d.name, d.cc_major, d.cc_minor, d.driver_version, "
-      "d.nvrtc_version FROM devices d WHERE d.name = ? ORDER BY (SELECT "
+      "d.nvrtc_version, d.smem_per_block_bytes, d.max_threads_per_block, "
+      "d.multiprocessors FROM devices d WHERE d.name = ? ORDER BY (SELECT "
       "MAX(id) FROM trials t WHERE t.device_id = d.id) DESC, d.id DESC "
       "LIMIT 1");
   if (!sel.ok()) return sel.status();
@@ -278,6 +279,12 @@ absl::StatusOr<DeviceInfo> ResultStore::FindDevice(const std::string& name) {
   d.cc_minor = static_cast<int>((*sel)->Int(2));
   d.driver_version = (*sel)->Text(3);
   d.nvrtc_version = (*sel)->Text(4);
+  if ((*sel)->Int(5) > 0) {
+    d.limits.smem_per_block_bytes = (*sel)->Int(5);
+    d.limits.max_threads_per_block = static_cast<int>((*sel)->Int(6));
+    d.limits.multiprocessors = static_cast<int>((*sel)->Int(7));
+    d.limits.compute_capability = 10 * d.cc_major + d.cc_minor;
+  }
   return d;
 }
 

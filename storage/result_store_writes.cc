@@ -154,6 +154,25 @@ absl::Status ResultStore::SetJobState(const std::string& job_id, JobState state,
   return absl::OkStatus();
 }
 
+absl::Status ResultStore::RecordDeviceLimits(const DeviceInfo& device) {
+  absl::MutexLock lock(&writer_mu_);
+  absl::StatusOr<Statement*> upd = writer_->Prepare(
+      "UPDATE devices SET smem_per_block_bytes = ?, max_threads_per_block = "
+      "?, multiprocessors = ? WHERE name = ? AND cc_major = ? AND cc_minor = "
+      "? AND driver_version = ? AND nvrtc_version = ?");
+  if (!upd.ok()) return upd.status();
+  (*upd)
+      ->Bind(1, std::max<int64_t>(0, device.limits.smem_per_block_bytes))
+      .Bind(2, int64_t{std::max(0, device.limits.max_threads_per_block)})
+      .Bind(3, int64_t{std::max(0, device.limits.multiprocessors)})
+      .Bind(4, device.name)
+      .Bind(5, int64_t{device.cc_major})
+      .Bind(6, int64_t{device.cc_minor})
+      .Bind(7, device.driver_version)
+      .Bind(8, device.nvrtc_version);
+  return (*upd)->Run();
+}
+
 absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(const JobRecord& job,
                                                      const Config& config,
                                                      const TrialResult& result,

@@ -115,6 +115,14 @@ CREATE TABLE compiled_kernels(
   ptx TEXT NOT NULL,
   created_at INTEGER NOT NULL);
 )sql",
+    // 7 -> 8: the limits a device's workers report, so that a daemon that
+    // serves the device from the store alone checks and ranks configs as
+    // one with the GPU does; 0 (unknown) for devices from before.
+    R"sql(
+ALTER TABLE devices ADD COLUMN smem_per_block_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE devices ADD COLUMN max_threads_per_block INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE devices ADD COLUMN multiprocessors INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 

@@ -74,6 +74,23 @@ TEST_F(JobManagerTest, ASubmittedJobRunsItsBudgetAndSucceeds) {
   EXPECT_EQ(store_->GetJob(id)->trials_done, 8);
 }
 
+// A job records its device's limits in the store, for a daemon that serves
+// the device from the store alone.
+TEST_F(JobManagerTest, AJobRecordsItsDevicesLimits) {
+  FakeRunner runner(FakeRunner::FullyTimed);
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(NaiveJob(2))->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  const DeviceInfo device = *runner.FindDevice("");
+  absl::StatusOr<DeviceInfo> stored = store_->FindDevice(device.name);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->limits.smem_per_block_bytes,
+            device.limits.smem_per_block_bytes);
+  EXPECT_EQ(stored->limits.max_threads_per_block,
+            device.limits.max_threads_per_block);
+}
+
 // Searches get the device's cost model once it has one: predictions from
 // the model trained on the store's trials, and nothing before.
 TEST_F(JobManagerTest, SearchesGetTheDevicesCostModel) {

@@ -5,7 +5,8 @@
 // QueryBest for every other recorded problem. What transfer_loo measures on
 // the recordings (and bench/RESULTS.md on the H100) is what users get only
 // if the daemon serves as it does: the same model and limits, the same
-// rules for when defaults answer.
+// rules for when defaults answer. A daemon without the GPU, answering from
+// the store alone, must serve the same (the store keeps the GPU's limits).
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "tuner/daemon/in_process_runner.h"
 #include "tuner/daemon/job_manager.h"
 #include "tuner/daemon/tuning_service.h"
+#include "tuner/daemon/worker_pool.h"
 #include "tuner/model/leave_one_out.h"
 
 namespace evotune {
@@ -115,6 +117,8 @@ class ServingRecordingsTest : public ::testing::Test {
     service_ = std::make_unique<TuningService>(
         store_.get(), &TemplateRegistry::Builtin(), jobs_.get(), TuneOnMiss{},
         models_.get(), ModelRanking{});
+    ASSERT_TRUE(store_->RecordDeviceLimits(device).ok());
+    device_ = device;
     models_->Get(device);  // Asked for: the next refresh trains it.
     ASSERT_TRUE(models_->Refresh().ok());
     ASSERT_NE(models_->Get(device), nullptr);
@@ -134,6 +138,7 @@ class ServingRecordingsTest : public ::testing::Test {
 
   std::vector<RecordedLandscape> recordings_;
   DeviceLimits limits_;
+  DeviceInfo device_;
   Truth truth_;
   std::string db_;
   std::unique_ptr<ResultStore> store_;
@@ -178,6 +183,47 @@ TEST_F(ServingRecordingsTest, UntunedProblemsAreServedAsTransferLooMeasures) {
     EXPECT_LE(c->second, 1.15 * Optimum(row.problem)) << row.problem;
   }
   EXPECT_LE(other_template, 2);
+}
+
+// A daemon without the GPU (serving from a copy of the store, say) answers
+// for it as the daemon with it does: the store keeps the device's limits,
+// so its model and its checks are the same.
+TEST_F(ServingRecordingsTest, ADaemonWithoutTheGpuServesTheSame) {
+  WorkerPool::Options options;
+  options.startup_wait = absl::ZeroDuration();
+  WorkerPool no_gpu(options);
+  no_gpu.SetNoWorkerReason("no CUDA device: none in this test");
+  CostModels models(store_.get(), &TemplateRegistry::Builtin(),
+                    CostModelsOptions{});
+  JobManager jobs(store_.get(), &TemplateRegistry::Builtin(), &no_gpu);
+  TuningService service(store_.get(), &TemplateRegistry::Builtin(), &jobs,
+                        TuneOnMiss{}, &models, ModelRanking{});
+  absl::StatusOr<DeviceInfo> stored = store_->FindDevice(device_.name);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->limits.multiprocessors, limits_.multiprocessors);
+  models.Get(*stored);
+  ASSERT_TRUE(models.Refresh().ok());
+  int asked = 0;
+  for (const auto& [key, recorded] : truth_) {
+    if (kTuned.count(key) > 0) continue;
+    BestQuery q;
+    q.problem = *ParseProblemKey(key);
+    absl::StatusOr<BestAnswer> with_gpu = service_->QueryBest(q);
+    q.device = device_.name;
+    absl::StatusOr<BestAnswer> without = service.QueryBest(q);
+    ASSERT_TRUE(with_gpu.ok() && without.ok()) << key;
+    ASSERT_FALSE(with_gpu->results.empty() || without->results.empty());
+    EXPECT_EQ(without->results.front().template_name,
+              with_gpu->results.front().template_name)
+        << key;
+    EXPECT_EQ(without->results.front().trial.config,
+              with_gpu->results.front().trial.config)
+        << key;
+    ++asked;
+  }
+  EXPECT_EQ(asked, 43);
+  jobs.Shutdown();
+  no_gpu.Close();
 }
 
 }  // namespace

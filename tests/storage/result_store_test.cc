@@ -287,6 +287,37 @@ TEST_F(ResultStoreTest, NearestTunedProblemMatchesShapeClass) {
   EXPECT_FALSE((*nearest)->causal);
 }
 
+// A device's limits are kept on its row once recorded, so that a daemon
+// without the GPU serves it with them; before, they are unknown (compute
+// capability 0), and a device the store has no row of gets none.
+TEST_F(ResultStoreTest, RecordedDeviceLimitsComeBackWithTheDevice) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  TrialScope scope = Scope();
+  scope.device.limits.smem_per_block_bytes = 227 * 1024;
+  scope.device.limits.multiprocessors = 132;
+  ASSERT_TRUE(store->RecordDeviceLimits(scope.device).ok());
+  EXPECT_TRUE(absl::IsNotFound(store->FindDevice("Test GPU").status()));
+  ASSERT_TRUE(store->InsertTrial(scope, {{"A", 1}}, Ok(10)).ok());
+  absl::StatusOr<DeviceInfo> found = store->FindDevice("Test GPU");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->limits.compute_capability, 0);
+  EXPECT_EQ(found->limits.multiprocessors, 0);
+
+  ASSERT_TRUE(store->RecordDeviceLimits(scope.device).ok());
+  found = store->FindDevice("Test GPU");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(found->SameKey(scope.device));
+  EXPECT_EQ(found->limits.smem_per_block_bytes, 227 * 1024);
+  EXPECT_EQ(found->limits.max_threads_per_block, 1024);
+  EXPECT_EQ(found->limits.multiprocessors, 132);
+  EXPECT_EQ(found->limits.compute_capability, 90);
+  // And after a restart.
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->FindDevice("Test GPU")->limits.multiprocessors, 132);
+}
+
 TEST_F(ResultStoreTest, NearestTunedProblemIsKeptUntilTheDeviceGetsATrial) {
   auto store = OpenStore();
   auto nearest = [&] {

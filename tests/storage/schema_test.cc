@@ -61,6 +61,10 @@ TEST_F(SchemaTest, AnEmptyDatabaseGetsEveryTable) {
   EXPECT_EQ(Query("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE "
                   "name IN ('strategy_options', 'background')"),
             2);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM pragma_table_info('devices') WHERE "
+                  "name IN ('smem_per_block_bytes', 'max_threads_per_block', "
+                  "'multiprocessors')"),
+            3);
 }
 
 TEST_F(SchemaTest, MigratingAgainChangesNothing) {

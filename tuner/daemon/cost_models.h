@@ -43,9 +43,9 @@ struct ModelSnapshot {
 };
 
 // What configs are checked against before they are served or learned
-// from: the device's limits when they are known (this daemon's device),
-// else none beyond the templates' own (a device known only from the store
-// has no limits kept).
+// from: the device's limits when they are known (this daemon's device, or
+// one whose limits the store kept from its jobs), else none beyond the
+// templates' own (a device the store has from before it kept limits).
 DeviceLimits ServingLimits(const DeviceInfo& device);
 
 class CostModels {

@@ -281,6 +281,11 @@ void JobManager::RunJob(const std::string& job_id, const DeviceInfo& device) {
     return;
   }
   Notify();
+  // So that a daemon without this GPU serves it with its limits.
+  if (absl::Status s = store_->RecordDeviceLimits(device); !s.ok()) {
+    LogError(absl::StrCat("recording the limits of ", device.name, ": ",
+                          s.ToString()));
+  }
 
   bool cancelled = false;
   const absl::Status status = RunTrials(*job, device, cancelled);
