@@ -62,5 +62,18 @@ TEST(CliFormatTest, PredictedTransfersNameTheFirstOnesSource) {
   EXPECT_THAT(out, Not(HasSubstr("fitted")));
 }
 
+// The templates' defaults: the header says why without claiming that
+// nothing tuned runs here (a template less suited to the problem may have
+// been tuned, as naive before a decode problem is asked).
+TEST(CliFormatTest, DefaultsSayWhyAndThatTheyWereNotMeasured) {
+  v1::QueryBestResponse best;
+  best.set_defaults(true);
+  AddResult(best, "decode_fwd", 16, 0, 0);
+  const std::string out = FormatBest(best);
+  EXPECT_THAT(out, HasSubstr("for the templates that suit this problem best"));
+  EXPECT_THAT(out, HasSubstr("not measured (tune it: evotune submit)"));
+  EXPECT_THAT(out, Not(HasSubstr("nothing tuned")));
+}
+
 }  // namespace
 }  // namespace evotune

@@ -187,9 +187,9 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
                     "not measured (ask again for the model's answer)\n");
   } else if (best.defaults()) {
     absl::StrAppend(&out,
-                    "nothing tuned on this GPU runs on this problem: the "
-                    "templates' default configs, not measured (tune it: "
-                    "evotune submit)\n");
+                    "no config tuned on this GPU for the templates that "
+                    "suit this problem best runs on it: their default "
+                    "configs, not measured (tune it: evotune submit)\n");
   } else if (best.predicted() && best.results(0).fitted()) {
     absl::StrAppend(
         &out,
