@@ -156,20 +156,18 @@ absl::Status ResultStore::SetJobState(const std::string& job_id, JobState state,
 
 absl::Status ResultStore::RecordDeviceLimits(const DeviceInfo& device) {
   absl::MutexLock lock(&writer_mu_);
+  absl::StatusOr<int64_t> device_id = DeviceId(writer_.get(), device, false);
+  if (absl::IsNotFound(device_id.status())) return absl::OkStatus();
+  if (!device_id.ok()) return device_id.status();
   absl::StatusOr<Statement*> upd = writer_->Prepare(
       "UPDATE devices SET smem_per_block_bytes = ?, max_threads_per_block = "
-      "?, multiprocessors = ? WHERE name = ? AND cc_major = ? AND cc_minor = "
-      "? AND driver_version = ? AND nvrtc_version = ?");
+      "?, multiprocessors = ? WHERE id = ?");
   if (!upd.ok()) return upd.status();
   (*upd)
       ->Bind(1, std::max<int64_t>(0, device.limits.smem_per_block_bytes))
       .Bind(2, int64_t{std::max(0, device.limits.max_threads_per_block)})
       .Bind(3, int64_t{std::max(0, device.limits.multiprocessors)})
-      .Bind(4, device.name)
-      .Bind(5, int64_t{device.cc_major})
-      .Bind(6, int64_t{device.cc_minor})
-      .Bind(7, device.driver_version)
-      .Bind(8, device.nvrtc_version);
+      .Bind(4, *device_id);
   return (*upd)->Run();
 }
 

@@ -116,17 +116,35 @@ TEST_F(ServerTest, ReflectionListsTheTunerService) {
   }
 }
 
+// A worker pool served over gRPC on a port of 127.0.0.1, as the daemon
+// serves its workers.
+class ServerLimitsTest : public ::testing::Test {
+ protected:
+  // At most `max_threads` calls served at once.
+  void Serve(int max_threads) {
+    absl::StatusOr<BuiltServer> built =
+        BuildServer("127.0.0.1:0", {&service_}, nullptr, false, max_threads);
+    ASSERT_TRUE(built.ok()) << built.status();
+    server_ = std::move(built->server);
+    stub_ = v1::WorkerPool::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
+                            grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+    pool_.Close();
+  }
+
+  WorkerPool pool_{WorkerPool::Options{}};
+  GrpcWorkerPool service_{&pool_, AccessTokens{}};
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::WorkerPool::Stub> stub_;
+};
+
 // Calls beyond the server's threads are refused at once (RESOURCE_EXHAUSTED)
 // rather than queued behind long ones; the server serves again after.
-TEST(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
-  WorkerPool pool(WorkerPool::Options{});
-  GrpcWorkerPool service(&pool, AccessTokens{});
-  absl::StatusOr<BuiltServer> built =
-      BuildServer("127.0.0.1:0", {&service}, nullptr, false, /*max_threads=*/6);
-  ASSERT_TRUE(built.ok()) << built.status();
-  auto stub = v1::WorkerPool::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
-                          grpc::InsecureChannelCredentials()));
+TEST_F(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
+  Serve(/*max_threads=*/6);
   v1::RegisterWorkerRequest reg;
   reg.set_name("w");
   reg.mutable_device()->mutable_device()->set_name("GPU");
@@ -134,7 +152,7 @@ TEST(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
   reg.mutable_device()->set_max_threads_per_block(1024);
   v1::RegisterWorkerResponse id;
   grpc::ClientContext rc;
-  ASSERT_TRUE(stub->RegisterWorker(&rc, reg, &id).ok());
+  ASSERT_TRUE(stub_->RegisterWorker(&rc, reg, &id).ok());
   // Leases that wait 2 s for a trial that never comes hold their threads.
   std::atomic<int> exhausted{0}, waited{0};
   std::vector<std::thread> calls;
@@ -146,7 +164,7 @@ TEST(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
       lease.set_wait_ms(2000);
       v1::LeaseTrialResponse resp;
       const absl::Time start = absl::Now();
-      grpc::Status s = stub->LeaseTrial(&ctx, lease, &resp);
+      grpc::Status s = stub_->LeaseTrial(&ctx, lease, &resp);
       if (s.error_code() == grpc::RESOURCE_EXHAUSTED &&
           absl::Now() - start < absl::Seconds(1)) {
         ++exhausted;
@@ -163,22 +181,13 @@ TEST(ServerLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
   v1::HeartbeatRequest beat;
   beat.set_worker_id(id.worker_id());
   v1::HeartbeatResponse ack;
-  EXPECT_TRUE(stub->Heartbeat(&hc, beat, &ack).ok());
-  built->server->Shutdown();
-  pool.Close();
+  EXPECT_TRUE(stub_->Heartbeat(&hc, beat, &ack).ok());
 }
 
 // A worker says how many trials it compiles at once; the pool queues that
 // many for it, at most kMaxCompileAhead.
-TEST(ServerLimitsTest, AWorkersCompileAheadReachesThePool) {
-  WorkerPool pool(WorkerPool::Options{});
-  GrpcWorkerPool service(&pool, AccessTokens{});
-  absl::StatusOr<BuiltServer> built =
-      BuildServer("127.0.0.1:0", {&service}, nullptr, false, 8);
-  ASSERT_TRUE(built.ok()) << built.status();
-  auto stub = v1::WorkerPool::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
-                          grpc::InsecureChannelCredentials()));
+TEST_F(ServerLimitsTest, AWorkersCompileAheadReachesThePool) {
+  Serve(/*max_threads=*/8);
   DeviceInfo device;
   for (auto [name, ahead] : {std::pair{"a", 6}, std::pair{"b", 99}}) {
     v1::RegisterWorkerRequest reg;
@@ -189,27 +198,17 @@ TEST(ServerLimitsTest, AWorkersCompileAheadReachesThePool) {
     reg.set_compile_ahead(ahead);
     v1::RegisterWorkerResponse id;
     grpc::ClientContext rc;
-    ASSERT_TRUE(stub->RegisterWorker(&rc, reg, &id).ok());
+    ASSERT_TRUE(stub_->RegisterWorker(&rc, reg, &id).ok());
     device = *DeviceFromProto(reg.device());
   }
-  EXPECT_EQ(pool.QueuedAhead(device), 6 + WorkerPool::kMaxCompileAhead);
-  built->server->Shutdown();
-  pool.Close();
+  EXPECT_EQ(pool_.QueuedAhead(device), 6 + WorkerPool::kMaxCompileAhead);
 }
 
-}  // namespace
 // The device a worker registers keeps its multiprocessors (the cost model's
 // launch features and the fitted configs need them); a count past any GPU's
 // is refused, naming the field.
-TEST(ServerLimitsTest, AWorkersMultiprocessorsReachThePool) {
-  WorkerPool pool(WorkerPool::Options{});
-  GrpcWorkerPool service(&pool, AccessTokens{});
-  absl::StatusOr<BuiltServer> built =
-      BuildServer("127.0.0.1:0", {&service}, nullptr, false, 8);
-  ASSERT_TRUE(built.ok()) << built.status();
-  auto stub = v1::WorkerPool::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", built->port),
-                          grpc::InsecureChannelCredentials()));
+TEST_F(ServerLimitsTest, AWorkersMultiprocessorsReachThePool) {
+  Serve(/*max_threads=*/8);
   DeviceInfo h100;
   h100.name = "GPU";
   h100.cc_major = 9;
@@ -220,8 +219,8 @@ TEST(ServerLimitsTest, AWorkersMultiprocessorsReachThePool) {
   *reg.mutable_device() = WorkerDeviceToProto(h100);
   v1::RegisterWorkerResponse id;
   grpc::ClientContext rc;
-  ASSERT_TRUE(stub->RegisterWorker(&rc, reg, &id).ok());
-  absl::StatusOr<DeviceInfo> found = pool.FindDevice("GPU");
+  ASSERT_TRUE(stub_->RegisterWorker(&rc, reg, &id).ok());
+  absl::StatusOr<DeviceInfo> found = pool_.FindDevice("GPU");
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(found->limits.multiprocessors, 132);
   EXPECT_EQ(found->limits.smem_per_block_bytes, 227 << 10);
@@ -230,12 +229,11 @@ TEST(ServerLimitsTest, AWorkersMultiprocessorsReachThePool) {
   reg.set_name("absurd");
   reg.mutable_device()->set_multiprocessors(1u << 30);
   grpc::ClientContext bad;
-  const grpc::Status s = stub->RegisterWorker(&bad, reg, &id);
+  const grpc::Status s = stub_->RegisterWorker(&bad, reg, &id);
   EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("device.multiprocessors"), std::string::npos)
       << s.error_message();
-  built->server->Shutdown();
-  pool.Close();
 }
 
+}  // namespace
 }  // namespace evotune
