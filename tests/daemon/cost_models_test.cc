@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "tests/model/h100_testing.h"
 
 namespace evotune {
 namespace {
@@ -17,9 +18,7 @@ class CostModelsTest : public ::testing::Test {
     std::filesystem::remove(path_);
     store_ = *ResultStore::Open(path_.string());
     device_.name = "Test GPU";
-    device_.limits.smem_per_block_bytes = 227 * 1024;
-    device_.limits.compute_capability = 90;
-    device_.limits.multiprocessors = 132;
+    device_.limits = H100Limits();
   }
   void TearDown() override { std::filesystem::remove(path_); }
 

@@ -9,9 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/model/h100_testing.h"
 #include "tuner/daemon/in_process_runner.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
-#include "tuner/model/leave_one_out.h"
 
 namespace evotune {
 namespace {

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
+#include "tests/model/h100_testing.h"
 
 namespace evotune {
 namespace {
@@ -24,18 +25,10 @@ Problem Decode(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_k) {
   return p;
 }
 
-DeviceLimits H100() {
-  DeviceLimits h100;
-  h100.smem_per_block_bytes = 227 * 1024;
-  h100.compute_capability = 90;
-  h100.multiprocessors = 132;
-  return h100;
-}
-
 // The config an answer made of t's defaults serves for the problem: the
 // first that runs there (empty when none does).
 Config Served(const KernelTemplate& t, const Problem& p,
-              const DeviceLimits& limits = H100()) {
+              const DeviceLimits& limits = H100Limits()) {
   const std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
   EXPECT_EQ(served.size(), 1u);
   return served.empty() ? Config{} : served.front().config;
@@ -64,15 +57,15 @@ TEST(ServingDefaultsTest, TheBestRankedTemplatesThatCanServeTheProblem) {
   KernelTemplate other_gpu = Ranked("other_gpu", 9, {1});
   other_gpu.only_compute_capability = 100;
   const Problem p = Decode(1, 8, 8, 1024);
-  EXPECT_THAT(
-      TopRanked({&low, &d64_only, &high, &other_gpu, &also_high}, p, H100()),
-      testing::ElementsAre(&high, &also_high));
-  EXPECT_THAT(TopRanked({&low}, p, H100()), testing::ElementsAre(&low));
-  EXPECT_TRUE(TopRanked({&d64_only, &other_gpu}, p, H100()).empty());
+  EXPECT_THAT(TopRanked({&low, &d64_only, &high, &other_gpu, &also_high}, p,
+                        H100Limits()),
+              testing::ElementsAre(&high, &also_high));
+  EXPECT_THAT(TopRanked({&low}, p, H100Limits()), testing::ElementsAre(&low));
+  EXPECT_TRUE(TopRanked({&d64_only, &other_gpu}, p, H100Limits()).empty());
   KernelTemplate unranked = Ranked("unranked", 0, {1});
   unranked.default_rank = nullptr;
   EXPECT_EQ(DefaultRank(unranked, p), 0);
-  EXPECT_THAT(TopRanked({&unranked, &low}, p, H100()),
+  EXPECT_THAT(TopRanked({&unranked, &low}, p, H100Limits()),
               testing::ElementsAre(&low));
 }
 
@@ -89,17 +82,17 @@ TEST(ServingDefaultsTest, RankedDefaultsFittedFirstRunnableOnlyOnce) {
                        }}};
   const Problem p = Decode(1, 8, 8, 1024);
   const std::vector<DefaultChoice> all =
-      RankedDefaults({&low, &high}, p, H100(), 10);
+      RankedDefaults({&low, &high}, p, H100Limits(), 10);
   std::vector<std::string> got;
   for (const DefaultChoice& d : all) {
     got.push_back(d.t->name + ":" + ConfigKey(d.config));
   }
   EXPECT_THAT(got, testing::ElementsAre("high:X=4", "high:X=2", "high:X=1",
                                         "low:X=2", "low:X=1"));
-  EXPECT_EQ(RankedDefaults({&low, &high}, p, H100(), 2).size(), 2u);
+  EXPECT_EQ(RankedDefaults({&low, &high}, p, H100Limits(), 2).size(), 2u);
   size_t fitted = 0;
   EXPECT_THAT(
-      DefaultConfigs(high, p, H100(), &fitted),
+      DefaultConfigs(high, p, H100Limits(), &fitted),
       testing::ElementsAre(Config{{"X", 4}}, Config{{"X", 2}}, Config{{"X", 1}},
                            Config{{"X", 2}}, Config{{"X", 3}}));
   EXPECT_EQ(fitted, 2u);
@@ -126,30 +119,30 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
               fitted.front().at("KV_SPLITS"));
     return fitted.front().at("KV_SPLITS");
   };
-  EXPECT_EQ(splits(Decode(1, 64, 8, 32768), H100()), 16);
-  EXPECT_EQ(splits(Decode(8, 32, 8, 8192), H100()), 2);
+  EXPECT_EQ(splits(Decode(1, 64, 8, 32768), H100Limits()), 16);
+  EXPECT_EQ(splits(Decode(8, 32, 8, 8192), H100Limits()), 2);
   Problem d64 = Decode(32, 16, 16, 2048);
   d64.head_dim = 64;
   d64.dtype = DType::kFp16;
-  EXPECT_EQ(splits(d64, H100()), 1);
+  EXPECT_EQ(splits(d64, H100Limits()), 1);
   // Few keys: every split gets more than 32; 2 x 2 x 8 merged rows of 100.
-  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100()), 2);
-  EXPECT_EQ(splits(Decode(1, 8, 8, 100), H100()), 4);  // One row merged.
+  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100Limits()), 2);
+  EXPECT_EQ(splits(Decode(1, 8, 8, 100), H100Limits()), 4);  // One row merged.
   // MQA: 16 rows merged from each split. 16 splits (recorded 11% off the
   // optimum on the H100), where the grid alone allows 32 (24% off).
   Problem mqa = Decode(4, 16, 1, 8192);
   mqa.dtype = DType::kFp16;
-  EXPECT_EQ(splits(mqa, H100()), 16);
+  EXPECT_EQ(splits(mqa, H100Limits()), 16);
   // A smaller device, and one of unknown size.
-  DeviceLimits l4 = H100();
+  DeviceLimits l4 = H100Limits();
   l4.compute_capability = 89;
   l4.multiprocessors = 58;
   l4.smem_per_block_bytes = 99 * 1024;
   EXPECT_EQ(splits(Decode(1, 64, 8, 32768), l4), 4);
-  DeviceLimits unknown = H100();
+  DeviceLimits unknown = H100Limits();
   unknown.multiprocessors = 0;
   EXPECT_EQ(splits(Decode(1, 64, 8, 32768), unknown), 16);
-  EXPECT_EQ(splits(Decode(1, 32, 1, 131072), H100()), 64);
+  EXPECT_EQ(splits(Decode(1, 32, 1, 131072), H100Limits()), 64);
 }
 
 // Blocks pack 32 query rows where 16-row blocks alone fill the GPU, or where
@@ -195,14 +188,14 @@ TEST(ServingDefaultsTest, DecodeRowsGrowWithTheGridOrThePackedRows) {
   Problem mqa = Decode(1, 8, 1, 8192);
   mqa.seq_q = 64;
   EXPECT_EQ(rows_splits(mqa), RowsSplits(32, 8));
-  EXPECT_THAT(t.fitted_defaults(mqa, H100()),
+  EXPECT_THAT(t.fitted_defaults(mqa, H100Limits()),
               testing::Contains(Config{{"KV_SPLITS", 4},
                                        {"Q_IN_REGS", 1},
                                        {"ROWS", 16},
                                        {"STAGES", 3},
                                        {"TILE_N", 16},
                                        {"WARPS", 8}}));
-  EXPECT_THAT(t.fitted_defaults(q16, H100()),
+  EXPECT_THAT(t.fitted_defaults(q16, H100Limits()),
               testing::Each(testing::Contains(std::make_pair("ROWS", 32))));
 }
 
@@ -240,7 +233,7 @@ TEST(ServingDefaultsTest, TmaFitsConsumersAndSplitsToTheGrid) {
   Problem mqa = prefill(1, 8, 64, 8192);
   mqa.kv_heads = 1;
   EXPECT_EQ(first(mqa), "C1 K4 P0 PP0");
-  EXPECT_EQ(t.fitted_defaults(mqa, H100()).size(), 2u);
+  EXPECT_EQ(t.fitted_defaults(mqa, H100Limits()).size(), 2u);
   // 64 tiles of 128 rows fill half the GPU: two consumers, 2 splits.
   EXPECT_EQ(first(prefill(4, 8, 256, 3000)), "C2 K2 P0 PP1");
 }
@@ -256,7 +249,7 @@ TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {
     Problem p = Decode(1, 8, 1, seq_k);
     p.seq_q = seq_q;
     const std::vector<DefaultChoice> served =
-        RankedDefaults({&tma, &decode}, p, H100(), 1);
+        RankedDefaults({&tma, &decode}, p, H100Limits(), 1);
     EXPECT_EQ(served.size(), 1u);
     return served.empty() ? "" : served.front().t->name;
   };
@@ -292,26 +285,29 @@ TEST(ServingDefaultsTest, FlashFitsBlocksSplitsAndStagesToTheProblem) {
     return p;
   };
   // Long prefill at head_dim 128: one 128 x 128 block per multiprocessor.
-  EXPECT_EQ(first(prefill(2, 16, 4096, 4096, 128), H100()),
+  EXPECT_EQ(first(prefill(2, 16, 4096, 4096, 128), H100Limits()),
             "M128 N128 W8 S3 K1");
   // 32 query blocks, 2048 keys: 4 splits (recorded optimum; unsplit 2.3x).
   Problem few_blocks = prefill(1, 32, 128, 2048, 128);
   few_blocks.kv_heads = 8;
   few_blocks.causal = true;
-  EXPECT_EQ(first(few_blocks, H100()), "M128 N128 W8 S3 K4");
+  EXPECT_EQ(first(few_blocks, H100Limits()), "M128 N128 W8 S3 K4");
   // Head_dim 64, 256 query blocks of 128: four warps on 64-key tiles.
-  EXPECT_EQ(first(prefill(4, 16, 1024, 1024, 64), H100()), "M128 N64 W4 S3 K1");
+  EXPECT_EQ(first(prefill(4, 16, 1024, 1024, 64), H100Limits()),
+            "M128 N64 W4 S3 K1");
   // The seed problem: too few blocks, too few keys to split: 64-row blocks.
-  EXPECT_EQ(first(prefill(1, 8, 512, 512, 64), H100()), "M64 N128 W4 S3 K1");
+  EXPECT_EQ(first(prefill(1, 8, 512, 512, 64), H100Limits()),
+            "M64 N128 W4 S3 K1");
   // One query of 256 heads on 8192 keys: 16-row one-warp blocks in 4 splits,
   // one stage (1024 blocks).
-  EXPECT_EQ(first(Decode(8, 32, 8, 8192), H100()), "M16 N32 W1 S1 K4");
+  EXPECT_EQ(first(Decode(8, 32, 8, 8192), H100Limits()), "M16 N32 W1 S1 K4");
   // One query of 64 heads: 16-row blocks would leave too few warps.
-  EXPECT_EQ(first(Decode(1, 64, 8, 32768), H100()), "M32 N64 W2 S3 K4");
+  EXPECT_EQ(first(Decode(1, 64, 8, 32768), H100Limits()), "M32 N64 W2 S3 K4");
   // 17 queries: 32-row blocks, 4 splits of 4097 keys.
-  EXPECT_EQ(first(prefill(8, 8, 17, 4097, 64), H100()), "M32 N64 W2 S3 K4");
+  EXPECT_EQ(first(prefill(8, 8, 17, 4097, 64), H100Limits()),
+            "M32 N64 W2 S3 K4");
   // 99 KB per block (an L4): two stages of 64-key tiles at head_dim 128.
-  DeviceLimits l4 = H100();
+  DeviceLimits l4 = H100Limits();
   l4.smem_per_block_bytes = 99 * 1024;
   l4.compute_capability = 89;
   l4.multiprocessors = 58;

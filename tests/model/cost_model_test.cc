@@ -4,20 +4,13 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/model/h100_testing.h"
 
 namespace evotune {
 namespace {
 
 const KernelTemplate& Decode() {
   return *TemplateRegistry::Builtin().Find("decode_fwd");
-}
-
-DeviceLimits H100Limits() {
-  DeviceLimits limits;
-  limits.smem_per_block_bytes = 227 * 1024;
-  limits.compute_capability = 90;
-  limits.multiprocessors = 132;
-  return limits;
 }
 
 Problem DecodeProblem(int64_t seq_k) {

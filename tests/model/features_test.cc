@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "tests/model/h100_testing.h"
 
 namespace evotune {
 namespace {
@@ -29,10 +30,7 @@ float Feature(const FeatureMap& map, const std::vector<float>& row,
 
 TEST(FeatureMapTest, EveryTemplateFillsTheSameLayout) {
   const FeatureMap map(TemplateRegistry::Builtin());
-  DeviceLimits limits;
-  limits.smem_per_block_bytes = 227 * 1024;
-  limits.compute_capability = 90;
-  limits.multiprocessors = 132;
+  const DeviceLimits limits = H100Limits();
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
     if (!CheckSupports(t, Seed()).ok()) continue;
     std::vector<Config> configs = FeasibleConfigs(t, Seed(), limits);
@@ -110,10 +108,7 @@ TEST(FeatureMapTest, TileFillAndMultiprocessorLoad) {
 // where the template does not give its tiles.
 TEST(FeatureMapTest, WorkIsTheBusiestMultiprocessorsFlops) {
   const FeatureMap map(TemplateRegistry::Builtin());
-  DeviceLimits limits;
-  limits.smem_per_block_bytes = 227 * 1024;
-  limits.compute_capability = 90;
-  limits.multiprocessors = 132;
+  const DeviceLimits limits = H100Limits();
   std::vector<float> row;
   const KernelTemplate& tma = Template("flash_fwd_tma");
   map.Append(tma, FeasibleConfigs(tma, Seed(), limits).front(), Seed(), limits,

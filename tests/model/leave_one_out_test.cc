@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/model/h100_testing.h"
 
 namespace evotune {
 namespace {

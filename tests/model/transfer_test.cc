@@ -5,20 +5,13 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "tests/model/h100_testing.h"
 
 namespace evotune {
 namespace {
 
 const KernelTemplate& Decode() {
   return *TemplateRegistry::Builtin().Find("decode_fwd");
-}
-
-DeviceLimits H100Limits() {
-  DeviceLimits limits;
-  limits.smem_per_block_bytes = 227 * 1024;
-  limits.compute_capability = 90;
-  limits.multiprocessors = 132;
-  return limits;
 }
 
 // One query of 32 heads on 8 KV heads: one 16-row block per KV head and

@@ -125,15 +125,6 @@ absl::StatusOr<LeftOut> Serve(
 
 }  // namespace
 
-DeviceLimits H100Limits() {
-  DeviceLimits h100;
-  h100.smem_per_block_bytes = 227 * 1024;
-  h100.max_threads_per_block = 1024;
-  h100.compute_capability = 90;
-  h100.multiprocessors = 132;
-  return h100;
-}
-
 absl::StatusOr<RecordedLandscape> LoadRecordedLandscape(
     const std::string& path, const TemplateRegistry& templates) {
   absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =

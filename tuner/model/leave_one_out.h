@@ -18,10 +18,6 @@
 
 namespace evotune {
 
-// The limits of the H100 SXM the recordings in tests/data were made on (as
-// their headers give them).
-DeviceLimits H100Limits();
-
 // One template's recorded results: every config feasible on the recorded
 // GPU's limits of every recorded problem (by problem key), with its result.
 struct RecordedLandscape {
