@@ -20,7 +20,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -28,7 +30,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "kernel_templates/serving_defaults.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/replay_evaluator.h"
@@ -55,6 +60,10 @@ ABSL_FLAG(bool, skip_known_rejected, true,
           "recorded problems of the same head_dim and dtype were rejected "
           "for (spills, registers, shared memory), as jobs leave out those "
           "the store has seen rejected");
+ABSL_FLAG(std::vector<std::string>, in_turns, {},
+          "CSVs of bench/retime_landscape: for a problem they time, a search "
+          "reaches the target when it measures a config within --within of "
+          "the fastest timed in turns (the recorded times still lead it)");
 ABSL_FLAG(double, seed_margin, 0.15,
           "screening: a seed's edge over drawn candidates (the evolutionary "
           "strategy's seed_margin)");
@@ -64,25 +73,35 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Best-so-far after each trial, for a whole run of the strategy (a strategy
-// that stops early keeps its last best).
-std::vector<double> Curve(SearchStrategy& s, Evaluator& e,
-                          const KernelTemplate& t, const Problem& p,
-                          size_t budget) {
-  std::vector<double> curve;
+// A whole run of a strategy: best-so-far after each trial (a strategy that
+// stops early keeps its last best), and the trial that first measured a
+// target config (the budget + 1 when none did).
+struct SearchRun {
+  std::vector<double> best;
+  size_t to_target = 0;
+};
+using IsTarget = std::function<bool(const Config&, const TrialResult&)>;
+
+SearchRun Curve(SearchStrategy& s, Evaluator& e, const KernelTemplate& t,
+                const Problem& p, size_t budget, const IsTarget& is_target) {
+  SearchRun run;
+  run.to_target = budget + 1;
   double best = kInf;
-  while (curve.size() < budget && !s.Done()) {
+  while (run.best.size() < budget && !s.Done()) {
     std::vector<Config> next = s.Propose(4);
     if (next.empty()) break;
     for (const Config& c : next) {
       TrialResult r = *e.Evaluate(t, c, p);
       if (r.status == TrialStatus::kOk) best = std::min(best, r.median_us);
-      curve.push_back(best);
+      run.best.push_back(best);
+      if (run.to_target > budget && is_target(c, r)) {
+        run.to_target = run.best.size();
+      }
       s.Report({{c, r}});
     }
   }
-  curve.resize(budget, curve.empty() ? kInf : curve.back());
-  return curve;
+  run.best.resize(budget, run.best.empty() ? kInf : run.best.back());
+  return run;
 }
 
 double Median(std::vector<double> v) {
@@ -99,36 +118,73 @@ struct Variant {
   StrategyOptions options;
 };
 
-// The median over the seeds of the trials `v` needs to come within
-// `within` of `optimum` (the space's size + 1 when it never does); every
-// curve to `curves_out` when it is open.
+// The median over the seeds of the trials `v` needs to measure a target
+// config (the space's size + 1 when it never does): one of `targets` where
+// given, else one recorded within --within of `optimum`; every curve to
+// `curves_out` when it is open.
 double MedianTrialsToTarget(const Variant& v, Evaluator& e,
                             const KernelTemplate& t, const std::string& key,
-                            double optimum, std::ofstream& curves_out) {
+                            double optimum,
+                            const std::set<std::string>* targets,
+                            std::ofstream& curves_out) {
   const Problem p = *ParseProblemKey(key);
   const double within = absl::GetFlag(FLAGS_within);
+  const IsTarget is_target = [&](const Config& c, const TrialResult& r) {
+    if (r.status != TrialStatus::kOk) return false;
+    if (targets != nullptr) return targets->count(ConfigKey(c)) > 0;
+    return r.median_us <= optimum * (1 + within);
+  };
   std::vector<double> to_target;
   for (int seed = 1; seed <= absl::GetFlag(FLAGS_seeds); ++seed) {
     auto s = MakeStrategy(v.strategy, v.inputs, static_cast<uint64_t>(seed),
                           v.options);
-    const size_t budget = v.inputs.feasible.size();
-    std::vector<double> curve = Curve(**s, e, t, p, budget);
-    size_t needed = curve.size() + 1;  // Never reached.
-    for (size_t i = 0; i < curve.size(); ++i) {
-      if (curve[i] <= optimum * (1 + within)) {
-        needed = i + 1;
-        break;
-      }
-    }
-    to_target.push_back(static_cast<double>(needed));
+    const SearchRun run =
+        Curve(**s, e, t, p, v.inputs.feasible.size(), is_target);
+    to_target.push_back(static_cast<double>(run.to_target));
     if (curves_out) {
-      for (size_t i = 0; i < curve.size(); ++i) {
+      for (size_t i = 0; i < run.best.size(); ++i) {
         curves_out << key << "," << v.name << "," << seed << "," << i + 1 << ","
-                   << curve[i] << "\n";
+                   << run.best[i] << "\n";
       }
     }
   }
   return Median(to_target);
+}
+
+// --in_turns: per problem key, the configs timed within --within of the
+// fastest of them in turns.
+absl::StatusOr<std::map<std::string, std::set<std::string>>> InTurnsTargets() {
+  std::map<std::string, std::map<std::string, double>> timed;
+  for (const std::string& path : absl::GetFlag(FLAGS_in_turns)) {
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError("--in_turns: cannot read " + path);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (line.empty() || line[0] == '#' || line.rfind("problem_key,", 0) == 0)
+        continue;
+      // key,"config",recorded_us,status,median_us,...
+      const std::vector<std::string> f = absl::StrSplit(line, '"');
+      const std::vector<std::string> rest = f.size() == 3
+                                                ? absl::StrSplit(f[2], ',')
+                                                : std::vector<std::string>();
+      double us = 0;
+      if (rest.size() != 7 || !absl::SimpleAtod(rest[3], &us)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--in_turns: ", path, ":", n, ": malformed"));
+      }
+      if (rest[2] == "ok") timed[f[0].substr(0, f[0].size() - 1)][f[1]] = us;
+    }
+  }
+  std::map<std::string, std::set<std::string>> targets;
+  for (const auto& [key, configs] : timed) {
+    double best = kInf;
+    for (const auto& [c, us] : configs) best = std::min(best, us);
+    for (const auto& [c, us] : configs) {
+      if (us <= best * (1 + absl::GetFlag(FLAGS_within)))
+        targets[key].insert(c);
+    }
+  }
+  return targets;
 }
 
 // The cost model's predictor for `key` with the template of the first
@@ -329,6 +385,12 @@ int Run() {
       "", "", "", 100 * absl::GetFlag(FLAGS_within), absl::GetFlag(FLAGS_seeds),
       "problem", "optimum", "space", "evo", "+model", "unseeded", "+model",
       "random", "evo/random", "model/evo", "(unseeded)");
+  absl::StatusOr<std::map<std::string, std::set<std::string>>> in_turns =
+      InTurnsTargets();
+  if (!in_turns.ok()) {
+    std::fprintf(stderr, "%s\n", in_turns.status().ToString().c_str());
+    return 1;
+  }
   bool all_pass = true;
   bool model_pass = true;
   for (const auto& [key, results] : (*replay)->landscape()) {
@@ -348,10 +410,12 @@ int Run() {
       std::fprintf(stderr, "%s\n", variants.status().ToString().c_str());
       return 1;
     }
+    auto targets = in_turns->find(key);
     std::vector<double> m;
     for (const Variant& v : *variants) {
-      m.push_back(
-          MedianTrialsToTarget(v, **replay, t, key, optimum, curves_out));
+      m.push_back(MedianTrialsToTarget(
+          v, **replay, t, key, optimum,
+          targets == in_turns->end() ? nullptr : &targets->second, curves_out));
     }
     const bool pass = m[0] <= 0.15 * feasible.size() && m[0] <= 0.5 * m[4];
     // Screening can only act after the seeds: judged unseeded, and seeded
@@ -363,9 +427,10 @@ int Run() {
     model_pass = model_pass && screened;
     std::printf(
         "%-44s %9.2f %5zu | %6.1f %7.1f %9.1f %7.1f %7.1f %9.2f %9.2f "
-        "%9.2f%s\n",
+        "%9.2f%s%s\n",
         key.c_str(), optimum, feasible.size(), m[0], m[1], m[2], m[3], m[4],
         m[0] / m[4], m[1] / m[0], m[3] / m[2],
+        targets == in_turns->end() ? "" : "  (targets in turns)",
         pass && screened ? "" : "  (misses a bar)");
   }
   std::printf(

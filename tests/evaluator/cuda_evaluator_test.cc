@@ -449,6 +449,100 @@ TEST_F(CudaEvaluatorTest, DISABLED_PlantedRaceForTheSanitizer) {
   ASSERT_TRUE(r.ok()) << r.status();
 }
 
+// Several kernels timed in turns on one problem's inputs, each with its own
+// scratch (split-KV workspaces and counters): every correct one timed with a
+// sample per turn, a config the device cannot run rejected in its place, and
+// the evaluator still usable afterwards.
+TEST_F(CudaEvaluatorTest, TimesSeveralKernelsInTurns) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  Problem p;
+  p.heads = 16;
+  p.kv_heads = 2;
+  p.seq_q = 2;
+  p.seq_k = 8192 - 5;
+  p.causal = true;
+  p.head_dim = 128;
+  p.dtype = DType::kBf16;
+  std::vector<Config> configs;
+  for (int64_t splits : {1, 8, 64}) {
+    configs.push_back({{"KV_SPLITS", splits},
+                       {"Q_IN_REGS", 1},
+                       {"ROWS", 16},
+                       {"STAGES", 3},
+                       {"TILE_N", 32},
+                       {"WARPS", 4}});
+  }
+  configs.insert(configs.begin() + 1, configs[0]);
+  configs[1]["ROWS"] = 3;  // Not in the space.
+  constexpr int kTurns = 20;
+  for (int call = 0; call < 2; ++call) {
+    absl::StatusOr<std::vector<TrialResult>> r =
+        evaluator_->TimeInTurns(t, configs, p, kTurns);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), configs.size());
+    EXPECT_EQ((*r)[1].status, TrialStatus::kResourceRejected);
+    for (size_t i : {0, 2, 3}) {
+      const TrialResult& x = (*r)[i];
+      EXPECT_EQ(x.status, TrialStatus::kOk) << ConfigKey(configs[i]) << x.error;
+      EXPECT_EQ(x.samples, kTurns);
+      EXPECT_GT(x.min_us, 0);
+      EXPECT_LE(x.min_us, x.median_us);
+      EXPECT_LE(x.median_us, x.p90_us);
+    }
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      evaluator_->TimeInTurns(t, configs, p, 0).status()));
+}
+
+// Tensor maps are encoded per kernel: flash_fwd_tma configs of different
+// tiles timed in turns are each correct.
+TEST_F(CudaEvaluatorTest, TmaKernelsInTurnsAreCorrect) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  if (!CheckDevice(t, evaluator_->device().limits).ok()) {
+    GTEST_SKIP() << "needs a compute capability 9.0 device";
+  }
+  Problem p;
+  p.batch = 2;
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.seq_q = 300;
+  p.seq_k = 700;
+  p.head_dim = 128;
+  std::vector<Config> configs =
+      FeasibleConfigs(t, p, evaluator_->device().limits);
+  std::shuffle(configs.begin(), configs.end(), std::mt19937(5));
+  configs.resize(std::min<size_t>(configs.size(), 8));
+  absl::StatusOr<std::vector<TrialResult>> r =
+      evaluator_->TimeInTurns(t, configs, p, 5);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int ok = 0;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if ((*r)[i].status == TrialStatus::kResourceRejected) continue;
+    EXPECT_EQ((*r)[i].status, TrialStatus::kOk)
+        << ConfigKey(configs[i]) << ": " << (*r)[i].error;
+    ++ok;
+  }
+  EXPECT_GT(ok, 0);
+}
+
+// A wrong kernel is caught in turns as alone, and never timed.
+TEST_F(CudaEvaluatorTest, AWrongKernelInTurnsIsIncorrect) {
+  absl::StatusOr<KernelTemplate> wrong =
+      EditedNaive("row_sum > 0.f ? 1.f / row_sum : 0.f", "1.f");
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  Problem p;
+  p.heads = p.kv_heads = 2;
+  p.seq_q = p.seq_k = 64;
+  absl::StatusOr<std::vector<TrialResult>> r = evaluator_->TimeInTurns(
+      *wrong,
+      {{{"KV_TILE", 32}, {"WARPS", 4}}, {{"KV_TILE", 64}, {"WARPS", 4}}}, p, 5);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const TrialResult& x : *r) {
+    EXPECT_EQ(x.status, TrialStatus::kIncorrect) << x.error;
+    EXPECT_EQ(x.samples, 0);
+  }
+}
+
 TEST_F(CudaEvaluatorTest, AWrongKernelIsIncorrectNotOk) {
   // Drop the softmax normalisation: the output is off by the row sum.
   absl::StatusOr<KernelTemplate> wrong =

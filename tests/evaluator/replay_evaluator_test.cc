@@ -131,6 +131,38 @@ TEST(ReplayEvaluatorTest, RefusesWhatWasNotRecorded) {
   EXPECT_EQ(r->status, TrialStatus::kResourceRejected);
 }
 
+// Timing in turns is answered config by config from the recording, in the
+// order asked (the Evaluator's default); an unrecorded problem is an error.
+TEST(ReplayEvaluatorTest, TimesInTurnsAsRecorded) {
+  auto replay = ReplayEvaluator::Load(kLandscape);
+  ASSERT_TRUE(replay.ok());
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  Problem seed;
+  seed.heads = seed.kv_heads = 8;
+  seed.seq_q = seed.seq_k = 512;
+  std::vector<Config> configs =
+      FeasibleConfigs(t, seed, (*replay)->device().limits);
+  ASSERT_GT(configs.size(), 3u);
+  configs.resize(3);
+  configs.insert(configs.begin() + 1, t.defaults[0]);
+  configs[1]["BLOCK_M"] = 999;
+  absl::StatusOr<std::vector<TrialResult>> got =
+      (*replay)->TimeInTurns(t, configs, seed, 10);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), configs.size());
+  EXPECT_EQ((*got)[1].status, TrialStatus::kResourceRejected);
+  for (size_t i : {0, 2, 3}) {
+    absl::StatusOr<TrialResult> one = (*replay)->Evaluate(t, configs[i], seed);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ((*got)[i].status, one->status) << i;
+    EXPECT_DOUBLE_EQ((*got)[i].median_us, one->median_us) << i;
+  }
+  Problem other = seed;
+  other.seq_q = 333;
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      (*replay)->TimeInTurns(t, configs, other, 10).status()));
+}
+
 // A recording made before headers gave the limits: the multiprocessors are
 // unknown and the shared memory limit admits every recorded config.
 TEST(ReplayEvaluatorTest, ARecordingWithoutLimitsAdmitsWhatItHolds) {

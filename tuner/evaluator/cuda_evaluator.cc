@@ -1,9 +1,12 @@
 #include "tuner/evaluator/cuda_evaluator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -53,24 +56,64 @@ class DeviceBuffer {
   CUdeviceptr ptr_ = 0;
 };
 
-// The buffers and launch parameters of one candidate's runs.
-struct TrialBuffers {
-  explicit TrialBuffers(const CudaDriver* d)
-      : q(d), k(d), v(d), o(d), workspace(d), counters(d) {}
-  DeviceBuffer q, k, v, o, workspace, counters;
-  AttentionParams params{};
-  AttentionTensorMaps maps{};  // Encoded when the geometry uses TMA.
+// The inputs and output of one problem's runs, shared by the candidates
+// timed on it.
+struct ProblemBuffers {
+  explicit ProblemBuffers(const CudaDriver* d) : q(d), k(d), v(d), o(d) {}
+  DeviceBuffer q, k, v, o;
+  AttentionParams params{};  // Without scratch.
   InputSeeds seeds{};
   size_t q_elems = 0;
   uint16_t nan_bits = 0;  // A NaN of the problem's dtype.
 };
 
-// Strides, sizes and softmax scale of contiguous [batch, heads, seq,
-// head_dim] tensors; pointers and scratch are left null.
+// One compiled candidate, ready to launch on a problem's buffers: its
+// module, geometry, scratch and launch parameters.
+struct Candidate {
+  explicit Candidate(const CudaDriver* d) : d(d), workspace(d), counters(d) {}
+  ~Candidate() {
+    if (module != nullptr) d->cuModuleUnload(module);
+  }
+  CUresult Launch() {
+    void* args[] = {&params, &maps};
+    return d->cuLaunchKernel(
+        fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
+        static_cast<unsigned>(grid[2]), g.block_threads, 1, 1,
+        static_cast<unsigned>(g.smem_bytes), nullptr, args, nullptr);
+  }
+
+  const CudaDriver* d;
+  CUmodule module = nullptr;
+  CUfunction fn = nullptr;
+  LaunchGeometry g;
+  std::array<int64_t, 3> grid{};
+  DeviceBuffer workspace, counters;
+  AttentionParams params{};
+  AttentionTensorMaps maps{};  // Encoded when the geometry uses TMA.
+};
+
+// A candidate that failed a gate: `status`, and why.
 TrialResult Rejected(TrialStatus status, std::string why) {
   TrialResult r;
   r.status = status;
   r.error = std::move(why);
+  return r;
+}
+
+// The latencies of one kernel's timing samples (per launch).
+TrialResult Summary(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  TrialResult r;
+  r.status = TrialStatus::kOk;
+  r.samples = static_cast<int>(samples.size());
+  r.median_us = samples[samples.size() / 2];
+  r.min_us = samples.front();
+  r.p90_us = samples[(samples.size() * 9) / 10];
+  double mean = 0, var = 0;
+  for (double x : samples) mean += x;
+  mean /= samples.size();
+  for (double x : samples) var += (x - mean) * (x - mean);
+  r.cv = mean > 0 ? std::sqrt(var / samples.size()) / mean : 0;
   return r;
 }
 
@@ -110,73 +153,110 @@ class CudaEvaluator : public Evaluator {
     return Run(t, config, problem, kQuickTimingSamples);
   }
 
+  // Every candidate on the same fresh inputs, held loaded at once.
+  absl::StatusOr<std::vector<TrialResult>> TimeInTurns(
+      const KernelTemplate& t, const std::vector<Config>& configs,
+      const Problem& problem, int turns) override {
+    if (turns < 1) return absl::InvalidArgumentError("turns must be >= 1");
+    if (absl::Status s = Ready(); !s.ok()) return s;
+    Prefetch(t, configs, problem);
+    ProblemBuffers in(d_);
+    if (absl::Status s = PrepareInputs(problem, &in); !s.ok()) return s;
+    std::vector<TrialResult> results(configs.size());
+    std::vector<std::unique_ptr<Candidate>> ready;
+    std::vector<size_t> index;  // Of each ready candidate in `configs`.
+    for (size_t i = 0; i < configs.size(); ++i) {
+      auto c = std::make_unique<Candidate>(d_);
+      Gate gate = Load(t, configs[i], problem, c.get());
+      if (gate.ok() && !gate->has_value()) gate = Arm(problem, in, c.get());
+      if (!gate.ok()) return gate.status();
+      if (gate->has_value()) {
+        if (!broken_.ok()) {  // It faulted: none of the others can run.
+          return absl::InternalError(
+              absl::StrCat(ConfigKey(configs[i]), ": ", (*gate)->error));
+        }
+        results[i] = **std::move(gate);
+        continue;
+      }
+      ready.push_back(std::move(c));
+      index.push_back(i);
+    }
+    size_t failed = 0;
+    absl::StatusOr<std::vector<TrialResult>> timed =
+        TimeTogether(ready, turns, &failed);
+    if (!timed.ok()) {
+      return absl::InternalError(absl::StrCat("timing ",
+                                              ConfigKey(configs[index[failed]]),
+                                              ": ", timed.status().message()));
+    }
+    for (size_t j = 0; j < index.size(); ++j) results[index[j]] = (*timed)[j];
+    return results;
+  }
+
  private:
-  absl::StatusOr<TrialResult> Run(const KernelTemplate& t, const Config& config,
-                                  const Problem& problem, int samples) {
-    if (!broken_.ok()) return broken_;
-    if (absl::Status s =
-            d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckConfig(t, config, problem, info_.limits);
-        !s.ok()) {
-      return Rejected(TrialStatus::kResourceRejected, std::string(s.message()));
-    }
-    absl::StatusOr<CompileResult> compiled = cubins_.Get(t, config, problem);
-    if (!compiled.ok()) return compiled.status();
-    if (!compiled->ok) {
-      return Rejected(TrialStatus::kCompileError, compiled->log);
-    }
-    CUmodule module;
-    if (CUresult r = d_->cuModuleLoadData(&module, compiled->cubin.data());
-        r != CUDA_SUCCESS) {
-      return Rejected(TrialStatus::kCompileError,
-                      d_->Check(r, "cuModuleLoadData").ToString());
-    }
-    absl::StatusOr<TrialResult> result =
-        RunModule(t, config, problem, module, samples);
-    d_->cuModuleUnload(module);
-    return result;
-  }
-
-  // The gates after compiling, in order; each either ends the trial (a
-  // result), lets it go on (nullopt), or fails the evaluator itself (an
-  // error).
+  // The gates after the evaluator's own checks, in order; each either ends
+  // the trial (a result), lets it go on (nullopt), or fails the evaluator
+  // itself (an error).
   using Gate = absl::StatusOr<std::optional<TrialResult>>;
-
-  absl::StatusOr<TrialResult> RunModule(const KernelTemplate& t,
-                                        const Config& config, const Problem& p,
-                                        CUmodule module, int samples) {
-    CUfunction fn;
-    if (absl::Status s = d_->Check(
-            d_->cuModuleGetFunction(&fn, module, t.kernel_name.c_str()),
-            "cuModuleGetFunction");
-        !s.ok()) {
-      return Rejected(TrialStatus::kCompileError, std::string(s.message()));
-    }
-    const LaunchGeometry g = t.geometry(config, p);
-    Gate fits = CheckResources(fn, g);
-    if (!fits.ok() || fits->has_value()) return Ended(std::move(fits));
-    TrialBuffers b(d_);
-    if (absl::Status s = PrepareInputs(p, g, &b); !s.ok()) return s;
-    void* args[] = {&b.params, &b.maps};
-    const std::array<int64_t, 3> grid =
-        LaunchGrid(g, info_.limits.multiprocessors);
-    auto launch = [&]() {
-      return d_->cuLaunchKernel(
-          fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
-          static_cast<unsigned>(grid[2]), g.block_threads, 1, 1,
-          static_cast<unsigned>(g.smem_bytes), nullptr, args, nullptr);
-    };
-    Gate correct = CheckOutput(p, b, launch);
-    if (!correct.ok() || correct->has_value()) return Ended(std::move(correct));
-    return Time(launch, samples);
-  }
 
   static absl::StatusOr<TrialResult> Ended(Gate gate) {
     if (!gate.ok()) return gate.status();
     return **std::move(gate);
+  }
+
+  // OK when the evaluator can run kernels now (no kernel broke its context).
+  absl::Status Ready() {
+    if (!broken_.ok()) return broken_;
+    return d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+  }
+
+  absl::StatusOr<TrialResult> Run(const KernelTemplate& t, const Config& config,
+                                  const Problem& problem, int samples) {
+    if (absl::Status s = Ready(); !s.ok()) return s;
+    auto c = std::make_unique<Candidate>(d_);
+    Gate loaded = Load(t, config, problem, c.get());
+    if (!loaded.ok() || loaded->has_value()) return Ended(std::move(loaded));
+    ProblemBuffers in(d_);
+    if (absl::Status s = PrepareInputs(problem, &in); !s.ok()) return s;
+    Gate correct = Arm(problem, in, c.get());
+    if (!correct.ok() || correct->has_value()) return Ended(std::move(correct));
+    std::vector<std::unique_ptr<Candidate>> one;
+    one.push_back(std::move(c));
+    size_t failed = 0;
+    absl::StatusOr<std::vector<TrialResult>> timed =
+        TimeTogether(one, samples, &failed);
+    if (!timed.ok()) {
+      return Rejected(TrialStatus::kCrashed, timed.status().ToString());
+    }
+    return timed->front();
+  }
+
+  // Gates 1 to 3: constraints, compile, load, resources as compiled.
+  Gate Load(const KernelTemplate& t, const Config& config, const Problem& p,
+            Candidate* c) {
+    if (absl::Status s = CheckConfig(t, config, p, info_.limits); !s.ok()) {
+      return Rejected(TrialStatus::kResourceRejected, std::string(s.message()));
+    }
+    absl::StatusOr<CompileResult> compiled = cubins_.Get(t, config, p);
+    if (!compiled.ok()) return compiled.status();
+    if (!compiled->ok) {
+      return Rejected(TrialStatus::kCompileError, compiled->log);
+    }
+    if (CUresult r = d_->cuModuleLoadData(&c->module, compiled->cubin.data());
+        r != CUDA_SUCCESS) {
+      c->module = nullptr;
+      return Rejected(TrialStatus::kCompileError,
+                      d_->Check(r, "cuModuleLoadData").ToString());
+    }
+    if (absl::Status s = d_->Check(
+            d_->cuModuleGetFunction(&c->fn, c->module, t.kernel_name.c_str()),
+            "cuModuleGetFunction");
+        !s.ok()) {
+      return Rejected(TrialStatus::kCompileError, std::string(s.message()));
+    }
+    c->g = t.geometry(config, p);
+    c->grid = LaunchGrid(c->g, info_.limits.multiprocessors);
+    return CheckResources(c->fn, c->g);
   }
 
   // Registers, local and shared memory as compiled, against the device;
@@ -224,12 +304,9 @@ class CudaEvaluator : public Evaluator {
     return std::nullopt;
   }
 
-  // Fresh random inputs for every candidate, generated on the GPU (V has a
-  // nonzero mean so that a dropped term shows), the output, and the scratch
-  // the template asks for: counters start at zero and every launch leaves
-  // them at zero.
-  absl::Status PrepareInputs(const Problem& p, const LaunchGeometry& g,
-                             TrialBuffers* b) {
+  // Fresh random inputs, generated on the GPU (V has a nonzero mean so that
+  // a dropped term shows), and the output.
+  absl::Status PrepareInputs(const Problem& p, ProblemBuffers* b) {
     b->q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
     const size_t kv_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
     const uint64_t seed = rng_();
@@ -255,36 +332,44 @@ class CudaEvaluator : public Evaluator {
     b->params.k = reinterpret_cast<const void*>(b->k.get());
     b->params.v = reinterpret_cast<const void*>(b->v.get());
     b->params.o = reinterpret_cast<void*>(b->o.get());
+    return absl::OkStatus();
+  }
+
+  // The candidate's launch parameters on the problem's buffers and the
+  // scratch its template asks for (counters start at zero and every launch
+  // leaves them at zero); then gate 4, correctness.
+  Gate Arm(const Problem& p, const ProblemBuffers& in, Candidate* c) {
+    c->params = in.params;
+    const LaunchGeometry& g = c->g;
     if (g.workspace_floats > 0) {
-      if (absl::Status s = b->workspace.Allocate(g.workspace_floats * 4);
+      if (absl::Status s = c->workspace.Allocate(g.workspace_floats * 4);
           !s.ok()) {
         return s;
       }
-      b->params.workspace = reinterpret_cast<float*>(b->workspace.get());
+      c->params.workspace = reinterpret_cast<float*>(c->workspace.get());
     }
     if (g.counters > 0) {
-      if (absl::Status s = b->counters.Allocate(g.counters * 4); !s.ok()) {
+      if (absl::Status s = c->counters.Allocate(g.counters * 4); !s.ok()) {
         return s;
       }
-      d_->cuMemsetD16(b->counters.get(), 0, g.counters * 2);
-      b->params.counters = reinterpret_cast<int*>(b->counters.get());
+      d_->cuMemsetD16(c->counters.get(), 0, g.counters * 2);
+      c->params.counters = reinterpret_cast<int*>(c->counters.get());
     }
     if (g.uses_tma()) {
       absl::StatusOr<AttentionTensorMaps> maps =
-          EncodeTensorMaps(d_->cuTensorMapEncodeTiled, b->params, p, g.tma);
+          EncodeTensorMaps(d_->cuTensorMapEncodeTiled, c->params, p, g.tma);
       if (!maps.ok()) return maps.status();
-      b->maps = *maps;
+      c->maps = *maps;
     }
-    return absl::OkStatus();
+    return CheckOutput(p, in, *c);
   }
 
   // One launch on a re-poisoned output, copied back. A launch the driver
   // refuses ends the trial; a kernel that faults also breaks the evaluator.
-  template <typename Launch>
-  Gate RunOnce(const Launch& launch, TrialBuffers& b,
+  Gate RunOnce(Candidate& c, const ProblemBuffers& b,
                std::vector<uint16_t>* out) {
     d_->cuMemsetD16(b.o.get(), b.nan_bits, b.q_elems);
-    if (CUresult r = launch(); r != CUDA_SUCCESS) {
+    if (CUresult r = c.Launch(); r != CUDA_SUCCESS) {
       return Rejected(TrialStatus::kResourceRejected,
                       d_->Check(r, "launch").ToString());
     }
@@ -307,10 +392,9 @@ class CudaEvaluator : public Evaluator {
   // Correctness: every element written and finite, the same bits on every
   // run (a race shows as output that changes between runs on the same
   // inputs), sampled rows within tolerance of the host reference.
-  template <typename Launch>
-  Gate CheckOutput(const Problem& p, TrialBuffers& b, const Launch& launch) {
+  Gate CheckOutput(const Problem& p, const ProblemBuffers& b, Candidate& c) {
     std::vector<uint16_t> ho;
-    Gate first = RunOnce(launch, b, &ho);
+    Gate first = RunOnce(c, b, &ho);
     if (!first.ok() || first->has_value()) return first;
     for (size_t i = 0; i < ho.size(); ++i) {
       if (!std::isfinite(HalfBitsToFloat(ho[i], p.dtype))) {
@@ -322,7 +406,7 @@ class CudaEvaluator : public Evaluator {
     }
     for (int repeat = 0; repeat < repeat_runs_; ++repeat) {
       std::vector<uint16_t> again;
-      Gate run = RunOnce(launch, b, &again);
+      Gate run = RunOnce(c, b, &again);
       if (!run.ok() || run->has_value()) return run;
       if (again != ho) {
         size_t at = 0;
@@ -457,63 +541,62 @@ class CudaEvaluator : public Evaluator {
         "random fill function");
   }
 
-  template <typename Launch>
-  absl::StatusOr<TrialResult> Time(const Launch& launch, int sample_count) {
+  // Warm-up, and an estimate of one launch to size each kernel's samples;
+  // then `turns` turns, each kernel one sample per turn in a new random
+  // order. A launch that fails (a kernel that faults) breaks the evaluator:
+  // an error, with the kernel's index in *failed.
+  absl::StatusOr<std::vector<TrialResult>> TimeTogether(
+      const std::vector<std::unique_ptr<Candidate>>& cs, int turns,
+      size_t* failed) {
     CUevent start, stop;
     d_->cuEventCreate(&start, CU_EVENT_DEFAULT);
     d_->cuEventCreate(&stop, CU_EVENT_DEFAULT);
-    auto cleanup = [&] {
-      d_->cuEventDestroy(start);
-      d_->cuEventDestroy(stop);
-    };
-    auto time_launches = [&](int n, double* us) -> absl::Status {
+    auto time_launches = [&](Candidate& c, int n, double* us) {
       d_->cuEventRecord(start, nullptr);
       for (int i = 0; i < n; ++i) {
-        if (absl::Status s = d_->Check(launch(), "launch"); !s.ok()) return s;
+        if (absl::Status s = d_->Check(c.Launch(), "launch"); !s.ok()) return s;
       }
       d_->cuEventRecord(stop, nullptr);
-      if (absl::Status s =
-              d_->Check(d_->cuEventSynchronize(stop), "cuEventSynchronize");
-          !s.ok()) {
-        return s;
-      }
+      absl::Status s =
+          d_->Check(d_->cuEventSynchronize(stop), "cuEventSynchronize");
       float ms = 0;
       d_->cuEventElapsedTime(&ms, start, stop);
       *us = ms * 1000.0;
-      return absl::OkStatus();
+      return s;
     };
-    // Warm-up, and an estimate of one launch to size the samples.
-    double us = 0;
-    absl::Status s = time_launches(3, &us);
-    int per_sample = 1;
-    if (s.ok()) {
-      per_sample =
-          static_cast<int>(std::ceil(kMinSampleUs / std::max(us / 3, 0.5)));
-      per_sample = std::clamp(per_sample, 1, 10000);
+    std::vector<int> per_sample(cs.size());
+    std::vector<std::vector<double>> samples(cs.size());
+    std::vector<size_t> order(cs.size());
+    std::iota(order.begin(), order.end(), 0);
+    absl::Status s;
+    for (int turn = -1; s.ok() && turn < turns; ++turn) {
+      std::shuffle(order.begin(), order.end(), rng_);
+      for (size_t i : order) {
+        const bool warm_up = turn < 0;
+        double us = 0;
+        s = time_launches(*cs[i], warm_up ? 3 : per_sample[i], &us);
+        if (!s.ok()) {
+          *failed = i;
+          break;
+        }
+        if (warm_up) {
+          per_sample[i] = std::clamp(
+              static_cast<int>(std::ceil(kMinSampleUs / std::max(us / 3, 0.5))),
+              1, 10000);
+        } else {
+          samples[i].push_back(us / per_sample[i]);
+        }
+      }
     }
-    std::vector<double> samples;
-    for (int i = 0; s.ok() && i < sample_count; ++i) {
-      s = time_launches(per_sample, &us);
-      samples.push_back(us / per_sample);
-    }
-    cleanup();
+    d_->cuEventDestroy(start);
+    d_->cuEventDestroy(stop);
     if (!s.ok()) {
       broken_ = s;
-      return Rejected(TrialStatus::kCrashed, s.ToString());
+      return s;
     }
-    std::sort(samples.begin(), samples.end());
-    TrialResult r;
-    r.status = TrialStatus::kOk;
-    r.samples = static_cast<int>(samples.size());
-    r.median_us = samples[samples.size() / 2];
-    r.min_us = samples.front();
-    r.p90_us = samples[(samples.size() * 9) / 10];
-    double mean = 0, var = 0;
-    for (double x : samples) mean += x;
-    mean /= samples.size();
-    for (double x : samples) var += (x - mean) * (x - mean);
-    r.cv = mean > 0 ? std::sqrt(var / samples.size()) / mean : 0;
-    return r;
+    std::vector<TrialResult> results;
+    for (std::vector<double>& v : samples) results.push_back(Summary(v));
+    return results;
   }
 
   const CudaDriver* d_;

@@ -42,6 +42,25 @@ class Evaluator {
     return Evaluate(t, config, problem);
   }
 
+  // Times several configs of one problem together, in turns: each passes
+  // the gates of Evaluate (a config that fails one gets that result), then
+  // every kernel takes one timing sample per turn, in a new random order
+  // each turn, so that clocks that drift over seconds (a board at its power
+  // limit) fall on all of them alike and their order can be trusted. The
+  // results follow `configs`, each with `turns` samples. By default each
+  // config is evaluated fully, one after another.
+  virtual absl::StatusOr<std::vector<TrialResult>> TimeInTurns(
+      const KernelTemplate& t, const std::vector<Config>& configs,
+      const Problem& problem, int turns) {
+    std::vector<TrialResult> results;
+    for (const Config& c : configs) {
+      absl::StatusOr<TrialResult> r = Evaluate(t, c, problem);
+      if (!r.ok()) return r.status();
+      results.push_back(*std::move(r));
+    }
+    return results;
+  }
+
   // OK when this evaluator can evaluate template `t`; otherwise
   // INVALID_ARGUMENT saying why (a replay holds one template only).
   virtual absl::Status CanEvaluate(const KernelTemplate& t) const {
