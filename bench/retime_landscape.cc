@@ -12,8 +12,11 @@
 // optimum, fastest first, at least --min_top and at most --max_top of them;
 // each is checked against the reference again on fresh inputs (a kernel
 // changed since the recording must still be correct) before it is timed.
-// The output is a CSV: problem_key, config (today's full key, as searches
-// propose it), recorded_us, then the status and latencies in turns.
+// All that --runs times over, the whole recording again each run, so that
+// a config's time (the median of its runs) does not rest on one moment's
+// clocks. The output is a CSV, a row per config and run: problem_key,
+// config (today's full key, as searches propose it), recorded_us, then the
+// status and latencies in turns.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -39,6 +42,9 @@ ABSL_FLAG(double, within, 0.10,
 ABSL_FLAG(int, min_top, 8, "but at least this many per problem");
 ABSL_FLAG(int, max_top, 24, "and at most this many");
 ABSL_FLAG(int, turns, 50, "timing samples per config, one per turn");
+ABSL_FLAG(int, runs, 3,
+          "time every problem this many times, the whole recording over "
+          "again each run (a config's time is the median of its runs)");
 ABSL_FLAG(std::vector<std::string>, problems, {},
           "only these problem keys (default: every recorded one)");
 
@@ -88,7 +94,10 @@ void WriteHeader(std::ofstream& out, const ReplayEvaluator& replay,
       << "# date: "
       << absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone())
       << "\n# commit: " << absl::GetFlag(FLAGS_commit)
-      << "\n# turns: " << absl::GetFlag(FLAGS_turns) << "\n"
+      << "\n# turns: " << absl::GetFlag(FLAGS_turns)
+      << "\n# runs: " << absl::GetFlag(FLAGS_runs)
+      << " (every problem of the recording timed in turns, then again, "
+         "minutes apart; a config's time is the median of its runs)\n"
       << "problem_key,config,recorded_us,status,median_us,min_us,p90_us,cv\n";
 }
 
@@ -135,6 +144,7 @@ int Fail(const std::string& message) {
 int Run() {
   if (absl::GetFlag(FLAGS_out).empty()) return Fail("--out is required");
   if (absl::GetFlag(FLAGS_turns) < 1) return Fail("--turns must be >= 1");
+  if (absl::GetFlag(FLAGS_runs) < 1) return Fail("--runs must be >= 1");
   absl::StatusOr<std::unique_ptr<ReplayEvaluator>> replay =
       ReplayEvaluator::Load(absl::GetFlag(FLAGS_landscape));
   if (!replay.ok()) return Fail(replay.status().ToString());
@@ -157,12 +167,16 @@ int Run() {
     }
     picks.push_back(FastestRecorded(**replay, t, key));
   }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (i + 1 < keys.size()) {  // Compiled while this one is timed.
-      (*gpu)->Prefetch(t, Configs(picks[i + 1]), *ParseProblemKey(keys[i + 1]));
-    }
-    if (absl::Status s = Retime(**gpu, t, keys[i], picks[i], out); !s.ok()) {
-      return Fail(keys[i] + ": " + s.ToString());
+  for (int run = 1; run <= absl::GetFlag(FLAGS_runs); ++run) {
+    std::printf("run %d of %d\n", run, absl::GetFlag(FLAGS_runs));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i + 1 < keys.size()) {  // Compiled while this one is timed.
+        (*gpu)->Prefetch(t, Configs(picks[i + 1]),
+                         *ParseProblemKey(keys[i + 1]));
+      }
+      if (absl::Status s = Retime(**gpu, t, keys[i], picks[i], out); !s.ok()) {
+        return Fail(keys[i] + ": " + s.ToString());
+      }
     }
   }
   return 0;

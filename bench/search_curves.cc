@@ -16,6 +16,10 @@
 // of one GPU.
 // With --explain=PROBLEM it prints how that model ranks the problem's
 // configs instead: why screening leads a search well or astray there.
+// With --in_turns=CSV (bench/retime_landscape, from this recording) a
+// problem's target is instead any config within 3% of the fastest its top
+// configs measure when timed together in turns: a recording's 3% differences
+// between configs timed minutes apart can be noise.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -60,10 +64,11 @@ ABSL_FLAG(bool, skip_known_rejected, true,
           "recorded problems of the same head_dim and dtype were rejected "
           "for (spills, registers, shared memory), as jobs leave out those "
           "the store has seen rejected");
-ABSL_FLAG(std::vector<std::string>, in_turns, {},
-          "CSVs of bench/retime_landscape: for a problem they time, a search "
-          "reaches the target when it measures a config within --within of "
-          "the fastest timed in turns (the recorded times still lead it)");
+ABSL_FLAG(std::string, in_turns, "",
+          "CSV of bench/retime_landscape timed from the recording searched: "
+          "for a problem it times, a search reaches the target when it "
+          "measures a config within --within of the fastest timed in turns "
+          "(the recorded times still lead it)");
 ABSL_FLAG(double, seed_margin, 0.15,
           "screening: a seed's edge over drawn candidates (the evolutionary "
           "strategy's seed_margin)");
@@ -151,37 +156,64 @@ double MedianTrialsToTarget(const Variant& v, Evaluator& e,
   return Median(to_target);
 }
 
-// --in_turns: per problem key, the configs timed within --within of the
-// fastest of them in turns.
-absl::StatusOr<std::map<std::string, std::set<std::string>>> InTurnsTargets() {
-  std::map<std::string, std::map<std::string, double>> timed;
-  for (const std::string& path : absl::GetFlag(FLAGS_in_turns)) {
-    std::ifstream in(path);
-    if (!in) return absl::NotFoundError("--in_turns: cannot read " + path);
-    std::string line;
-    for (int n = 1; std::getline(in, line); ++n) {
-      if (line.empty() || line[0] == '#' || line.rfind("problem_key,", 0) == 0)
-        continue;
-      // key,"config",recorded_us,status,median_us,...
-      const std::vector<std::string> f = absl::StrSplit(line, '"');
-      const std::vector<std::string> rest = f.size() == 3
-                                                ? absl::StrSplit(f[2], ',')
-                                                : std::vector<std::string>();
-      double us = 0;
-      if (rest.size() != 7 || !absl::SimpleAtod(rest[3], &us)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--in_turns: ", path, ":", n, ": malformed"));
-      }
-      if (rest[2] == "ok") timed[f[0].substr(0, f[0].size() - 1)][f[1]] = us;
+// Times per problem key and config from --in_turns, every run's; the file
+// must have been timed from the recording named `recording` (the replay's
+// device name, which holds the template and its hash).
+using TimesInTurns =
+    std::map<std::string, std::map<std::string, std::vector<double>>>;
+absl::StatusOr<TimesInTurns> ReadInTurns(const std::string& path,
+                                         const std::string& recording) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("--in_turns: cannot read " + path);
+  TimesInTurns timed;
+  bool same_recording = false;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    same_recording |= line == "# recording: " + recording;
+    if (line.empty() || line[0] == '#' || line.rfind("problem_key,", 0) == 0)
+      continue;
+    // key,"config",recorded_us,status,median_us,...
+    const std::vector<std::string> f = absl::StrSplit(line, '"');
+    const std::vector<std::string> rest =
+        f.size() == 3 ? absl::StrSplit(f[2], ',') : std::vector<std::string>();
+    double us = 0;
+    if (rest.size() != 7 || !absl::SimpleAtod(rest[3], &us)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--in_turns: ", path, ":", n, ": malformed"));
+    }
+    if (rest[2] == "ok") {
+      timed[f[0].substr(0, f[0].size() - 1)][f[1]].push_back(us);
     }
   }
+  if (!same_recording) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--in_turns: ", path,
+                     " was not timed from the recording searched (no "
+                     "\"# recording: ",
+                     recording, "\" line)"));
+  }
+  return timed;
+}
+
+// Per problem key, the configs timed within --within of the fastest of them
+// in turns (a config timed in several runs by the median of its times); none
+// without --in_turns.
+absl::StatusOr<std::map<std::string, std::set<std::string>>> InTurnsTargets(
+    const std::string& recording) {
   std::map<std::string, std::set<std::string>> targets;
-  for (const auto& [key, configs] : timed) {
+  if (absl::GetFlag(FLAGS_in_turns).empty()) return targets;
+  absl::StatusOr<TimesInTurns> timed =
+      ReadInTurns(absl::GetFlag(FLAGS_in_turns), recording);
+  if (!timed.ok()) return timed.status();
+  for (const auto& [key, runs] : *timed) {
+    std::map<std::string, double> us;
     double best = kInf;
-    for (const auto& [c, us] : configs) best = std::min(best, us);
-    for (const auto& [c, us] : configs) {
-      if (us <= best * (1 + absl::GetFlag(FLAGS_within)))
-        targets[key].insert(c);
+    for (const auto& [c, times] : runs) {
+      us[c] = Median(times);
+      best = std::min(best, us[c]);
+    }
+    for (const auto& [c, t] : us) {
+      if (t <= best * (1 + absl::GetFlag(FLAGS_within))) targets[key].insert(c);
     }
   }
   return targets;
@@ -386,7 +418,7 @@ int Run() {
       "problem", "optimum", "space", "evo", "+model", "unseeded", "+model",
       "random", "evo/random", "model/evo", "(unseeded)");
   absl::StatusOr<std::map<std::string, std::set<std::string>>> in_turns =
-      InTurnsTargets();
+      InTurnsTargets((*replay)->device().name);
   if (!in_turns.ok()) {
     std::fprintf(stderr, "%s\n", in_turns.status().ToString().c_str());
     return 1;

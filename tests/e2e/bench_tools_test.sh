@@ -20,7 +20,29 @@ for landscape in flash_fwd decode_fwd; do
 done
 json=$(mktemp)
 other_gpu=$(mktemp)
-trap 'rm -f "$json" "$other_gpu"' EXIT
+bad=$(mktemp)
+trap 'rm -f "$json" "$other_gpu" "$bad"' EXIT
+# Judged against the times in turns where those cover a problem (every
+# problem of the decode recording), and a malformed file refused by line.
+decode="$src/tests/data/decode_fwd_landscapes_h100.csv"
+out=$("$bin/search_curves" --seeds=2 --landscape="$decode" \
+  --in_turns="$src/tests/data/decode_fwd_in_turns_h100.csv") ||
+  fail "search_curves --in_turns exited $?"
+[ "$(grep -c '(targets in turns)' <<<"$out")" = 4 ] ||
+  fail "search_curves --in_turns did not judge every problem in turns: $out"
+printf '# x\nproblem_key,config\nb1_h1,"A=1",1.0,ok\n' >"$bad"
+if out=$("$bin/search_curves" --seeds=1 --landscape="$decode" \
+  --in_turns="$bad" 2>&1); then
+  fail "search_curves took a malformed --in_turns file"
+fi
+grep -q "$bad:3: malformed" <<<"$out" ||
+  fail "search_curves refused --in_turns without naming the line: $out"
+if out=$("$bin/search_curves" --seeds=1 --landscape="$decode" \
+  --in_turns="$src/tests/data/flash_fwd_in_turns_h100.csv" 2>&1); then
+  fail "search_curves took another recording's times in turns"
+fi
+grep -q "was not timed from the recording searched" <<<"$out" ||
+  fail "search_curves refused another recording's times without why: $out"
 # Its model and defaults are the recorded GPU's: a recording that does not
 # give its multiprocessors is refused, and so is training with another GPU's.
 flash="$src/tests/data/flash_fwd_landscapes_h100.csv"
@@ -37,6 +59,18 @@ if out=$("$bin/search_curves" --seeds=1 --landscape="$flash" \
 fi
 grep -q "were recorded on different GPUs" <<<"$out" ||
   fail "search_curves refused another GPU's recording without saying why: $out"
+# retime_landscape (a GPU tool) refuses bad flags before it looks for a GPU.
+if out=$("$bin/retime_landscape" --landscape="$decode" 2>&1); then
+  fail "retime_landscape ran without --out"
+fi
+grep -q -- "--out is required" <<<"$out" ||
+  fail "retime_landscape without --out did not say so: $out"
+if out=$("$bin/retime_landscape" --landscape="$decode" --out="$bad" \
+  --runs=0 2>&1); then
+  fail "retime_landscape took --runs=0"
+fi
+grep -q -- "--runs must be >= 1" <<<"$out" ||
+  fail "retime_landscape --runs=0 did not say why: $out"
 out=$("$bin/transfer_loo" \
   --landscapes="$src/tests/data/flash_fwd_landscapes_h100.csv" \
   --rounds=50 --json="$json") || fail "transfer_loo exited $?"
