@@ -14,6 +14,9 @@
 //      sampled rows within tolerance of the reference -> incorrect
 //   5. timing: warm-up, then >= 10 samples of enough back-to-back launches
 //      to last >= 100 us each; median, min, p90 and CV per launch.
+// TimeInTurns passes each config through gates 1-4 on one set of fresh
+// inputs (each kernel with its own scratch), holds them all loaded, and
+// takes their timing samples in turns.
 // A launch that faults leaves the CUDA context unusable: the trial is
 // recorded as crashed and every later call fails (the process must restart).
 #ifndef EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_
