@@ -155,6 +155,12 @@ int Run() {
       std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
   absl::StatusOr<std::unique_ptr<Evaluator>> gpu = MakeCudaEvaluator(options);
   if (!gpu.ok()) return Fail(gpu.status().ToString());
+  if ((*replay)->device().name.find((*gpu)->device().name) ==
+      std::string::npos) {
+    std::fprintf(
+        stderr, "retime_landscape: note: timing on %s; the recording is a %s\n",
+        (*gpu)->device().name.c_str(), (*replay)->device().name.c_str());
+  }
   std::vector<std::string> keys = absl::GetFlag(FLAGS_problems);
   if (keys.empty()) keys = (*replay)->RecordedProblems();
   std::ofstream out(absl::GetFlag(FLAGS_out));
