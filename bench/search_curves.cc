@@ -388,6 +388,55 @@ absl::StatusOr<std::vector<RecordedLandscape>> LoadLandscapes(
   return landscapes;
 }
 
+// Whether a problem's searches meet the bars: the plain search's, and the
+// screened search's.
+struct Verdict {
+  bool pass = false;
+  bool screened = false;
+};
+
+// Runs every variant on recorded problem `key` (its recorded `results`),
+// judged against `targets` where given (--in_turns), and prints its row.
+absl::StatusOr<Verdict> SearchProblem(
+    ReplayEvaluator& replay, const std::vector<RecordedLandscape>& landscapes,
+    const std::string& key, const std::map<std::string, TrialResult>& results,
+    const std::set<std::string>* targets, std::ofstream& curves_out) {
+  const KernelTemplate& t = *landscapes.front().t;
+  const DeviceLimits& limits = landscapes.front().limits;
+  const Problem p = *ParseProblemKey(key);
+  double optimum = kInf;
+  for (const auto& [c, r] : results) {
+    if (r.status == TrialStatus::kOk) optimum = std::min(optimum, r.median_us);
+  }
+  size_t trusted = 0;
+  const std::vector<Config> seeds = DefaultConfigs(t, p, limits, &trusted);
+  const std::vector<Config> feasible =
+      SearchableConfigs(replay, landscapes, key, limits);
+  absl::StatusOr<std::vector<Variant>> variants =
+      Variants(t, feasible, seeds, trusted, landscapes, key, limits);
+  if (!variants.ok()) return variants.status();
+  std::vector<double> m;
+  for (const Variant& v : *variants) {
+    m.push_back(
+        MedianTrialsToTarget(v, replay, t, key, optimum, targets, curves_out));
+  }
+  Verdict verdict;
+  verdict.pass = m[0] <= 0.15 * feasible.size() && m[0] <= 0.5 * m[4];
+  // Screening can only act after the seeds: judged unseeded, and seeded
+  // where the seeds alone do not reach the target.
+  verdict.screened =
+      feasible.size() < 100 ||
+      (m[3] <= 0.5 * m[2] && (m[0] <= seeds.size() || m[1] <= 0.5 * m[0]));
+  std::printf(
+      "%-44s %9.2f %5zu | %6.1f %7.1f %9.1f %7.1f %7.1f %9.2f %9.2f "
+      "%9.2f%s%s\n",
+      key.c_str(), optimum, feasible.size(), m[0], m[1], m[2], m[3], m[4],
+      m[0] / m[4], m[1] / m[0], m[3] / m[2],
+      targets == nullptr ? "" : "  (targets in turns)",
+      verdict.pass && verdict.screened ? "" : "  (misses a bar)");
+  return verdict;
+}
+
 int Run() {
   const std::string path = absl::GetFlag(FLAGS_landscape);
   auto replay = ReplayEvaluator::Load(path);
@@ -405,7 +454,6 @@ int Run() {
   if (!absl::GetFlag(FLAGS_explain).empty()) {
     return Explain(**replay, *landscapes, absl::GetFlag(FLAGS_explain), limits);
   }
-  const KernelTemplate& t = *landscapes->front().t;
   std::ofstream curves_out;
   if (!absl::GetFlag(FLAGS_curves).empty()) {
     curves_out.open(absl::GetFlag(FLAGS_curves));
@@ -426,44 +474,16 @@ int Run() {
   bool all_pass = true;
   bool model_pass = true;
   for (const auto& [key, results] : (*replay)->landscape()) {
-    const Problem p = *ParseProblemKey(key);
-    double optimum = kInf;
-    for (const auto& [c, r] : results) {
-      if (r.status == TrialStatus::kOk)
-        optimum = std::min(optimum, r.median_us);
-    }
-    size_t trusted = 0;
-    const std::vector<Config> seeds = DefaultConfigs(t, p, limits, &trusted);
-    const std::vector<Config> feasible =
-        SearchableConfigs(**replay, *landscapes, key, limits);
-    absl::StatusOr<std::vector<Variant>> variants =
-        Variants(t, feasible, seeds, trusted, *landscapes, key, limits);
-    if (!variants.ok()) {
-      std::fprintf(stderr, "%s\n", variants.status().ToString().c_str());
+    auto targets = in_turns->find(key);
+    absl::StatusOr<Verdict> v = SearchProblem(
+        **replay, *landscapes, key, results,
+        targets == in_turns->end() ? nullptr : &targets->second, curves_out);
+    if (!v.ok()) {
+      std::fprintf(stderr, "%s\n", v.status().ToString().c_str());
       return 1;
     }
-    auto targets = in_turns->find(key);
-    std::vector<double> m;
-    for (const Variant& v : *variants) {
-      m.push_back(MedianTrialsToTarget(
-          v, **replay, t, key, optimum,
-          targets == in_turns->end() ? nullptr : &targets->second, curves_out));
-    }
-    const bool pass = m[0] <= 0.15 * feasible.size() && m[0] <= 0.5 * m[4];
-    // Screening can only act after the seeds: judged unseeded, and seeded
-    // where the seeds alone do not reach the target.
-    const bool screened =
-        feasible.size() < 100 ||
-        (m[3] <= 0.5 * m[2] && (m[0] <= seeds.size() || m[1] <= 0.5 * m[0]));
-    all_pass = all_pass && pass;
-    model_pass = model_pass && screened;
-    std::printf(
-        "%-44s %9.2f %5zu | %6.1f %7.1f %9.1f %7.1f %7.1f %9.2f %9.2f "
-        "%9.2f%s%s\n",
-        key.c_str(), optimum, feasible.size(), m[0], m[1], m[2], m[3], m[4],
-        m[0] / m[4], m[1] / m[0], m[3] / m[2],
-        targets == in_turns->end() ? "" : "  (targets in turns)",
-        pass && screened ? "" : "  (misses a bar)");
+    all_pass = all_pass && v->pass;
+    model_pass = model_pass && v->screened;
   }
   std::printf(
       "bar: evolutionary median <= 15%% of the space and <= half of "

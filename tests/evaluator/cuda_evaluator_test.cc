@@ -205,6 +205,26 @@ TEST_F(CudaEvaluatorTest, ConfigsAtTheDefaultSharedMemoryLimitLaunch) {
   }
 }
 
+// Two causal queries per head against `seq_k` keys, GQA 8:1, head_dim 128,
+// bf16: a decode step with a long context.
+Problem LongDecode(int64_t seq_k) {
+  Problem p;
+  p.heads = 16;
+  p.kv_heads = 2;
+  p.seq_q = 2;
+  p.seq_k = seq_k;
+  p.causal = true;
+  p.head_dim = 128;
+  p.dtype = DType::kBf16;
+  return p;
+}
+
+// A decode_fwd config that runs on every head_dim, with `splits` KV splits.
+Config DecodeWithSplits(int64_t splits) {
+  return {{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
+          {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
+}
+
 // decode_fwd on the shapes it is for: MHA, GQA and MQA packing, 1 to 16
 // queries (causal bottom-right), key counts from 1 to past a split's range,
 // every split count, both dtypes and head dims.
@@ -246,18 +266,9 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   }
   EXPECT_EQ(checked, problems);
   // Every split count on a long context, the last split partial.
-  Problem p;
-  p.heads = 16;
-  p.kv_heads = 2;
-  p.seq_q = 2;
-  p.seq_k = 131072 - 5;
-  p.causal = true;
-  p.head_dim = 128;
-  p.dtype = DType::kBf16;
+  const Problem p = LongDecode(131072 - 5);
   for (int64_t splits : {1, 2, 4, 8, 16, 32, 64}) {
-    const Config c = {{"KV_SPLITS", splits}, {"Q_IN_REGS", 1}, {"ROWS", 16},
-                      {"STAGES", 3},         {"TILE_N", 32},   {"WARPS", 4}};
-    ExpectOk(t, c, p);
+    ExpectOk(t, DecodeWithSplits(splits), p);
   }
 }
 
@@ -455,23 +466,9 @@ TEST_F(CudaEvaluatorTest, DISABLED_PlantedRaceForTheSanitizer) {
 // the evaluator still usable afterwards.
 TEST_F(CudaEvaluatorTest, TimesSeveralKernelsInTurns) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
-  Problem p;
-  p.heads = 16;
-  p.kv_heads = 2;
-  p.seq_q = 2;
-  p.seq_k = 8192 - 5;
-  p.causal = true;
-  p.head_dim = 128;
-  p.dtype = DType::kBf16;
+  const Problem p = LongDecode(8192 - 5);
   std::vector<Config> configs;
-  for (int64_t splits : {1, 8, 64}) {
-    configs.push_back({{"KV_SPLITS", splits},
-                       {"Q_IN_REGS", 1},
-                       {"ROWS", 16},
-                       {"STAGES", 3},
-                       {"TILE_N", 32},
-                       {"WARPS", 4}});
-  }
+  for (int64_t splits : {1, 8, 64}) configs.push_back(DecodeWithSplits(splits));
   configs.insert(configs.begin() + 1, configs[0]);
   configs[1]["ROWS"] = 3;  // Not in the space.
   constexpr int kTurns = 20;
