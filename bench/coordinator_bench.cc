@@ -26,6 +26,7 @@
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "evotune/v1/worker.grpc.pb.h"
 #include "kernel_templates/template_registry.h"
+#include "tuner/evaluator/evaluate_task.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
 #include "tuner/wire/message_convert.h"
 
@@ -104,13 +105,16 @@ void RunWorker(int n, const std::atomic<bool>& done, Samples* samples) {
     v1::CompleteTrialRequest complete;
     complete.set_worker_id(registered.worker_id());
     *complete.mutable_task() = leased.task();
-    absl::StatusOr<TrialResult> r =
-        t != nullptr ? evaluator.Evaluate(*t, task->config, task->problem)
-                     : absl::InternalError("unknown task");
-    complete.set_status(r.ok() ? static_cast<v1::TrialStatus>(r->status)
-                               : v1::TRIAL_STATUS_CRASHED);
-    if (r.ok() && r->status == TrialStatus::kOk) {
-      *complete.mutable_latency() = LatencyToProto(*r);
+    // Timed fully even when asked for a quick timing, so that no trial is
+    // timed again and each task but a confirmation is one trial.
+    if (task.ok()) task->quick = false;
+    absl::StatusOr<TrialResult> r = t != nullptr
+                                        ? EvaluateTask(evaluator, *t, *task)
+                                        : absl::InternalError("unknown task");
+    if (r.ok()) {
+      SetResult(*r, &complete);
+    } else {
+      complete.set_status(v1::TRIAL_STATUS_CRASHED);
     }
     v1::CompleteTrialResponse ack;
     const absl::Time t2 = absl::Now();
@@ -118,7 +122,9 @@ void RunWorker(int n, const std::atomic<bool>& done, Samples* samples) {
     const absl::Time t3 = absl::Now();
     complete_us.push_back(absl::ToDoubleMicroseconds(t3 - t2));
     absl::MutexLock lock(&samples->mu);
-    ++samples->completed;
+    // A job's closing confirmation (its fastest timed again together) is
+    // no trial of its own.
+    if (task.ok() && task->rivals.empty()) ++samples->completed;
     samples->first = std::min(samples->first, t0);
     samples->last = std::max(samples->last, t3);
   }

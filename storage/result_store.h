@@ -202,6 +202,15 @@ class ResultStore {
   absl::StatusOr<std::vector<MeasuredTrial>> MeasuredTrials(
       const DeviceInfo& device);
 
+  // In one transaction: results of configs of one problem timed together in
+  // turns (a search's fastest, confirmed; TrialResult::timed_against) replace
+  // what is stored for those configs: their latencies, or, for a config
+  // that failed a gate this time (wrong on new inputs), its status and
+  // error. A config the store has no trial of is stored.
+  absl::Status RecordTimedInTurns(
+      const TrialScope& scope,
+      const std::vector<std::pair<Config, TrialResult>>& results);
+
   // --- Jobs.
 
   // ALREADY_EXISTS when the id is taken.

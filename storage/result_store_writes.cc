@@ -40,7 +40,7 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
   absl::StatusOr<Statement*> ins = db->Prepare(
       "INSERT OR IGNORE INTO trials(device_id, template_id, problem_id, "
       "config_key, status, median_us, min_us, p90_us, cv, error, created_at, "
-      "samples) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "samples, timed_against) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!ins.ok()) return ins.status();
   const bool ok = r.status == TrialStatus::kOk;
   (*ins)
@@ -55,7 +55,8 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
       .Bind(9, ok ? r.cv : 0.0)
       .Bind(10, r.error)
       .Bind(11, NowUnixSeconds())
-      .Bind(12, int64_t{ok ? r.samples : 0});
+      .Bind(12, int64_t{ok ? r.samples : 0})
+      .Bind(13, int64_t{ok ? r.timed_against : 0});
   if (absl::Status s = (*ins)->Run(); !s.ok()) return s;
   if (ok) {
     absl::StatusOr<Statement*> tuned = db->Prepare(
@@ -92,6 +93,40 @@ absl::Status ResultStore::BulkInsertTrials(
                 std::any_of(trials.begin(), trials.end(), [](const auto& t) {
                   return t.second.status == TrialStatus::kOk;
                 }));
+  return absl::OkStatus();
+}
+
+absl::Status ResultStore::RecordTimedInTurns(
+    const TrialScope& scope,
+    const std::vector<std::pair<Config, TrialResult>>& results) {
+  absl::MutexLock lock(&writer_mu_);
+  CreatedIds created(this);
+  SqliteDb* db = writer_.get();
+  Transaction txn(db);
+  if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  for (const auto& [config, r] : results) {
+    absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, r);
+    if (!t.ok()) return t.status();
+    absl::StatusOr<Statement*> upd = db->Prepare(
+        "UPDATE trials SET status = ?, median_us = ?, min_us = ?, p90_us = ?, "
+        "cv = ?, samples = ?, timed_against = ?, error = ? WHERE id = ?");
+    if (!upd.ok()) return upd.status();
+    const bool ok = r.status == TrialStatus::kOk;
+    (*upd)
+        ->Bind(1, int64_t{static_cast<int>(r.status)})
+        .Bind(2, ok ? r.median_us : 0.0)
+        .Bind(3, ok ? r.min_us : 0.0)
+        .Bind(4, ok ? r.p90_us : 0.0)
+        .Bind(5, ok ? r.cv : 0.0)
+        .Bind(6, int64_t{ok ? r.samples : 0})
+        .Bind(7, int64_t{ok ? r.timed_against : 0})
+        .Bind(8, r.error)
+        .Bind(9, t->trial_id);
+    if (absl::Status s = (*upd)->Run(); !s.ok()) return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  created.Committed();
+  TrialsChanged(scope.device, scope.problem, true);
   return absl::OkStatus();
 }
 

@@ -123,6 +123,11 @@ ALTER TABLE devices ADD COLUMN smem_per_block_bytes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE devices ADD COLUMN max_threads_per_block INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE devices ADD COLUMN multiprocessors INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 8 -> 9: how many other configs a trial's latency was timed in turns
+    // with (a search's fastest, confirmed together); 0: timed alone.
+    R"sql(
+ALTER TABLE trials ADD COLUMN timed_against INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 

@@ -9,8 +9,9 @@ namespace evotune::store_rows {
 
 std::string TrialColumns(absl::string_view alias) {
   std::vector<std::string> columns;
-  for (const char* c : {"id", "config_key", "status", "median_us", "min_us",
-                        "p90_us", "cv", "error", "created_at", "samples"}) {
+  for (const char* c :
+       {"id", "config_key", "status", "median_us", "min_us", "p90_us", "cv",
+        "error", "created_at", "samples", "timed_against"}) {
     columns.push_back(absl::StrCat(alias, c));
   }
   return absl::StrJoin(columns, ", ");
@@ -42,6 +43,7 @@ absl::StatusOr<StoredTrial> ReadTrial(Statement* s, int first) {
   t.result.error = s->Text(first + 7);
   t.created_unix_s = s->Int(first + 8);
   t.result.samples = static_cast<int>(s->Int(first + 9));
+  t.result.timed_against = static_cast<int>(s->Int(first + 10));
   return t;
 }
 

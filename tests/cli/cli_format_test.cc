@@ -75,5 +75,34 @@ TEST(CliFormatTest, DefaultsSayWhyAndThatTheyWereNotMeasured) {
   EXPECT_THAT(out, Not(HasSubstr("nothing tuned")));
 }
 
+// Configs timed again together after their search: marked, and the mark
+// explained once.
+TEST(CliFormatTest, ConfigsTimedInTurnsAreMarked) {
+  v1::QueryBestResponse best;
+  AddResult(best, "flash_fwd", 1, 10.5, 0);
+  AddResult(best, "flash_fwd", 2, 10.75, 0);
+  AddResult(best, "flash_fwd", 4, 11.0, 0);
+  for (int i : {0, 1}) {
+    best.mutable_results(i)
+        ->mutable_trial()
+        ->mutable_latency()
+        ->set_timed_against(4);
+  }
+  const std::string out = FormatBest(best);
+  EXPECT_THAT(out, ContainsRegex("KV_SPLITS=1 +10.50 us\\* "));
+  EXPECT_THAT(out, ContainsRegex("KV_SPLITS=2 +10.75 us\\* "));
+  EXPECT_THAT(out, ContainsRegex("KV_SPLITS=4 +11.00 us "));
+  EXPECT_THAT(out, HasSubstr("*: timed again once its search ended"));
+  best.mutable_results(0)
+      ->mutable_trial()
+      ->mutable_latency()
+      ->set_timed_against(0);
+  best.mutable_results(1)
+      ->mutable_trial()
+      ->mutable_latency()
+      ->set_timed_against(0);
+  EXPECT_THAT(FormatBest(best), Not(HasSubstr("timed again")));
+}
+
 }  // namespace
 }  // namespace evotune

@@ -104,6 +104,15 @@ TEST_F(ReportTest, TheTableRanksTheFastestCorrectTrials) {
   EXPECT_NE(third, std::string::npos);
 }
 
+TEST_F(ReportTest, TheTableSaysWhichWereTimedInTurns) {
+  v1::Latency* l = events_[1].mutable_trial()->mutable_latency();
+  l->set_samples(30);
+  l->set_timed_against(1);
+  const std::string html = JobReportHtml(job_, events_);
+  EXPECT_THAT(html, HasSubstr("<td>30, in turns with 1</td>"));
+  EXPECT_THAT(html, HasSubstr("<td>15</td>"));
+}
+
 v1::SdpaComparisonRow Row(const std::string& config, double us) {
   v1::SdpaComparisonRow r;
   r.set_template_name("naive");

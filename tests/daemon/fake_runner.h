@@ -6,7 +6,9 @@
 // (HoldAfter). A held task waits, queued, until Withdraw ends it with
 // CANCELLED or the test finishes it (FinishOldest); MarkHeldRunning makes
 // the held tasks running ones, which Withdraw leaves alone (as a real runner
-// leaves a trial already on the GPU) so that they finish later.
+// leaves a trial already on the GPU) so that they finish later. A task with
+// rivals (a confirmation in turns) gets `answer` for each of its configs,
+// unless `answer` itself gives the rivals' results or fails the task.
 #ifndef EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
 #define EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
 
@@ -74,10 +76,15 @@ class FakeRunner : public TrialRunner {
     return true;
   }
 
-  // Configs it was asked to run (ConfigKey), in order.
+  // Configs it was asked to run alone (ConfigKey), in order.
   std::vector<std::string> Ran() const {
     absl::MutexLock lock(&mu_);
     return ran_;
+  }
+  // Tasks with rivals it was asked to run: each the task's configs.
+  std::vector<std::vector<Config>> Confirmations() const {
+    absl::MutexLock lock(&mu_);
+    return confirmations_;
   }
   size_t Held() const {
     absl::MutexLock lock(&mu_);
@@ -114,8 +121,12 @@ class FakeRunner : public TrialRunner {
     {
       absl::MutexLock lock(&mu_);
       id = ++ids_;
-      ran_.push_back(ConfigKey(task.config));
-      if (static_cast<int>(ran_.size()) > answer_first_) {
+      if (task.rivals.empty()) {
+        ran_.push_back(ConfigKey(task.config));
+      } else {
+        confirmations_.push_back(TaskConfigs(task));
+      }
+      if (static_cast<int>(id) > answer_first_) {
         held_.push_back({id, std::move(task), std::move(done), false});
         return id;
       }
@@ -152,7 +163,38 @@ class FakeRunner : public TrialRunner {
       ++finished_;
       quick_ += task.quick ? 1 : 0;
     }
-    done(answer(task));
+    absl::StatusOr<TrialResult> result = answer(task);
+    if (!task.rivals.empty() && result.ok() &&
+        result->status == TrialStatus::kOk && result->rival_results.empty()) {
+      AnswerInTurns(answer, task, *result);
+    }
+    done(std::move(result));
+  }
+  // `result` (task.config's) and its rivals' as timed in turns.
+  static void AnswerInTurns(const Answer& answer, const TrialTask& task,
+                            TrialResult& result) {
+    for (const Config& rival : task.rivals) {
+      TrialTask alone = task;
+      alone.config = rival;
+      alone.rivals.clear();
+      absl::StatusOr<TrialResult> r = answer(alone);
+      if (!r.ok()) {
+        r = TrialResult();
+        r->status = TrialStatus::kCrashed;
+      }
+      result.rival_results.push_back(*std::move(r));
+    }
+    int timed = 1;
+    for (const TrialResult& r : result.rival_results) {
+      timed += r.status == TrialStatus::kOk;
+    }
+    result.samples = task.turns;
+    result.timed_against = timed - 1;
+    for (TrialResult& r : result.rival_results) {
+      if (r.status != TrialStatus::kOk) continue;
+      r.samples = task.turns;
+      r.timed_against = timed - 1;
+    }
   }
 
   const int parallelism_;
@@ -161,6 +203,7 @@ class FakeRunner : public TrialRunner {
   int answer_first_ ABSL_GUARDED_BY(mu_) = 1 << 30;
   uint64_t ids_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> ran_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<Config>> confirmations_ ABSL_GUARDED_BY(mu_);
   std::deque<HeldTask> held_ ABSL_GUARDED_BY(mu_);
   size_t withdrawals_ ABSL_GUARDED_BY(mu_) = 0;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;

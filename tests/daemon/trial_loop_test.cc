@@ -65,6 +65,7 @@ class TrialLoopTest : public ::testing::Test {
       return *c;
     };
     hooks.notify = [&] { ++notified_; };
+    hooks.confirm_turns = confirm_turns_;
     return RunWith(std::move(hooks), cancelled);
   }
   int64_t Events() {
@@ -77,7 +78,13 @@ class TrialLoopTest : public ::testing::Test {
   JobRecord job_;
   FakeRunner runner_{FakeRunner::AsAsked, /*parallelism=*/2};
   int notified_ = 0;
+  int confirm_turns_ = 0;
 };
+
+// The latency FakeRunner::AsAsked gives a config.
+double Latency(const Config& c) {
+  return static_cast<double>(c.at("KV_TILE") + c.at("WARPS"));
+}
 
 TEST_F(TrialLoopTest, RunsTheBudgetAndRecordsEveryTrial) {
   job_.max_trials = 20;
@@ -91,6 +98,93 @@ TEST_F(TrialLoopTest, RunsTheBudgetAndRecordsEveryTrial) {
   EXPECT_EQ(runner_.Quick(), 20);
   EXPECT_GE(runner_.Finished() - runner_.Quick(), 5);
   EXPECT_LT(runner_.Finished(), 40);
+  EXPECT_TRUE(runner_.Confirmations().empty());  // Not asked for.
+}
+
+// Confirm: the search's five fastest fully timed configs, fastest first,
+// timed again together; what that measured replaces their stored results,
+// and the job's best follows it.
+TEST_F(TrialLoopTest, TheFastestAreTimedAgainTogetherAndTheirTimesReplaced) {
+  job_.max_trials = 20;
+  confirm_turns_ = 30;
+  // In turns, the search's fastest (the task's own config) measures 100 µs
+  // slower than it did alone; its rivals as before.
+  runner_.set_answer([](const TrialTask& t) -> absl::StatusOr<TrialResult> {
+    absl::StatusOr<TrialResult> r = FakeRunner::AsAsked(t);
+    if (!t.rivals.empty()) r->median_us += 100;
+    return r;
+  });
+  bool cancelled = false;
+  ASSERT_TRUE(RunLoop(cancelled).ok());
+  EXPECT_EQ(Events(), 20);
+  ASSERT_EQ(runner_.Confirmations().size(), 1u);
+  const std::vector<Config> confirmed = runner_.Confirmations()[0];
+  ASSERT_EQ(confirmed.size(), static_cast<size_t>(Elite::kSize));
+  for (size_t i = 1; i < confirmed.size(); ++i) {
+    EXPECT_LE(Latency(confirmed[i - 1]), Latency(confirmed[i]));
+  }
+  const TrialScope scope{device_, "naive", naive().hash, job_.problem};
+  for (size_t i = 0; i < confirmed.size(); ++i) {
+    const StoredTrial t = **store_->FindTrial(scope, confirmed[i]);
+    EXPECT_EQ(t.result.median_us, Latency(confirmed[i]) + (i == 0 ? 100 : 0));
+    EXPECT_EQ(t.result.samples, 30);
+    EXPECT_EQ(t.result.timed_against, Elite::kSize - 1);
+  }
+  const std::vector<JobEvent> events = *store_->ListJobEvents("job1", 0, 100);
+  for (const JobEvent& e : events) {
+    if (e.trial.result.timed_against == 0) {
+      EXPECT_LE(Latency(confirmed[0]), e.trial.result.median_us);
+    }
+  }
+  EXPECT_EQ((*store_->JobBest("job1"))->config, confirmed[1]);
+}
+
+TEST_F(TrialLoopTest, AConfigWrongInTurnsIsRecordedWrong) {
+  job_.max_trials = 20;
+  confirm_turns_ = 30;
+  runner_.set_answer([](const TrialTask& t) -> absl::StatusOr<TrialResult> {
+    absl::StatusOr<TrialResult> r = FakeRunner::AsAsked(t);
+    if (t.rivals.empty()) return r;
+    for (const Config& c : t.rivals) {
+      TrialTask alone = t;
+      alone.config = c;
+      r->rival_results.push_back(*FakeRunner::AsAsked(alone));
+    }
+    r->rival_results[0].status = TrialStatus::kIncorrect;
+    r->rival_results[0].error = "max abs error 0.5 on new inputs";
+    return r;
+  });
+  bool cancelled = false;
+  ASSERT_TRUE(RunLoop(cancelled).ok());
+  ASSERT_EQ(runner_.Confirmations().size(), 1u);
+  const Config wrong = runner_.Confirmations()[0][1];
+  const StoredTrial t = **store_->FindTrial(
+      {device_, "naive", naive().hash, job_.problem}, wrong);
+  EXPECT_EQ(t.result.status, TrialStatus::kIncorrect);
+  EXPECT_EQ(t.result.error, "max abs error 0.5 on new inputs");
+  EXPECT_EQ((*store_->JobBest("job1"))->config, runner_.Confirmations()[0][0]);
+}
+
+TEST_F(TrialLoopTest, AConfirmationThatFailsLeavesTheSearchsTimes) {
+  job_.max_trials = 20;
+  confirm_turns_ = 30;
+  runner_.set_answer([](const TrialTask& t) -> absl::StatusOr<TrialResult> {
+    if (t.rivals.empty()) return FakeRunner::AsAsked(t);
+    TrialResult r;  // As a task that brought its workers down is recorded.
+    r.status = TrialStatus::kCrashed;
+    r.error = "brought down 2 workers";
+    return r;
+  });
+  bool cancelled = false;
+  ASSERT_TRUE(RunLoop(cancelled).ok());
+  EXPECT_EQ(runner_.Confirmations().size(), 1u);
+  const std::vector<JobEvent> events = *store_->ListJobEvents("job1", 0, 100);
+  for (const JobEvent& e : events) {
+    EXPECT_EQ(e.trial.result.timed_against, 0);
+    EXPECT_EQ(e.trial.result.median_us, Latency(e.trial.config))
+        << ConfigKey(e.trial.config);
+  }
+  EXPECT_EQ((*store_->JobBest("job1"))->config, runner_.Confirmations()[0][0]);
 }
 
 TEST_F(TrialLoopTest, StoredResultsJoinTheJobWithoutRunning) {
@@ -205,6 +299,7 @@ TEST_F(TrialLoopTest, ATimeBudgetEndsTheSearch) {
 }
 
 TEST_F(TrialLoopTest, BadCandidatesAreRecordedNotRetimed) {
+  confirm_turns_ = 30;
   runner_.set_answer([](const TrialTask&) -> absl::StatusOr<TrialResult> {
     TrialResult r;
     r.status = TrialStatus::kIncorrect;
@@ -214,7 +309,8 @@ TEST_F(TrialLoopTest, BadCandidatesAreRecordedNotRetimed) {
   bool cancelled = false;
   ASSERT_TRUE(RunLoop(cancelled).ok());
   EXPECT_EQ(Events(), 10);
-  EXPECT_EQ(runner_.Finished(), 10);  // None timed again.
+  EXPECT_EQ(runner_.Finished(), 10);             // None timed again...
+  EXPECT_TRUE(runner_.Confirmations().empty());  // ...nor together.
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ done
 json=$(mktemp)
 other_gpu=$(mktemp)
 bad=$(mktemp)
-trap 'rm -f "$json" "$other_gpu" "$bad"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$json" "$other_gpu" "$bad" "$work"' EXIT
 # Judged against the times in turns where those cover a problem (every
 # problem of the decode recording), and a malformed file refused by line.
 decode="$src/tests/data/decode_fwd_landscapes_h100.csv"
@@ -90,4 +91,15 @@ out=$(TRIALS=8 "$src/bench/multi_gpu.sh" "$bin" 2 --evaluator=synthetic \
   --synthetic_delay_ms=5) || fail "multi_gpu.sh exited $?"
 [ "$(grep -c '"summary"' <<<"$out")" = 2 ] && [ "$(grep -c '"trials": 8' <<<"$out")" = 6 ] ||
   fail "multi_gpu.sh: $out"
+# The confirmations of an evotuned log: how far each job's fastest moved.
+printf '%s\n' "2026-01-01T00:00:00Z I job j1: its 3 fastest timed again together, 30 turns (us alone -> in turns): A=1,B=2 10.00 -> 10.40; A=2,B=2 10.10 -> 10.20; A=3,B=1 10.30 -> incorrect" \
+  "2026-01-01T00:00:01Z I job j2 succeeded" >"$work/confirm.log"
+out=$(python3 "$src/bench/confirm_summary.py" "$work/confirm.log" \
+  --json="$work/confirm.json") || fail "confirm_summary.py exited $?"
+grep -q '^| j1 | 3 | 1 | +2.5% | +4.0% | yes | +2.0% |$' <<<"$out" ||
+  fail "confirm_summary.py: $out"
+if python3 "$src/bench/confirm_summary.py" "$src/README.md" 2>"$work/err"; then
+  fail "confirm_summary.py read confirmations from a file without any"
+fi
+grep -q "no confirmation lines" "$work/err" || fail "confirm_summary.py: $(cat "$work/err")"
 echo "PASS"

@@ -27,6 +27,15 @@ for bin in "$evotuned" "$evotune" "$(dirname "$evotuned")/evotune-worker"; do
 done
 "$evotune" --help | grep "evotune \[flags\] best" >/dev/null ||
   fail "evotune --help has no command list"
+# A bad flag: exit status 2, the flag named, no store created.
+if "$evotuned" --db="$work/bad.db" --confirm_turns=-1 2>"$work/err"; then
+  fail "evotuned accepted --confirm_turns=-1"
+else
+  [ $? = 2 ] || fail "--confirm_turns=-1: exit status not 2"
+fi
+grep -q -- "--confirm_turns must be 0 to 1000, got -1" "$work/err" ||
+  fail "--confirm_turns=-1: $(cat "$work/err")"
+[ ! -e "$work/bad.db" ] || fail "a refused start created the store"
 
 start_daemon() {  # start_daemon LOGNAME DELAY_MS
   rm -f "$work/port"
@@ -125,8 +134,12 @@ after=$(sql "SELECT t.id || ' ' || t.config_key FROM job_trials jt JOIN trials t
   fail "job events not 1..25 over distinct trials"
 tail -n +"$((evaluated_before + 1))" "$work/evaluations.log" | grep " $problem " | awk '{print $3}' | sort >"$work/measured_after"
 printf '%s\n' "$stored" | awk '{print $2}' | sort >"$work/stored_before"
-[ -z "$(comm -12 "$work/measured_after" "$work/stored_before")" ] ||
-  fail "measured again after restart: $(comm -12 "$work/measured_after" "$work/stored_before")"
+# Once the search ended, its five fastest were timed again together (the
+# confirmation, through a worker); nothing else was measured again.
+sql "SELECT t.config_key FROM job_trials jt JOIN trials t ON t.id = jt.trial_id WHERE jt.job_id='$job2' AND t.timed_against = 4" | sort >"$work/confirmed"
+[ "$(wc -l <"$work/confirmed")" = 5 ] || fail "confirmed: $(cat "$work/confirmed")"
+again=$(comm -12 "$work/measured_after" "$work/stored_before" | comm -23 - "$work/confirmed")
+[ -z "$again" ] || fail "measured again after restart: $again"
 [ "$(sql "SELECT COUNT(*) FROM trials t JOIN problems p ON p.id = t.problem_id WHERE p.key='$problem'")" = 25 ] ||
   fail "trials of the problem are not exactly 25"
 cli jobs --state=succeeded | grep "$job2" >/dev/null || fail "jobs --state"

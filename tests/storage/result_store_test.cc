@@ -388,6 +388,55 @@ TEST_F(ResultStoreTest, TopKIsKeptUntilTheStoreWritesATrial) {
   EXPECT_EQ(best(), 60);
 }
 
+// Configs timed again together in turns: their results replace the stored
+// ones (latencies; a failure's status and error), the best follow them at
+// once, and a config without a trial gets one.
+TEST_F(ResultStoreTest, ResultsTimedInTurnsReplaceTheStoredOnes) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store
+                  ->BulkInsertTrials(Scope(), {{{{"A", 1}}, Ok(10)},
+                                               {{{"A", 2}}, Ok(11)},
+                                               {{{"A", 3}}, Ok(12)}})
+                  .ok());
+  auto best = [&] {
+    auto top =
+        store->TopK(Scope().device, Scope().problem, {{"naive", "abc"}}, 5);
+    std::vector<std::string> keys;
+    for (const RankedTrial& t : *top) keys.push_back(ConfigKey(t.trial.config));
+    return keys;
+  };
+  EXPECT_EQ(best(), (std::vector<std::string>{"A=1", "A=2", "A=3"}));
+  auto in_turns = [](double us) {
+    TrialResult r = Ok(us);
+    r.samples = 30;
+    r.timed_against = 3;
+    return r;
+  };
+  TrialResult wrong;
+  wrong.status = TrialStatus::kIncorrect;
+  wrong.error = "max abs error 0.5";
+  ASSERT_TRUE(store
+                  ->RecordTimedInTurns(Scope(), {{{{"A", 1}}, in_turns(10.4)},
+                                                 {{{"A", 2}}, wrong},
+                                                 {{{"A", 3}}, in_turns(10.2)},
+                                                 {{{"A", 4}}, in_turns(10.3)}})
+                  .ok());
+  EXPECT_EQ(best(), (std::vector<std::string>{"A=3", "A=4", "A=1"}));
+  const StoredTrial first = **store->FindTrial(Scope(), {{"A", 1}});
+  EXPECT_EQ(first.result.median_us, 10.4);
+  EXPECT_EQ(first.result.samples, 30);
+  EXPECT_EQ(first.result.timed_against, 3);
+  const StoredTrial second = **store->FindTrial(Scope(), {{"A", 2}});
+  EXPECT_EQ(second.result.status, TrialStatus::kIncorrect);
+  EXPECT_EQ(second.result.error, "max abs error 0.5");
+  EXPECT_EQ(second.result.median_us, 0);
+  EXPECT_EQ(*store->CountTrials(), 4);
+  // Reopened, the same.
+  store.reset();
+  store = OpenStore();
+  EXPECT_EQ(best(), (std::vector<std::string>{"A=3", "A=4", "A=1"}));
+}
+
 TEST_F(ResultStoreTest, KeyRowsOfARolledBackWriteAreForgotten) {
   auto store = OpenStore();
   JobRecord job;  // Never created: appending to it fails after the trial's

@@ -159,7 +159,8 @@ std::vector<std::vector<std::string>> BestRows(
       row.insert(row.end(), {"-", "-", "-", "-", r.fitted() ? "fitted" : "-"});
     } else {
       row.insert(row.end(),
-                 {absl::StrFormat("%.2f us", l.median_us()),
+                 {absl::StrFormat("%.2f us%s", l.median_us(),
+                                  l.timed_against() > 0 ? "*" : ""),
                   l.min_us() > 0 ? absl::StrFormat("%.2f us", l.min_us()) : "-",
                   l.p90_us() > 0 ? absl::StrFormat("%.2f us", l.p90_us()) : "-",
                   absl::StrFormat("%.1f%%", 100 * l.cv()),
@@ -215,6 +216,15 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
     absl::StrAppend(&out, "exact match\n");
   }
   absl::StrAppend(&out, FormatTable(BestRows(best)));
+  if (std::any_of(best.results().begin(), best.results().end(),
+                  [](const v1::RankedConfig& r) {
+                    return r.trial().latency().timed_against() > 0;
+                  })) {
+    absl::StrAppend(&out,
+                    "*: timed again once its search ended, in turns with "
+                    "that search's other fastest configs (their order was "
+                    "measured side by side)\n");
+  }
   if (!best.tuning_job_id().empty()) {
     absl::StrAppend(&out, "tuning this problem in the background as job ",
                     best.tuning_job_id(), " (evotune watch ",

@@ -193,10 +193,14 @@ std::string TopTable(const std::vector<v1::TrialEvent>& events) {
     absl::StrAppendFormat(
         &out,
         "<tr><td>%d</td><td>%s</td><td>%.2f us</td><td>%.2f us</td>"
-        "<td>%.2f us</td><td>%.1f%%</td><td>%d</td><td>#%d</td></tr>\n",
+        "<td>%.2f us</td><td>%.1f%%</td><td>%d%s</td><td>#%d</td></tr>\n",
         i + 1, Escape(FormatConfig(t.config())), t.latency().median_us(),
         t.latency().min_us(), t.latency().p90_us(), 100 * t.latency().cv(),
-        t.latency().samples(), ok[i]->sequence());
+        t.latency().samples(),
+        t.latency().timed_against() > 0
+            ? absl::StrCat(", in turns with ", t.latency().timed_against())
+            : "",
+        ok[i]->sequence());
   }
   return out + "</table>\n";
 }

@@ -35,6 +35,7 @@
 #include "tuner/evaluator/replay_evaluator.h"
 #include "tuner/wire/credentials.h"
 #include "tuner/wire/grpc_lifetime.h"
+#include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7433",
           "address to serve gRPC on; port 0 picks a free port");
@@ -106,6 +107,12 @@ ABSL_FLAG(bool, tune_on_miss, false,
           "background search for it (a query may say otherwise)");
 ABSL_FLAG(int, tune_on_miss_trials, 40,
           "trial budget of a tune-on-miss search");
+ABSL_FLAG(int, confirm_turns, evotune::JobManager::kDefaultConfirmTurns,
+          "once a search ends, its five fastest configs are timed again "
+          "together, one sample each per turn in a new random order, for "
+          "this many turns, and those times replace theirs (configs timed "
+          "one after another minutes apart differ by the GPU's drift as much "
+          "as by their speed); 0: not at all");
 ABSL_FLAG(bool, cost_model, true,
           "rank the configs served for untuned problems with a cost model "
           "trained on the device's trials (retrained in the background as "
@@ -377,7 +384,12 @@ int Fail(const absl::Status& s) {
 // job loop; then wait for SIGTERM or SIGINT and shut down in reverse.
 int Run() {
   sigset_t signals = BlockShutdownSignals();
-  // Bad credential flags are refused before the store is created.
+  // Bad flags are refused before the store is created.
+  const int confirm_turns = absl::GetFlag(FLAGS_confirm_turns);
+  if (confirm_turns < 0 || confirm_turns > kMaxTurns) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--confirm_turns must be 0 to ", kMaxTurns, ", got ", confirm_turns)));
+  }
   absl::StatusOr<AccessTokens> tokens = Tokens();
   if (!tokens.ok()) return Fail(tokens.status());
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -393,6 +405,7 @@ int Run() {
   WorkerPool* pool = trials->pool;
 
   JobManager jobs(store->get(), &templates, trials->runner.get());
+  jobs.SetConfirmTurns(confirm_turns);
   std::unique_ptr<CostModels> models =
       StartCostModels(store->get(), &templates, &jobs);
   TuningService service(

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tuner/evaluator/evaluate_task.h"
 
 namespace evotune {
 
@@ -76,8 +77,7 @@ absl::StatusOr<TrialResult> InProcessRunner::Run(const TrialTask& task) {
         absl::StrCat("template ", task.template_name, " version ",
                      task.template_hash, " is not in this build"));
   }
-  return task.quick ? evaluator_->QuickEvaluate(*t, task.config, task.problem)
-                    : evaluator_->Evaluate(*t, task.config, task.problem);
+  return EvaluateTask(*evaluator_, *t, task);
 }
 
 void InProcessRunner::Loop() {
@@ -96,7 +96,7 @@ void InProcessRunner::Loop() {
       for (const Queued& q : queue_) {
         const KernelTemplate* t = templates_->Find(q.task.template_name);
         if (t != nullptr)
-          evaluator_->Prefetch(*t, {q.task.config}, q.task.problem);
+          evaluator_->Prefetch(*t, TaskConfigs(q.task), q.task.problem);
       }
     }
     next.done(Run(next.task));

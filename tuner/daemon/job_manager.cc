@@ -383,6 +383,7 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
   };
   hooks.notify = [this] { Notify(); };
   hooks.clock = clock_;
+  hooks.confirm_turns = confirm_turns_;
   TrialLoop loop(store_, runner_, std::move(hooks), job, *t, device,
                  *std::move(strategy));
   return loop.Run(cancelled);

@@ -54,6 +54,12 @@ class JobManager {
   // before Start().
   void UseCostModels(CostModels* models) { models_ = models; }
 
+  // Samples per config with which a job's fastest configs are timed again
+  // together, in turns, once its search ends (TrialLoop's Confirm step); 0:
+  // not at all. Call before Start().
+  static constexpr int kDefaultConfirmTurns = 2 * kFullTimingSamples;
+  void SetConfirmTurns(int turns) { confirm_turns_ = turns; }
+
   // Queues the unfinished jobs of the store (oldest first) and starts the
   // job threads.
   absl::Status Start();
@@ -142,6 +148,7 @@ class JobManager {
   TrialRunner* const runner_;
   Clock* const clock_;
   CostModels* models_ = nullptr;
+  int confirm_turns_ = kDefaultConfirmTurns;
 
   mutable absl::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);

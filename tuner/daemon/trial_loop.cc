@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "tuner/common/log.h"
 #include "tuner/evaluator/evaluator.h"
@@ -13,17 +14,18 @@ namespace evotune {
 
 bool Elite::Admits(double median_us) const {
   return static_cast<int>(fastest_.size()) < kSize ||
-         median_us <= fastest_.back() * kMargin;
+         median_us <= fastest_.back().first * kMargin;
 }
 
-void Elite::Add(const TrialResult& r) {
+void Elite::Add(const Config& config, const TrialResult& r) {
   if (r.status != TrialStatus::kOk ||
       (r.samples != 0 && r.samples < kFullTimingSamples)) {
     return;
   }
-  fastest_.insert(
-      std::upper_bound(fastest_.begin(), fastest_.end(), r.median_us),
-      r.median_us);
+  auto at = std::upper_bound(
+      fastest_.begin(), fastest_.end(), r.median_us,
+      [](double t, const std::pair<double, Config>& e) { return t < e.first; });
+  fastest_.insert(at, {r.median_us, config});
   if (static_cast<int>(fastest_.size()) > kSize) fastest_.pop_back();
 }
 
@@ -48,6 +50,25 @@ void StoreOrphan(ResultStore* store, const TrialScope& scope,
   }
 }
 
+// One line for the log: each config's median alone and in turns.
+std::string ConfirmedLine(
+    const std::string& job_id, int turns,
+    const std::vector<std::pair<double, Config>>& alone,
+    const std::vector<std::pair<Config, TrialResult>>& timed) {
+  std::string out = absl::StrCat("job ", job_id, ": its ", timed.size(),
+                                 " fastest timed again together, ", turns,
+                                 " turns (us alone -> in turns):");
+  for (size_t i = 0; i < timed.size(); ++i) {
+    const TrialResult& r = timed[i].second;
+    absl::StrAppend(&out, i == 0 ? " " : "; ", ConfigKey(timed[i].first), " ",
+                    absl::StrFormat("%.2f", alone[i].first), " -> ",
+                    r.status == TrialStatus::kOk
+                        ? absl::StrFormat("%.2f", r.median_us)
+                        : std::string(TrialStatusName(r.status)));
+  }
+  return out;
+}
+
 }  // namespace
 
 TrialLoop::TrialLoop(ResultStore* store, TrialRunner* runner, Hooks hooks,
@@ -68,7 +89,7 @@ TrialLoop::TrialLoop(ResultStore* store, TrialRunner* runner, Hooks hooks,
       [this](const Config& c, const TrialResult& r) {
         strategy_->Report({{c, r}});
       },
-      [this](const Config&, const TrialResult& r) { elite_.Add(r); },
+      [this](const Config& c, const TrialResult& r) { elite_.Add(c, r); },
       [this](const Config&, const TrialResult&) { hooks_.notify(); },
   };
 }
@@ -76,6 +97,15 @@ TrialLoop::TrialLoop(ResultStore* store, TrialRunner* runner, Hooks hooks,
 TrialLoop::~TrialLoop() { Abandon(); }
 
 absl::Status TrialLoop::Run(bool& cancelled) {
+  absl::Status failure = Search(cancelled);
+  if (failure.ok() && !hooks_.should_stop(&cancelled)) {
+    failure = Confirm(cancelled);
+  }
+  Abandon();
+  return failure;
+}
+
+absl::Status TrialLoop::Search(bool& cancelled) {
   absl::Status failure = Resume();
   while (failure.ok() && !hooks_.should_stop(&cancelled)) {
     failure = Fill();
@@ -95,7 +125,6 @@ absl::Status TrialLoop::Run(bool& cancelled) {
     }
     failure = Tell(config, *arrival->result);
   }
-  Abandon();
   return failure;
 }
 
@@ -106,7 +135,7 @@ absl::Status TrialLoop::Resume() {
   std::vector<std::pair<Config, TrialResult>> known;
   for (const JobEvent& e : *done) {
     known.push_back({e.trial.config, e.trial.result});
-    elite_.Add(e.trial.result);
+    elite_.Add(e.trial.config, e.trial.result);
   }
   strategy_->Report(known);
   trials_done_ = static_cast<int64_t>(done->size());
@@ -153,21 +182,68 @@ std::optional<Config> TrialLoop::Next(int target) {
   return config;
 }
 
+absl::Status TrialLoop::Confirm(bool& cancelled) {
+  const std::vector<std::pair<double, Config>>& elite = elite_.members();
+  if (hooks_.confirm_turns <= 0 || elite.size() < 2) return absl::OkStatus();
+  TrialTask task{device_, template_.name, template_.hash, elite[0].second,
+                 job_.problem};
+  for (size_t i = 1; i < elite.size(); ++i) {
+    task.rivals.push_back(elite[i].second);
+  }
+  task.turns = hooks_.confirm_turns;
+  Launch(task);
+  std::optional<Arrival> arrival;
+  while (!arrival.has_value()) {
+    if (hooks_.should_stop(&cancelled)) return absl::OkStatus();
+    arrival = Await();
+  }
+  in_flight_.erase(arrival->id);
+  // The search's results are stored: a confirmation that fails leaves them
+  // as they are, and the job done.
+  if (!arrival->result.ok() ||
+      arrival->result->rival_results.size() != task.rivals.size()) {
+    LogInfo(
+        absl::StrCat("job ", job_.job_id,
+                     ": its fastest configs could not be timed ", "together (",
+                     arrival->result.ok() ? arrival->result->error
+                                          : arrival->result.status().ToString(),
+                     "); their own timings stand"));
+    return absl::OkStatus();
+  }
+  TrialResult result = *std::move(arrival->result);
+  std::vector<std::pair<Config, TrialResult>> timed;
+  for (size_t i = 0; i < task.rivals.size(); ++i) {
+    timed.push_back({task.rivals[i], std::move(result.rival_results[i])});
+  }
+  result.rival_results.clear();
+  timed.insert(timed.begin(), {task.config, std::move(result)});
+  if (absl::Status s = store_->RecordTimedInTurns(scope_, timed); !s.ok()) {
+    return s;
+  }
+  LogInfo(ConfirmedLine(job_.job_id, task.turns, elite, timed));
+  hooks_.notify();
+  return absl::OkStatus();
+}
+
 void TrialLoop::Launch(const Config& config, bool quick) {
+  Launch(TrialTask{device_, template_.name, template_.hash, config,
+                   job_.problem, quick});
+}
+
+void TrialLoop::Launch(TrialTask task) {
   const uint64_t key = ++launches_;
+  const Config config = task.config;
   in_flight_[key].config = config;
-  in_flight_[key].runner_id =
-      runner_->Start(TrialTask{device_, template_.name, template_.hash, config,
-                               job_.problem, quick},
-                     [box = inbox_, key, store = store_, scope = scope_,
-                      config](absl::StatusOr<TrialResult> r) {
-                       absl::MutexLock lock(&box->mu);
-                       if (box->abandoned) {
-                         if (r.ok()) StoreOrphan(store, scope, config, *r);
-                         return;
-                       }
-                       box->arrived.push_back({key, std::move(r)});
-                     });
+  in_flight_[key].runner_id = runner_->Start(
+      std::move(task), [box = inbox_, key, store = store_, scope = scope_,
+                        config](absl::StatusOr<TrialResult> r) {
+        absl::MutexLock lock(&box->mu);
+        if (box->abandoned) {
+          if (r.ok()) StoreOrphan(store, scope, config, *r);
+          return;
+        }
+        box->arrived.push_back({key, std::move(r)});
+      });
 }
 
 std::optional<TrialLoop::Arrival> TrialLoop::Await() {

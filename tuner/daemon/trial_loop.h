@@ -13,6 +13,12 @@
 //           job), then hand it to every measure callback: the strategy,
 //           the elite, the watchers (further ones, such as a cost model,
 //           are one more entry);
+//   Confirm once the search ended (budget or strategy exhausted), the
+//           elite's configs are timed again together, in turns, as one
+//           task (TrialTask::rivals), and their stored latencies replaced:
+//           they were timed one after another, minutes apart, and clocks
+//           drift by a few percent over that time, which is the size of
+//           the differences among the fastest configs;
 //   Abandon on the way out, queued trials are withdrawn and running ones
 //           store their result when it comes.
 //
@@ -53,10 +59,14 @@ class Elite {
   bool Admits(double median_us) const;
   // Counts only correct, fully timed results (rows from before timing
   // fidelity was recorded count as full).
-  void Add(const TrialResult& r);
+  void Add(const Config& config, const TrialResult& r);
+  // (median_us, config), fastest first.
+  const std::vector<std::pair<double, Config>>& members() const {
+    return fastest_;
+  }
 
  private:
-  std::vector<double> fastest_;  // Ascending, at most kSize.
+  std::vector<std::pair<double, Config>> fastest_;  // Ascending, <= kSize.
 };
 
 class TrialLoop {
@@ -68,6 +78,8 @@ class TrialLoop {
     std::function<void()> notify;
     // Times the job against its budget in seconds.
     Clock* clock = Clock::Real();
+    // Turns of the Confirm step (samples per config); 0: no Confirm.
+    int confirm_turns = 0;
   };
   using MeasureCallback =
       std::function<void(const Config& config, const TrialResult& result)>;
@@ -94,10 +106,13 @@ class TrialLoop {
   };
   struct Inbox;
 
+  absl::Status Search(bool& cancelled);
   absl::Status Resume();
   absl::Status Fill();
   std::optional<Config> Next(int target);
+  absl::Status Confirm(bool& cancelled);
   void Launch(const Config& config, bool quick);
+  void Launch(TrialTask task);
   std::optional<Arrival> Await();
   absl::Status Tell(const Config& config, const TrialResult& result);
   absl::Status Record(const Config& config, const TrialResult& result,

@@ -208,12 +208,13 @@ absl::Duration WorkerPool::DeadlineFor(const TrialTask& t) const {
   if (it != durations_.end() && !it->second.empty()) {
     expected = *std::max_element(it->second.begin(), it->second.end());
   }
-  return options_.deadline_factor * expected + options_.deadline_slack;
+  return options_.deadline_factor * TrialTaskWork(t) * expected +
+         options_.deadline_slack;
 }
 
 void WorkerPool::RecordDuration(const TrialTask& t, absl::Duration d) {
   std::deque<absl::Duration>& recent = durations_[DurationKey(t)];
-  recent.push_back(d);
+  recent.push_back(d / TrialTaskWork(t));
   if (recent.size() > kRecentDurations) recent.pop_front();
 }
 
@@ -337,6 +338,11 @@ absl::Status WorkerPool::Complete(const std::string& worker_id,
           w->second.task = 0;
           CountCrash(*id, result.error, &finished);
         }
+      } else if (!result.rival_results.empty() &&
+                 result.rival_results.size() != t->second.task.rivals.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rivals: ", result.rival_results.size(), " results for ",
+            t->second.task.rivals.size(), " rivals"));
       } else {
         RecordDuration(t->second.task,
                        options_.clock->Now() - t->second.leased_at);

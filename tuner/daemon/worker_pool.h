@@ -7,10 +7,11 @@
 // does the trial of a worker that reports its context lost or whose process
 // exits. A trial that has brought down `crashes_to_record` workers is recorded
 // as crashed and never handed out again. A trial still running past its
-// deadline (deadline_factor x the slowest recent trial on its device, plus
-// deadline_slack) is recorded as timeout and its worker is
-// killed: through the killer for local workers, and by the abort answer to its
-// next heartbeat for every worker. Thread-safe.
+// deadline (deadline_factor x the slowest recent trial on its device, times
+// the task's work when it times rivals in turns, plus deadline_slack) is
+// recorded as timeout and its worker is killed: through the killer for local
+// workers, and by the abort answer to its next heartbeat for every worker.
+// Thread-safe.
 #ifndef EVOTUNE_TUNER_DAEMON_WORKER_POOL_H_
 #define EVOTUNE_TUNER_DAEMON_WORKER_POOL_H_
 
@@ -104,6 +105,8 @@ class WorkerPool : public TrialRunner {
   // The result of a leased trial; the first result of a trial wins. With
   // `worker_lost` the result counts as one crash and the worker is dropped. A
   // result for a trial leased by an earlier daemon goes to the orphan sink.
+  // INVALID_ARGUMENT naming "rivals" when it has results for some of the
+  // task's rivals but not all.
   absl::Status Complete(const std::string& worker_id, const LeasedTask& leased,
                         TrialResult result, bool worker_lost);
 

@@ -17,11 +17,6 @@ namespace evotune {
 // evaluator itself cannot work (no device, out of device memory for the
 // inputs, ...) and the job should stop. Implementations need not be
 // thread-safe: callers evaluate one candidate at a time per evaluator.
-// Timing samples of a full and of a quick evaluation. A search times every
-// correct candidate quickly and only those that could enter its elite fully.
-inline constexpr int kFullTimingSamples = 15;
-inline constexpr int kQuickTimingSamples = 3;
-
 class Evaluator {
  public:
   virtual ~Evaluator() = default;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -25,6 +26,11 @@ enum class TrialStatus {
 absl::string_view TrialStatusName(TrialStatus status);
 bool IsValidTrialStatus(int value);
 
+// Timing samples of a full and of a quick evaluation. A search times every
+// correct candidate quickly and only those that could enter its elite fully.
+inline constexpr int kFullTimingSamples = 15;
+inline constexpr int kQuickTimingSamples = 3;
+
 // A bad candidate is data, not an error: status says what happened, error
 // holds the log (compiler output, mismatch report, ...). Latencies are set
 // only when status is kOk.
@@ -35,7 +41,13 @@ struct TrialResult {
   double p90_us = 0;
   double cv = 0;    // Coefficient of variation of the timing samples.
   int samples = 0;  // Timing samples behind the latencies.
+  // Other configs timed in turns with this one, sample by sample (a search's
+  // fastest, confirmed together); 0 when it was timed alone.
+  int timed_against = 0;
   std::string error;
+  // The results of a task's rivals (TrialTask::rivals), in their order; empty
+  // for a task without rivals, or one that failed as a whole.
+  std::vector<TrialResult> rival_results;
 };
 
 // What a device allows one block; read off the device at run time.

@@ -1,5 +1,7 @@
 #include "tuner/wire/message_convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace evotune {
@@ -131,6 +133,7 @@ v1::Latency LatencyToProto(const TrialResult& r) {
   l.set_p90_us(r.p90_us);
   l.set_cv(r.cv);
   l.set_samples(static_cast<uint32_t>(r.samples));
+  l.set_timed_against(static_cast<uint32_t>(std::max(0, r.timed_against)));
   return l;
 }
 
@@ -145,6 +148,8 @@ v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
   *out.mutable_problem() = ProblemToProto(t.problem);
   out.set_quick(t.quick);
   out.set_deadline_seconds(absl::ToDoubleSeconds(deadline));
+  for (const Config& c : t.rivals) *out.add_rivals() = ConfigToProto(c);
+  out.set_turns(static_cast<uint32_t>(std::max(0, t.turns)));
   return out;
 }
 
@@ -161,28 +166,84 @@ absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t) {
   if (!problem.ok()) return problem.status();
   out.problem = *problem;
   out.quick = t.quick();
+  if (t.rivals_size() > kMaxRivals) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task.rivals: ", t.rivals_size(), " configs, at most ", kMaxRivals));
+  }
+  for (const v1::Config& c : t.rivals()) {
+    absl::StatusOr<Config> rival = ConfigFromProto(c);
+    if (!rival.ok()) return rival.status();
+    out.rivals.push_back(*std::move(rival));
+  }
+  if (!out.rivals.empty() && (t.turns() < 1 || t.turns() > kMaxTurns)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task.turns: ", t.turns(), " with rivals; must be 1 to ", kMaxTurns));
+  }
+  out.turns = static_cast<int>(t.turns());
   return out;
 }
 
-absl::StatusOr<TrialResult> ResultFromProto(const v1::CompleteTrialRequest& r) {
-  if (!IsValidTrialStatus(static_cast<int>(r.status()))) {
+v1::RivalResult RivalToProto(const TrialResult& r) {
+  v1::RivalResult out;
+  out.set_status(static_cast<v1::TrialStatus>(r.status));
+  if (r.status == TrialStatus::kOk) *out.mutable_latency() = LatencyToProto(r);
+  out.set_error(r.error);
+  return out;
+}
+
+void SetResult(const TrialResult& r, v1::CompleteTrialRequest* out) {
+  out->set_status(static_cast<v1::TrialStatus>(r.status));
+  if (r.status == TrialStatus::kOk) *out->mutable_latency() = LatencyToProto(r);
+  out->set_error(r.error);
+  for (const TrialResult& rival : r.rival_results) {
+    *out->add_rivals() = RivalToProto(rival);
+  }
+}
+
+namespace {
+
+// A result's own fields, wherever they sit; `prefix` names them in errors.
+absl::StatusOr<TrialResult> OutcomeFromProto(int status,
+                                             const v1::Latency& latency,
+                                             const std::string& error,
+                                             absl::string_view prefix) {
+  if (!IsValidTrialStatus(status)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("status: unknown trial status ", r.status()));
+        absl::StrCat(prefix, "status: unknown trial status ", status));
   }
   TrialResult out;
-  out.status = static_cast<TrialStatus>(r.status());
+  out.status = static_cast<TrialStatus>(status);
   if (out.status == TrialStatus::kOk) {
-    out.median_us = r.latency().median_us();
-    out.min_us = r.latency().min_us();
-    out.p90_us = r.latency().p90_us();
-    out.cv = r.latency().cv();
-    out.samples = static_cast<int>(r.latency().samples());
+    out.median_us = latency.median_us();
+    out.min_us = latency.min_us();
+    out.p90_us = latency.p90_us();
+    out.cv = latency.cv();
+    out.samples = static_cast<int>(latency.samples());
+    out.timed_against = static_cast<int>(
+        std::min<uint32_t>(latency.timed_against(), kMaxRivals));
     if (!(out.median_us > 0)) {
-      return absl::InvalidArgumentError(
-          "latency.median_us: must be positive for an ok trial");
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "latency.median_us: must be positive for an ok trial"));
     }
   }
-  out.error = r.error();
+  out.error = error;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TrialResult> ResultFromProto(const v1::CompleteTrialRequest& r) {
+  absl::StatusOr<TrialResult> out = OutcomeFromProto(
+      static_cast<int>(r.status()), r.latency(), r.error(), "");
+  if (!out.ok()) return out.status();
+  for (int i = 0; i < r.rivals_size(); ++i) {
+    const v1::RivalResult& rival = r.rivals(i);
+    absl::StatusOr<TrialResult> result =
+        OutcomeFromProto(static_cast<int>(rival.status()), rival.latency(),
+                         rival.error(), absl::StrCat("rivals[", i, "]."));
+    if (!result.ok()) return result.status();
+    out->rival_results.push_back(*std::move(result));
+  }
   return out;
 }
 

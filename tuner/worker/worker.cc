@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "tuner/common/log.h"
+#include "tuner/evaluator/evaluate_task.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {
@@ -149,7 +150,7 @@ void Worker::Prefetch(const v1::LeaseTrialResponse& response) {
     const KernelTemplate* t = templates_->Find(u.template_name());
     absl::StatusOr<TrialTask> task = TaskFromProto(u);
     if (t == nullptr || t->hash != u.template_hash() || !task.ok()) continue;
-    evaluator_->Prefetch(*t, {task->config}, task->problem);
+    evaluator_->Prefetch(*t, TaskConfigs(*task), task->problem);
   }
 }
 
@@ -166,9 +167,7 @@ v1::CompleteTrialRequest Worker::Evaluate(const v1::TrialTask& proto) {
         absl::StrCat("template ", proto.template_name(), " version ",
                      proto.template_hash(), " is not in this worker"));
   } else {
-    result = task->quick
-                 ? evaluator_->QuickEvaluate(*t, task->config, task->problem)
-                 : evaluator_->Evaluate(*t, task->config, task->problem);
+    result = EvaluateTask(*evaluator_, *t, *task);
   }
   if (!result.ok()) {
     // The evaluator itself cannot work: count it against the trial, and let
@@ -178,13 +177,13 @@ v1::CompleteTrialRequest Worker::Evaluate(const v1::TrialTask& proto) {
     out.set_worker_lost(true);
     return out;
   }
-  out.set_status(static_cast<v1::TrialStatus>(result->status));
-  if (result->status == TrialStatus::kOk) {
-    *out.mutable_latency() = LatencyToProto(*result);
+  SetResult(*result, &out);
+  bool lost = result->status == TrialStatus::kCrashed;
+  for (const TrialResult& rival : result->rival_results) {
+    lost = lost || rival.status == TrialStatus::kCrashed;
   }
-  out.set_error(result->error);
   // A crash poisons the CUDA context for good.
-  out.set_worker_lost(result->status == TrialStatus::kCrashed);
+  out.set_worker_lost(lost);
   return out;
 }
 
