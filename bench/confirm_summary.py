@@ -6,7 +6,10 @@ in turns, and logs one line per job: each config's median alone (as the
 search timed it) and in turns. For each job this prints how far the times
 moved, and whether the fastest changed.
 
-    bench/confirm_summary.py EVOTUNED_LOG [--json OUT]
+    bench/confirm_summary.py EVOTUNED_LOG [--sweep SWEEP_OUT] [--json OUT]
+
+SWEEP_OUT, the output of bench/run_sweep.sh, names each job's problem and
+template.
 """
 import argparse
 import json
@@ -17,6 +20,18 @@ import sys
 LINE = re.compile(r"job (\S+): its (\d+) fastest timed again together, "
                   r"(\d+) turns \(us alone -> in turns\): (.*)$")
 ENTRY = re.compile(r"(\S+) ([0-9.]+) -> (\S+)$")
+SWEEP_JOB = re.compile(r"^(\S+) (\S+): job (j[0-9a-f]+) ")
+
+
+def job_names(path):
+    """Job id -> "problem template", from run_sweep.sh's output."""
+    names = {}
+    with open(path) as f:
+        for line in f:
+            m = SWEEP_JOB.match(line)
+            if m:
+                names[m.group(3)] = f"{m.group(1)} {m.group(2)}"
+    return names
 
 
 def parse(path):
@@ -50,7 +65,7 @@ def summarise(job):
     fastest_in_turns = min(ok, key=lambda c: c["in_turns_us"]) if ok else None
     first = job["configs"][0]
     return {
-        "job": job["job"],
+        "job": " ".join(filter(None, [job["job"], job.get("name")])),
         "configs": len(job["configs"]),
         "failed_in_turns": len(job["configs"]) - len(ok),
         "median_move": statistics.median(moves) if moves else None,
@@ -66,11 +81,15 @@ def summarise(job):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("log")
+    p.add_argument("--sweep", help="run_sweep.sh's output: job names")
     p.add_argument("--json", help="write the jobs and summaries here")
     a = p.parse_args()
     jobs = parse(a.log)
     if not jobs:
         sys.exit(f"{a.log}: no confirmation lines")
+    names = job_names(a.sweep) if a.sweep else {}
+    for j in jobs:
+        j["name"] = names.get(j["job"], "")
     rows = [summarise(j) for j in jobs]
     print("| job | configs | failed | median move | largest move | fastest "
           "changed | search's first, in turns, vs the fastest |")

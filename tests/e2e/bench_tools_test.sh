@@ -94,9 +94,11 @@ out=$(TRIALS=8 "$src/bench/multi_gpu.sh" "$bin" 2 --evaluator=synthetic \
 # The confirmations of an evotuned log: how far each job's fastest moved.
 printf '%s\n' "2026-01-01T00:00:00Z I job j1: its 3 fastest timed again together, 30 turns (us alone -> in turns): A=1,B=2 10.00 -> 10.40; A=2,B=2 10.10 -> 10.20; A=3,B=1 10.30 -> incorrect" \
   "2026-01-01T00:00:01Z I job j2 succeeded" >"$work/confirm.log"
+echo "seed flash_fwd_tma: job j1 succeeded: 40 trials in 0:02" >"$work/sweep.txt"
 out=$(python3 "$src/bench/confirm_summary.py" "$work/confirm.log" \
-  --json="$work/confirm.json") || fail "confirm_summary.py exited $?"
-grep -q '^| j1 | 3 | 1 | +2.5% | +4.0% | yes | +2.0% |$' <<<"$out" ||
+  --sweep="$work/sweep.txt" --json="$work/confirm.json") ||
+  fail "confirm_summary.py exited $?"
+grep -q '^| j1 seed flash_fwd_tma | 3 | 1 | +2.5% | +4.0% | yes | +2.0% |$' <<<"$out" ||
   fail "confirm_summary.py: $out"
 if python3 "$src/bench/confirm_summary.py" "$src/README.md" 2>"$work/err"; then
   fail "confirm_summary.py read confirmations from a file without any"
