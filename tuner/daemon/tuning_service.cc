@@ -561,7 +561,11 @@ absl::Status TuningService::WatchJob(
     }
     if (!events->empty()) continue;
     if (IsFinal(job->state)) {
-      send({{*job, best}, std::nullopt});
+      // As stored: the job's fastest may have been timed again together.
+      absl::StatusOr<std::optional<StoredTrial>> stored =
+          store_->JobBest(job_id);
+      if (!stored.ok()) return stored.status();
+      send({{*job, *std::move(stored)}, std::nullopt});
       return absl::OkStatus();
     }
     jobs_->WaitForChange(version, absl::Seconds(1));
