@@ -276,66 +276,69 @@ TEST(WorkerPoolTest, ATrialPastItsDeadlineTimesOutAndItsWorkerIsKilled) {
   EXPECT_EQ(o.result->status, TrialStatus::kTimeout);
 }
 
-TEST(WorkerPoolTest, DeadlinesFollowTheSlowestRecentTrial) {
-  FakeClock clock;
-  WorkerPool::Options options = Fast();
-  options.deadline_factor = 4;
-  options.clock = &clock;
-  WorkerPool pool(options);
-  const std::string w = *pool.Register(Info("w"));
-  Outcome a, b;
-  pool.Start(Task(4), a.Callback());
-  const LeasedTask first = MustLease(pool, w);
-  clock.Advance(absl::Milliseconds(50));  // The first trial's duration.
-  ASSERT_TRUE(pool.Complete(w, first, Ok(1), false).ok());
-  pool.Start(Task(8), b.Callback());
-  const LeasedTask second = MustLease(pool, w);
+// A pool on a fake clock (deadline_factor 4) whose worker "w" finished one
+// trial in 50 ms.
+class WorkerPoolDeadlineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.deadline_factor = 4;
+    options_.clock = &clock_;
+    pool_ = std::make_unique<WorkerPool>(options_);
+    w_ = *pool_->Register(Info("w"));
+    pool_->Start(Task(4), first_.Callback());
+    const LeasedTask first = MustLease(*pool_, w_);
+    clock_.Advance(absl::Milliseconds(50));
+    ASSERT_TRUE(pool_->Complete(w_, first, Ok(1), false).ok());
+  }
+
+  FakeClock clock_;
+  WorkerPool::Options options_ = Fast();
+  std::unique_ptr<WorkerPool> pool_;
+  std::string w_;
+  Outcome first_;
+};
+
+TEST_F(WorkerPoolDeadlineTest, DeadlinesFollowTheSlowestRecentTrial) {
+  Outcome b;
+  pool_->Start(Task(8), b.Callback());
+  const LeasedTask second = MustLease(*pool_, w_);
   EXPECT_EQ(second.deadline,
-            4 * absl::Milliseconds(50) + options.deadline_slack);
-  ASSERT_TRUE(pool.Complete(w, second, Ok(1), false).ok());
+            4 * absl::Milliseconds(50) + options_.deadline_slack);
+  ASSERT_TRUE(pool_->Complete(w_, second, Ok(1), false).ok());
 }
 
 // A task timing rivals in turns holds several trials' work: its deadline
 // grows with it, and its duration counts per trial for the next deadlines.
-TEST(WorkerPoolTest, ATaskWithRivalsGetsADeadlineForItsWork) {
-  FakeClock clock;
-  WorkerPool::Options options = Fast();
-  options.deadline_factor = 4;
-  options.clock = &clock;
-  WorkerPool pool(options);
-  const std::string w = *pool.Register(Info("w"));
-  Outcome a, b, c;
-  pool.Start(Task(4), a.Callback());
-  const LeasedTask first = MustLease(pool, w);
-  clock.Advance(absl::Milliseconds(50));
-  ASSERT_TRUE(pool.Complete(w, first, Ok(1), false).ok());
+TEST_F(WorkerPoolDeadlineTest, ATaskWithRivalsGetsADeadlineForItsWork) {
+  Outcome b, c;
   TrialTask confirm = Task(8);
   confirm.rivals = {Task(2).config, Task(1).config};
   confirm.turns = 2 * kFullTimingSamples;  // Twice a full timing each.
-  pool.Start(confirm, b.Callback());
-  const LeasedTask together = MustLease(pool, w);
+  pool_->Start(confirm, b.Callback());
+  const LeasedTask together = MustLease(*pool_, w_);
   EXPECT_EQ(together.task.rivals, confirm.rivals);
   EXPECT_EQ(together.deadline,
-            4 * 6 * absl::Milliseconds(50) + options.deadline_slack);
+            4 * 6 * absl::Milliseconds(50) + options_.deadline_slack);
   // Results for some of its rivals but not all are refused.
   TrialResult partial = Ok(1);
   partial.rival_results = {Ok(2)};
-  absl::Status refused = pool.Complete(w, together, partial, false);
+  absl::Status refused = pool_->Complete(w_, together, partial, false);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("rivals"));
   EXPECT_FALSE(b.done.HasBeenNotified());
-  clock.Advance(absl::Milliseconds(6 * 40));
+  clock_.Advance(absl::Milliseconds(6 * 40));
   TrialResult all = Ok(1);
   all.rival_results = {Ok(2), Ok(3)};
-  ASSERT_TRUE(pool.Complete(w, together, all, false).ok());
+  ASSERT_TRUE(pool_->Complete(w_, together, all, false).ok());
   ASSERT_TRUE(b.Wait());
   ASSERT_EQ(b.result->rival_results.size(), 2u);
   EXPECT_EQ(b.result->rival_results[1].median_us, 3);
   // 240 ms for six trials' work: 40 ms a trial, under the 50 ms before.
-  pool.Start(Task(16), c.Callback());
-  const LeasedTask next = MustLease(pool, w);
-  EXPECT_EQ(next.deadline, 4 * absl::Milliseconds(50) + options.deadline_slack);
-  ASSERT_TRUE(pool.Complete(w, next, Ok(1), false).ok());
+  pool_->Start(Task(16), c.Callback());
+  const LeasedTask next = MustLease(*pool_, w_);
+  EXPECT_EQ(next.deadline,
+            4 * absl::Milliseconds(50) + options_.deadline_slack);
+  ASSERT_TRUE(pool_->Complete(w_, next, Ok(1), false).ok());
 }
 
 TEST(WorkerPoolTest, AResultLeasedByAnEarlierDaemonIsStoredAsAnOrphan) {
