@@ -116,7 +116,7 @@ TEST_F(JobManagerTest, SearchesGetTheDevicesCostModel) {
   std::vector<CostSample> samples;
   for (const Config& c : configs) samples.push_back({&t, c, job.problem, 0});
   EXPECT_EQ(predict(configs),
-            *models.Get(job.device)->model->PredictUs(samples));
+            *models.Get(job.device)->model->ScreenUs(samples));
 }
 
 // A search does not try again what was rejected for resources at the same

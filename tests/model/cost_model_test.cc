@@ -1,6 +1,8 @@
 #include "tuner/model/cost_model.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -78,12 +80,16 @@ TEST(CostModelTest, LearnsWhichConfigIsFasterOnAnUnseenProblem) {
   }
   EXPECT_LE(Law(asked[best].config, asked[best].problem), 1.05 * true_best);
 
-  // The predictor a search screens with says the same, in order.
+  // The predictor a search screens with gives the screen's estimates, in
+  // order.
   std::vector<Config> configs;
   for (const CostSample& a : asked) configs.push_back(a.config);
+  const std::shared_ptr<const CostModel> shared = std::move(model);
   const std::function<std::vector<double>(const std::vector<Config>&)> predict =
-      ConfigPredictor(std::move(model), &t, DecodeProblem(4096));
-  EXPECT_EQ(predict(configs), *us);
+      ConfigPredictor(shared, &t, DecodeProblem(4096));
+  const std::vector<double> screened = predict(configs);
+  EXPECT_EQ(screened, *shared->ScreenUs(asked));
+  EXPECT_NE(screened, *us) << "the order model corrects the latencies";
   EXPECT_TRUE(predict({}).empty());
 }
 
@@ -145,6 +151,52 @@ TEST(CostModelTest, PredictsWithTheFirstTreesOnly) {
   const std::vector<double> coarse = *model->PredictUs(asked, 5);
   ASSERT_EQ(coarse.size(), all.size());
   EXPECT_NE(coarse, all);
+}
+
+// The screen's estimates are the latency model's, each scaled by the order
+// model's standardised score: over the candidates the scaling averages out
+// (in logs), and with a large weight the order model alone decides, and it
+// has learnt the law's order: its fastest is truly among the fastest.
+TEST(CostModelTest, TheScreenCorrectsLatenciesByTheOrderModel) {
+  const std::vector<CostSample> asked = Unseen();
+  for (double weight : {0.1, 10.0}) {
+    CostModelOptions options;
+    options.order_weight = weight;
+    std::unique_ptr<CostModel> model = TrainOnLaw(options);
+    ASSERT_NE(model, nullptr);
+    const std::vector<double> us = *model->PredictUs(asked);
+    const std::vector<double> screened = *model->ScreenUs(asked);
+    ASSERT_EQ(screened.size(), us.size());
+    double log_ratios = 0, true_best = 1e30;
+    size_t best = 0;
+    for (size_t i = 0; i < us.size(); ++i) {
+      log_ratios += std::log(screened[i] / us[i]);
+      if (screened[i] < screened[best]) best = i;
+      true_best = std::min(true_best, Law(asked[i].config, asked[i].problem));
+    }
+    EXPECT_NEAR(log_ratios, 0, 1e-6 * us.size()) << weight;
+    EXPECT_LE(Law(asked[best].config, asked[best].problem), 1.05 * true_best)
+        << weight;
+    // One candidate has nothing to be ranked against.
+    EXPECT_EQ(*model->ScreenUs({asked[best]}),
+              *model->PredictUs({asked[best]}));
+  }
+}
+
+// Without the order model (or with no weight) the screen is the latency
+// model.
+TEST(CostModelTest, WithoutTheOrderModelTheScreenIsTheLatencyModel) {
+  const std::vector<CostSample> asked = Unseen();
+  CostModelOptions options;
+  options.order_model = false;
+  std::unique_ptr<CostModel> model = TrainOnLaw(options);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(*model->ScreenUs(asked), *model->PredictUs(asked));
+  options = {};
+  options.order_weight = 0;
+  model = TrainOnLaw(options);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(*model->ScreenUs(asked), *model->PredictUs(asked));
 }
 
 TEST(CostModelTest, NoSamplesIsAnError) {

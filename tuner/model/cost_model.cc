@@ -3,59 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
+#include <numeric>
 #include <string>
-#include <thread>
+#include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "xgboost/c_api.h"
+#include "tuner/space/problem.h"
 
 namespace evotune {
 namespace {
-
-constexpr float kMissing = std::numeric_limits<float>::quiet_NaN();
-
-absl::Status XgbError(const char* what) {
-  return absl::InternalError(
-      absl::StrCat("cost model: ", what, ": ", XGBGetLastError()));
-}
-
-// Owns a DMatrix.
-class OwnedMatrix {
- public:
-  ~OwnedMatrix() {
-    if (handle_ != nullptr) XGDMatrixFree(handle_);
-  }
-  absl::Status Create(const std::vector<float>& values, size_t cols) {
-    if (XGDMatrixCreateFromMat(values.data(), values.size() / cols, cols,
-                               kMissing, &handle_) != 0) {
-      return XgbError("building the feature matrix");
-    }
-    return absl::OkStatus();
-  }
-  DMatrixHandle handle() const { return handle_; }
-
- private:
-  DMatrixHandle handle_ = nullptr;
-};
-
-absl::Status SetParams(BoosterHandle booster, const CostModelOptions& o) {
-  const std::pair<const char*, std::string> params[] = {
-      {"objective", "reg:squarederror"},
-      {"tree_method", "hist"},
-      {"max_depth", std::to_string(o.max_depth)},
-      {"eta", std::to_string(o.learning_rate)},
-      {"nthread", std::to_string(o.threads)},
-      {"seed", std::to_string(o.seed)},
-      {"verbosity", "0"},
-  };
-  for (const auto& [name, value] : params) {
-    if (XGBoosterSetParam(booster, name, value.c_str()) != 0) {
-      return XgbError(name);
-    }
-  }
-  return absl::OkStatus();
-}
 
 // The samples' rows, each on its own problem or, given one, on `asked`.
 std::vector<float> FeatureMatrix(const FeatureMap& features,
@@ -88,59 +43,82 @@ std::vector<double> LogWork(const FeatureMap& features,
   return out;
 }
 
+BoosterOptions LatencyOptions(const CostModelOptions& o) {
+  BoosterOptions b;
+  b.rounds = o.rounds;
+  b.max_depth = o.max_depth;
+  b.learning_rate = o.learning_rate;
+  b.threads = o.threads;
+  b.seed = o.seed;
+  b.predictors = o.predictors;
+  return b;
+}
+
+// The latency model's data: labels log(µs) less LogWork.
+BoosterData LatencyData(const FeatureMap& features, std::vector<float> values,
+                        const std::vector<CostSample>& samples,
+                        const DeviceLimits& limits) {
+  BoosterData data;
+  const std::vector<double> work = LogWork(features, values, limits);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    data.labels.push_back(
+        static_cast<float>(std::log(samples[i].median_us) - work[i]));
+  }
+  data.values = std::move(values);
+  data.cols = features.size();
+  return data;
+}
+
+// The order model's data: the rows grouped by template and problem, labels
+// -log(µs) (faster ranks higher).
+BoosterData OrderData(const std::vector<float>& values, size_t cols,
+                      const std::vector<CostSample>& samples) {
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (const CostSample& s : samples) {
+    keys.emplace_back(s.t->name, ProblemKey(s.problem));
+  }
+  std::vector<size_t> order(samples.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  BoosterData data;
+  data.cols = cols;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
+    data.values.insert(data.values.end(), values.begin() + i * cols,
+                       values.begin() + (i + 1) * cols);
+    data.labels.push_back(static_cast<float>(-std::log(samples[i].median_us)));
+    if (k == 0 || keys[i] != keys[order[k - 1]]) data.groups.push_back(0);
+    ++data.groups.back();
+  }
+  return data;
+}
+
+// `scores` less their mean, over their standard deviation; all 0 when they
+// are alike.
+std::vector<double> Standardised(const std::vector<float>& scores) {
+  const double n = static_cast<double>(scores.size());
+  const double mean = std::accumulate(scores.begin(), scores.end(), 0.0) / n;
+  double squares = 0;
+  for (float s : scores) squares += (s - mean) * (s - mean);
+  const double sd = std::sqrt(squares / n);
+  std::vector<double> z(scores.size(), 0);
+  if (sd <= 1e-12) return z;
+  for (size_t i = 0; i < z.size(); ++i) z[i] = (scores[i] - mean) / sd;
+  return z;
+}
+
 }  // namespace
 
 CostModel::CostModel(std::shared_ptr<const FeatureMap> features,
-                     DeviceLimits limits, void* booster,
-                     int64_t trained_samples)
+                     DeviceLimits limits, int64_t trained_samples,
+                     double order_weight)
     : features_(std::move(features)),
       limits_(limits),
-      trained_samples_(trained_samples) {
-  predictors_.push_back(std::make_unique<Predictor>());
-  predictors_[0]->booster = booster;
-}
+      trained_samples_(trained_samples),
+      order_weight_(order_weight) {}
 
-CostModel::~CostModel() {
-  for (auto& p : predictors_) XGBoosterFree(p->booster);
-}
-
-absl::Status CostModel::AddPredictors(int count) {
-  bst_ulong size = 0;
-  const char* bytes = nullptr;
-  if (XGBoosterSaveModelToBuffer(predictors_[0]->booster,
-                                 R"({"format": "json"})", &size, &bytes) != 0) {
-    return XgbError("saving the model");
-  }
-  const std::string model(bytes, size);  // The buffer is the booster's.
-  while (static_cast<int>(predictors_.size()) < count) {
-    auto p = std::make_unique<Predictor>();
-    if (XGBoosterCreate(nullptr, 0, &p->booster) != 0) {
-      return XgbError("creating a predictor");
-    }
-    predictors_.push_back(std::move(p));
-    if (XGBoosterLoadModelFromBuffer(predictors_.back()->booster, model.data(),
-                                     model.size()) != 0) {
-      return XgbError("loading a predictor");
-    }
-  }
-  for (auto& p : predictors_) {
-    if (XGBoosterSetParam(p->booster, "nthread", "1") != 0) {
-      return XgbError("setting a predictor's threads");
-    }
-  }
-  return absl::OkStatus();
-}
-
-CostModel::Predictor* CostModel::Acquire() const {
-  const size_t n = predictors_.size();
-  const size_t first = next_.fetch_add(1, std::memory_order_relaxed) % n;
-  for (size_t i = 0; i < n; ++i) {
-    Predictor* p = predictors_[(first + i) % n].get();
-    if (p->mu.TryLock()) return p;
-  }
-  predictors_[first]->mu.Lock();
-  return predictors_[first].get();
-}
+CostModel::~CostModel() = default;
 
 absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
     std::shared_ptr<const FeatureMap> features,
@@ -149,44 +127,24 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   if (samples.empty()) {
     return absl::InvalidArgumentError("cost model: no samples to train on");
   }
-  const std::vector<float> values =
-      FeatureMatrix(*features, samples, limits, nullptr);
-  const std::vector<double> work = LogWork(*features, values, limits);
-  std::vector<float> labels;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    labels.push_back(
-        static_cast<float>(std::log(samples[i].median_us) - work[i]));
-  }
-  OwnedMatrix train;
-  if (absl::Status s = train.Create(values, features->size()); !s.ok()) {
-    return s;
-  }
-  if (XGDMatrixSetFloatInfo(train.handle(), "label", labels.data(),
-                            labels.size()) != 0) {
-    return XgbError("setting the labels");
-  }
-  DMatrixHandle dmats[] = {train.handle()};
-  BoosterHandle booster = nullptr;
-  if (XGBoosterCreate(dmats, 1, &booster) != 0) return XgbError("creating");
-  // From here the model owns the booster and frees it on every path.
   std::unique_ptr<CostModel> model(
-      new CostModel(std::move(features), limits, booster,
-                    static_cast<int64_t>(samples.size())));
-  if (absl::Status s = SetParams(booster, options); !s.ok()) {
-    return s;
+      new CostModel(features, limits, static_cast<int64_t>(samples.size()),
+                    options.order_weight));
+  std::vector<float> values =
+      FeatureMatrix(*features, samples, limits, nullptr);
+  if (options.order_model) {
+    BoosterOptions o = LatencyOptions(options);
+    o.objective = "rank:pairwise";
+    absl::StatusOr<std::unique_ptr<Booster>> order =
+        Booster::Train(OrderData(values, features->size(), samples), o);
+    if (!order.ok()) return order.status();
+    model->order_ = *std::move(order);
   }
-  for (int i = 0; i < options.rounds; ++i) {
-    if (XGBoosterUpdateOneIter(booster, i, train.handle()) != 0) {
-      return XgbError("training");
-    }
-  }
-  const int predictors =
-      options.predictors > 0
-          ? options.predictors
-          : static_cast<int>(
-                std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
-  if (absl::Status s = model->AddPredictors(predictors); !s.ok()) return s;
-  model->trees_ = options.rounds;
+  absl::StatusOr<std::unique_ptr<Booster>> latency =
+      Booster::Train(LatencyData(*features, std::move(values), samples, limits),
+                     LatencyOptions(options));
+  if (!latency.ok()) return latency.status();
+  model->latency_ = *std::move(latency);
   return model;
 }
 
@@ -201,35 +159,28 @@ absl::StatusOr<std::vector<double>> CostModel::PredictUsOn(
   return Predict(FeatureMatrix(*features_, samples, limits_, &problem), trees);
 }
 
+absl::StatusOr<std::vector<double>> CostModel::ScreenUs(
+    const std::vector<CostSample>& samples) const {
+  const std::vector<float> values =
+      FeatureMatrix(*features_, samples, limits_, nullptr);
+  absl::StatusOr<std::vector<double>> us = Predict(values, 0);
+  if (!us.ok() || order_ == nullptr || us->size() < 2) return us;
+  absl::StatusOr<std::vector<float>> scores = order_->Predict(values);
+  if (!scores.ok()) return scores.status();
+  const std::vector<double> z = Standardised(*scores);
+  for (size_t i = 0; i < us->size(); ++i) {
+    (*us)[i] *= std::exp(-order_weight_ * z[i]);
+  }
+  return us;
+}
+
 absl::StatusOr<std::vector<double>> CostModel::Predict(
     const std::vector<float>& values, int trees) const {
-  const size_t rows = values.size() / features_->size();
-  if (rows == 0) return std::vector<double>{};
-  // In place from the rows as they are (XGBoost's array interface): a
-  // DMatrix would copy and index them first, several times the prediction.
-  const std::string array =
-      absl::StrCat(R"({"data": [)", reinterpret_cast<uintptr_t>(values.data()),
-                   R"(, true], "shape": [)", rows, ", ", features_->size(),
-                   R"(], "typestr": "<f4", "version": 3})");
-  const std::string config = absl::StrCat(
-      R"({"type": 0, "training": false, "cache_id": 0, "iteration_begin": 0, )",
-      R"("iteration_end": )", trees > 0 && trees < trees_ ? trees : 0,
-      R"(, "strict_shape": false, "missing": NaN})");
+  absl::StatusOr<std::vector<float>> out = latency_->Predict(values, trees);
+  if (!out.ok()) return out.status();
   const std::vector<double> work = LogWork(*features_, values, limits_);
-  Predictor* p = Acquire();
-  const bst_ulong* shape = nullptr;
-  bst_ulong dims = 0;
-  const float* out = nullptr;
-  const bool failed =
-      XGBoosterPredictFromDense(p->booster, array.c_str(), config.c_str(),
-                                nullptr, &shape, &dims, &out) != 0;
-  std::vector<double> us;
-  us.reserve(rows);
-  for (size_t i = 0; !failed && i < rows; ++i) {
-    us.push_back(std::exp(out[i] + work[i]));
-  }
-  p->mu.Unlock();
-  if (failed) return XgbError("predicting");
+  std::vector<double> us(out->size());
+  for (size_t i = 0; i < us.size(); ++i) us[i] = std::exp((*out)[i] + work[i]);
   return us;
 }
 
@@ -239,7 +190,7 @@ std::function<std::vector<double>(const std::vector<Config>&)> ConfigPredictor(
   return [model, t, problem](const std::vector<Config>& configs) {
     std::vector<CostSample> samples;
     for (const Config& c : configs) samples.push_back({t, c, problem, 0});
-    absl::StatusOr<std::vector<double>> us = model->PredictUs(samples);
+    absl::StatusOr<std::vector<double>> us = model->ScreenUs(samples);
     return us.ok() ? *std::move(us) : std::vector<double>(configs.size(), 0);
   };
 }

@@ -5,20 +5,20 @@
 //
 // It serves two uses: ranking the configs tuned for other problems on a
 // problem never tuned (transfer), and screening a search's candidates so
-// that the ones predicted fastest are measured first. Thread-safe; immutable
-// after Train.
+// that the ones predicted fastest are measured first. For the screen a
+// second model beside it, trained on the same samples with a ranking
+// objective, learns the order of configs within a problem. Thread-safe;
+// immutable after Train.
 #ifndef EVOTUNE_TUNER_MODEL_COST_MODEL_H_
 #define EVOTUNE_TUNER_MODEL_COST_MODEL_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "tuner/model/booster.h"
 #include "tuner/model/features.h"
 
 namespace evotune {
@@ -41,6 +41,12 @@ struct CostModelOptions {
   // Copies of the trained model that predict at once (each one call at a
   // time); 0: one per hardware thread, at most 8.
   int predictors = 0;
+  // Whether to train the order model beside the latency model (see
+  // ScreenUs; as many rounds, about as long again); without it ScreenUs is
+  // PredictUs.
+  bool order_model = true;
+  // How much the order model corrects the latency model in ScreenUs.
+  double order_weight = 0.1;
 };
 
 class CostModel {
@@ -68,39 +74,40 @@ class CostModel {
       const Problem& problem, const std::vector<CostSample>& samples,
       int trees = 0) const;
 
+  // What a search screens with: samples all of one template on one problem
+  // (the candidates of a screen), each PredictUs corrected by the order
+  // model, a ranking of configs within a problem learnt from the trained
+  // problems' orders: x exp(-order_weight z), z the sample's order score
+  // standardised over `samples` (mean 0, standard deviation 1; higher:
+  // ranked faster). The latency model's error varies from config to config;
+  // what a screen needs is the order among its candidates, which the order
+  // model learns directly.
+  absl::StatusOr<std::vector<double>> ScreenUs(
+      const std::vector<CostSample>& samples) const;
+
   int64_t trained_samples() const { return trained_samples_; }
   const DeviceLimits& limits() const { return limits_; }
 
  private:
-  // A booster with the lock that makes its calls one at a time (XGBoost's
-  // prediction buffer belongs to the booster).
-  struct Predictor {
-    absl::Mutex mu;
-    void* booster = nullptr;
-  };
-
   CostModel(std::shared_ptr<const FeatureMap> features, DeviceLimits limits,
-            void* booster, int64_t trained_samples);
-  // Adds copies of the trained booster until there are `count`, all
-  // predicting on one thread each.
-  absl::Status AddPredictors(int count);
-  // A predictor, locked: a free one if any, else the next in turn.
-  Predictor* Acquire() const;
-  // Predictions for rows of features_->size() values, by the first `trees`
+            int64_t trained_samples, double order_weight);
+  // Predicted µs of rows of features_->size() values, by the first `trees`
   // trees (all for 0).
   absl::StatusOr<std::vector<double>> Predict(const std::vector<float>& values,
                                               int trees) const;
 
   const std::shared_ptr<const FeatureMap> features_;
   const DeviceLimits limits_;
-  std::vector<std::unique_ptr<Predictor>> predictors_;  // [0]: the trained.
-  mutable std::atomic<size_t> next_{0};
   const int64_t trained_samples_;
-  int trees_ = 0;  // Boosting rounds trained.
+  const double order_weight_;
+  // Fitted to log(µs) less the log of the busiest multiprocessor's work.
+  std::unique_ptr<Booster> latency_;
+  // Ranks configs within a template and problem; null without one.
+  std::unique_ptr<Booster> order_;
 };
 
 // What a search screens with (LatencyPredictor, tuner/search): the model's
-// predicted median latency of each config of `t` on `problem`, in order;
+// ScreenUs of each config of `t` on `problem`, in order;
 // all 0 (alike, so a screen keeps the first drawn) when it cannot predict.
 // Holds `model` (and, through an aliasing pointer, whatever owns it).
 std::function<std::vector<double>(const std::vector<Config>&)> ConfigPredictor(

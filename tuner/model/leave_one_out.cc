@@ -205,6 +205,9 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
     for (const auto& [key, results] : l.problems) problems.insert(key);
   }
   auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
+  // Serving ranks by predicted latency alone: no order model.
+  CostModelOptions latency_only = options;
+  latency_only.order_model = false;
   // Trained once when the tuned problems are given.
   std::shared_ptr<CostModel> tuned_model;
   std::vector<CostSample> tuned_samples;
@@ -215,7 +218,7 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
       }
     }
     absl::StatusOr<std::unique_ptr<CostModel>> model =
-        CostModel::Train(features, tuned_samples, limits, options);
+        CostModel::Train(features, tuned_samples, limits, latency_only);
     if (!model.ok()) return model.status();
     tuned_model = *std::move(model);
   }
@@ -232,7 +235,7 @@ absl::StatusOr<std::vector<LeftOut>> LeaveOneProblemOut(
         tuned.empty() ? RecordedSamples(landscapes, key) : tuned_samples;
     if (model == nullptr) {
       absl::StatusOr<std::unique_ptr<CostModel>> trained =
-          CostModel::Train(features, all, limits, options);
+          CostModel::Train(features, all, limits, latency_only);
       if (!trained.ok()) return trained.status();
       model = *std::move(trained);
     }
