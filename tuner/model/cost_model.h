@@ -42,8 +42,8 @@ struct CostModelOptions {
   // time); 0: one per hardware thread, at most 8.
   int predictors = 0;
   // Whether to train the order model beside the latency model (see
-  // ScreenUs; as many rounds, about as long again); without it ScreenUs is
-  // PredictUs.
+  // ScreenUs; as many rounds, and the training takes about 2.5 times as
+  // long); without it ScreenUs is PredictUs.
   bool order_model = true;
   // How much the order model corrects the latency model in ScreenUs.
   double order_weight = 0.1;
