@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tuner/common/log.h"
 
 namespace evotune {
@@ -103,9 +105,14 @@ absl::StatusOr<std::shared_ptr<const ModelSnapshot>> CostModels::Train(
       (trained_on > 0 && n < trained_on * (1 + options_.retrain_growth))) {
     return nullptr;
   }
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<CostModel>> model =
       CostModel::Train(features_, samples, limits, options_.model);
   if (!model.ok()) return model.status();
+  LogInfo(absl::StrCat("cost model for ", device.name, ": trained on ", n,
+                       " trials in ",
+                       absl::FormatDuration(absl::Trunc(
+                           absl::Now() - start, absl::Milliseconds(1)))));
   auto snapshot = std::make_shared<ModelSnapshot>();
   snapshot->device = device;
   snapshot->model = *std::move(model);
