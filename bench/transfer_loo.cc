@@ -64,7 +64,7 @@ int Run() {
     return 1;
   }
   CostModelOptions options;
-  options.rounds = absl::GetFlag(FLAGS_rounds);
+  options.booster.rounds = absl::GetFlag(FLAGS_rounds);
   std::set<std::string> tuned;
   for (absl::string_view key :
        absl::StrSplit(absl::GetFlag(FLAGS_tuned), ',', absl::SkipEmpty())) {

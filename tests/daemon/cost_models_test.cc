@@ -47,7 +47,7 @@ TEST_F(CostModelsTest, TrainsOnceAskedAndEnoughTrialsThenOnGrowth) {
   CostModelsOptions options;
   options.min_trials = 10;
   options.retrain_growth = 0.5;
-  options.model.rounds = 5;
+  options.model.booster.rounds = 5;
   CostModels models(store_.get(), &TemplateRegistry::Builtin(), options);
   Insert(10, hash);
   ASSERT_TRUE(models.Refresh().ok());
@@ -88,7 +88,7 @@ TEST_F(CostModelsTest, TooFewTrialsGiveNoModel) {
 TEST_F(CostModelsTest, TheBackgroundThreadTrains) {
   CostModelsOptions options;
   options.min_trials = 5;
-  options.model.rounds = 5;
+  options.model.booster.rounds = 5;
   options.poll = absl::Milliseconds(10);
   CostModels models(store_.get(), &TemplateRegistry::Builtin(), options);
   Insert(5, TemplateRegistry::Builtin().Find("naive")->hash);

@@ -72,7 +72,7 @@ class Daemon {
     if (cost_model) {
       CostModelsOptions options;
       options.min_trials = 10;
-      options.model.rounds = 50;
+      options.model.booster.rounds = 50;
       models_ = std::make_unique<CostModels>(
           store_.get(), &TemplateRegistry::Builtin(), options);
     }

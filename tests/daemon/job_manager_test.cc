@@ -103,7 +103,7 @@ TEST_F(JobManagerTest, SearchesGetTheDevicesCostModel) {
   EXPECT_FALSE(m.Predictor(t, job.device, job.problem)) << "no models";
   CostModelsOptions options;
   options.min_trials = 4;
-  options.model.rounds = 20;
+  options.model.booster.rounds = 20;
   CostModels models(store_.get(), &TemplateRegistry::Builtin(), options);
   m.UseCostModels(&models);
   EXPECT_FALSE(m.Predictor(t, job.device, job.problem)) << "no model yet";

@@ -118,7 +118,7 @@ TEST(CostModelTest, ExtrapolatesToMoreKeysThanTrained) {
 // the trained one.
 TEST(CostModelTest, ThreadsPredictAtOnceAndAlike) {
   CostModelOptions options;
-  options.predictors = 4;
+  options.booster.predictors = 4;
   std::unique_ptr<CostModel> model = TrainOnLaw(options);
   ASSERT_NE(model, nullptr);
   const std::vector<CostSample> asked = Unseen();
@@ -141,7 +141,7 @@ TEST(CostModelTest, ThreadsPredictAtOnceAndAlike) {
 // the model has gives the whole model's.
 TEST(CostModelTest, PredictsWithTheFirstTreesOnly) {
   CostModelOptions options;
-  options.rounds = 40;
+  options.booster.rounds = 40;
   std::unique_ptr<CostModel> model = TrainOnLaw(options);
   ASSERT_NE(model, nullptr);
   const std::vector<CostSample> asked = Unseen();

@@ -27,7 +27,7 @@ absl::StatusOr<std::vector<LeftOut>> Serve(
     const std::vector<RecordedLandscape>& landscapes,
     const std::set<std::string>& tuned = {}) {
   CostModelOptions options;
-  options.rounds = 300;
+  options.booster.rounds = 300;
   return LeaveOneProblemOut(landscapes, H100Limits(), options, tuned);
 }
 

@@ -43,17 +43,6 @@ std::vector<double> LogWork(const FeatureMap& features,
   return out;
 }
 
-BoosterOptions LatencyOptions(const CostModelOptions& o) {
-  BoosterOptions b;
-  b.rounds = o.rounds;
-  b.max_depth = o.max_depth;
-  b.learning_rate = o.learning_rate;
-  b.threads = o.threads;
-  b.seed = o.seed;
-  b.predictors = o.predictors;
-  return b;
-}
-
 // The latency model's data: labels log(µs) less LogWork.
 BoosterData LatencyData(const FeatureMap& features, std::vector<float> values,
                         const std::vector<CostSample>& samples,
@@ -133,7 +122,7 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   std::vector<float> values =
       FeatureMatrix(*features, samples, limits, nullptr);
   if (options.order_model) {
-    BoosterOptions o = LatencyOptions(options);
+    BoosterOptions o = options.booster;
     o.objective = "rank:pairwise";
     absl::StatusOr<std::unique_ptr<Booster>> order =
         Booster::Train(OrderData(values, features->size(), samples), o);
@@ -142,7 +131,7 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Train(
   }
   absl::StatusOr<std::unique_ptr<Booster>> latency =
       Booster::Train(LatencyData(*features, std::move(values), samples, limits),
-                     LatencyOptions(options));
+                     options.booster);
   if (!latency.ok()) return latency.status();
   model->latency_ = *std::move(latency);
   return model;

@@ -33,14 +33,8 @@ struct CostSample {
 };
 
 struct CostModelOptions {
-  int rounds = 500;
-  int max_depth = 6;
-  double learning_rate = 0.05;
-  int threads = 2;  // For training; a prediction runs on its caller's thread.
-  uint64_t seed = 1;
-  // Copies of the trained model that predict at once (each one call at a
-  // time); 0: one per hardware thread, at most 8.
-  int predictors = 0;
+  // Both models' boosting (the order model's objective is its own).
+  BoosterOptions booster;
   // Whether to train the order model beside the latency model (see
   // ScreenUs; as many rounds, and the training takes about 2.5 times as
   // long); without it ScreenUs is PredictUs.
