@@ -113,8 +113,9 @@ absl::Status Retime(Evaluator& gpu, const KernelTemplate& t,
                     const std::string& key, const std::vector<Pick>& picks,
                     std::ofstream& out) {
   const std::vector<Config> configs = Configs(picks);
-  absl::StatusOr<std::vector<TrialResult>> timed = gpu.TimeInTurns(
-      t, configs, *ParseProblemKey(key), absl::GetFlag(FLAGS_turns));
+  absl::StatusOr<std::vector<TrialResult>> timed =
+      gpu.TimeInTurns(OfTemplate(t, configs), *ParseProblemKey(key),
+                      absl::GetFlag(FLAGS_turns));
   if (!timed.ok()) return timed.status();
   double best = 0;
   int ok = 0;

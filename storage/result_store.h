@@ -89,6 +89,13 @@ struct TrialScope {
   Problem problem;
 };
 
+// A result with the scope it is stored under (RecordTimedInTurns').
+struct TimedTrial {
+  TrialScope scope;
+  Config config;
+  TrialResult result;
+};
+
 struct RankedTrial {
   std::string template_name;
   std::string template_hash;
@@ -203,13 +210,12 @@ class ResultStore {
       const DeviceInfo& device);
 
   // In one transaction: results of configs of one problem timed together in
-  // turns (a search's fastest, confirmed; TrialResult::timed_against) replace
-  // what is stored for those configs: their latencies, or, for a config
-  // that failed a gate this time (wrong on new inputs), its status and
-  // error. A config the store has no trial of is stored.
-  absl::Status RecordTimedInTurns(
-      const TrialScope& scope,
-      const std::vector<std::pair<Config, TrialResult>>& results);
+  // turns (a search's fastest and the problem's fastest of other templates,
+  // confirmed; TrialResult::timed_against), each under its own scope,
+  // replace what is stored for those configs: their latencies, or, for a
+  // config that failed a gate this time (wrong on new inputs), its status
+  // and error. A config the store has no trial of is stored.
+  absl::Status RecordTimedInTurns(const std::vector<TimedTrial>& results);
 
   // --- Jobs.
 

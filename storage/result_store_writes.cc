@@ -97,14 +97,13 @@ absl::Status ResultStore::BulkInsertTrials(
 }
 
 absl::Status ResultStore::RecordTimedInTurns(
-    const TrialScope& scope,
-    const std::vector<std::pair<Config, TrialResult>>& results) {
+    const std::vector<TimedTrial>& results) {
   absl::MutexLock lock(&writer_mu_);
   CreatedIds created(this);
   SqliteDb* db = writer_.get();
   Transaction txn(db);
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
-  for (const auto& [config, r] : results) {
+  for (const auto& [scope, config, r] : results) {
     absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, r);
     if (!t.ok()) return t.status();
     absl::StatusOr<Statement*> upd = db->Prepare(
@@ -126,7 +125,9 @@ absl::Status ResultStore::RecordTimedInTurns(
   }
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   created.Committed();
-  TrialsChanged(scope.device, scope.problem, true);
+  for (const TimedTrial& t : results) {
+    TrialsChanged(t.scope.device, t.scope.problem, true);
+  }
   return absl::OkStatus();
 }
 

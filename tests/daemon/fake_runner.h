@@ -84,6 +84,16 @@ class FakeRunner : public TrialRunner {
   // Tasks with rivals it was asked to run: each the task's configs.
   std::vector<std::vector<Config>> Confirmations() const {
     absl::MutexLock lock(&mu_);
+    std::vector<std::vector<Config>> out;
+    for (const std::vector<Contender>& task : confirmations_) {
+      out.emplace_back();
+      for (const Contender& c : task) out.back().push_back(c.config);
+    }
+    return out;
+  }
+  // The same with each config's template.
+  std::vector<std::vector<Contender>> ConfirmedContenders() const {
+    absl::MutexLock lock(&mu_);
     return confirmations_;
   }
   size_t Held() const {
@@ -124,7 +134,7 @@ class FakeRunner : public TrialRunner {
       if (task.rivals.empty()) {
         ran_.push_back(ConfigKey(task.config));
       } else {
-        confirmations_.push_back(TaskConfigs(task));
+        confirmations_.push_back(TaskContenders(task));
       }
       if (static_cast<int>(id) > answer_first_) {
         held_.push_back({id, std::move(task), std::move(done), false});
@@ -173,9 +183,11 @@ class FakeRunner : public TrialRunner {
   // `result` (task.config's) and its rivals' as timed in turns.
   static void AnswerInTurns(const Answer& answer, const TrialTask& task,
                             TrialResult& result) {
-    for (const Config& rival : task.rivals) {
+    for (const Contender& rival : task.rivals) {
       TrialTask alone = task;
-      alone.config = rival;
+      alone.template_name = rival.template_name;
+      alone.template_hash = rival.template_hash;
+      alone.config = rival.config;
       alone.rivals.clear();
       absl::StatusOr<TrialResult> r = answer(alone);
       if (!r.ok()) {
@@ -203,7 +215,7 @@ class FakeRunner : public TrialRunner {
   int answer_first_ ABSL_GUARDED_BY(mu_) = 1 << 30;
   uint64_t ids_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> ran_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<Config>> confirmations_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<Contender>> confirmations_ ABSL_GUARDED_BY(mu_);
   std::deque<HeldTask> held_ ABSL_GUARDED_BY(mu_);
   size_t withdrawals_ ABSL_GUARDED_BY(mu_) = 0;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;

@@ -48,10 +48,10 @@ class CountingEvaluator : public Evaluator {
   // Each config evaluated fully, as a GPU whose clocks moved since the
   // search: the first (the search's fastest) measures half again as long.
   absl::StatusOr<std::vector<TrialResult>> TimeInTurns(
-      const KernelTemplate& t, const std::vector<Config>& configs,
-      const Problem& p, int turns) override {
+      const std::vector<TemplateConfig>& configs, const Problem& p,
+      int turns) override {
     absl::StatusOr<std::vector<TrialResult>> r =
-        Evaluator::TimeInTurns(t, configs, p, turns);
+        Evaluator::TimeInTurns(configs, p, turns);
     if (r.ok() && !r->empty() && r->front().status == TrialStatus::kOk) {
       r->front().median_us *= 1.5;
     }

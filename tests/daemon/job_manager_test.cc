@@ -74,6 +74,41 @@ TEST_F(JobManagerTest, ASubmittedJobRunsItsBudgetAndSucceeds) {
   EXPECT_EQ(store_->GetJob(id)->trials_done, 8);
 }
 
+// A job's confirmation times the problem's fastest of the other templates
+// in the build beside its own, at their versions.
+TEST_F(JobManagerTest, AJobsConfirmationTimesOtherTemplatesFastest) {
+  const KernelTemplate& flash = *TemplateRegistry::Builtin().Find("flash_fwd");
+  const Config fast = flash.defaults[0];
+  FakeRunner runner([&](const TrialTask& t) -> absl::StatusOr<TrialResult> {
+    if (t.template_name == "naive") return FakeRunner::FullyTimed(t);
+    TrialResult r;
+    r.median_us = r.min_us = r.p90_us = 5;
+    r.samples = kFullTimingSamples;
+    return r;
+  });
+  JobManager m(store_.get(), &TemplateRegistry::Builtin(), &runner);
+  m.SetConfirmTurns(30);
+  const JobRecord job = NaiveJob(8);
+  const TrialScope scope{*runner.FindDevice(""), flash.name, flash.hash,
+                         job.problem};
+  TrialResult stored;
+  stored.median_us = stored.min_us = stored.p90_us = 6;
+  stored.samples = kFullTimingSamples;
+  ASSERT_TRUE(store_->InsertTrial(scope, fast, stored).ok());
+  ASSERT_TRUE(m.Start().ok());
+  const std::string id = m.Submit(job)->job_id;
+  ASSERT_TRUE(WaitFor(m, [&] { return IsFinal(State(id)); }));
+  EXPECT_EQ(State(id), JobState::kSucceeded);
+  ASSERT_EQ(runner.ConfirmedContenders().size(), 1u);
+  const std::vector<Contender> confirmed = runner.ConfirmedContenders()[0];
+  EXPECT_EQ(confirmed.front().template_name, "naive");
+  const Contender other{flash.name, flash.hash, fast};
+  EXPECT_EQ(confirmed.back(), other);
+  const StoredTrial after = **store_->FindTrial(scope, fast);
+  EXPECT_EQ(after.result.median_us, 5);
+  EXPECT_EQ(after.result.timed_against, static_cast<int>(confirmed.size()) - 1);
+}
+
 // A job records its device's limits in the store, for a daemon that serves
 // the device from the store alone.
 TEST_F(JobManagerTest, AJobRecordsItsDevicesLimits) {

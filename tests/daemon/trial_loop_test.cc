@@ -66,6 +66,7 @@ class TrialLoopTest : public ::testing::Test {
     };
     hooks.notify = [&] { ++notified_; };
     hooks.confirm_turns = confirm_turns_;
+    hooks.rival_templates = rival_templates_;
     return RunWith(std::move(hooks), cancelled);
   }
   int64_t Events() {
@@ -79,6 +80,7 @@ class TrialLoopTest : public ::testing::Test {
   FakeRunner runner_{FakeRunner::AsAsked, /*parallelism=*/2};
   int notified_ = 0;
   int confirm_turns_ = 0;
+  std::vector<std::pair<std::string, std::string>> rival_templates_;
 };
 
 // The latency FakeRunner::AsAsked gives a config.
@@ -139,15 +141,72 @@ TEST_F(TrialLoopTest, TheFastestAreTimedAgainTogetherAndTheirTimesReplaced) {
   EXPECT_EQ((*store_->JobBest("job1"))->config, confirmed[1]);
 }
 
+// Confirm times the problem's fastest of other templates beside the job's
+// own (each stored under its template); a template whose fastest is far
+// behind stays out.
+TEST_F(TrialLoopTest, OtherTemplatesFastestAreTimedWithTheJobs) {
+  job_.max_trials = 20;
+  confirm_turns_ = 30;
+  const TrialScope flash{device_, "flash_fwd", "f1", job_.problem};
+  const TrialScope slow{device_, "decode_fwd", "d1", job_.problem};
+  rival_templates_ = {{"decode_fwd", "d1"}, {"flash_fwd", "f1"}};
+  // Stored as the fake would time them (KV_TILE + WARPS µs): flash's five
+  // fastest at 11-15 µs, ahead of naive's fastest, and a sixth at 201;
+  // decode's at 1001 µs.
+  auto store = [&](const TrialScope& scope, const Config& c) {
+    TrialTask t;
+    t.config = c;
+    ASSERT_TRUE(store_->InsertTrial(scope, c, *FakeRunner::FullyTimed(t)).ok());
+  };
+  for (int64_t warps = 1; warps <= 5; ++warps) {
+    store(flash, {{"KV_TILE", 10}, {"WARPS", warps}});
+  }
+  store(flash, {{"KV_TILE", 200}, {"WARPS", 1}});
+  store(slow, {{"KV_TILE", 1000}, {"WARPS", 1}});
+  // In turns, flash's configs measure 100 µs slower.
+  runner_.set_answer([](const TrialTask& t) -> absl::StatusOr<TrialResult> {
+    absl::StatusOr<TrialResult> r = FakeRunner::AsAsked(t);
+    if (t.template_name == "flash_fwd") r->median_us += 100;
+    return r;
+  });
+  bool cancelled = false;
+  ASSERT_TRUE(RunLoop(cancelled).ok());
+  ASSERT_EQ(runner_.ConfirmedContenders().size(), 1u);
+  const std::vector<Contender> confirmed = runner_.ConfirmedContenders()[0];
+  ASSERT_EQ(confirmed.size(), static_cast<size_t>(2 * Elite::kSize));
+  for (size_t i = 0; i < confirmed.size(); ++i) {
+    const Contender& c = confirmed[i];
+    EXPECT_EQ(c.template_name, i < Elite::kSize ? "naive" : "flash_fwd");
+    const TrialScope scope{device_, c.template_name, c.template_hash,
+                           job_.problem};
+    const StoredTrial t = **store_->FindTrial(scope, c.config);
+    EXPECT_EQ(t.result.timed_against, 2 * Elite::kSize - 1);
+    EXPECT_EQ(t.result.median_us,
+              Latency(c.config) + (i < Elite::kSize ? 0 : 100));
+  }
+  // Flash's five fastest, in order; its sixth is not timed.
+  for (size_t i = 0; i < Elite::kSize; ++i) {
+    EXPECT_EQ(confirmed[Elite::kSize + i].config.at("WARPS"),
+              static_cast<int64_t>(i + 1));
+  }
+  EXPECT_EQ((**store_->FindTrial(flash, {{"KV_TILE", 200}, {"WARPS", 1}}))
+                .result.timed_against,
+            0);
+  // The problem's fastest across templates is naive's now.
+  auto top = store_->TopK(device_, job_.problem,
+                          {{"naive", naive().hash}, {"flash_fwd", "f1"}}, 1);
+  EXPECT_EQ((*top)[0].template_name, "naive");
+}
+
 TEST_F(TrialLoopTest, AConfigWrongInTurnsIsRecordedWrong) {
   job_.max_trials = 20;
   confirm_turns_ = 30;
   runner_.set_answer([](const TrialTask& t) -> absl::StatusOr<TrialResult> {
     absl::StatusOr<TrialResult> r = FakeRunner::AsAsked(t);
     if (t.rivals.empty()) return r;
-    for (const Config& c : t.rivals) {
+    for (const Contender& c : t.rivals) {
       TrialTask alone = t;
-      alone.config = c;
+      alone.config = c.config;
       r->rival_results.push_back(*FakeRunner::AsAsked(alone));
     }
     r->rival_results[0].status = TrialStatus::kIncorrect;

@@ -187,6 +187,26 @@ TEST(WorkerPoolTest, OnlyMatchingWorkersGetATask) {
   EXPECT_EQ(pool.Parallelism(Gpu()), 2);  // "old" and "right".
 }
 
+// A task timing rivals of another template goes only to a worker that has
+// every template of it.
+TEST(WorkerPoolTest, ATaskWithRivalsOfAnotherTemplateNeedsThemAll) {
+  Outcome o;
+  WorkerPool pool(Fast());
+  const std::string naive_only = *pool.Register(Info("naive only"));
+  TrialTask confirm = Task(4);
+  confirm.rivals = {{"naive", "h1", Task(2).config},
+                    {"flash_fwd", "f1", {{"BLOCK_M", 64}}}};
+  confirm.turns = 10;
+  pool.Start(confirm, o.Callback());
+  absl::StatusOr<std::optional<LeasedTask>> l =
+      pool.Lease(naive_only, absl::Milliseconds(50), nullptr);
+  ASSERT_TRUE(l.ok());
+  EXPECT_FALSE(l->has_value());
+  const std::string both = *pool.Register(
+      WorkerInfo{"both", Gpu(), {{"naive", "h1"}, {"flash_fwd", "f1"}}});
+  EXPECT_EQ(MustLease(pool, both).task.rivals, confirm.rivals);
+}
+
 TEST(WorkerPoolTest, ASilentWorkerLosesItsTrialToAnother) {
   FakeClock clock;
   WorkerPool::Options options = Fast();
@@ -312,7 +332,9 @@ TEST_F(WorkerPoolDeadlineTest, DeadlinesFollowTheSlowestRecentTrial) {
 TEST_F(WorkerPoolDeadlineTest, ATaskWithRivalsGetsADeadlineForItsWork) {
   Outcome b, c;
   TrialTask confirm = Task(8);
-  confirm.rivals = {Task(2).config, Task(1).config};
+  confirm.rivals = {
+      {confirm.template_name, confirm.template_hash, Task(2).config},
+      {confirm.template_name, confirm.template_hash, Task(1).config}};
   confirm.turns = 2 * kFullTimingSamples;  // Twice a full timing each.
   pool_->Start(confirm, b.Callback());
   const LeasedTask together = MustLease(*pool_, w_);

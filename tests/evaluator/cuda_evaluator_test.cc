@@ -22,6 +22,7 @@ absl::StatusOr<KernelTemplate> EditedNaive(const std::string& from,
     return absl::NotFoundError(absl::StrCat("not in naive: ", from));
   }
   t.source.replace(at, from.size(), to);
+  t.hash += "-edited";  // Another version: compiled and cached apart.
   return t;
 }
 
@@ -474,7 +475,7 @@ TEST_F(CudaEvaluatorTest, TimesSeveralKernelsInTurns) {
   constexpr int kTurns = 20;
   for (int call = 0; call < 2; ++call) {
     absl::StatusOr<std::vector<TrialResult>> r =
-        evaluator_->TimeInTurns(t, configs, p, kTurns);
+        evaluator_->TimeInTurns(OfTemplate(t, configs), p, kTurns);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->size(), configs.size());
     EXPECT_EQ((*r)[1].status, TrialStatus::kResourceRejected);
@@ -488,7 +489,7 @@ TEST_F(CudaEvaluatorTest, TimesSeveralKernelsInTurns) {
     }
   }
   EXPECT_TRUE(absl::IsInvalidArgument(
-      evaluator_->TimeInTurns(t, configs, p, 0).status()));
+      evaluator_->TimeInTurns(OfTemplate(t, configs), p, 0).status()));
 }
 
 // Tensor maps are encoded per kernel: flash_fwd_tma configs of different
@@ -510,7 +511,7 @@ TEST_F(CudaEvaluatorTest, TmaKernelsInTurnsAreCorrect) {
   std::shuffle(configs.begin(), configs.end(), std::mt19937(5));
   configs.resize(std::min<size_t>(configs.size(), 8));
   absl::StatusOr<std::vector<TrialResult>> r =
-      evaluator_->TimeInTurns(t, configs, p, 5);
+      evaluator_->TimeInTurns(OfTemplate(t, configs), p, 5);
   ASSERT_TRUE(r.ok()) << r.status();
   int ok = 0;
   for (size_t i = 0; i < configs.size(); ++i) {
@@ -522,6 +523,48 @@ TEST_F(CudaEvaluatorTest, TmaKernelsInTurnsAreCorrect) {
   EXPECT_GT(ok, 0);
 }
 
+// Kernels of several templates timed in turns on one problem: each config
+// runs its own template's kernel (a wrong template's config is caught while
+// the others pass) and every correct one gets a sample per turn.
+TEST_F(CudaEvaluatorTest, KernelsOfSeveralTemplatesInTurns) {
+  absl::StatusOr<KernelTemplate> wrong =
+      EditedNaive("row_sum > 0.f ? 1.f / row_sum : 0.f", "1.f");
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  Problem p;
+  p.batch = 2;
+  p.heads = 8;
+  p.kv_heads = 2;
+  p.seq_q = 4;
+  p.seq_k = 1000;
+  std::vector<TemplateConfig> configs;
+  std::vector<std::string> names;
+  for (const char* name : {"naive", "flash_fwd", "decode_fwd"}) {
+    const KernelTemplate& t = *TemplateRegistry::Builtin().Find(name);
+    const std::vector<Config> feasible =
+        FeasibleConfigs(t, p, evaluator_->device().limits);
+    ASSERT_FALSE(feasible.empty()) << name;
+    configs.push_back({&t, feasible.front()});
+    names.push_back(name);
+  }
+  configs.insert(configs.begin() + 1, {&*wrong, configs[0].config});
+  names.insert(names.begin() + 1, "wrong naive");
+  constexpr int kTurns = 7;
+  absl::StatusOr<std::vector<TrialResult>> r =
+      evaluator_->TimeInTurns(configs, p, kTurns);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), configs.size());
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const TrialResult& x = (*r)[i];
+    if (i == 1) {
+      EXPECT_EQ(x.status, TrialStatus::kIncorrect) << x.error;
+      continue;
+    }
+    EXPECT_EQ(x.status, TrialStatus::kOk) << names[i] << ": " << x.error;
+    EXPECT_EQ(x.samples, kTurns) << names[i];
+    EXPECT_GT(x.median_us, 0) << names[i];
+  }
+}
+
 // A wrong kernel is caught in turns as alone, and never timed.
 TEST_F(CudaEvaluatorTest, AWrongKernelInTurnsIsIncorrect) {
   absl::StatusOr<KernelTemplate> wrong =
@@ -531,8 +574,9 @@ TEST_F(CudaEvaluatorTest, AWrongKernelInTurnsIsIncorrect) {
   p.heads = p.kv_heads = 2;
   p.seq_q = p.seq_k = 64;
   absl::StatusOr<std::vector<TrialResult>> r = evaluator_->TimeInTurns(
-      *wrong,
-      {{{"KV_TILE", 32}, {"WARPS", 4}}, {{"KV_TILE", 64}, {"WARPS", 4}}}, p, 5);
+      OfTemplate(*wrong, {{{"KV_TILE", 32}, {"WARPS", 4}},
+                          {{"KV_TILE", 64}, {"WARPS", 4}}}),
+      p, 5);
   ASSERT_TRUE(r.ok()) << r.status();
   for (const TrialResult& x : *r) {
     EXPECT_EQ(x.status, TrialStatus::kIncorrect) << x.error;

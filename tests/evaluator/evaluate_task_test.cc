@@ -27,13 +27,16 @@ class FakeEvaluator : public Evaluator {
     return Answer(config, kQuickTimingSamples);
   }
   absl::StatusOr<std::vector<TrialResult>> TimeInTurns(
-      const KernelTemplate& t, const std::vector<Config>& configs,
-      const Problem& problem, int turns) override {
+      const std::vector<TemplateConfig>& configs, const Problem& problem,
+      int turns) override {
     if (broken_) return absl::InternalError("context lost");
-    calls_.push_back("turns " + std::to_string(configs.size()) + "x" +
-                     std::to_string(turns));
+    std::string call = "turns " + std::to_string(turns) + ":";
     std::vector<TrialResult> out;
-    for (const Config& c : configs) out.push_back(Answer(c, turns));
+    for (const TemplateConfig& c : configs) {
+      call += " " + c.t->name;
+      out.push_back(Answer(c.config, turns));
+    }
+    calls_.push_back(call);
     return out;
   }
 
@@ -56,15 +59,32 @@ class FakeEvaluator : public Evaluator {
   DeviceInfo device_;
 };
 
+KernelTemplate Template(const std::string& name) {
+  KernelTemplate t;
+  t.name = name;
+  t.hash = name + "-hash";
+  return t;
+}
+
+TemplateRegistry Templates() {
+  return TemplateRegistry({Template("a"), Template("b")});
+}
+
 TrialTask Task(int64_t block_m) {
   TrialTask task;
+  task.template_name = "a";
+  task.template_hash = "a-hash";
   task.config = {{"BLOCK_M", block_m}};
   return task;
 }
 
+Contender Rival(const std::string& name, int64_t block_m) {
+  return {name, name + "-hash", {{"BLOCK_M", block_m}}};
+}
+
 TEST(EvaluateTaskTest, OneConfigIsTimedFullyOrQuickly) {
   FakeEvaluator e;
-  KernelTemplate t;
+  const TemplateRegistry t = Templates();
   TrialTask task = Task(64);
   absl::StatusOr<TrialResult> full = EvaluateTask(e, t, task);
   ASSERT_TRUE(full.ok()) << full.status();
@@ -80,13 +100,14 @@ TEST(EvaluateTaskTest, OneConfigIsTimedFullyOrQuickly) {
 
 TEST(EvaluateTaskTest, RivalsAreTimedInTurnsWithTheConfig) {
   FakeEvaluator e;
-  KernelTemplate t;
+  const TemplateRegistry t = Templates();
   TrialTask task = Task(64);
-  task.rivals = {{{"BLOCK_M", 32}}, {{"BLOCK_M", 0}}, {{"BLOCK_M", 128}}};
+  task.rivals = {Rival("a", 32), Rival("a", 0), Rival("b", 128)};
   task.turns = 30;
   absl::StatusOr<TrialResult> r = EvaluateTask(e, t, task);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(e.calls_, (std::vector<std::string>{"turns 4x30"}));
+  // Each rival with its own template.
+  EXPECT_EQ(e.calls_, (std::vector<std::string>{"turns 30: a a a b"}));
   EXPECT_EQ(r->median_us, 64);
   EXPECT_EQ(r->samples, 30);
   ASSERT_EQ(r->rival_results.size(), 3u);
@@ -103,10 +124,27 @@ TEST(EvaluateTaskTest, RivalsAreTimedInTurnsWithTheConfig) {
 TEST(EvaluateTaskTest, AnEvaluatorThatCannotWorkFailsTheTask) {
   FakeEvaluator e;
   e.broken_ = true;
-  KernelTemplate t;
+  const TemplateRegistry t = Templates();
   TrialTask task = Task(64);
-  task.rivals = {{{"BLOCK_M", 32}}};
+  task.rivals = {Rival("a", 32)};
   EXPECT_FALSE(EvaluateTask(e, t, task).ok());
+}
+
+TEST(EvaluateTaskTest, ATemplateVersionNotBuiltInFailsTheTaskUnrun) {
+  FakeEvaluator e;
+  const TemplateRegistry t = Templates();
+  TrialTask task = Task(64);
+  task.template_hash = "old";
+  absl::Status s = EvaluateTask(e, t, task).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_EQ(s.message(), "template a version old is not in this build");
+  task = Task(64);
+  task.rivals = {Rival("a", 32), {"c", "c-hash", {{"BLOCK_M", 16}}}};
+  task.turns = 5;
+  s = EvaluateTask(e, t, task).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_EQ(s.message(), "template c version c-hash is not in this build");
+  EXPECT_TRUE(e.calls_.empty());
 }
 
 }  // namespace

@@ -147,7 +147,7 @@ TEST(ReplayEvaluatorTest, TimesInTurnsAsRecorded) {
   configs.insert(configs.begin() + 1, t.defaults[0]);
   configs[1]["BLOCK_M"] = 999;
   absl::StatusOr<std::vector<TrialResult>> got =
-      (*replay)->TimeInTurns(t, configs, seed, 10);
+      (*replay)->TimeInTurns(OfTemplate(t, configs), seed, 10);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), configs.size());
   EXPECT_EQ((*got)[1].status, TrialStatus::kResourceRejected);
@@ -160,7 +160,7 @@ TEST(ReplayEvaluatorTest, TimesInTurnsAsRecorded) {
   Problem other = seed;
   other.seq_q = 333;
   EXPECT_TRUE(absl::IsFailedPrecondition(
-      (*replay)->TimeInTurns(t, configs, other, 10).status()));
+      (*replay)->TimeInTurns(OfTemplate(t, configs), other, 10).status()));
 }
 
 // A recording made before headers gave the limits: the multiprocessors are

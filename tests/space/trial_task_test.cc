@@ -16,7 +16,8 @@ TEST(TrialTaskWorkTest, OneConfigIsOneTrial) {
 TEST(TrialTaskWorkTest, RivalsAndTurnsPastAFullTimingAddWork) {
   TrialTask task;
   task.config = {{"BLOCK_M", 64}};
-  task.rivals = {{{"BLOCK_M", 128}}, {{"BLOCK_M", 32}}};
+  task.rivals = {{"t", "h", {{"BLOCK_M", 128}}},
+                 {"other", "h2", {{"BLOCK_M", 32}}}};
   task.turns = kFullTimingSamples;
   EXPECT_EQ(TrialTaskWork(task), 3);
   task.turns = 2 * kFullTimingSamples;
@@ -25,13 +26,17 @@ TEST(TrialTaskWorkTest, RivalsAndTurnsPastAFullTimingAddWork) {
   EXPECT_EQ(TrialTaskWork(task), 3);
 }
 
-TEST(TaskConfigsTest, TheConfigThenItsRivals) {
+TEST(TaskContendersTest, TheConfigOfTheTasksTemplateThenItsRivals) {
   TrialTask task;
+  task.template_name = "t";
+  task.template_hash = "h";
   task.config = {{"BLOCK_M", 64}};
-  EXPECT_EQ(TaskConfigs(task), std::vector<Config>{task.config});
-  task.rivals = {{{"BLOCK_M", 128}}, {{"BLOCK_M", 32}}};
-  EXPECT_EQ(TaskConfigs(task),
-            (std::vector<Config>{task.config, task.rivals[0], task.rivals[1]}));
+  const Contender own{"t", "h", task.config};
+  EXPECT_EQ(TaskContenders(task), std::vector<Contender>{own});
+  task.rivals = {{"t", "h", {{"BLOCK_M", 128}}},
+                 {"other", "h2", {{"TILE_N", 32}}}};
+  EXPECT_EQ(TaskContenders(task),
+            (std::vector<Contender>{own, task.rivals[0], task.rivals[1]}));
 }
 
 }  // namespace

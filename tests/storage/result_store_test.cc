@@ -416,10 +416,10 @@ TEST_F(ResultStoreTest, ResultsTimedInTurnsReplaceTheStoredOnes) {
   wrong.status = TrialStatus::kIncorrect;
   wrong.error = "max abs error 0.5";
   ASSERT_TRUE(store
-                  ->RecordTimedInTurns(Scope(), {{{{"A", 1}}, in_turns(10.4)},
-                                                 {{{"A", 2}}, wrong},
-                                                 {{{"A", 3}}, in_turns(10.2)},
-                                                 {{{"A", 4}}, in_turns(10.3)}})
+                  ->RecordTimedInTurns({{Scope(), {{"A", 1}}, in_turns(10.4)},
+                                        {Scope(), {{"A", 2}}, wrong},
+                                        {Scope(), {{"A", 3}}, in_turns(10.2)},
+                                        {Scope(), {{"A", 4}}, in_turns(10.3)}})
                   .ok());
   EXPECT_EQ(best(), (std::vector<std::string>{"A=3", "A=4", "A=1"}));
   const StoredTrial first = **store->FindTrial(Scope(), {{"A", 1}});
@@ -435,6 +435,36 @@ TEST_F(ResultStoreTest, ResultsTimedInTurnsReplaceTheStoredOnes) {
   store.reset();
   store = OpenStore();
   EXPECT_EQ(best(), (std::vector<std::string>{"A=3", "A=4", "A=1"}));
+}
+
+// Configs of two templates timed together: each result is stored under its
+// own template, and the problem's ranking across templates follows them.
+TEST_F(ResultStoreTest, ResultsTimedInTurnsAcrossTemplatesKeepTheirTemplates) {
+  auto store = OpenStore();
+  TrialScope flash = Scope();
+  flash.template_name = "flash";
+  flash.template_hash = "f1";
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 1}}, Ok(10)).ok());
+  ASSERT_TRUE(store->InsertTrial(flash, {{"B", 1}}, Ok(9)).ok());
+  const std::vector<std::pair<std::string, std::string>> both = {
+      {"naive", "abc"}, {"flash", "f1"}};
+  auto first = [&] {
+    auto top = store->TopK(Scope().device, Scope().problem, both, 2);
+    return (*top)[0].template_name;
+  };
+  EXPECT_EQ(first(), "flash");
+  TrialResult naive_r = Ok(9.5), flash_r = Ok(9.8);
+  naive_r.timed_against = flash_r.timed_against = 1;
+  ASSERT_TRUE(store
+                  ->RecordTimedInTurns({{Scope(), {{"A", 1}}, naive_r},
+                                        {flash, {{"B", 1}}, flash_r}})
+                  .ok());
+  EXPECT_EQ(first(), "naive");
+  EXPECT_EQ((**store->FindTrial(Scope(), {{"A", 1}})).result.median_us, 9.5);
+  EXPECT_EQ((**store->FindTrial(flash, {{"B", 1}})).result.median_us, 9.8);
+  EXPECT_EQ((**store->FindTrial(flash, {{"B", 1}})).result.timed_against, 1);
+  EXPECT_FALSE(store->FindTrial(flash, {{"A", 1}})->has_value());
+  EXPECT_EQ(*store->CountTrials(), 2);
 }
 
 TEST_F(ResultStoreTest, KeyRowsOfARolledBackWriteAreForgotten) {

@@ -24,8 +24,8 @@ TrialTask Task() {
 
 TEST(MessageConvertTest, ATaskWithRivalsCrossesTheWire) {
   TrialTask task = Task();
-  task.rivals = {{{"KV_TILE", 32}, {"WARPS", 4}},
-                 {{"KV_TILE", 64}, {"WARPS", 8}}};
+  task.rivals = {{"naive", "h1", {{"KV_TILE", 32}, {"WARPS", 4}}},
+                 {"flash_fwd", "h2", {{"BLOCK_M", 64}, {"WARPS", 8}}}};
   task.turns = 30;
   absl::StatusOr<TrialTask> back =
       TaskFromProto(TaskToProto("t1", task, absl::Seconds(5)));
@@ -39,9 +39,17 @@ TEST(MessageConvertTest, ATaskWithRivalsCrossesTheWire) {
   EXPECT_TRUE(back->rivals.empty());
 }
 
+v1::Rival RivalProto(const Config& config) {
+  v1::Rival r;
+  r.set_template_name("naive");
+  r.set_template_hash("h1");
+  *r.mutable_config() = ConfigToProto(config);
+  return r;
+}
+
 TEST(MessageConvertTest, BadRivalsAreRefusedByField) {
   v1::TrialTask proto = TaskToProto("t1", Task(), absl::Seconds(5));
-  *proto.add_rivals() = ConfigToProto({{"WARPS", 2}});
+  *proto.add_rivals() = RivalProto({{"WARPS", 2}});
   proto.set_turns(0);
   absl::StatusOr<TrialTask> t = TaskFromProto(proto);
   EXPECT_TRUE(absl::IsInvalidArgument(t.status()));
@@ -50,14 +58,21 @@ TEST(MessageConvertTest, BadRivalsAreRefusedByField) {
   EXPECT_THAT(std::string(TaskFromProto(proto).status().message()),
               StartsWith("task.turns:"));
   proto.set_turns(10);
-  v1::ParamValue* twice = proto.mutable_rivals(0)->add_params();
+  ASSERT_TRUE(TaskFromProto(proto).ok());
+  // A rival must name its template version.
+  proto.mutable_rivals(0)->clear_template_hash();
+  EXPECT_THAT(std::string(TaskFromProto(proto).status().message()),
+              StartsWith("task.rivals[0].template_name:"));
+  proto.mutable_rivals(0)->set_template_hash("h1");
+  v1::ParamValue* twice =
+      proto.mutable_rivals(0)->mutable_config()->add_params();
   twice->set_name("WARPS");
   twice->set_value(4);
   EXPECT_THAT(std::string(TaskFromProto(proto).status().message()),
               HasSubstr("WARPS"));
   proto.clear_rivals();
   for (int i = 0; i <= kMaxRivals; ++i) {
-    *proto.add_rivals() = ConfigToProto({{"WARPS", i}});
+    *proto.add_rivals() = RivalProto({{"WARPS", i}});
   }
   EXPECT_THAT(std::string(TaskFromProto(proto).status().message()),
               StartsWith("task.rivals:"));

@@ -109,8 +109,9 @@ ABSL_FLAG(int, tune_on_miss_trials, 40,
           "trial budget of a tune-on-miss search");
 ABSL_FLAG(int, confirm_turns, evotune::JobManager::kDefaultConfirmTurns,
           "once a search ends, its five fastest configs are timed again "
-          "together, one sample each per turn in a new random order, for "
-          "this many turns, and those times replace theirs (configs timed "
+          "together with the five fastest of each other template near them "
+          "on the problem, one sample each per turn in a new random order, "
+          "for this many turns, and those times replace theirs (configs timed "
           "one after another minutes apart differ by the GPU's drift as much "
           "as by their speed); 0: not at all");
 ABSL_FLAG(bool, cost_model, true,

@@ -71,13 +71,7 @@ void InProcessRunner::Withdraw(uint64_t id) {
 }
 
 absl::StatusOr<TrialResult> InProcessRunner::Run(const TrialTask& task) {
-  const KernelTemplate* t = templates_->Find(task.template_name);
-  if (t == nullptr || t->hash != task.template_hash) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("template ", task.template_name, " version ",
-                     task.template_hash, " is not in this build"));
-  }
-  return EvaluateTask(*evaluator_, *t, task);
+  return EvaluateTask(*evaluator_, *templates_, task);
 }
 
 void InProcessRunner::Loop() {
@@ -94,9 +88,7 @@ void InProcessRunner::Loop() {
       queue_.pop_front();
       // Compiles of what follows can start while this one runs.
       for (const Queued& q : queue_) {
-        const KernelTemplate* t = templates_->Find(q.task.template_name);
-        if (t != nullptr)
-          evaluator_->Prefetch(*t, TaskConfigs(q.task), q.task.problem);
+        PrefetchTask(*evaluator_, *templates_, q.task);
       }
     }
     next.done(Run(next.task));

@@ -384,6 +384,11 @@ absl::Status JobManager::RunTrials(const JobRecord& job,
   hooks.notify = [this] { Notify(); };
   hooks.clock = clock_;
   hooks.confirm_turns = confirm_turns_;
+  for (const KernelTemplate& other : templates_->templates()) {
+    if (other.name != t->name && runner_->CanEvaluate(device, other).ok()) {
+      hooks.rival_templates.push_back({other.name, other.hash});
+    }
+  }
   TrialLoop loop(store_, runner_, std::move(hooks), job, *t, device,
                  *std::move(strategy));
   return loop.Run(cancelled);

@@ -40,6 +40,11 @@ struct TrialLoop::Inbox {
 
 namespace {
 
+// Another template's configs join a confirmation only while its fastest is
+// within this factor of the job's: farther behind, the few percent that
+// clocks drift by cannot reorder them.
+constexpr double kRivalTemplateReach = 1.25;
+
 // A result nobody waits for any more is still a measurement.
 void StoreOrphan(ResultStore* store, const TrialScope& scope,
                  const Config& config, const TrialResult& result) {
@@ -50,21 +55,28 @@ void StoreOrphan(ResultStore* store, const TrialScope& scope,
   }
 }
 
-// One line for the log: each config's median alone and in turns.
+// One line for the log: each config's median alone and in turns; another
+// template's configs carry its name.
 std::string ConfirmedLine(
     const std::string& job_id, int turns,
-    const std::vector<std::pair<double, Config>>& alone,
-    const std::vector<std::pair<Config, TrialResult>>& timed) {
-  std::string out = absl::StrCat("job ", job_id, ": its ", timed.size(),
-                                 " fastest timed again together, ", turns,
-                                 " turns (us alone -> in turns):");
+    const std::vector<std::pair<Contender, double>>& alone,
+    const std::vector<TimedTrial>& timed) {
+  const std::string& own = alone.front().first.template_name;
+  size_t others = 0;
+  for (const auto& [c, us] : alone) others += c.template_name != own;
+  std::string out = absl::StrCat(
+      "job ", job_id, ": its ", timed.size() - others, " fastest",
+      others > 0 ? absl::StrCat(" and ", others, " of other templates") : "",
+      " timed again together, ", turns, " turns (us alone -> in turns):");
   for (size_t i = 0; i < timed.size(); ++i) {
-    const TrialResult& r = timed[i].second;
-    absl::StrAppend(&out, i == 0 ? " " : "; ", ConfigKey(timed[i].first), " ",
-                    absl::StrFormat("%.2f", alone[i].first), " -> ",
-                    r.status == TrialStatus::kOk
-                        ? absl::StrFormat("%.2f", r.median_us)
-                        : std::string(TrialStatusName(r.status)));
+    const TrialResult& r = timed[i].result;
+    const std::string& name = alone[i].first.template_name;
+    absl::StrAppend(
+        &out, i == 0 ? " " : "; ", name == own ? "" : absl::StrCat(name, ":"),
+        ConfigKey(timed[i].config), " ",
+        absl::StrFormat("%.2f", alone[i].second), " -> ",
+        r.status == TrialStatus::kOk ? absl::StrFormat("%.2f", r.median_us)
+                                     : std::string(TrialStatusName(r.status)));
   }
   return out;
 }
@@ -182,13 +194,48 @@ std::optional<Config> TrialLoop::Next(int target) {
   return config;
 }
 
+absl::StatusOr<std::vector<std::pair<Contender, double>>> TrialLoop::ToConfirm()
+    const {
+  std::vector<std::pair<Contender, double>> out;
+  for (const auto& [us, config] : elite_.members()) {
+    out.push_back({{template_.name, template_.hash, config}, us});
+  }
+  if (out.empty()) return out;
+  // Each other template's fastest, the fastest template first, unless it is
+  // too far behind for drift to matter.
+  std::vector<std::vector<RankedTrial>> others;
+  for (const auto& version : hooks_.rival_templates) {
+    absl::StatusOr<std::vector<RankedTrial>> top =
+        store_->TopK(device_, job_.problem, {version}, Elite::kSize);
+    if (!top.ok()) return top.status();
+    if (!top->empty() && top->front().trial.result.median_us <=
+                             kRivalTemplateReach * out.front().second) {
+      others.push_back(*std::move(top));
+    }
+  }
+  std::sort(others.begin(), others.end(), [](const auto& a, const auto& b) {
+    return a.front().trial.result.median_us < b.front().trial.result.median_us;
+  });
+  for (const std::vector<RankedTrial>& top : others) {
+    for (const RankedTrial& r : top) {
+      if (out.size() > static_cast<size_t>(kMaxRivals)) return out;
+      out.push_back({{r.template_name, r.template_hash, r.trial.config},
+                     r.trial.result.median_us});
+    }
+  }
+  return out;
+}
+
 absl::Status TrialLoop::Confirm(bool& cancelled) {
-  const std::vector<std::pair<double, Config>>& elite = elite_.members();
-  if (hooks_.confirm_turns <= 0 || elite.size() < 2) return absl::OkStatus();
-  TrialTask task{device_, template_.name, template_.hash, elite[0].second,
-                 job_.problem};
-  for (size_t i = 1; i < elite.size(); ++i) {
-    task.rivals.push_back(elite[i].second);
+  if (hooks_.confirm_turns <= 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::pair<Contender, double>>> confirm =
+      ToConfirm();
+  if (!confirm.ok()) return confirm.status();
+  if (confirm->size() < 2) return absl::OkStatus();
+  TrialTask task{device_, template_.name, template_.hash,
+                 confirm->front().first.config, job_.problem};
+  for (size_t i = 1; i < confirm->size(); ++i) {
+    task.rivals.push_back((*confirm)[i].first);
   }
   task.turns = hooks_.confirm_turns;
   Launch(task);
@@ -211,16 +258,18 @@ absl::Status TrialLoop::Confirm(bool& cancelled) {
     return absl::OkStatus();
   }
   TrialResult result = *std::move(arrival->result);
-  std::vector<std::pair<Config, TrialResult>> timed;
-  for (size_t i = 0; i < task.rivals.size(); ++i) {
-    timed.push_back({task.rivals[i], std::move(result.rival_results[i])});
-  }
+  std::vector<TrialResult> results = std::move(result.rival_results);
   result.rival_results.clear();
-  timed.insert(timed.begin(), {task.config, std::move(result)});
-  if (absl::Status s = store_->RecordTimedInTurns(scope_, timed); !s.ok()) {
-    return s;
+  results.insert(results.begin(), std::move(result));
+  std::vector<TimedTrial> timed;
+  for (size_t i = 0; i < confirm->size(); ++i) {
+    const Contender& c = (*confirm)[i].first;
+    timed.push_back({{device_, c.template_name, c.template_hash, job_.problem},
+                     c.config,
+                     std::move(results[i])});
   }
-  LogInfo(ConfirmedLine(job_.job_id, task.turns, elite, timed));
+  if (absl::Status s = store_->RecordTimedInTurns(timed); !s.ok()) return s;
+  LogInfo(ConfirmedLine(job_.job_id, task.turns, *confirm, timed));
   hooks_.notify();
   return absl::OkStatus();
 }

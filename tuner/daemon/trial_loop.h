@@ -15,10 +15,13 @@
 //           are one more entry);
 //   Confirm once the search ended (budget or strategy exhausted), the
 //           elite's configs are timed again together, in turns, as one
-//           task (TrialTask::rivals), and their stored latencies replaced:
-//           they were timed one after another, minutes apart, and clocks
-//           drift by a few percent over that time, which is the size of
-//           the differences among the fastest configs;
+//           task (TrialTask::rivals), with the problem's fastest configs of
+//           the other templates (Hooks::rival_templates) whose fastest is
+//           near, and their stored latencies replaced: they were timed one
+//           after another, minutes (or jobs) apart, and clocks drift by a
+//           few percent over that time, which is the size of the
+//           differences among the fastest configs, of one template or of
+//           several;
 //   Abandon on the way out, queued trials are withdrawn and running ones
 //           store their result when it comes.
 //
@@ -34,6 +37,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -80,6 +85,10 @@ class TrialLoop {
     Clock* clock = Clock::Real();
     // Turns of the Confirm step (samples per config); 0: no Confirm.
     int confirm_turns = 0;
+    // Other template versions (name, hash) that the runner can evaluate on
+    // the device: Confirm times each one's fastest configs for the problem
+    // beside the job's.
+    std::vector<std::pair<std::string, std::string>> rival_templates;
   };
   using MeasureCallback =
       std::function<void(const Config& config, const TrialResult& result)>;
@@ -110,6 +119,9 @@ class TrialLoop {
   absl::Status Resume();
   absl::Status Fill();
   std::optional<Config> Next(int target);
+  // What Confirm times: the elite, then the other templates' fastest (at
+  // most 1 + kMaxRivals), each with its latency as stored.
+  absl::StatusOr<std::vector<std::pair<Contender, double>>> ToConfirm() const;
   absl::Status Confirm(bool& cancelled);
   void Launch(const Config& config, bool quick);
   void Launch(TrialTask task);

@@ -68,10 +68,15 @@ void WorkerPool::Close() {
 
 bool WorkerPool::Matches(const Worker& w, const TrialTask& t) const {
   if (w.aborted || !w.info.device.SameKey(t.device)) return false;
-  for (const auto& [name, hash] : w.info.templates) {
-    if (name == t.template_name && hash == t.template_hash) return true;
+  // It must compile every config of the task, rivals of other templates too.
+  for (const Contender& c : TaskContenders(t)) {
+    if (std::find(w.info.templates.begin(), w.info.templates.end(),
+                  std::pair{c.template_name, c.template_hash}) ==
+        w.info.templates.end()) {
+      return false;
+    }
   }
-  return false;
+  return true;
 }
 
 absl::StatusOr<DeviceInfo> WorkerPool::FindDevice(const std::string& name) {

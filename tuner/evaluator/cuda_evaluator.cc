@@ -155,11 +155,11 @@ class CudaEvaluator : public Evaluator {
 
   // Every candidate on the same fresh inputs, held loaded at once.
   absl::StatusOr<std::vector<TrialResult>> TimeInTurns(
-      const KernelTemplate& t, const std::vector<Config>& configs,
-      const Problem& problem, int turns) override {
+      const std::vector<TemplateConfig>& configs, const Problem& problem,
+      int turns) override {
     if (turns < 1) return absl::InvalidArgumentError("turns must be >= 1");
     if (absl::Status s = Ready(); !s.ok()) return s;
-    Prefetch(t, configs, problem);
+    for (const TemplateConfig& c : configs) Prefetch(*c.t, {c.config}, problem);
     ProblemBuffers in(d_);
     if (absl::Status s = PrepareInputs(problem, &in); !s.ok()) return s;
     std::vector<TrialResult> results(configs.size());
@@ -167,13 +167,13 @@ class CudaEvaluator : public Evaluator {
     std::vector<size_t> index;  // Of each ready candidate in `configs`.
     for (size_t i = 0; i < configs.size(); ++i) {
       auto c = std::make_unique<Candidate>(d_);
-      Gate gate = Load(t, configs[i], problem, c.get());
+      Gate gate = Load(*configs[i].t, configs[i].config, problem, c.get());
       if (gate.ok() && !gate->has_value()) gate = Arm(problem, in, c.get());
       if (!gate.ok()) return gate.status();
       if (gate->has_value()) {
         if (!broken_.ok()) {  // It faulted: none of the others can run.
           return absl::InternalError(
-              absl::StrCat(ConfigKey(configs[i]), ": ", (*gate)->error));
+              absl::StrCat(ConfigKey(configs[i].config), ": ", (*gate)->error));
         }
         results[i] = **std::move(gate);
         continue;
@@ -185,9 +185,9 @@ class CudaEvaluator : public Evaluator {
     absl::StatusOr<std::vector<TrialResult>> timed =
         TimeTogether(ready, turns, &failed);
     if (!timed.ok()) {
-      return absl::InternalError(absl::StrCat("timing ",
-                                              ConfigKey(configs[index[failed]]),
-                                              ": ", timed.status().message()));
+      return absl::InternalError(
+          absl::StrCat("timing ", ConfigKey(configs[index[failed]].config),
+                       ": ", timed.status().message()));
     }
     for (size_t j = 0; j < index.size(); ++j) results[index[j]] = (*timed)[j];
     return results;

@@ -12,6 +12,20 @@
 
 namespace evotune {
 
+// A config with its template, as TimeInTurns takes them.
+struct TemplateConfig {
+  const KernelTemplate* t;
+  Config config;
+};
+
+// Configs of one template, as TimeInTurns takes them.
+inline std::vector<TemplateConfig> OfTemplate(
+    const KernelTemplate& t, const std::vector<Config>& configs) {
+  std::vector<TemplateConfig> out;
+  for (const Config& c : configs) out.push_back({&t, c});
+  return out;
+}
+
 // A bad candidate (does not compile, exceeds resources, wrong output, ...) is
 // data: an OK StatusOr whose TrialResult says so. A non-OK status means the
 // evaluator itself cannot work (no device, out of device memory for the
@@ -37,19 +51,20 @@ class Evaluator {
     return Evaluate(t, config, problem);
   }
 
-  // Times several configs of one problem together, in turns: each passes
-  // the gates of Evaluate (a config that fails one gets that result), then
-  // every kernel takes one timing sample per turn, in a new random order
-  // each turn, so that clocks that drift over seconds (a board at its power
-  // limit) fall on all of them alike and their order can be trusted. The
-  // results follow `configs`, each with `turns` samples. By default each
-  // config is evaluated fully, one after another.
+  // Times several configs of one problem (of one template or several)
+  // together, in turns: each passes the gates of Evaluate (a config that
+  // fails one gets that result), then every kernel takes one timing sample
+  // per turn, in a new random order each turn, so that clocks that drift
+  // over seconds (a board at its power limit) fall on all of them alike and
+  // their order can be trusted. The results follow `configs`, each with
+  // `turns` samples. By default each config is evaluated fully, one after
+  // another.
   virtual absl::StatusOr<std::vector<TrialResult>> TimeInTurns(
-      const KernelTemplate& t, const std::vector<Config>& configs,
-      const Problem& problem, int turns) {
+      const std::vector<TemplateConfig>& configs, const Problem& problem,
+      int turns) {
     std::vector<TrialResult> results;
-    for (const Config& c : configs) {
-      absl::StatusOr<TrialResult> r = Evaluate(t, c, problem);
+    for (const TemplateConfig& c : configs) {
+      absl::StatusOr<TrialResult> r = Evaluate(*c.t, c.config, problem);
       if (!r.ok()) return r.status();
       results.push_back(*std::move(r));
     }

@@ -4,10 +4,11 @@
 
 namespace evotune {
 
-std::vector<Config> TaskConfigs(const TrialTask& task) {
-  std::vector<Config> configs = {task.config};
-  configs.insert(configs.end(), task.rivals.begin(), task.rivals.end());
-  return configs;
+std::vector<Contender> TaskContenders(const TrialTask& task) {
+  std::vector<Contender> out = {
+      {task.template_name, task.template_hash, task.config}};
+  out.insert(out.end(), task.rivals.begin(), task.rivals.end());
+  return out;
 }
 
 double TrialTaskWork(const TrialTask& task) {

@@ -148,7 +148,12 @@ v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
   *out.mutable_problem() = ProblemToProto(t.problem);
   out.set_quick(t.quick);
   out.set_deadline_seconds(absl::ToDoubleSeconds(deadline));
-  for (const Config& c : t.rivals) *out.add_rivals() = ConfigToProto(c);
+  for (const Contender& c : t.rivals) {
+    v1::Rival* rival = out.add_rivals();
+    rival->set_template_name(c.template_name);
+    rival->set_template_hash(c.template_hash);
+    *rival->mutable_config() = ConfigToProto(c.config);
+  }
   out.set_turns(static_cast<uint32_t>(std::max(0, t.turns)));
   return out;
 }
@@ -170,10 +175,18 @@ absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t) {
     return absl::InvalidArgumentError(absl::StrCat(
         "task.rivals: ", t.rivals_size(), " configs, at most ", kMaxRivals));
   }
-  for (const v1::Config& c : t.rivals()) {
-    absl::StatusOr<Config> rival = ConfigFromProto(c);
-    if (!rival.ok()) return rival.status();
-    out.rivals.push_back(*std::move(rival));
+  for (int i = 0; i < t.rivals_size(); ++i) {
+    const v1::Rival& r = t.rivals(i);
+    if (r.template_name().empty() || r.template_hash().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task.rivals[", i,
+                       "].template_name: a rival names its template "
+                       "and its version"));
+    }
+    absl::StatusOr<Config> config = ConfigFromProto(r.config());
+    if (!config.ok()) return config.status();
+    out.rivals.push_back(
+        {r.template_name(), r.template_hash(), *std::move(config)});
   }
   if (!out.rivals.empty() && (t.turns() < 1 || t.turns() > kMaxTurns)) {
     return absl::InvalidArgumentError(absl::StrCat(

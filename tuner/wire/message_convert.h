@@ -37,13 +37,14 @@ absl::StatusOr<Config> ConfigFromProto(const v1::Config& c);
 v1::Latency LatencyToProto(const TrialResult& r);
 v1::LaunchGeometry GeometryToProto(const LaunchGeometry& g);
 LaunchGeometry GeometryFromProto(const v1::LaunchGeometry& g);
-// Most rivals a task may carry, and most turns it may ask for.
-inline constexpr int kMaxRivals = 15;
+// Most turns a task may ask for (kMaxRivals, in trial_task.h, bounds its
+// rivals).
 inline constexpr int kMaxTurns = 1000;
 v1::TrialTask TaskToProto(const std::string& task_id, const TrialTask& t,
                           absl::Duration deadline);
 // INVALID_ARGUMENT naming the field for a bad config, more than kMaxRivals
-// rivals, or rivals with turns outside 1..kMaxTurns.
+// rivals, a rival without a template, or rivals with turns outside
+// 1..kMaxTurns.
 absl::StatusOr<TrialTask> TaskFromProto(const v1::TrialTask& t);
 v1::RivalResult RivalToProto(const TrialResult& r);
 // Sets `out`'s status, latency (when ok), error and rivals from `r`.

@@ -147,10 +147,8 @@ int Worker::Register(absl::Notification* stop, std::string* worker_id) {
 
 void Worker::Prefetch(const v1::LeaseTrialResponse& response) {
   for (const v1::TrialTask& u : response.upcoming()) {
-    const KernelTemplate* t = templates_->Find(u.template_name());
     absl::StatusOr<TrialTask> task = TaskFromProto(u);
-    if (t == nullptr || t->hash != u.template_hash() || !task.ok()) continue;
-    evaluator_->Prefetch(*t, TaskConfigs(*task), task->problem);
+    if (task.ok()) PrefetchTask(*evaluator_, *templates_, *task);
   }
 }
 
@@ -159,16 +157,8 @@ v1::CompleteTrialRequest Worker::Evaluate(const v1::TrialTask& proto) {
   *out.mutable_task() = proto;
   absl::StatusOr<TrialResult> result;
   absl::StatusOr<TrialTask> task = TaskFromProto(proto);
-  const KernelTemplate* t = templates_->Find(proto.template_name());
-  if (!task.ok()) {
-    result = task.status();
-  } else if (t == nullptr || t->hash != proto.template_hash()) {
-    result = absl::FailedPreconditionError(
-        absl::StrCat("template ", proto.template_name(), " version ",
-                     proto.template_hash(), " is not in this worker"));
-  } else {
-    result = EvaluateTask(*evaluator_, *t, *task);
-  }
+  result =
+      task.ok() ? EvaluateTask(*evaluator_, *templates_, *task) : task.status();
   if (!result.ok()) {
     // The evaluator itself cannot work: count it against the trial, and let
     // a fresh process try.
