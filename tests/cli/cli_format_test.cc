@@ -92,7 +92,8 @@ TEST(CliFormatTest, ConfigsTimedInTurnsAreMarked) {
   EXPECT_THAT(out, ContainsRegex("KV_SPLITS=1 +10.50 us\\* "));
   EXPECT_THAT(out, ContainsRegex("KV_SPLITS=2 +10.75 us\\* "));
   EXPECT_THAT(out, ContainsRegex("KV_SPLITS=4 +11.00 us "));
-  EXPECT_THAT(out, HasSubstr("*: timed again once its search ended"));
+  EXPECT_THAT(out,
+              HasSubstr("*: timed again once a search of the problem ended"));
   best.mutable_results(0)
       ->mutable_trial()
       ->mutable_latency()

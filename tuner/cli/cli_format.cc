@@ -221,8 +221,9 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
                     return r.trial().latency().timed_against() > 0;
                   })) {
     absl::StrAppend(&out,
-                    "*: timed again once its search ended, in turns with "
-                    "that search's other fastest configs (their order was "
+                    "*: timed again once a search of the problem ended, in "
+                    "turns with the problem's other fastest configs, of its "
+                    "template and the others near it (their order was "
                     "measured side by side)\n");
   }
   if (!best.tuning_job_id().empty()) {
