@@ -125,6 +125,21 @@ class FakeRunner : public TrialRunner {
     return absl::OkStatus();
   }
   int Parallelism(const DeviceInfo&) const override { return parallelism_; }
+  // Tasks with configs of several templates only while told it has a worker
+  // with them all.
+  bool CanRun(const TrialTask& task) const override {
+    absl::MutexLock lock(&mu_);
+    for (const Contender& c : task.rivals) {
+      if (c.template_name != task.template_name && !mixes_templates_) {
+        return false;
+      }
+    }
+    return true;
+  }
+  void set_mixes_templates(bool mixes) {
+    absl::MutexLock lock(&mu_);
+    mixes_templates_ = mixes;
+  }
   uint64_t Start(TrialTask task, TrialDone done) override {
     Answer answer;
     uint64_t id;
@@ -213,6 +228,7 @@ class FakeRunner : public TrialRunner {
   mutable absl::Mutex mu_;
   Answer answer_ ABSL_GUARDED_BY(mu_);
   int answer_first_ ABSL_GUARDED_BY(mu_) = 1 << 30;
+  bool mixes_templates_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t ids_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> ran_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<Contender>> confirmations_ ABSL_GUARDED_BY(mu_);

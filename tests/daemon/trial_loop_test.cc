@@ -198,6 +198,27 @@ TEST_F(TrialLoopTest, OtherTemplatesFastestAreTimedWithTheJobs) {
   EXPECT_EQ((*top)[0].template_name, "naive");
 }
 
+// Without a worker that has every template, the job's own configs are
+// confirmed alone rather than waiting for one.
+TEST_F(TrialLoopTest, WithoutAWorkerForEveryTemplateTheJobsAloneAreTimed) {
+  job_.max_trials = 20;
+  confirm_turns_ = 30;
+  runner_.set_mixes_templates(false);
+  const TrialScope flash{device_, "flash_fwd", "f1", job_.problem};
+  rival_templates_ = {{"flash_fwd", "f1"}};
+  TrialTask t;
+  t.config = {{"KV_TILE", 10}, {"WARPS", 1}};
+  ASSERT_TRUE(
+      store_->InsertTrial(flash, t.config, *FakeRunner::FullyTimed(t)).ok());
+  bool cancelled = false;
+  ASSERT_TRUE(RunLoop(cancelled).ok());
+  ASSERT_EQ(runner_.ConfirmedContenders().size(), 1u);
+  const std::vector<Contender> confirmed = runner_.ConfirmedContenders()[0];
+  ASSERT_EQ(confirmed.size(), static_cast<size_t>(Elite::kSize));
+  for (const Contender& c : confirmed) EXPECT_EQ(c.template_name, "naive");
+  EXPECT_EQ((**store_->FindTrial(flash, t.config)).result.timed_against, 0);
+}
+
 TEST_F(TrialLoopTest, AConfigWrongInTurnsIsRecordedWrong) {
   job_.max_trials = 20;
   confirm_turns_ = 30;

@@ -197,6 +197,8 @@ TEST(WorkerPoolTest, ATaskWithRivalsOfAnotherTemplateNeedsThemAll) {
   confirm.rivals = {{"naive", "h1", Task(2).config},
                     {"flash_fwd", "f1", {{"BLOCK_M", 64}}}};
   confirm.turns = 10;
+  EXPECT_FALSE(pool.CanRun(confirm));
+  EXPECT_TRUE(pool.CanRun(Task(4)));
   pool.Start(confirm, o.Callback());
   absl::StatusOr<std::optional<LeasedTask>> l =
       pool.Lease(naive_only, absl::Milliseconds(50), nullptr);
@@ -204,6 +206,7 @@ TEST(WorkerPoolTest, ATaskWithRivalsOfAnotherTemplateNeedsThemAll) {
   EXPECT_FALSE(l->has_value());
   const std::string both = *pool.Register(
       WorkerInfo{"both", Gpu(), {{"naive", "h1"}, {"flash_fwd", "f1"}}});
+  EXPECT_TRUE(pool.CanRun(confirm));
   EXPECT_EQ(MustLease(pool, both).task.rivals, confirm.rivals);
 }
 

@@ -226,18 +226,35 @@ absl::StatusOr<std::vector<std::pair<Contender, double>>> TrialLoop::ToConfirm()
   return out;
 }
 
+TrialTask TrialLoop::ConfirmTask(
+    const std::vector<std::pair<Contender, double>>& confirm) const {
+  TrialTask task{device_, template_.name, template_.hash, {}, job_.problem};
+  if (confirm.empty()) return task;
+  task.config = confirm.front().first.config;
+  for (size_t i = 1; i < confirm.size(); ++i) {
+    task.rivals.push_back(confirm[i].first);
+  }
+  task.turns = hooks_.confirm_turns;
+  return task;
+}
+
 absl::Status TrialLoop::Confirm(bool& cancelled) {
   if (hooks_.confirm_turns <= 0) return absl::OkStatus();
   absl::StatusOr<std::vector<std::pair<Contender, double>>> confirm =
       ToConfirm();
   if (!confirm.ok()) return confirm.status();
-  if (confirm->size() < 2) return absl::OkStatus();
-  TrialTask task{device_, template_.name, template_.hash,
-                 confirm->front().first.config, job_.problem};
-  for (size_t i = 1; i < confirm->size(); ++i) {
-    task.rivals.push_back((*confirm)[i].first);
+  TrialTask task = ConfirmTask(*confirm);
+  if (!runner_->CanRun(task)) {
+    // No worker has every template of it: the job's own configs alone.
+    confirm->erase(std::remove_if(confirm->begin(), confirm->end(),
+                                  [&](const auto& c) {
+                                    return c.first.template_name !=
+                                           template_.name;
+                                  }),
+                   confirm->end());
+    task = ConfirmTask(*confirm);
   }
-  task.turns = hooks_.confirm_turns;
+  if (confirm->size() < 2) return absl::OkStatus();
   Launch(task);
   std::optional<Arrival> arrival;
   while (!arrival.has_value()) {

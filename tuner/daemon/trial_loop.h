@@ -17,9 +17,10 @@
 //           elite's configs are timed again together, in turns, as one
 //           task (TrialTask::rivals), with the problem's fastest configs of
 //           the other templates (Hooks::rival_templates) whose fastest is
-//           near, and their stored latencies replaced: they were timed one
-//           after another, minutes (or jobs) apart, and clocks drift by a
-//           few percent over that time, which is the size of the
+//           near (when one worker has every template of the task,
+//           TrialRunner::CanRun), and their stored latencies replaced: they
+//           were timed one after another, minutes (or jobs) apart, and clocks
+//           drift by a few percent over that time, which is the size of the
 //           differences among the fastest configs, of one template or of
 //           several;
 //   Abandon on the way out, queued trials are withdrawn and running ones
@@ -122,6 +123,10 @@ class TrialLoop {
   // What Confirm times: the elite, then the other templates' fastest (at
   // most 1 + kMaxRivals), each with its latency as stored.
   absl::StatusOr<std::vector<std::pair<Contender, double>>> ToConfirm() const;
+  // The task timing `confirm` in turns: the first config, the others its
+  // rivals.
+  TrialTask ConfirmTask(
+      const std::vector<std::pair<Contender, double>>& confirm) const;
   absl::Status Confirm(bool& cancelled);
   void Launch(const Config& config, bool quick);
   void Launch(TrialTask task);

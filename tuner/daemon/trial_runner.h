@@ -37,6 +37,11 @@ class TrialRunner {
   virtual absl::Status CanEvaluate(const DeviceInfo& device,
                                    const KernelTemplate& t) const = 0;
 
+  // Whether a task as it is, every template of it, can be run now (by one
+  // worker: a task that times configs of several templates needs one that
+  // has them all). False means it would wait for such a worker.
+  virtual bool CanRun(const TrialTask& task) const { return true; }
+
   // Whether results for `config` can be had (a replay only has what it
   // recorded). Searches draw from the feasible configs covered.
   virtual bool Covers(const KernelTemplate& t, const Config& config,

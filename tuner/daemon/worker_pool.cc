@@ -123,6 +123,12 @@ absl::Status WorkerPool::CanEvaluate(const DeviceInfo& device,
                                                  " version ", t.hash));
 }
 
+bool WorkerPool::CanRun(const TrialTask& task) const {
+  absl::MutexLock lock(&mu_);
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [&](const auto& w) { return Matches(w.second, task); });
+}
+
 int WorkerPool::Parallelism(const DeviceInfo& device) const {
   absl::MutexLock lock(&mu_);
   int n = 0;

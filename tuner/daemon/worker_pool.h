@@ -77,6 +77,7 @@ class WorkerPool : public TrialRunner {
   absl::StatusOr<DeviceInfo> FindDevice(const std::string& name) override;
   absl::Status CanEvaluate(const DeviceInfo& device,
                            const KernelTemplate& t) const override;
+  bool CanRun(const TrialTask& task) const override;
   int Parallelism(const DeviceInfo& device) const override;
   // The sum of its workers' compile_ahead (the default for those that give
   // none).

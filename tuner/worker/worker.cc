@@ -155,9 +155,8 @@ void Worker::Prefetch(const v1::LeaseTrialResponse& response) {
 v1::CompleteTrialRequest Worker::Evaluate(const v1::TrialTask& proto) {
   v1::CompleteTrialRequest out;
   *out.mutable_task() = proto;
-  absl::StatusOr<TrialResult> result;
-  absl::StatusOr<TrialTask> task = TaskFromProto(proto);
-  result =
+  const absl::StatusOr<TrialTask> task = TaskFromProto(proto);
+  const absl::StatusOr<TrialResult> result =
       task.ok() ? EvaluateTask(*evaluator_, *templates_, *task) : task.status();
   if (!result.ok()) {
     // The evaluator itself cannot work: count it against the trial, and let
