@@ -124,9 +124,12 @@ struct CompiledKernel {
   std::string ptx;
 };
 
-// The statement TopK runs for n templates (parameters: device id, problem id,
-// the n template ids, k), exposed so that tests and tools can EXPLAIN it.
+// The statements TopK runs for n templates (parameters: device id, problem
+// id, the n template ids), exposed so that tests and tools can EXPLAIN them:
+// the problem's trials by median, and per template the slowest of its trials
+// timed in turns and the newest trial id when one was.
 std::string TopKSql(int n_templates);
+std::string ConfirmedSql(int n_templates);
 
 class ResultStore {
  public:
@@ -160,7 +163,11 @@ class ResultStore {
 
   // The k fastest OK trials of the problem on the device, by median latency,
   // over the current version of each template in `templates` (name -> hash).
-  // One indexed lookup; no temporary B-tree.
+  // A config timed alone that was stored when its template's fastest were
+  // timed in turns (RecordTimedInTurns: passed over for them) ranks after
+  // them whatever its own time, taken at another moment; one stored later
+  // ranks by its time. Indexed lookups that stop once the k are known; no
+  // temporary B-tree.
   absl::StatusOr<std::vector<RankedTrial>> TopK(
       const DeviceInfo& device, const Problem& problem,
       const std::vector<std::pair<std::string, std::string>>& templates, int k);

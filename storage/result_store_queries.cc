@@ -1,9 +1,11 @@
 // ResultStore's queries: trials by key and scope, the fastest per problem,
 // the nearest tuned problem, devices and jobs. Each runs on a pooled reader
 // connection and never blocks the writer.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "storage/result_store.h"
@@ -35,7 +37,16 @@ std::string TopKSql(int n_templates) {
       "SELECT template_id, ", TrialColumns(),
       " FROM trials INDEXED BY trials_best WHERE device_id = ? AND "
       "problem_id = ? AND status = 1 AND template_id IN (",
-      absl::StrJoin(marks, ","), ") ORDER BY median_us LIMIT ?");
+      absl::StrJoin(marks, ","), ") ORDER BY median_us");
+}
+
+std::string ConfirmedSql(int n_templates) {
+  std::vector<std::string> marks(n_templates, "?");
+  return absl::StrCat(
+      "SELECT template_id, MAX(median_us), MAX(confirmed_through) FROM trials "
+      "INDEXED BY trials_confirmed WHERE device_id = ? AND problem_id = ? AND "
+      "status = 1 AND timed_against > 0 AND template_id IN (",
+      absl::StrJoin(marks, ","), ") GROUP BY template_id");
 }
 
 absl::StatusOr<std::optional<StoredTrial>> ResultStore::FindTrial(
@@ -119,6 +130,54 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::TopK(
       scope, key, [&] { return ReadTopK(device, problem, templates, k); });
 }
 
+namespace {
+
+// A template's trials timed in turns on a problem: the slowest of them, and
+// the newest trial stored when one of them was timed.
+struct Confirmed {
+  double slowest_us = 0;
+  int64_t through = 0;
+};
+
+void BindScope(Statement* s, int64_t device_id, int64_t problem_id,
+               const std::vector<int64_t>& template_ids) {
+  int index = 1;
+  s->Bind(index++, device_id);
+  s->Bind(index++, problem_id);
+  for (int64_t id : template_ids) s->Bind(index++, id);
+}
+
+// Confirmed, by template id, of the templates that have any on the problem.
+absl::StatusOr<absl::flat_hash_map<int64_t, Confirmed>> ReadConfirmed(
+    SqliteDb* db, int64_t device_id, int64_t problem_id,
+    const std::vector<int64_t>& template_ids) {
+  absl::StatusOr<Statement*> sel =
+      db->Prepare(ConfirmedSql(static_cast<int>(template_ids.size())));
+  if (!sel.ok()) return sel.status();
+  ScopedReset reset(*sel);
+  BindScope(*sel, device_id, problem_id, template_ids);
+  absl::flat_hash_map<int64_t, Confirmed> out;
+  while (true) {
+    absl::StatusOr<bool> more = (*sel)->Step();
+    if (!more.ok()) return more.status();
+    if (!*more) return out;
+    out[(*sel)->Int(0)] = {(*sel)->Double(1), (*sel)->Int(2)};
+  }
+}
+
+// A trial's place in TopK: its median, except for a config timed alone that
+// was stored when its template's fastest were timed in turns (passed over
+// for them by its search's time, taken at another moment): no earlier than
+// the slowest of those.
+double RankKey(const StoredTrial& t, const Confirmed* c) {
+  if (c == nullptr || t.result.timed_against > 0 || t.trial_id > c->through) {
+    return t.result.median_us;
+  }
+  return std::max(t.result.median_us, c->slowest_us);
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
     const DeviceInfo& device, const Problem& problem,
     const std::vector<std::pair<std::string, std::string>>& templates, int k) {
@@ -133,30 +192,54 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
   absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(nullptr, templates);
   if (!ids.ok()) return ids.status();
   const std::vector<int64_t> template_ids = Known(*ids);
-  if (template_ids.empty()) return out;
+  if (template_ids.empty() || k <= 0) return out;
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
-  SqliteDb* db = r->db();
-  absl::flat_hash_map<int64_t, const std::pair<std::string, std::string>*>
-      by_id;
-  for (size_t i = 0; i < templates.size(); ++i)
-    by_id[(*ids)[i]] = &templates[i];
+  absl::StatusOr<absl::flat_hash_map<int64_t, Confirmed>> confirmed =
+      ReadConfirmed(r->db(), *device_id, *problem_id, template_ids);
+  if (!confirmed.ok()) return confirmed.status();
   absl::StatusOr<Statement*> sel =
-      db->Prepare(TopKSql(static_cast<int>(template_ids.size())));
+      r->db()->Prepare(TopKSql(static_cast<int>(template_ids.size())));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
-  int index = 1;
-  (*sel)->Bind(index++, *device_id);
-  (*sel)->Bind(index++, *problem_id);
-  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
-  (*sel)->Bind(index, int64_t{k});
-  return ReadRows<RankedTrial>(
-      *sel, [&](Statement* s) -> absl::StatusOr<RankedTrial> {
-        absl::StatusOr<StoredTrial> t = ReadTrial(s, 1);
-        if (!t.ok()) return t.status();
-        const auto* tmpl = by_id[s->Int(0)];
-        return RankedTrial{tmpl->first, tmpl->second, *std::move(t)};
-      });
+  BindScope(*sel, *device_id, *problem_id, template_ids);
+  struct Ranked {
+    double key;
+    bool passed_over;  // Ranks after the confirmed trials of the same key.
+    RankedTrial trial;
+  };
+  std::vector<Ranked> ranked;
+  int settled = 0;  // Of `ranked`, keys no row still to come can precede.
+  while (settled < k) {
+    absl::StatusOr<bool> more = (*sel)->Step();
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    absl::StatusOr<StoredTrial> t = ReadTrial(*sel, 1);
+    if (!t.ok()) return t.status();
+    const int64_t id = (*sel)->Int(0);
+    const auto c = confirmed->find(id);
+    const double key =
+        RankKey(*t, c == confirmed->end() ? nullptr : &c->second);
+    const auto& [name, hash] =
+        templates[std::find(ids->begin(), ids->end(), id) - ids->begin()];
+    const double median = t->result.median_us;
+    ranked.push_back(
+        {key, key != median, RankedTrial{name, hash, *std::move(t)}});
+    // Rows come by median, and none ranks ahead of its own median.
+    settled = static_cast<int>(
+        std::count_if(ranked.begin(), ranked.end(),
+                      [&](const Ranked& e) { return e.key <= median; }));
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Ranked& a, const Ranked& b) {
+                     if (a.key != b.key) return a.key < b.key;
+                     return !a.passed_over && b.passed_over;
+                   });
+  for (Ranked& e : ranked) {
+    if (static_cast<int>(out.size()) == k) break;
+    out.push_back(std::move(e.trial));
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(

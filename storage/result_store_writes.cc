@@ -108,7 +108,8 @@ absl::Status ResultStore::RecordTimedInTurns(
     if (!t.ok()) return t.status();
     absl::StatusOr<Statement*> upd = db->Prepare(
         "UPDATE trials SET status = ?, median_us = ?, min_us = ?, p90_us = ?, "
-        "cv = ?, samples = ?, timed_against = ?, error = ? WHERE id = ?");
+        "cv = ?, samples = ?, timed_against = ?, error = ?, "
+        "confirmed_through = (SELECT MAX(id) FROM trials) WHERE id = ?");
     if (!upd.ok()) return upd.status();
     const bool ok = r.status == TrialStatus::kOk;
     (*upd)

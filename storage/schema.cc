@@ -128,6 +128,15 @@ ALTER TABLE devices ADD COLUMN multiprocessors INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE trials ADD COLUMN timed_against INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 9 -> 10: the newest trial id when a trial was timed in turns, so that
+    // TopK ranks the configs passed over for it (stored by then, timed
+    // alone) behind it; 0 for rows from before. Its index finds a problem's
+    // confirmed trials without scanning the others.
+    R"sql(
+ALTER TABLE trials ADD COLUMN confirmed_through INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX trials_confirmed ON trials(device_id, problem_id, template_id)
+  WHERE status = 1 AND timed_against > 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 

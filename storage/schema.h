@@ -12,7 +12,7 @@
 namespace evotune {
 
 // The schema version that MigrateSchema (and ResultStore::Open) reach.
-inline constexpr int kSchemaVersion = 9;
+inline constexpr int kSchemaVersion = 10;
 
 // Migrates `db` to kSchemaVersion; a no-op at that version. A database of a
 // newer version is refused with FAILED_PRECONDITION (`path` names it in the

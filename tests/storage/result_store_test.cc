@@ -268,6 +268,18 @@ TEST_F(ResultStoreTest, TopKIsOneIndexedLookupWithoutTemporaryBTree) {
     EXPECT_THAT(plan, HasSubstr("USING INDEX trials_best")) << plan;
     EXPECT_THAT(plan, Not(HasSubstr("TEMP B-TREE"))) << plan;
     EXPECT_THAT(plan, Not(HasSubstr("SCAN trials\n"))) << plan;
+    const std::string confirmed = "EXPLAIN QUERY PLAN " + ConfirmedSql(n);
+    ASSERT_EQ(sqlite3_prepare_v2(db, confirmed.c_str(), -1, &stmt, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    plan.clear();
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      plan += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
+      plan += "\n";
+    }
+    sqlite3_finalize(stmt);
+    EXPECT_THAT(plan, HasSubstr("USING INDEX trials_confirmed")) << plan;
+    EXPECT_THAT(plan, Not(HasSubstr("SCAN trials\n"))) << plan;
   }
   sqlite3_close(db);
 }
@@ -465,6 +477,49 @@ TEST_F(ResultStoreTest, ResultsTimedInTurnsAcrossTemplatesKeepTheirTemplates) {
   EXPECT_EQ((**store->FindTrial(flash, {{"B", 1}})).result.timed_against, 1);
   EXPECT_FALSE(store->FindTrial(flash, {{"A", 1}})->has_value());
   EXPECT_EQ(*store->CountTrials(), 2);
+}
+
+// The configs a confirmation passed over (stored by then, timed alone) rank
+// after the confirmed ones of their template, however fast their own time;
+// a config stored later, and another template's, rank by their times.
+TEST_F(ResultStoreTest, ConfigsPassedOverForConfirmedOnesRankAfterThem) {
+  auto store = OpenStore();
+  TrialScope flash = Scope();
+  flash.template_name = "flash";
+  flash.template_hash = "f1";
+  ASSERT_TRUE(store
+                  ->BulkInsertTrials(Scope(), {{{{"A", 1}}, Ok(100)},
+                                               {{{"A", 2}}, Ok(101)},
+                                               {{{"A", 3}}, Ok(102)},
+                                               {{{"A", 4}}, Ok(120)}})
+                  .ok());
+  auto best = [&](int k) {
+    auto top = store->TopK(Scope().device, Scope().problem,
+                           {{"naive", "abc"}, {"flash", "f1"}}, k);
+    EXPECT_TRUE(top.ok()) << top.status();
+    std::vector<std::string> keys;
+    for (const RankedTrial& t : *top) keys.push_back(ConfigKey(t.trial.config));
+    return keys;
+  };
+  TrialResult a1 = Ok(110), a2 = Ok(108);
+  a1.timed_against = a2.timed_against = 1;
+  ASSERT_TRUE(store
+                  ->RecordTimedInTurns(
+                      {{Scope(), {{"A", 1}}, a1}, {Scope(), {{"A", 2}}, a2}})
+                  .ok());
+  // A=3 (102, passed over) after A=1 (110); A=4 (120) by its time.
+  EXPECT_EQ(best(1), (std::vector<std::string>{"A=2"}));
+  EXPECT_EQ(best(5), (std::vector<std::string>{"A=2", "A=1", "A=3", "A=4"}));
+  ASSERT_TRUE(store->InsertTrial(Scope(), {{"A", 5}}, Ok(105)).ok());
+  ASSERT_TRUE(store->InsertTrial(flash, {{"B", 1}}, Ok(104)).ok());
+  EXPECT_EQ(best(3), (std::vector<std::string>{"B=1", "A=5", "A=2"}));
+  EXPECT_EQ(best(10), (std::vector<std::string>{"B=1", "A=5", "A=2", "A=1",
+                                                "A=3", "A=4"}));
+  // Reopened, the same.
+  store.reset();
+  store = OpenStore();
+  EXPECT_EQ(best(10), (std::vector<std::string>{"B=1", "A=5", "A=2", "A=1",
+                                                "A=3", "A=4"}));
 }
 
 TEST_F(ResultStoreTest, KeyRowsOfARolledBackWriteAreForgotten) {

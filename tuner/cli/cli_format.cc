@@ -224,7 +224,8 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
                     "*: timed again once a search of the problem ended, in "
                     "turns with the problem's other fastest configs, of its "
                     "template and the others near it (their order was "
-                    "measured side by side)\n");
+                    "measured side by side); configs of a template that "
+                    "search passed over rank after its starred ones\n");
   }
   if (!best.tuning_job_id().empty()) {
     absl::StrAppend(&out, "tuning this problem in the background as job ",
