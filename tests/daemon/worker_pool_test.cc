@@ -383,6 +383,25 @@ TEST(WorkerPoolTest, AResultLeasedByAnEarlierDaemonIsStoredAsAnOrphan) {
       absl::StatusCode::kNotFound);
 }
 
+// Every callback added hears of each worker that registers, with the
+// device and limits it reports (the daemon records them; its supervisor
+// resets a restarted worker's backoff).
+TEST(WorkerPoolTest, EveryRegisterCallbackGetsTheWorkersDevice) {
+  WorkerPool pool(Fast());
+  std::vector<std::string> names;
+  std::vector<int> multiprocessors;
+  pool.AddOnRegister([&](const WorkerInfo& w) { names.push_back(w.name); });
+  pool.AddOnRegister([&](const WorkerInfo& w) {
+    multiprocessors.push_back(w.device.limits.multiprocessors);
+  });
+  DeviceInfo gpu = Gpu();
+  gpu.limits.multiprocessors = 132;
+  ASSERT_TRUE(pool.Register(Info("a", gpu)).ok());
+  ASSERT_TRUE(pool.Register(Info("b")).ok());
+  EXPECT_THAT(names, ElementsAre("a", "b"));
+  EXPECT_THAT(multiprocessors, ElementsAre(132, 0));
+}
+
 TEST(WorkerPoolTest, WithdrawTakesBackOnlyQueuedTrials) {
   WorkerPool pool(Fast());
   const std::string w = *pool.Register(Info("w"));

@@ -8,7 +8,8 @@
 #   2. A worker started on its own outlives a kill -9 of evotuned, rejoins
 #      the restarted daemon and the job finishes.
 #   3. A worker or CLI whose token the daemon refuses stops at once with one
-#      line that says so, instead of retrying.
+#      line that says so, instead of retrying; one it accepts has its
+#      device's limits recorded in the store as it registers.
 #
 #   worker_faults_test.sh EVOTUNED EVOTUNE EVOTUNE_WORKER
 set -euo pipefail
@@ -95,6 +96,9 @@ kill -0 "$worker_pid" || fail "the worker did not survive"
 [ "$(grep -c "registered with evotuned" "$work/worker.log")" -ge 2 ] || fail "worker did not register again"
 kill -TERM "$daemon_pid" "$worker_pid"
 wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
+# A store whose device has no limits (as before schema 8) gets them when one
+# of its workers registers, with no job running.
+sql "UPDATE devices SET smem_per_block_bytes = 0, max_threads_per_block = 0"
 
 # --- 3. A refused token is final.
 start_daemon daemon4 127.0.0.1:0 --workers=0 --token=right-token
@@ -114,6 +118,16 @@ status=0
   fail "CLI with a wrong token: $(cat "$work/cli.out")"
 EVOTUNE_TOKEN=right-token "$evotune" --address="$address" jobs >/dev/null ||
   fail "CLI with the right token"
+[ "$(sql "SELECT MAX(smem_per_block_bytes) FROM devices")" = 0 ] || fail "limits not cleared"
+EVOTUNE_TOKEN=right-token "$worker" --daemon="$address" --evaluator=synthetic \
+  --name=limits 2>"$work/limits.log" &
+pids+=($!)
+for _ in $(seq 100); do
+  [ "$(sql "SELECT MAX(smem_per_block_bytes) FROM devices")" = 102400 ] && break
+  sleep 0.1
+done
+[ "$(sql "SELECT MAX(smem_per_block_bytes) FROM devices")" = 102400 ] ||
+  fail "a registered worker's limits were not recorded: $(sql "SELECT * FROM devices")"
 kill -TERM "$daemon_pid"
 wait "$daemon_pid" || fail "SIGTERM shutdown exited non-zero"
 echo "worker faults e2e: 3 passed, 0 failed"

@@ -229,6 +229,17 @@ std::unique_ptr<WorkerPool> MakeWorkerPool(ResultStore* store,
       absl::Seconds(std::max(0.5, absl::GetFlag(FLAGS_lease_timeout_s)));
   options.heartbeat = std::min(absl::Seconds(1), options.lease_timeout / 4);
   auto pool = std::make_unique<WorkerPool>(options);
+  // So that a device's limits are known for serving as soon as one of its
+  // workers says them (a worker from before says none), not only once a job
+  // runs on it: stores from before schema 8 have none.
+  pool->AddOnRegister([store](const WorkerInfo& w) {
+    const DeviceLimits& l = w.device.limits;
+    if (l.smem_per_block_bytes <= 0 && l.multiprocessors <= 0) return;
+    if (absl::Status s = store->RecordDeviceLimits(w.device); !s.ok()) {
+      LogError(absl::StrCat("recording the limits of ", w.device.name, ": ",
+                            s.ToString()));
+    }
+  });
   // Results that workers finished for an earlier daemon are still results.
   pool->SetOrphanSink([store, templates](const TrialTask& task,
                                          const TrialResult& result) {

@@ -166,7 +166,7 @@ absl::Status Supervisor::Start() {
     }
   }
   pool_->SetKiller([this](const std::string& name) { Kill(name); });
-  pool_->SetOnRegister([this](const std::string& name) { OnRegister(name); });
+  pool_->AddOnRegister([this](const WorkerInfo& w) { OnRegister(w.name); });
   // Workers are forked from this thread, which lives as long as they may:
   // their parent-death signal fires when the forking thread ends.
   thread_ = std::thread([this] { Loop(); });

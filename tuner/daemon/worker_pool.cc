@@ -185,7 +185,8 @@ absl::StatusOr<std::string> WorkerPool::Register(WorkerInfo info) {
   Finished finished;
   std::string id;
   const std::string name = info.name;
-  std::function<void(const std::string&)> on_register;
+  const WorkerInfo registered = info;
+  std::vector<std::function<void(const WorkerInfo&)>> on_register;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [other_id, w] : workers_) {
@@ -205,7 +206,7 @@ absl::StatusOr<std::string> WorkerPool::Register(WorkerInfo info) {
     on_register = on_register_;
   }
   for (auto& [done, result] : finished) done(std::move(result));
-  if (on_register) on_register(name);
+  for (const auto& call : on_register) call(registered);
   return id;
 }
 
@@ -396,10 +397,10 @@ void WorkerPool::SetOrphanSink(
   orphan_sink_ = std::move(sink);
 }
 
-void WorkerPool::SetOnRegister(
-    std::function<void(const std::string&)> on_register) {
+void WorkerPool::AddOnRegister(
+    std::function<void(const WorkerInfo&)> on_register) {
   absl::MutexLock lock(&mu_);
-  on_register_ = std::move(on_register);
+  on_register_.push_back(std::move(on_register));
 }
 
 void WorkerPool::SetNoWorkerReason(std::string reason) {

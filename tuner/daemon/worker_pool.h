@@ -118,8 +118,9 @@ class WorkerPool : public TrialRunner {
   // Called with results of trials leased before this daemon started.
   void SetOrphanSink(
       std::function<void(const TrialTask&, const TrialResult&)> sink);
-  // Called with the name of each worker that registers.
-  void SetOnRegister(std::function<void(const std::string&)> on_register);
+  // Adds a callback called (outside any lock) with each worker that
+  // registers: its name, device and the limits it reports.
+  void AddOnRegister(std::function<void(const WorkerInfo&)> on_register);
   // Why no worker will come (e.g. "no CUDA device: ..."): FindDevice stops
   // waiting and says so.
   void SetNoWorkerReason(std::string reason);
@@ -194,7 +195,8 @@ class WorkerPool : public TrialRunner {
   std::function<void(const std::string&)> killer_ ABSL_GUARDED_BY(mu_);
   std::function<void(const TrialTask&, const TrialResult&)> orphan_sink_
       ABSL_GUARDED_BY(mu_);
-  std::function<void(const std::string&)> on_register_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const WorkerInfo&)>> on_register_
+      ABSL_GUARDED_BY(mu_);
   std::thread reaper_;
 };
 
