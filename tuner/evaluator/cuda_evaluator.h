@@ -16,7 +16,11 @@
 //      to last >= 100 us each; median, min, p90 and CV per launch.
 // TimeInTurns passes each config through gates 1-4 on one set of fresh
 // inputs (each kernel with its own scratch), holds them all loaded, and
-// takes their timing samples in turns.
+// takes their timing samples in turns, each after a read of a buffer twice
+// the L2's size: a sample starts from the same cache whichever kernel ran
+// before it (without that, on the H100 a problem whose K and V are about
+// the L2's size measured the same 24 configs 1.5x slower among 153 configs
+// than among themselves, in an unrelated order).
 // A launch that faults leaves the CUDA context unusable: the trial is
 // recorded as crashed and every later call fails (the process must restart).
 #ifndef EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_
