@@ -528,20 +528,28 @@ class CudaEvaluator : public Evaluator {
   }
 
   absl::Status LoadFillKernel() {
+    return LoadKernel(kRandomFillSource, "random_fill.cu",
+                      "evotune_random_fill", &fill_cubin_, &fill_module_,
+                      &fill_);
+  }
+
+  // Compiles `source` for this device, loads it and looks up `name`; the
+  // cubin is kept beside its module.
+  absl::Status LoadKernel(const char* source, const char* file,
+                          const char* name, std::string* cubin_out,
+                          CUmodule* module, CUfunction* fn) {
     absl::StatusOr<std::string> cubin =
-        CompileSource(kRandomFillSource, "random_fill.cu",
-                      ArchName(info_.cc_major, info_.cc_minor));
+        CompileSource(source, file, ArchName(info_.cc_major, info_.cc_minor));
     if (!cubin.ok()) return cubin.status();
-    fill_cubin_ = *std::move(cubin);
+    *cubin_out = *std::move(cubin);
     if (absl::Status s =
-            d_->Check(d_->cuModuleLoadData(&fill_module_, fill_cubin_.data()),
-                      "load random fill");
+            d_->Check(d_->cuModuleLoadData(module, cubin_out->data()),
+                      absl::StrCat("load ", file));
         !s.ok()) {
       return s;
     }
-    return d_->Check(
-        d_->cuModuleGetFunction(&fill_, fill_module_, "evotune_random_fill"),
-        "random fill function");
+    return d_->Check(d_->cuModuleGetFunction(fn, *module, name),
+                     absl::StrCat("function ", name));
   }
 
   // Warm-up, and an estimate of one launch to size each kernel's samples;
@@ -616,20 +624,9 @@ class CudaEvaluator : public Evaluator {
     if (scrub_vectors_ == 0) {
       if (absl::Status s = AllocateScrub(); !s.ok()) return s;
     }
-    absl::StatusOr<std::string> cubin =
-        CompileSource(kCacheScrubSource, "cache_scrub.cu",
-                      ArchName(info_.cc_major, info_.cc_minor));
-    if (!cubin.ok()) return cubin.status();
-    scrub_cubin_ = *std::move(cubin);
-    if (absl::Status s =
-            d_->Check(d_->cuModuleLoadData(&scrub_module_, scrub_cubin_.data()),
-                      "load cache scrub");
-        !s.ok()) {
-      return s;
-    }
-    return d_->Check(d_->cuModuleGetFunction(&scrub_fn_, scrub_module_,
-                                             "evotune_cache_scrub"),
-                     "cache scrub function");
+    return LoadKernel(kCacheScrubSource, "cache_scrub.cu",
+                      "evotune_cache_scrub", &scrub_cubin_, &scrub_module_,
+                      &scrub_fn_);
   }
 
   absl::Status AllocateScrub() {
