@@ -20,7 +20,9 @@
 // the L2's size: a sample starts from the same cache whichever kernel ran
 // before it (without that, on the H100 a problem whose K and V are about
 // the L2's size measured the same 24 configs 1.5x slower among 153 configs
-// than among themselves, in an unrelated order).
+// than among themselves, in an unrelated order). Short decode kernels (a few
+// queries, under 30 us) measure 1.5-3.6 us a launch slower so than alone,
+// likely each sample's first launch reading K and V from memory.
 // A launch that faults leaves the CUDA context unusable: the trial is
 // recorded as crashed and every later call fails (the process must restart).
 #ifndef EVOTUNE_TUNER_EVALUATOR_CUDA_EVALUATOR_H_
