@@ -32,6 +32,11 @@ ABSL_FLAG(std::string, db, "", "database to fill (and that evotuned serves)");
 ABSL_FLAG(int64_t, trials, 1000000, "trials to have in the store");
 ABSL_FLAG(int, configs_per_problem, 100, "trials per problem");
 ABSL_FLAG(bool, populate_only, false, "fill the store and exit");
+ABSL_FLAG(int, confirmed_top, 0,
+          "while filling, mark each problem's this many fastest trials timed "
+          "in turns (at the times measured) and so its other trials passed "
+          "over: every store read then finds a confirmation, the ranking "
+          "rule's costliest case");
 ABSL_FLAG(std::string, address, "", "evotuned address");
 ABSL_FLAG(double, rate, 5000, "requests per second");
 ABSL_FLAG(double, seconds, 20, "duration of the load");
@@ -53,7 +58,8 @@ ABSL_FLAG(uint64_t, seed, 1,
           "problems of the same daemon)");
 ABSL_FLAG(int, in_process, 0,
           "instead of a load over gRPC, time this many ResultStore::TopK "
-          "calls on one thread");
+          "calls on one thread (with --untuned_fraction > 0, as many "
+          "NearestTunedProblem calls for problems never tuned)");
 ABSL_FLAG(std::string, latency_csv, "",
           "also write each request's due time (s from the start), latency "
           "from due (us) and whether it was untuned to this CSV file");
@@ -93,10 +99,32 @@ bool IsStale(ResultStore& store) {
   return *store.CountTrials() > 0 && top.ok() && top->empty();
 }
 
+// Records the `n` fastest ok trials of `batch` as timed in turns against
+// each other, at the times they were measured.
+absl::Status Confirm(ResultStore& store, const TrialScope& scope,
+                     std::vector<std::pair<Config, TrialResult>> batch, int n) {
+  if (n <= 0) return absl::OkStatus();
+  batch.erase(std::remove_if(batch.begin(), batch.end(),
+                             [](const auto& e) {
+                               return e.second.status != TrialStatus::kOk;
+                             }),
+              batch.end());
+  std::sort(batch.begin(), batch.end(), [](const auto& a, const auto& b) {
+    return a.second.median_us < b.second.median_us;
+  });
+  batch.resize(std::min<size_t>(batch.size(), n));
+  std::vector<TimedTrial> timed;
+  for (auto& [config, result] : batch) {
+    result.timed_against = static_cast<int>(batch.size());
+    timed.push_back({scope, std::move(config), result});
+  }
+  return store.RecordTimedInTurns(timed);
+}
+
 // Real configs of the template, as the synthetic evaluator measures them,
 // so that answers for untuned problems (transfers) have runnable configs to
 // rank and the daemon's cost model something to learn.
-int Populate(ResultStore& store, int64_t want, int per_problem) {
+int Populate(ResultStore& store, int64_t want, int per_problem, int confirmed) {
   const int64_t have = *store.CountTrials();
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find(kTemplate);
   SyntheticEvaluator synthetic({});
@@ -112,8 +140,9 @@ int Populate(ResultStore& store, int64_t want, int per_problem) {
     for (const Config& c : configs) {
       batch.push_back({c, *synthetic.Evaluate(t, c, p)});
     }
-    absl::Status s =
-        store.BulkInsertTrials({synthetic.device(), t.name, t.hash, p}, batch);
+    const TrialScope scope{synthetic.device(), t.name, t.hash, p};
+    absl::Status s = store.BulkInsertTrials(scope, batch);
+    if (s.ok()) s = Confirm(store, scope, std::move(batch), confirmed);
     if (!s.ok()) {
       std::fprintf(stderr, "populate: %s\n", s.ToString().c_str());
       return 1;
@@ -150,6 +179,29 @@ int InProcess(ResultStore& store, int64_t problems, int queries) {
     }
   }
   Report("ResultStore::TopK", us);
+  return 0;
+}
+
+// The nearest-rule search an untuned query makes when the daemon has no cost
+// model yet, each for a problem never asked before (none is cached).
+int InProcessNearest(ResultStore& store, int64_t problems, int queries) {
+  const DeviceInfo device = SyntheticEvaluator({}).device();
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find(kTemplate);
+  std::vector<double> us;
+  for (int i = 0; i < queries; ++i) {
+    const Problem p = ProblemNumber(problems + i);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::optional<Problem>> nearest =
+        store.NearestTunedProblem(device, p, {{t.name, t.hash}}, true);
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    if (!nearest.ok() || !nearest->has_value()) {
+      std::fprintf(
+          stderr, "NearestTunedProblem: %s\n",
+          nearest.ok() ? "no answer" : nearest.status().ToString().c_str());
+      return 1;
+    }
+  }
+  Report("ResultStore::NearestTunedProblem", us);
   return 0;
 }
 
@@ -357,13 +409,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
       return 1;
     }
-    return evotune::Populate(**store, absl::GetFlag(FLAGS_trials), per_problem);
+    return evotune::Populate(**store, absl::GetFlag(FLAGS_trials), per_problem,
+                             absl::GetFlag(FLAGS_confirmed_top));
   }
   if (const int queries = absl::GetFlag(FLAGS_in_process); queries > 0) {
     auto store = evotune::ResultStore::Open(db);
     if (!store.ok()) {
       std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
       return 1;
+    }
+    if (absl::GetFlag(FLAGS_untuned_fraction) > 0) {
+      return evotune::InProcessNearest(**store, problems, queries);
     }
     return evotune::InProcess(**store, problems, queries);
   }

@@ -4,8 +4,9 @@
 // synchronous=FULL: a call that returned OK is on disk and survives kill -9
 // (and power loss). Thread-safe: writes are serialized on one connection,
 // reads run on a pool of reader connections and never block the writer.
-// TopK, HasTunedProblem and NearestTunedProblem answers are kept in memory
-// until this object next writes a trial of their scope (the hot path of
+// TopK and HasTunedProblem answers, and the tuned problems NearestTunedProblem
+// searches, are kept in memory until this object next writes a trial of
+// their scope (the hot path of
 // QueryBest then reads no SQL), so the process that opens a database must be
 // its only writer of trials while it runs (the daemon is).
 #ifndef EVOTUNE_STORAGE_RESULT_STORE_H_
@@ -28,6 +29,7 @@
 #include "storage/sqlite.h"
 #include "tuner/space/config.h"
 #include "tuner/space/problem.h"
+#include "tuner/space/problem_set.h"
 #include "tuner/space/trial.h"
 
 namespace evotune {
@@ -317,10 +319,10 @@ class ResultStore {
   absl::StatusOr<std::vector<RankedTrial>> ReadTopK(
       const DeviceInfo& device, const Problem& problem,
       const std::vector<std::pair<std::string, std::string>>& templates, int k);
-  absl::StatusOr<std::optional<Problem>> ReadNearestTunedProblem(
-      const DeviceInfo& device, const Problem& problem,
-      const std::vector<std::pair<std::string, std::string>>& templates,
-      bool same_class);
+  // Every problem the device has OK trials of for any of the templates.
+  absl::StatusOr<std::shared_ptr<const ProblemSet>> ReadTunedProblems(
+      const DeviceInfo& device,
+      const std::vector<std::pair<std::string, std::string>>& templates);
   absl::StatusOr<bool> ReadHasTunedProblem(
       const DeviceInfo& device,
       const std::vector<std::pair<std::string, std::string>>& templates);
@@ -367,10 +369,10 @@ class ResultStore {
   // HasTunedProblem's per device.
   GenerationCache<std::vector<RankedTrial>> top_k_{kCachedTrials, &Rows};
   GenerationCache<bool> has_tuned_{1024};
-  // NearestTunedProblem's per device: a search of every tuned problem
-  // (milliseconds on a large store), asked by every query the nearest rule
-  // answers.
-  GenerationCache<std::optional<Problem>> nearest_{size_t{1} << 14};
+  // The tuned problems NearestTunedProblem searches, per device and
+  // templates: reading them takes milliseconds on a large store, searching
+  // them microseconds, and every query the nearest rule answers asks anew.
+  GenerationCache<std::shared_ptr<const ProblemSet>> tuned_problems_{64};
 };
 
 }  // namespace evotune

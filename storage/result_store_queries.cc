@@ -116,7 +116,7 @@ void ResultStore::TrialsChanged(const DeviceInfo& device,
   top_k_.Bump(TopKScope(device, problem));
   if (ok) {
     has_tuned_.Bump(store_rows::DeviceKey(device));
-    nearest_.Bump(store_rows::DeviceKey(device));
+    tuned_problems_.Bump(store_rows::DeviceKey(device));
   }
 }
 
@@ -247,61 +247,51 @@ absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     const std::vector<std::pair<std::string, std::string>>& templates,
     bool same_class) {
   const std::string scope = store_rows::DeviceKey(device);
-  const std::string key =
-      absl::StrCat(scope, "\x1d", ProblemKey(problem), "\x1d",
-                   TemplatesKey(templates), same_class ? 1 : 0);
-  return nearest_.FindOrRead(scope, key, [&] {
-    return ReadNearestTunedProblem(device, problem, templates, same_class);
-  });
+  const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey(templates));
+  absl::StatusOr<std::shared_ptr<const ProblemSet>> tuned =
+      tuned_problems_.FindOrRead(
+          scope, key, [&] { return ReadTunedProblems(device, templates); });
+  if (!tuned.ok()) return tuned.status();
+  return (*tuned)->Nearest(problem, same_class);
 }
 
-absl::StatusOr<std::optional<Problem>> ResultStore::ReadNearestTunedProblem(
-    const DeviceInfo& device, const Problem& problem,
-    const std::vector<std::pair<std::string, std::string>>& templates,
-    bool same_class) {
+absl::StatusOr<std::shared_ptr<const ProblemSet>>
+ResultStore::ReadTunedProblems(
+    const DeviceInfo& device,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  auto none = [] {
+    return std::make_shared<const ProblemSet>(std::vector<Problem>{});
+  };
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
   SqliteDb* db = r->db();
   absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
-  if (absl::IsNotFound(device_id.status())) return std::nullopt;
+  if (absl::IsNotFound(device_id.status())) return none();
   if (!device_id.ok()) return device_id.status();
   absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
   if (!ids.ok()) return ids.status();
   const std::vector<int64_t> template_ids = Known(*ids);
-  if (template_ids.empty()) return std::nullopt;
+  if (template_ids.empty()) return none();
   std::vector<std::string> marks(template_ids.size(), "?");
   absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
       "SELECT DISTINCT p.key FROM tuned_problems tp JOIN problems p ON p.id = "
       "tp.problem_id WHERE tp.device_id = ? AND tp.template_id IN (",
-      absl::StrJoin(marks, ","), ")",
-      same_class ? " AND p.head_dim = ? AND p.dtype = ? AND p.causal = ?"
-                 : ""));
+      absl::StrJoin(marks, ","), ")"));
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   int index = 1;
   (*sel)->Bind(index++, *device_id);
   for (int64_t id : template_ids) (*sel)->Bind(index++, id);
-  if (same_class) {
-    (*sel)->Bind(index++, problem.head_dim);
-    (*sel)->Bind(index++, DTypeName(problem.dtype));
-    (*sel)->Bind(index, int64_t{problem.causal});
-  }
-  std::optional<Problem> best;
-  double best_distance = std::numeric_limits<double>::infinity();
+  std::vector<Problem> problems;
   while (true) {
     absl::StatusOr<bool> row = (*sel)->Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
     absl::StatusOr<Problem> p = ParseProblemKey((*sel)->Text(0));
     if (!p.ok()) return absl::DataLossError(p.status().message());
-    if (*p == problem) continue;
-    const double d = ProblemDistance(*p, problem);
-    if (d < best_distance) {
-      best = *p;
-      best_distance = d;
-    }
+    problems.push_back(*std::move(p));
   }
-  return best;
+  return std::make_shared<const ProblemSet>(std::move(problems));
 }
 
 absl::StatusOr<bool> ResultStore::HasTunedProblem(
