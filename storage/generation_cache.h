@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 namespace evotune {
 
@@ -81,14 +83,33 @@ class GenerationCache {
   }
 
   // The answer kept for `key` of `scope`, or else `read()`'s (a
-  // absl::StatusOr<V>), kept when OK.
+  // absl::StatusOr<V>), kept when OK. Callers that miss one key at the same
+  // time share one read: the first reads, the others wait for its answer (a
+  // read that takes milliseconds, asked by many queries at once, runs once).
+  // A waiter reads for itself when that read failed or when the scope was
+  // written between its start and the waiter's arrival.
   template <typename Read>
   auto FindOrRead(const std::string& scope, const std::string& key, Read read)
       -> decltype(read()) {
     if (std::optional<V> kept = Find(scope, key)) return *std::move(kept);
     const uint64_t generation = Generation(scope);
+    bool first = false;
+    std::shared_ptr<Flight> flight = Join(scope, key, generation, &first);
+    if (!first) {
+      flight->done.WaitForNotification();
+      if (flight->value && flight->generation == generation) {
+        return *flight->value;
+      }
+      auto value = read();
+      if (value.ok()) Put(scope, key, generation, *value);
+      return value;
+    }
     auto value = read();
-    if (value.ok()) Put(scope, key, generation, *value);
+    if (value.ok()) {
+      Put(scope, key, generation, *value);
+      flight->value = *value;
+    }
+    Land(scope, key, flight);
     return value;
   }
 
@@ -112,13 +133,44 @@ class GenerationCache {
 
  private:
   static constexpr size_t kShards = 16;
+  // A read under way, and its answer once done (none when it failed).
+  struct Flight {
+    uint64_t generation = 0;
+    std::optional<V> value;
+    absl::Notification done;
+  };
   struct Shard {
     mutable absl::Mutex mu;
     absl::flat_hash_map<std::string, uint64_t> generations ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<std::string, std::pair<uint64_t, V>> answers
         ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, std::shared_ptr<Flight>> flights
+        ABSL_GUARDED_BY(mu);
     size_t weight ABSL_GUARDED_BY(mu) = 0;
   };
+  // The read of `key` under way, or a new one that the caller (*first) makes.
+  std::shared_ptr<Flight> Join(const std::string& scope, const std::string& key,
+                               uint64_t generation, bool* first) {
+    Shard& s = ShardOf(scope);
+    absl::MutexLock lock(&s.mu);
+    std::shared_ptr<Flight>& f = s.flights[key];
+    *first = f == nullptr;
+    if (*first) {
+      f = std::make_shared<Flight>();
+      f->generation = generation;
+    }
+    return f;
+  }
+  // The read is done: later misses start their own, waiters get its answer.
+  void Land(const std::string& scope, const std::string& key,
+            const std::shared_ptr<Flight>& flight) {
+    Shard& s = ShardOf(scope);
+    {
+      absl::MutexLock lock(&s.mu);
+      s.flights.erase(key);
+    }
+    flight->done.Notify();
+  }
   static uint64_t GenerationLocked(const Shard& s, const std::string& scope)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     auto it = s.generations.find(scope);

@@ -1,10 +1,13 @@
 #include "storage/generation_cache.h"
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace evotune {
@@ -36,6 +39,56 @@ TEST(GenerationCacheTest, FindOrReadReadsOncePerGenerationAndKeepsNoError) {
   };
   EXPECT_FALSE(cache.FindOrRead("s", "s/b", fail).ok());
   EXPECT_EQ(*cache.FindOrRead("s", "s/b", read), 3);  // Not kept: read again.
+}
+
+// A read that blocks until released, counting its calls; each returns its
+// call's number.
+struct BlockingRead {
+  std::atomic<int> reads{0};
+  absl::Notification entered, release;
+  absl::StatusOr<int> operator()() {
+    const int n = ++reads;
+    if (n == 1) entered.Notify();
+    release.WaitForNotification();
+    return n;
+  }
+};
+
+TEST(GenerationCacheTest, MissesOfOneKeyAtTheSameTimeShareOneRead) {
+  GenerationCache<int> cache(100);
+  BlockingRead read;
+  std::vector<int> got(8);
+  std::vector<std::thread> threads;
+  auto ask = [&](int i) {
+    got[i] = *cache.FindOrRead("s", "s/a", [&] { return read(); });
+  };
+  threads.emplace_back(ask, 0);
+  read.entered.WaitForNotification();  // The first read is under way.
+  for (int i = 1; i < 8; ++i) threads.emplace_back(ask, i);
+  absl::SleepFor(absl::Milliseconds(50));  // Let the others miss too.
+  read.release.Notify();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(read.reads, 1);
+  for (int v : got) EXPECT_EQ(v, 1);
+}
+
+TEST(GenerationCacheTest, AWaiterAfterAWriteReadsForItself) {
+  GenerationCache<int> cache(100);
+  BlockingRead read;
+  int first = 0, second = 0;
+  std::thread a(
+      [&] { first = *cache.FindOrRead("s", "s/a", [&] { return read(); }); });
+  read.entered.WaitForNotification();
+  cache.Bump("s");  // A write commits while the first read runs.
+  std::thread b(
+      [&] { second = *cache.FindOrRead("s", "s/a", [&] { return read(); }); });
+  absl::SleepFor(absl::Milliseconds(50));
+  read.release.Notify();
+  a.join();
+  b.join();
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 2);  // Its own read, after the write.
+  EXPECT_EQ(*cache.Find("s", "s/a"), 2);
 }
 
 TEST(GenerationCacheTest, AnAnswerReadAcrossAWriteIsNeverServed) {
