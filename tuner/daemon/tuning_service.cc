@@ -284,9 +284,9 @@ absl::StatusOr<BestAnswer> TuningService::Transfer(
     absl::StatusOr<bool> predicted = Predict(query, templates, &answer);
     if (!predicted.ok()) return predicted.status();
     if (*predicted) return answer;
-    // A query that does not wait for the model gets the defaults at once:
-    // the nearest tuned problem is a search of the store, as slow as a
-    // ranking.
+    // A query that does not wait for the model's ranking gets the defaults
+    // at once; without a model (none trained yet, or too few trials) the
+    // nearest tuned problem answers, a search in memory.
     if (!answer.ranking) {
       absl::StatusOr<bool> nearest =
           TransferNearest(query, templates, limits, &answer);
