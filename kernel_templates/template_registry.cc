@@ -31,6 +31,13 @@ const TemplateRegistry& TemplateRegistry::Builtin() {
 TemplateRegistry::TemplateRegistry(std::vector<KernelTemplate> templates)
     : templates_(std::move(templates)) {}
 
+std::vector<std::pair<std::string, std::string>> TemplateRegistry::Versions()
+    const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const KernelTemplate& t : templates_) out.push_back({t.name, t.hash});
+  return out;
+}
+
 const KernelTemplate* TemplateRegistry::Find(absl::string_view name) const {
   for (const KernelTemplate& t : templates_) {
     if (t.name == name) return &t;

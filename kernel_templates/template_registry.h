@@ -3,6 +3,8 @@
 #define EVOTUNE_KERNEL_TEMPLATES_TEMPLATE_REGISTRY_H_
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -24,6 +26,9 @@ class TemplateRegistry {
   // nullptr when no template has that name.
   const KernelTemplate* Find(absl::string_view name) const;
   const std::vector<KernelTemplate>& templates() const { return templates_; }
+  // Every template's (name, hash), in the order of templates(): the
+  // template versions a query over all of them asks the store for.
+  std::vector<std::pair<std::string, std::string>> Versions() const;
 
  private:
   std::vector<KernelTemplate> templates_;

@@ -5,10 +5,11 @@
 // (and power loss). Thread-safe: writes are serialized on one connection,
 // reads run on a pool of reader connections and never block the writer.
 // TopK and HasTunedProblem answers, and the tuned problems NearestTunedProblem
-// searches, are kept in memory until this object next writes a trial of
-// their scope (the hot path of
-// QueryBest then reads no SQL), so the process that opens a database must be
-// its only writer of trials while it runs (the daemon is).
+// searches, are kept in memory until this object next writes a trial that
+// changes them (a trial of a TopK's problem; a device's first OK trial of a
+// problem): the hot path of QueryBest then reads no SQL, so the process that
+// opens a database must be its only writer of trials while it runs (the
+// daemon is).
 #ifndef EVOTUNE_STORAGE_RESULT_STORE_H_
 #define EVOTUNE_STORAGE_RESULT_STORE_H_
 
@@ -184,6 +185,13 @@ class ResultStore {
       const std::vector<std::pair<std::string, std::string>>& templates,
       bool same_class = true);
 
+  // Reads now the problems NearestTunedProblem searches for the device and
+  // templates, so that the first query it answers does not wait for that
+  // read (tens of milliseconds on a large store).
+  absl::Status LoadTunedProblems(
+      const DeviceInfo& device,
+      const std::vector<std::pair<std::string, std::string>>& templates);
+
   // Whether the device has OK trials of any of the templates (name -> hash)
   // on any problem: one indexed lookup.
   absl::StatusOr<bool> HasTunedProblem(
@@ -319,6 +327,10 @@ class ResultStore {
   absl::StatusOr<std::vector<RankedTrial>> ReadTopK(
       const DeviceInfo& device, const Problem& problem,
       const std::vector<std::pair<std::string, std::string>>& templates, int k);
+  // The device's tuned problems of the templates, kept (tuned_problems_).
+  absl::StatusOr<std::shared_ptr<const ProblemSet>> TunedProblems(
+      const DeviceInfo& device,
+      const std::vector<std::pair<std::string, std::string>>& templates);
   // Every problem the device has OK trials of for any of the templates.
   absl::StatusOr<std::shared_ptr<const ProblemSet>> ReadTunedProblems(
       const DeviceInfo& device,
@@ -326,9 +338,13 @@ class ResultStore {
   absl::StatusOr<bool> ReadHasTunedProblem(
       const DeviceInfo& device,
       const std::vector<std::pair<std::string, std::string>>& templates);
-  // After a committed write of trials of the problem on the device (`ok`:
-  // some of them OK): the answers read from those are stale.
-  void TrialsChanged(const DeviceInfo& device, const Problem& problem, bool ok);
+  // After a committed write of trials of the problem on the device: the
+  // answers read from those are stale, and with `newly_tuned` (the write
+  // gave the problem its first OK trial of a template on the device) so are
+  // the device's tuned problems. Further trials of a tuned problem leave
+  // those as they are: the nearest rule's set outlives a running job.
+  void TrialsChanged(const DeviceInfo& device, const Problem& problem,
+                     bool newly_tuned);
 
   // A pooled reader; waits while kMaxReaders are in use.
   absl::StatusOr<Reader> AcquireReader();
@@ -346,9 +362,12 @@ class ResultStore {
   absl::StatusOr<std::vector<int64_t>> TemplateIds(
       SqliteDb* db,
       const std::vector<std::pair<std::string, std::string>>& templates);
+  // Sets *newly_tuned when the trial is the problem's first OK one of the
+  // template on the device (leaves it as it was otherwise).
   absl::StatusOr<StoredTrial> InsertTrialLocked(const TrialScope& scope,
                                                 const Config& config,
-                                                const TrialResult& result)
+                                                const TrialResult& result,
+                                                bool* newly_tuned)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(writer_mu_);
 
   const std::string path_;
@@ -365,8 +384,8 @@ class ResultStore {
   absl::flat_hash_map<std::string, int64_t> ids_ ABSL_GUARDED_BY(ids_mu_);
   // Keys of rows created by the open write transaction.
   std::vector<std::string> created_ ABSL_GUARDED_BY(ids_mu_);
-  // Answers kept until a trial write: TopK's per (device, problem),
-  // HasTunedProblem's per device.
+  // Answers kept until a trial write: TopK's per (device, problem);
+  // HasTunedProblem's per device, until one of its problems is newly tuned.
   GenerationCache<std::vector<RankedTrial>> top_k_{kCachedTrials, &Rows};
   GenerationCache<bool> has_tuned_{1024};
   // The tuned problems NearestTunedProblem searches, per device and

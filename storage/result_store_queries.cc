@@ -112,9 +112,9 @@ std::string TopKScope(const DeviceInfo& device, const Problem& problem) {
 }  // namespace
 
 void ResultStore::TrialsChanged(const DeviceInfo& device,
-                                const Problem& problem, bool ok) {
+                                const Problem& problem, bool newly_tuned) {
   top_k_.Bump(TopKScope(device, problem));
-  if (ok) {
+  if (newly_tuned) {
     has_tuned_.Bump(store_rows::DeviceKey(device));
     tuned_problems_.Bump(store_rows::DeviceKey(device));
   }
@@ -242,17 +242,29 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<const ProblemSet>> ResultStore::TunedProblems(
+    const DeviceInfo& device,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  const std::string scope = store_rows::DeviceKey(device);
+  const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey(templates));
+  return tuned_problems_.FindOrRead(
+      scope, key, [&] { return ReadTunedProblems(device, templates); });
+}
+
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     const DeviceInfo& device, const Problem& problem,
     const std::vector<std::pair<std::string, std::string>>& templates,
     bool same_class) {
-  const std::string scope = store_rows::DeviceKey(device);
-  const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey(templates));
   absl::StatusOr<std::shared_ptr<const ProblemSet>> tuned =
-      tuned_problems_.FindOrRead(
-          scope, key, [&] { return ReadTunedProblems(device, templates); });
+      TunedProblems(device, templates);
   if (!tuned.ok()) return tuned.status();
   return (*tuned)->Nearest(problem, same_class);
+}
+
+absl::Status ResultStore::LoadTunedProblems(
+    const DeviceInfo& device,
+    const std::vector<std::pair<std::string, std::string>>& templates) {
+  return TunedProblems(device, templates).status();
 }
 
 absl::StatusOr<std::shared_ptr<const ProblemSet>>

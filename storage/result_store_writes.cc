@@ -17,16 +17,19 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrial(
   CreatedIds created(this);
   Transaction txn(writer_.get());
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
-  absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, result);
+  bool newly_tuned = false;
+  absl::StatusOr<StoredTrial> t =
+      InsertTrialLocked(scope, config, result, &newly_tuned);
   if (!t.ok()) return t.status();
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   created.Committed();
-  TrialsChanged(scope.device, scope.problem, result.status == TrialStatus::kOk);
+  TrialsChanged(scope.device, scope.problem, newly_tuned);
   return t;
 }
 
 absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
-    const TrialScope& scope, const Config& config, const TrialResult& r) {
+    const TrialScope& scope, const Config& config, const TrialResult& r,
+    bool* newly_tuned) {
   SqliteDb* db = writer_.get();
   absl::StatusOr<int64_t> device_id = DeviceId(db, scope.device, true);
   if (!device_id.ok()) return device_id.status();
@@ -65,6 +68,7 @@ absl::StatusOr<StoredTrial> ResultStore::InsertTrialLocked(
     if (!tuned.ok()) return tuned.status();
     (*tuned)->Bind(1, *device_id).Bind(2, *template_id).Bind(3, *problem_id);
     if (absl::Status s = (*tuned)->Run(); !s.ok()) return s;
+    if (db->Changes() > 0) *newly_tuned = true;
   }
 
   absl::StatusOr<std::optional<StoredTrial>> stored =
@@ -83,16 +87,15 @@ absl::Status ResultStore::BulkInsertTrials(
   CreatedIds created(this);
   Transaction txn(writer_.get());
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  bool newly_tuned = false;
   for (const auto& [config, result] : trials) {
-    absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, result);
+    absl::StatusOr<StoredTrial> t =
+        InsertTrialLocked(scope, config, result, &newly_tuned);
     if (!t.ok()) return t.status();
   }
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   created.Committed();
-  TrialsChanged(scope.device, scope.problem,
-                std::any_of(trials.begin(), trials.end(), [](const auto& t) {
-                  return t.second.status == TrialStatus::kOk;
-                }));
+  TrialsChanged(scope.device, scope.problem, newly_tuned);
   return absl::OkStatus();
 }
 
@@ -103,8 +106,11 @@ absl::Status ResultStore::RecordTimedInTurns(
   SqliteDb* db = writer_.get();
   Transaction txn(db);
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  std::vector<bool> newly_tuned;
   for (const auto& [scope, config, r] : results) {
-    absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, r);
+    bool tuned = false;
+    absl::StatusOr<StoredTrial> t = InsertTrialLocked(scope, config, r, &tuned);
+    newly_tuned.push_back(tuned);
     if (!t.ok()) return t.status();
     absl::StatusOr<Statement*> upd = db->Prepare(
         "UPDATE trials SET status = ?, median_us = ?, min_us = ?, p90_us = ?, "
@@ -126,8 +132,9 @@ absl::Status ResultStore::RecordTimedInTurns(
   }
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   created.Committed();
-  for (const TimedTrial& t : results) {
-    TrialsChanged(t.scope.device, t.scope.problem, true);
+  for (size_t i = 0; i < results.size(); ++i) {
+    TrialsChanged(results[i].scope.device, results[i].scope.problem,
+                  newly_tuned[i]);
   }
   return absl::OkStatus();
 }
@@ -218,9 +225,10 @@ absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(const JobRecord& job,
   SqliteDb* db = writer_.get();
   Transaction txn(db);
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  bool newly_tuned = false;
   absl::StatusOr<StoredTrial> trial = InsertTrialLocked(
       {job.device, job.template_name, job.template_hash, job.problem}, config,
-      result);
+      result, &newly_tuned);
   if (!trial.ok()) return trial.status();
 
   absl::StatusOr<Statement*> sel =
@@ -253,7 +261,7 @@ absl::StatusOr<JobEvent> ResultStore::AppendJobTrial(const JobRecord& job,
   if (absl::Status s = (*upd)->Run(); !s.ok()) return s;
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   created.Committed();
-  TrialsChanged(job.device, job.problem, result.status == TrialStatus::kOk);
+  TrialsChanged(job.device, job.problem, newly_tuned);
   return event;
 }
 

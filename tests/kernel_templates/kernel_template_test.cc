@@ -79,6 +79,17 @@ TEST(TemplateRegistryTest, TemplatesAreSortedByName) {
   }
 }
 
+TEST(TemplateRegistryTest, VersionsNameEveryTemplateInOrder) {
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  const std::vector<std::pair<std::string, std::string>> versions =
+      registry.Versions();
+  ASSERT_EQ(versions.size(), registry.templates().size());
+  for (size_t i = 0; i < versions.size(); ++i) {
+    EXPECT_EQ(versions[i].first, registry.templates()[i].name);
+    EXPECT_EQ(versions[i].second, registry.templates()[i].hash);
+  }
+}
+
 TEST(KernelTemplateTest, DeviceLimitsRejectBeforeCompiling) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
   Problem p = SeedProblem();

@@ -331,7 +331,7 @@ TEST_F(ResultStoreTest, RecordedDeviceLimitsComeBackWithTheDevice) {
 
 // The tuned problems are read once for every problem asked: an untuned query
 // answered by the nearest rule reads no SQL.
-TEST_F(ResultStoreTest, NearestTunedProblemIsKeptUntilTheDeviceGetsATrial) {
+TEST_F(ResultStoreTest, NearestTunedProblemIsKeptUntilAProblemIsNewlyTuned) {
   auto store = OpenStore();
   auto nearest = [&](int64_t seq = 600) {
     auto n = store->NearestTunedProblem(Scope().device, Scope(seq).problem,
@@ -342,20 +342,52 @@ TEST_F(ResultStoreTest, NearestTunedProblemIsKeptUntilTheDeviceGetsATrial) {
   EXPECT_EQ(nearest(), -1);
   ASSERT_TRUE(store->InsertTrial(Scope(8192), {{"A", 1}}, Ok(5)).ok());
   EXPECT_EQ(nearest(), 8192);
+  ASSERT_TRUE(store->InsertTrial(Scope(4096), {{"A", 1}}, Ok(5)).ok());
+  EXPECT_EQ(nearest(), 4096);
   // Kept: rows removed behind the store's back do not change it, for this
   // problem or any other...
   RawExec(
       "DELETE FROM tuned_problems WHERE problem_id IN "
-      "(SELECT id FROM problems WHERE seq_q = 8192)");
-  EXPECT_EQ(nearest(), 8192);
-  EXPECT_EQ(nearest(700), 8192);
-  // ...nor does a failed trial; an OK one, of any problem, does.
+      "(SELECT id FROM problems WHERE seq_q = 4096)");
+  EXPECT_EQ(nearest(), 4096);
+  EXPECT_EQ(nearest(700), 4096);
+  // ...nor does a failed trial, nor more OK trials of a tuned problem (a
+  // job's), by any of the store's ways of writing them...
   TrialResult failed;
   failed.status = TrialStatus::kIncorrect;
   ASSERT_TRUE(store->InsertTrial(Scope(512), {{"A", 1}}, failed).ok());
-  EXPECT_EQ(nearest(), 8192);
+  EXPECT_EQ(nearest(), 4096);
+  ASSERT_TRUE(store->InsertTrial(Scope(8192), {{"A", 2}}, Ok(4)).ok());
+  ASSERT_TRUE(store->BulkInsertTrials(Scope(8192), {{{{"A", 3}}, Ok(3)}}).ok());
+  ASSERT_TRUE(
+      store->RecordTimedInTurns({{Scope(8192), {{"A", 3}}, Ok(3)}}).ok());
+  EXPECT_EQ(nearest(), 4096);
+  // ...the first OK trial of a problem on the device does.
   ASSERT_TRUE(store->InsertTrial(Scope(1024), {{"A", 1}}, Ok(5)).ok());
   EXPECT_EQ(nearest(), 1024);
+  RawExec(
+      "DELETE FROM tuned_problems WHERE problem_id IN "
+      "(SELECT id FROM problems WHERE seq_q = 1024)");
+  ASSERT_TRUE(store->BulkInsertTrials(Scope(2048), {{{{"A", 1}}, Ok(5)}}).ok());
+  EXPECT_EQ(nearest(), 2048);
+}
+
+TEST_F(ResultStoreTest, LoadTunedProblemsKeepsWhatTheNearestRuleSearches) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store->InsertTrial(Scope(4096), {{"A", 1}}, Ok(5)).ok());
+  ASSERT_TRUE(
+      store->LoadTunedProblems(Scope().device, {{"naive", "abc"}}).ok());
+  RawExec("DELETE FROM tuned_problems");
+  auto n = store->NearestTunedProblem(Scope().device, Scope(600).problem,
+                                      {{"naive", "abc"}});
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE(n->has_value());
+  EXPECT_EQ((*n)->seq_q, 4096);
+  // Other templates are read for themselves.
+  n = store->NearestTunedProblem(Scope().device, Scope(600).problem,
+                                 {{"naive", "abc"}, {"other", "x"}});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_FALSE(n->has_value());
 }
 
 // Whether a device has tuned problems of some templates: only OK trials of

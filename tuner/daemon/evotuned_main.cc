@@ -240,6 +240,16 @@ std::unique_ptr<WorkerPool> MakeWorkerPool(ResultStore* store,
                             s.ToString()));
     }
   });
+  // So that the first queries the nearest rule answers for a GPU do not
+  // wait for its tuned problems to be read.
+  pool->AddOnRegister([store, templates](const WorkerInfo& w) {
+    if (absl::Status s =
+            store->LoadTunedProblems(w.device, templates->Versions());
+        !s.ok()) {
+      LogError(absl::StrCat("reading the tuned problems of ", w.device.name,
+                            ": ", s.ToString()));
+    }
+  });
   // Results that workers finished for an earlier daemon are still results.
   pool->SetOrphanSink([store, templates](const TrialTask& task,
                                          const TrialResult& result) {

@@ -193,9 +193,7 @@ absl::StatusOr<BestAnswer> TuningService::QueryBest(const BestQuery& query) {
     }
     templates.push_back({t->name, t->hash});
   } else {
-    for (const KernelTemplate& t : templates_->templates()) {
-      templates.push_back({t.name, t.hash});
-    }
+    templates = templates_->Versions();
   }
 
   BestAnswer answer;
