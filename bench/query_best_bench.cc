@@ -60,6 +60,10 @@ ABSL_FLAG(int, in_process, 0,
           "instead of a load over gRPC, time this many ResultStore::TopK "
           "calls on one thread (with --untuned_fraction > 0, as many "
           "NearestTunedProblem calls for problems never tuned)");
+ABSL_FLAG(int, write_every, 0,
+          "with --in_process and --untuned_fraction: after every this many "
+          "calls, store a trial of a tuned problem, a config it has not had "
+          "(as a running job does); 0: none");
 ABSL_FLAG(std::string, latency_csv, "",
           "also write each request's due time (s from the start), latency "
           "from due (us) and whether it was untuned to this CSV file");
@@ -182,13 +186,46 @@ int InProcess(ResultStore& store, int64_t problems, int queries) {
   return 0;
 }
 
+// Stores the `n`th trial a job tuning one of the first `problems` problems
+// would add: a feasible config Populate did not give that problem.
+absl::Status StoreJobTrial(ResultStore& store, int64_t problems, int n,
+                           int per_problem) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find(kTemplate);
+  SyntheticEvaluator synthetic({});
+  const int64_t number = n % problems;
+  const Problem p = ProblemNumber(number);
+  std::vector<Config> configs =
+      FeasibleConfigs(t, p, synthetic.device().limits);
+  std::shuffle(configs.begin(), configs.end(), std::mt19937_64(number));
+  const size_t next = per_problem + n / problems;
+  if (next >= configs.size()) {
+    return absl::OutOfRangeError("--write_every: no configs left to store");
+  }
+  const TrialScope scope{synthetic.device(), t.name, t.hash, p};
+  return store
+      .InsertTrial(scope, configs[next],
+                   *synthetic.Evaluate(t, configs[next], p))
+      .status();
+}
+
 // The nearest-rule search an untuned query makes when the daemon has no cost
-// model yet, each for a problem never asked before (none is cached).
-int InProcessNearest(ResultStore& store, int64_t problems, int queries) {
+// model yet, each for a problem never asked before (none is cached); with
+// --write_every, as trials of tuned problems are stored.
+int InProcessNearest(ResultStore& store, int64_t problems, int queries,
+                     int per_problem) {
   const DeviceInfo device = SyntheticEvaluator({}).device();
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find(kTemplate);
+  const int write_every = absl::GetFlag(FLAGS_write_every);
   std::vector<double> us;
   for (int i = 0; i < queries; ++i) {
+    if (write_every > 0 && i % write_every == write_every - 1) {
+      if (absl::Status s =
+              StoreJobTrial(store, problems, i / write_every, per_problem);
+          !s.ok()) {
+        std::fprintf(stderr, "%s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
     const Problem p = ProblemNumber(problems + i);
     const absl::Time start = absl::Now();
     absl::StatusOr<std::optional<Problem>> nearest =
@@ -419,7 +456,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (absl::GetFlag(FLAGS_untuned_fraction) > 0) {
-      return evotune::InProcessNearest(**store, problems, queries);
+      return evotune::InProcessNearest(**store, problems, queries, per_problem);
     }
     return evotune::InProcess(**store, problems, queries);
   }
