@@ -327,10 +327,11 @@ class ResultStore {
   absl::StatusOr<std::vector<RankedTrial>> ReadTopK(
       const DeviceInfo& device, const Problem& problem,
       const std::vector<std::pair<std::string, std::string>>& templates, int k);
-  // The device's tuned problems of the templates, kept (tuned_problems_).
+  // The device's tuned problems of one template version (name, hash), kept
+  // (tuned_problems_).
   absl::StatusOr<std::shared_ptr<const ProblemSet>> TunedProblems(
       const DeviceInfo& device,
-      const std::vector<std::pair<std::string, std::string>>& templates);
+      const std::pair<std::string, std::string>& version);
   // Every problem the device has OK trials of for any of the templates.
   absl::StatusOr<std::shared_ptr<const ProblemSet>> ReadTunedProblems(
       const DeviceInfo& device,
@@ -389,9 +390,10 @@ class ResultStore {
   GenerationCache<std::vector<RankedTrial>> top_k_{kCachedTrials, &Rows};
   GenerationCache<bool> has_tuned_{1024};
   // The tuned problems NearestTunedProblem searches, per device and
-  // templates: reading them takes milliseconds on a large store, searching
-  // them microseconds, and every query the nearest rule answers asks anew.
-  GenerationCache<std::shared_ptr<const ProblemSet>> tuned_problems_{64};
+  // template version: reading them takes milliseconds on a large store,
+  // searching them microseconds, and every query the nearest rule answers
+  // asks anew.
+  GenerationCache<std::shared_ptr<const ProblemSet>> tuned_problems_{256};
 };
 
 }  // namespace evotune

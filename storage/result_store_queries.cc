@@ -244,27 +244,40 @@ absl::StatusOr<std::vector<RankedTrial>> ResultStore::ReadTopK(
 
 absl::StatusOr<std::shared_ptr<const ProblemSet>> ResultStore::TunedProblems(
     const DeviceInfo& device,
-    const std::vector<std::pair<std::string, std::string>>& templates) {
+    const std::pair<std::string, std::string>& version) {
   const std::string scope = store_rows::DeviceKey(device);
-  const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey(templates));
+  const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey({version}));
   return tuned_problems_.FindOrRead(
-      scope, key, [&] { return ReadTunedProblems(device, templates); });
+      scope, key, [&] { return ReadTunedProblems(device, {version}); });
 }
 
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
     const DeviceInfo& device, const Problem& problem,
     const std::vector<std::pair<std::string, std::string>>& templates,
     bool same_class) {
-  absl::StatusOr<std::shared_ptr<const ProblemSet>> tuned =
-      TunedProblems(device, templates);
-  if (!tuned.ok()) return tuned.status();
-  return (*tuned)->Nearest(problem, same_class);
+  // One set per template version, so that queries over any of them (one
+  // template, or all) share the reads.
+  std::optional<ProblemSet::Match> best;
+  for (const auto& version : templates) {
+    absl::StatusOr<std::shared_ptr<const ProblemSet>> tuned =
+        TunedProblems(device, version);
+    if (!tuned.ok()) return tuned.status();
+    std::optional<ProblemSet::Match> m = (*tuned)->Nearest(problem, same_class);
+    if (m && (!best || m->distance < best->distance)) best = std::move(m);
+  }
+  if (!best) return std::nullopt;
+  return best->problem;
 }
 
 absl::Status ResultStore::LoadTunedProblems(
     const DeviceInfo& device,
     const std::vector<std::pair<std::string, std::string>>& templates) {
-  return TunedProblems(device, templates).status();
+  for (const auto& version : templates) {
+    if (absl::Status s = TunedProblems(device, version).status(); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const ProblemSet>>

@@ -61,12 +61,14 @@ TEST(ProblemSetTest, NearestIsTheProblemOfLeastDistance) {
     const Problem p = RandomProblem(gen);
     for (bool same_class : {true, false}) {
       std::optional<Problem> want = NearestByDistance(problems, p, same_class);
-      std::optional<Problem> got = set.Nearest(p, same_class);
+      std::optional<ProblemSet::Match> got = set.Nearest(p, same_class);
       ASSERT_EQ(got.has_value(), want.has_value());
       if (got) {
-        EXPECT_DOUBLE_EQ(ProblemDistance(*got, p), ProblemDistance(*want, p))
-            << ProblemKey(p) << ": " << ProblemKey(*got) << " vs "
+        EXPECT_DOUBLE_EQ(ProblemDistance(got->problem, p),
+                         ProblemDistance(*want, p))
+            << ProblemKey(p) << ": " << ProblemKey(got->problem) << " vs "
             << ProblemKey(*want);
+        EXPECT_NEAR(got->distance, ProblemDistance(got->problem, p), 1e-9);
       }
     }
   }
@@ -77,12 +79,16 @@ TEST(ProblemSetTest, NeverTheProblemItselfAndOnlyItsClassWhenAsked) {
   const Problem causal = Make(1, 8, 8, 512, 512, 64, true);
   const Problem far = Make(64, 32, 8, 4096, 4096, 64);
   const ProblemSet set({seed, causal, far});
-  EXPECT_EQ(set.Nearest(seed, false), causal);
-  EXPECT_EQ(set.Nearest(seed, true), far);
-  EXPECT_EQ(set.Nearest(causal, true), std::nullopt);
-  EXPECT_EQ(set.Nearest(causal, false), seed);
-  EXPECT_EQ(set.Nearest(Make(1, 8, 8, 512, 512, 128), true), std::nullopt);
-  EXPECT_EQ(ProblemSet({}).Nearest(seed, false), std::nullopt);
+  auto nearest = [&](const ProblemSet& s, const Problem& p, bool same_class) {
+    std::optional<ProblemSet::Match> m = s.Nearest(p, same_class);
+    return m ? std::optional<Problem>(m->problem) : std::nullopt;
+  };
+  EXPECT_EQ(nearest(set, seed, false), causal);
+  EXPECT_EQ(nearest(set, seed, true), far);
+  EXPECT_EQ(nearest(set, causal, true), std::nullopt);
+  EXPECT_EQ(nearest(set, causal, false), seed);
+  EXPECT_EQ(nearest(set, Make(1, 8, 8, 512, 512, 128), true), std::nullopt);
+  EXPECT_EQ(nearest(ProblemSet({}), seed, false), std::nullopt);
 }
 
 }  // namespace

@@ -375,19 +375,23 @@ TEST_F(ResultStoreTest, NearestTunedProblemIsKeptUntilAProblemIsNewlyTuned) {
 TEST_F(ResultStoreTest, LoadTunedProblemsKeepsWhatTheNearestRuleSearches) {
   auto store = OpenStore();
   ASSERT_TRUE(store->InsertTrial(Scope(4096), {{"A", 1}}, Ok(5)).ok());
+  TrialScope other = Scope(1024);
+  other.template_name = "other";
+  other.template_hash = "x";
+  ASSERT_TRUE(store->InsertTrial(other, {{"A", 1}}, Ok(5)).ok());
   ASSERT_TRUE(
       store->LoadTunedProblems(Scope().device, {{"naive", "abc"}}).ok());
   RawExec("DELETE FROM tuned_problems");
-  auto n = store->NearestTunedProblem(Scope().device, Scope(600).problem,
-                                      {{"naive", "abc"}});
-  ASSERT_TRUE(n.ok()) << n.status();
-  ASSERT_TRUE(n->has_value());
-  EXPECT_EQ((*n)->seq_q, 4096);
-  // Other templates are read for themselves.
-  n = store->NearestTunedProblem(Scope().device, Scope(600).problem,
-                                 {{"naive", "abc"}, {"other", "x"}});
-  ASSERT_TRUE(n.ok()) << n.status();
-  EXPECT_FALSE(n->has_value());
+  auto nearest = [&](std::vector<std::pair<std::string, std::string>> t) {
+    auto n = store->NearestTunedProblem(Scope().device, Scope(600).problem, t);
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() && n->has_value() ? (*n)->seq_q : int64_t{-1};
+  };
+  EXPECT_EQ(nearest({{"naive", "abc"}}), 4096);
+  // Each template version's problems are kept apart: a query over several
+  // shares the loaded one's, and reads the others (here, none left).
+  EXPECT_EQ(nearest({{"other", "x"}, {"naive", "abc"}}), 4096);
+  EXPECT_EQ(nearest({{"other", "x"}}), -1);
 }
 
 // Whether a device has tuned problems of some templates: only OK trials of

@@ -22,8 +22,8 @@ ProblemSet::Logs ProblemSet::LogsOf(const Problem& p) {
   return l;
 }
 
-std::optional<Problem> ProblemSet::Nearest(const Problem& p,
-                                           bool same_class) const {
+std::optional<ProblemSet::Match> ProblemSet::Nearest(const Problem& p,
+                                                     bool same_class) const {
   const Logs at = LogsOf(p);
   size_t best = problems_.size();
   double best_distance = std::numeric_limits<double>::infinity();
@@ -44,7 +44,7 @@ std::optional<Problem> ProblemSet::Nearest(const Problem& p,
     }
   }
   if (best == problems_.size()) return std::nullopt;
-  return problems_[best];
+  return Match{problems_[best], best_distance};
 }
 
 }  // namespace evotune

@@ -18,10 +18,15 @@ class ProblemSet {
  public:
   explicit ProblemSet(std::vector<Problem> problems);
 
+  struct Match {
+    Problem problem;
+    double distance = 0;  // ProblemDistance to the problem asked.
+  };
+
   // The problem nearest `p` other than `p` itself (the first of equally near
   // ones), among those of p's head_dim, dtype and causal flag when
   // `same_class`; nullopt when there is none.
-  std::optional<Problem> Nearest(const Problem& p, bool same_class) const;
+  std::optional<Match> Nearest(const Problem& p, bool same_class) const;
 
   size_t size() const { return problems_.size(); }
 
