@@ -125,6 +125,17 @@ absl::Status Confirm(ResultStore& store, const TrialScope& scope,
   return store.RecordTimedInTurns(timed);
 }
 
+// Problem `number`'s feasible configs of the template in the order the
+// benchmark stores them: Populate stores the first `per_problem`, and
+// StoreJobTrial the ones after.
+std::vector<Config> ConfigsInOrder(const KernelTemplate& t, int64_t number,
+                                   const DeviceLimits& limits) {
+  std::vector<Config> configs =
+      FeasibleConfigs(t, ProblemNumber(number), limits);
+  std::shuffle(configs.begin(), configs.end(), std::mt19937_64(number));
+  return configs;
+}
+
 // Real configs of the template, as the synthetic evaluator measures them,
 // so that answers for untuned problems (transfers) have runnable configs to
 // rank and the daemon's cost model something to learn.
@@ -137,8 +148,7 @@ int Populate(ResultStore& store, int64_t want, int per_problem, int confirmed) {
        ++problem) {
     const Problem p = ProblemNumber(problem);
     std::vector<Config> configs =
-        FeasibleConfigs(t, p, synthetic.device().limits);
-    std::shuffle(configs.begin(), configs.end(), std::mt19937_64(problem));
+        ConfigsInOrder(t, problem, synthetic.device().limits);
     configs.resize(std::min<size_t>(configs.size(), per_problem));
     std::vector<std::pair<Config, TrialResult>> batch;
     for (const Config& c : configs) {
@@ -194,9 +204,8 @@ absl::Status StoreJobTrial(ResultStore& store, int64_t problems, int n,
   SyntheticEvaluator synthetic({});
   const int64_t number = n % problems;
   const Problem p = ProblemNumber(number);
-  std::vector<Config> configs =
-      FeasibleConfigs(t, p, synthetic.device().limits);
-  std::shuffle(configs.begin(), configs.end(), std::mt19937_64(number));
+  const std::vector<Config> configs =
+      ConfigsInOrder(t, number, synthetic.device().limits);
   const size_t next = per_problem + n / problems;
   if (next >= configs.size()) {
     return absl::OutOfRangeError("--write_every: no configs left to store");
