@@ -332,10 +332,10 @@ class ResultStore {
   absl::StatusOr<std::shared_ptr<const ProblemSet>> TunedProblems(
       const DeviceInfo& device,
       const std::pair<std::string, std::string>& version);
-  // Every problem the device has OK trials of for any of the templates.
+  // Every problem the device has OK trials of for the template version.
   absl::StatusOr<std::shared_ptr<const ProblemSet>> ReadTunedProblems(
       const DeviceInfo& device,
-      const std::vector<std::pair<std::string, std::string>>& templates);
+      const std::pair<std::string, std::string>& version);
   absl::StatusOr<bool> ReadHasTunedProblem(
       const DeviceInfo& device,
       const std::vector<std::pair<std::string, std::string>>& templates);

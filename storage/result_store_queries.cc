@@ -248,7 +248,7 @@ absl::StatusOr<std::shared_ptr<const ProblemSet>> ResultStore::TunedProblems(
   const std::string scope = store_rows::DeviceKey(device);
   const std::string key = absl::StrCat(scope, "\x1d", TemplatesKey({version}));
   return tuned_problems_.FindOrRead(
-      scope, key, [&] { return ReadTunedProblems(device, {version}); });
+      scope, key, [&] { return ReadTunedProblems(device, version); });
 }
 
 absl::StatusOr<std::optional<Problem>> ResultStore::NearestTunedProblem(
@@ -283,7 +283,7 @@ absl::Status ResultStore::LoadTunedProblems(
 absl::StatusOr<std::shared_ptr<const ProblemSet>>
 ResultStore::ReadTunedProblems(
     const DeviceInfo& device,
-    const std::vector<std::pair<std::string, std::string>>& templates) {
+    const std::pair<std::string, std::string>& version) {
   auto none = [] {
     return std::make_shared<const ProblemSet>(std::vector<Problem>{});
   };
@@ -293,20 +293,16 @@ ResultStore::ReadTunedProblems(
   absl::StatusOr<int64_t> device_id = DeviceId(db, device, false);
   if (absl::IsNotFound(device_id.status())) return none();
   if (!device_id.ok()) return device_id.status();
-  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, templates);
+  absl::StatusOr<std::vector<int64_t>> ids = TemplateIds(db, {version});
   if (!ids.ok()) return ids.status();
-  const std::vector<int64_t> template_ids = Known(*ids);
-  if (template_ids.empty()) return none();
-  std::vector<std::string> marks(template_ids.size(), "?");
-  absl::StatusOr<Statement*> sel = db->Prepare(absl::StrCat(
-      "SELECT DISTINCT p.key FROM tuned_problems tp JOIN problems p ON p.id = "
-      "tp.problem_id WHERE tp.device_id = ? AND tp.template_id IN (",
-      absl::StrJoin(marks, ","), ")"));
+  if (ids->front() == 0) return none();
+  // (device, template, problem) is the table's key: each problem once.
+  absl::StatusOr<Statement*> sel = db->Prepare(
+      "SELECT p.key FROM tuned_problems tp JOIN problems p ON p.id = "
+      "tp.problem_id WHERE tp.device_id = ? AND tp.template_id = ?");
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
-  int index = 1;
-  (*sel)->Bind(index++, *device_id);
-  for (int64_t id : template_ids) (*sel)->Bind(index++, id);
+  (*sel)->Bind(1, *device_id).Bind(2, ids->front());
   std::vector<Problem> problems;
   while (true) {
     absl::StatusOr<bool> row = (*sel)->Step();
