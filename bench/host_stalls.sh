@@ -21,11 +21,12 @@ if [ -d "$bin/lib" ]; then export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${EVOTUNE_BENCH_DIR:-/tmp/evotune-host-stalls}
 mkdir -p "$dir" "$out"
-rm -f "$dir"/store.db* "$dir/port"
+rm -f "$dir"/store.db* "$dir/port" "$out/marks.txt"
 mark() { echo "$1 $(date +%s.%N)" >>"$out/marks.txt"; }
 python3 "$here/stall_probe.py" --seconds=$((${#connections[@]} * (seconds + 5) + 150)) \
   --out="$out/probe.csv" &
 probe=$!
+trap 'kill $probe 2>/dev/null' EXIT
 mark populate
 "$bin/query_best_bench" --db="$dir/store.db" --trials=1000000 --populate_only
 mark idle
@@ -35,6 +36,10 @@ sleep 10
 pid=$!
 trap 'kill -TERM $pid $probe 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
+if [ ! -s "$dir/port" ]; then
+  echo "evotuned did not start; see $dir/evotuned.log" >&2
+  exit 1
+fi
 (while kill -0 $pid 2>/dev/null; do
   echo "$(date +%s) $(ls /proc/$pid/task | wc -l)"; sleep 1
 done) >"$out/threads.txt" 2>/dev/null &
