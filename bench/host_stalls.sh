@@ -5,6 +5,8 @@
 # client connections in turn (default 4, then 16) against one daemon
 # (synthetic evaluator, no cost model) on a 1M-trial store. Each count once.
 #   bench/host_stalls.sh BIN_DIR OUT_DIR [RATE] [SECONDS] [CONNECTIONS...]
+# TRIALS (default 1000000) sizes the store; IDLE_S (default 10) the idle
+# stretch.
 # Writes to OUT_DIR: probe.csv (per 100 ms: how late the probe woke, CPU
 # time the hypervisor stole), marks.txt (wall time of each phase's start),
 # load_T.txt and latency_T.csv (the load's summary and each request's due
@@ -28,9 +30,10 @@ python3 "$here/stall_probe.py" --seconds=$((${#connections[@]} * (seconds + 5) +
 probe=$!
 trap 'kill $probe 2>/dev/null' EXIT
 mark populate
-"$bin/query_best_bench" --db="$dir/store.db" --trials=1000000 --populate_only
+"$bin/query_best_bench" --db="$dir/store.db" --trials="${TRIALS:-1000000}" \
+  --populate_only
 mark idle
-sleep 10
+sleep "${IDLE_S:-10}"
 "$bin/evotuned" --db="$dir/store.db" --evaluator=synthetic --cost_model=false \
   --listen=127.0.0.1:0 --port_file="$dir/port" 2>"$dir/evotuned.log" &
 pid=$!
@@ -46,8 +49,8 @@ done) >"$out/threads.txt" 2>/dev/null &
 for threads in "${connections[@]}"; do
   mark "load_$threads"
   "$bin/query_best_bench" --db="$dir/store.db" \
-    --address=127.0.0.1:$(cat "$dir/port") --rate="$rate" \
-    --seconds="$seconds" --threads=$threads --wait_for_model=false \
+    --address=127.0.0.1:$(cat "$dir/port") --trials="${TRIALS:-1000000}" \
+    --rate="$rate" --seconds="$seconds" --threads=$threads --wait_for_model=false \
     --model_wait_s=0 --latency_csv="$out/latency_$threads.csv" \
     >"$out/load_$threads.txt" 2>&1 || true
   cat "$out/load_$threads.txt"

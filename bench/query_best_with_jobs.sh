@@ -6,7 +6,8 @@
 #   bench/query_best_with_jobs.sh BIN_DIR STORE.db [JOBS] [RATE] [SECONDS]
 # JOBS exhaustive flash_fwd jobs (problems the store already has trials of)
 # are submitted just before the load. Prints the load's summary and the jobs;
-# writes each request's latency to $EVOTUNE_BENCH_DIR/latency.csv.
+# writes each request's latency to $EVOTUNE_BENCH_DIR/latency.csv. TRIALS
+# (default 1000000) is the store's size, as it was filled.
 set -euo pipefail
 bin=$1
 store=$2
@@ -33,7 +34,8 @@ for b in $(seq "$jobs"); do
     --strategy=exhaustive --max_trials=5000 >/dev/null
 done
 "$bin/query_best_bench" --db="$db" --address="$address" --rate="$rate" \
-  --seconds="$seconds" --untuned_fraction=0.1 --untuned_problems=1000000 \
+  --seconds="$seconds" --trials="${TRIALS:-1000000}" \
+  --untuned_fraction=0.1 --untuned_problems=1000000 \
   --wait_for_model=false --model_wait_s=0 --seed=7 \
   --latency_csv="$dir/latency.csv"
 "$bin/evotune" --address="$address" jobs

@@ -104,4 +104,27 @@ if python3 "$src/bench/confirm_summary.py" "$src/README.md" 2>"$work/err"; then
   fail "confirm_summary.py read confirmations from a file without any"
 fi
 grep -q "no confirmation lines" "$work/err" || fail "confirm_summary.py: $(cat "$work/err")"
+# QueryBest beside the stall probe, small: 2,000 trials, a second of load
+# with 2 connections, and the summary of its windows.
+TRIALS=2000 IDLE_S=0 EVOTUNE_BENCH_DIR="$work/stalls_store" \
+  "$src/bench/host_stalls.sh" "$bin" "$work/stalls" 200 1 2 \
+  >"$work/stalls.log" 2>&1 || fail "host_stalls.sh exited $?: $(cat "$work/stalls.log")"
+out=$(python3 "$src/bench/host_stalls_summary.py" "$work/stalls" \
+  --json="$work/stalls.json") || fail "host_stalls_summary.py exited $?"
+grep -q "^  2 connections: p99 [0-9]* us over 200 requests" <<<"$out" ||
+  fail "host_stalls_summary.py: $out"
+grep -q "errors 0  wrong answers 0" "$work/stalls.log" ||
+  fail "host_stalls.sh: $(cat "$work/stalls.log")"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r) == 1 and r[0]["requests"] == 200 and r[0]["windows"] >= 9, r' \
+  "$work/stalls.json" || fail "host_stalls_summary.py JSON: $(cat "$work/stalls.json")"
+# QueryBest while a job stores trials, on a small store.
+"$bin/query_best_bench" --db="$work/jobs.db" --trials=2000 --populate_only \
+  >/dev/null || fail "query_best_bench --populate_only exited $?"
+out=$(TRIALS=2000 EVOTUNE_BENCH_DIR="$work/jobs" "$src/bench/query_best_with_jobs.sh" \
+  "$bin" "$work/jobs.db" 1 100 1 2>&1) || fail "query_best_with_jobs.sh exited $?: $out"
+grep -q "errors 0  wrong answers 0" <<<"$out" ||
+  fail "query_best_with_jobs.sh: $out"
 echo "PASS"
