@@ -16,7 +16,8 @@
 // a config's time (the median of its runs) does not rest on one moment's
 // clocks. The output is a CSV, a row per config and run: problem_key,
 // config (today's full key, as searches propose it), recorded_us, then the
-// status and latencies in turns.
+// status and latencies in turns. With --cold_l2 every launch is timed
+// alone after the L2 read, as a model's decode step meets a layer's K/V.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -45,6 +46,9 @@ ABSL_FLAG(int, turns, 50, "timing samples per config, one per turn");
 ABSL_FLAG(int, runs, 3,
           "time every problem this many times, the whole recording over "
           "again each run (a config's time is the median of its runs)");
+ABSL_FLAG(bool, cold_l2, false,
+          "time each launch alone after the L2 read (CudaEvaluatorOptions::"
+          "cold_l2), not a sample's launches back to back");
 ABSL_FLAG(std::vector<std::string>, problems, {},
           "only these problem keys (default: every recorded one)");
 
@@ -98,6 +102,11 @@ void WriteHeader(std::ofstream& out, const ReplayEvaluator& replay,
       << "\n# runs: " << absl::GetFlag(FLAGS_runs)
       << " (every problem of the recording timed in turns, then again, "
          "minutes apart; a config's time is the median of its runs)\n"
+      << "# l2: "
+      << (absl::GetFlag(FLAGS_cold_l2)
+              ? "cold (each launch timed alone after a read of twice the L2)"
+              : "warm (a sample's launches back to back after the L2 read)")
+      << "\n"
       << "problem_key,config,recorded_us,status,median_us,min_us,p90_us,cv\n";
 }
 
@@ -154,6 +163,7 @@ int Run() {
   CudaEvaluatorOptions options;
   options.compile_threads =
       std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+  options.cold_l2 = absl::GetFlag(FLAGS_cold_l2);
   absl::StatusOr<std::unique_ptr<Evaluator>> gpu = MakeCudaEvaluator(options);
   if (!gpu.ok()) return Fail(gpu.status().ToString());
   if ((*replay)->device().name.find((*gpu)->device().name) ==

@@ -29,6 +29,12 @@ turn), so that the clocks of a board at its power limit, which drift
 over seconds, fall on all of them alike (bench/RESULTS.md, 2026-11-26).
 With --rounds N as well, that N times, the whole plan over again each round.
 
+With --cold_l2, every call (evotune's and SDPA's alike) is timed alone
+after a read of a buffer twice the L2's size, REPLAYS * REPEAT calls each,
+the median reported: the time of a call whose inputs come from memory, as
+in a model's decode step, where the default measures calls back to back,
+each finding in L2 what the call before left there.
+
 With --bundle (needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
 python/evotune/torch.py), the same kernel is also timed as the PyTorch op
 evotune.torch.attention serves it from the bundle, the same way: column
@@ -205,12 +211,54 @@ def capture(fn):
     return graph
 
 
+class ColdL2:
+    """--cold_l2: each call timed alone after a read of a buffer twice the
+    L2's size (as the evaluator's cold_l2 does), so that it reads its
+    inputs from memory, as a model's decode step reads a layer's K/V cache.
+    A spin kernel ahead of the read keeps the GPU busy while the host queues
+    the read, the call and its events: the time is the call's alone, not
+    the host's launch path (SDPA's runs through Python)."""
+    SPIN_CYCLES = 400_000  # About 0.2 ms at the H100's clocks.
+
+    def __init__(self):
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.buffer = torch.ones(2 * l2 // 4, device="cuda",
+                                 dtype=torch.float32)
+
+    def time_one(self, fn):
+        torch.cuda._sleep(self.SPIN_CYCLES)
+        self.buffer.sum()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0
+
+
+COLD_L2 = None  # A ColdL2 under --cold_l2.
+
+
 def time_together(fns):
     """Median GPU time per call of each of fns over REPLAYS replays of its
     graph. The graphs take turns, one replay each, so that a run's drifting
     clocks fall on all of them alike; each turn in a new random order
     (seeded), so that none always follows the same one (what ran just
-    before moves a kernel's time by up to 4%, bench/RESULTS.md)."""
+    before moves a kernel's time by up to 4%, bench/RESULTS.md). Under
+    --cold_l2, REPLAYS * REPEAT calls each, each timed alone after the L2
+    read (ColdL2), in the same turns."""
+    if COLD_L2 is not None:
+        for fn in fns:
+            fn()  # Warm-up: the first call's lazy setup is not timed.
+        samples = [[] for _ in fns]
+        shuffle = random.Random(0).shuffle
+        for _ in range(REPLAYS * REPEAT):
+            order = list(range(len(fns)))
+            shuffle(order)
+            for i in order:
+                samples[i].append(COLD_L2.time_one(fns[i]))
+        return [statistics.median(x) for x in samples]
     graphs = [capture(fn) for fn in fns]
     samples = [[] for _ in graphs]
     shuffle = random.Random(0).shuffle
@@ -495,9 +543,15 @@ def main():
     parser.add_argument("--interleave", action="store_true",
                         help="time each problem's kernels and SDPA's "
                         "backends together, their replays taking turns")
+    parser.add_argument("--cold_l2", action="store_true",
+                        help="time every call alone after a read of twice "
+                        "the L2, not in graphs of back-to-back calls")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.cold_l2:
+        global COLD_L2
+        COLD_L2 = ColdL2()
     op = None
     if args.bundle:
         import evotune.torch as op
@@ -602,7 +656,8 @@ def main():
                   "torch": torch.__version__,
                   "date": datetime.date.today().isoformat(),
                   "commit": args.commit, "copy_tbps": copy,
-                  "rounds": args.rounds, "interleaved": args.interleave}
+                  "rounds": args.rounds, "interleaved": args.interleave,
+                  "cold_l2": args.cold_l2}
         json.dump({**header, "results": rows}, open(args.json, "w"), indent=1)
 
 

@@ -492,6 +492,38 @@ TEST_F(CudaEvaluatorTest, TimesSeveralKernelsInTurns) {
       evaluator_->TimeInTurns(OfTemplate(t, configs), p, 0).status()));
 }
 
+// With cold_l2 every launch is timed alone after the L2 read, alone and in
+// turns alike; the kernels are still checked first.
+TEST(CudaEvaluatorColdL2Test, TimesEachLaunchAfterTheRead) {
+  CudaEvaluatorOptions options;
+  options.cold_l2 = true;
+  absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(options);
+  if (!e.ok()) GTEST_SKIP() << e.status().message();
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  const Problem p = LongDecode(8192 - 5);
+  absl::StatusOr<TrialResult> alone = (*e)->Evaluate(t, DecodeWithSplits(8), p);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->status, TrialStatus::kOk) << alone->error;
+  EXPECT_EQ(alone->samples, kFullTimingSamples);
+  EXPECT_GT(alone->min_us, 0);
+  std::vector<Config> configs;
+  for (int64_t splits : {1, 8}) configs.push_back(DecodeWithSplits(splits));
+  absl::StatusOr<std::vector<TrialResult>> turns =
+      (*e)->TimeInTurns(OfTemplate(t, configs), p, 5);
+  ASSERT_TRUE(turns.ok()) << turns.status();
+  for (const TrialResult& r : *turns) {
+    EXPECT_EQ(r.status, TrialStatus::kOk) << r.error;
+    EXPECT_EQ(r.samples, 5);
+    EXPECT_GT(r.min_us, 0);
+    EXPECT_LE(r.median_us, r.p90_us);
+  }
+  Config wrong = DecodeWithSplits(8);
+  wrong["ROWS"] = 3;  // Not in the space: rejected before anything is timed.
+  absl::StatusOr<TrialResult> rejected = (*e)->Evaluate(t, wrong, p);
+  ASSERT_TRUE(rejected.ok()) << rejected.status();
+  EXPECT_EQ(rejected->status, TrialStatus::kResourceRejected);
+}
+
 // Tensor maps are encoded per kernel: flash_fwd_tma configs of different
 // tiles timed in turns are each correct.
 TEST_F(CudaEvaluatorTest, TmaKernelsInTurnsAreCorrect) {

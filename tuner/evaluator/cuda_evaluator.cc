@@ -127,6 +127,7 @@ class CudaEvaluator : public Evaluator {
         info_(std::move(info)),
         repeat_runs_(options.repeat_runs),
         compile_threads_(options.compile_threads),
+        cold_l2_(options.cold_l2),
         cubins_(options.cache_dir, ArchName(info_.cc_major, info_.cc_minor),
                 options.compile_threads),
         scrub_(d),
@@ -554,13 +555,13 @@ class CudaEvaluator : public Evaluator {
 
   // Warm-up, and an estimate of one launch to size each kernel's samples;
   // then `turns` turns, each kernel one sample per turn in a new random
-  // order, each sample of several kernels after the cache scrub. A launch
-  // that fails (a kernel that faults) breaks the evaluator: an error, with
-  // the kernel's index in *failed.
+  // order, each sample of several kernels after the cache scrub (with
+  // cold_l2, each launch). A launch that fails (a kernel that faults) breaks
+  // the evaluator: an error, with the kernel's index in *failed.
   absl::StatusOr<std::vector<TrialResult>> TimeTogether(
       const std::vector<std::unique_ptr<Candidate>>& cs, int turns,
       size_t* failed) {
-    const bool scrub = cs.size() > 1;
+    const bool scrub = cold_l2_ || cs.size() > 1;
     if (scrub) {
       if (absl::Status s = LoadScrub(); !s.ok()) return s;
     }
@@ -568,20 +569,22 @@ class CudaEvaluator : public Evaluator {
     d_->cuEventCreate(&start, CU_EVENT_DEFAULT);
     d_->cuEventCreate(&stop, CU_EVENT_DEFAULT);
     auto time_launches = [&](Candidate& c, int n, double* us) {
-      if (scrub) {
-        if (absl::Status s = Scrub(); !s.ok()) return s;
+      *us = 0;
+      // Cold: n launches, each timed alone after the scrub; else one scrub
+      // (when kernels take turns) and n launches back to back.
+      const int timings = cold_l2_ ? n : 1;
+      for (int t = 0; t < timings; ++t) {
+        if (scrub) {
+          if (absl::Status s = Scrub(); !s.ok()) return s;
+        }
+        double one = 0;
+        if (absl::Status s = TimeLaunches(c, n / timings, start, stop, &one);
+            !s.ok()) {
+          return s;
+        }
+        *us += one;
       }
-      d_->cuEventRecord(start, nullptr);
-      for (int i = 0; i < n; ++i) {
-        if (absl::Status s = d_->Check(c.Launch(), "launch"); !s.ok()) return s;
-      }
-      d_->cuEventRecord(stop, nullptr);
-      absl::Status s =
-          d_->Check(d_->cuEventSynchronize(stop), "cuEventSynchronize");
-      float ms = 0;
-      d_->cuEventElapsedTime(&ms, start, stop);
-      *us = ms * 1000.0;
-      return s;
+      return absl::OkStatus();
     };
     std::vector<int> per_sample(cs.size());
     std::vector<std::vector<double>> samples(cs.size());
@@ -616,6 +619,22 @@ class CudaEvaluator : public Evaluator {
     std::vector<TrialResult> results;
     for (std::vector<double>& v : samples) results.push_back(Summary(v));
     return results;
+  }
+
+  // The GPU time of n launches of c back to back, in *us.
+  absl::Status TimeLaunches(Candidate& c, int n, CUevent start, CUevent stop,
+                            double* us) {
+    d_->cuEventRecord(start, nullptr);
+    for (int i = 0; i < n; ++i) {
+      if (absl::Status s = d_->Check(c.Launch(), "launch"); !s.ok()) return s;
+    }
+    d_->cuEventRecord(stop, nullptr);
+    absl::Status s =
+        d_->Check(d_->cuEventSynchronize(stop), "cuEventSynchronize");
+    float ms = 0;
+    d_->cuEventElapsedTime(&ms, start, stop);
+    *us = ms * 1000.0;
+    return s;
   }
 
   // The cache scrub kernel and its buffer (cache_scrub.h), filled once.
@@ -672,6 +691,7 @@ class CudaEvaluator : public Evaluator {
   DeviceInfo info_;
   int repeat_runs_;
   int compile_threads_;
+  bool cold_l2_;
   CubinCache cubins_;
   DeviceBuffer scrub_, sink_;
   size_t scrub_vectors_ = 0;

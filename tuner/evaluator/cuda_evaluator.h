@@ -13,7 +13,8 @@
 //      same bits on repeat_runs more runs (races), and
 //      sampled rows within tolerance of the reference -> incorrect
 //   5. timing: warm-up, then >= 10 samples of enough back-to-back launches
-//      to last >= 100 us each; median, min, p90 and CV per launch.
+//      to last >= 100 us each; median, min, p90 and CV per launch (with
+//      cold_l2, each of a sample's launches timed alone after the scrub).
 // TimeInTurns passes each config through gates 1-4 on one set of fresh
 // inputs (each kernel with its own scratch), holds them all loaded, and
 // takes their timing samples in turns, each after a read of a buffer twice
@@ -46,6 +47,13 @@ struct CudaEvaluatorOptions {
   // Extra runs on the same inputs whose output must match the first bit
   // for bit (a race shows as output that changes between runs).
   int repeat_runs = 2;
+  // Times every launch alone after the read of the cache scrub, so that it
+  // reads its inputs from memory (as a model's decode step reads a layer's
+  // K/V cache, the other layers having gone through L2), where by default
+  // a sample's launches run back to back, each finding what the one before
+  // left in L2. For benchmarks that set the two side by side: results
+  // timed so are not the store's (its keys do not name the policy).
+  bool cold_l2 = false;
 };
 
 // UNAVAILABLE "no CUDA device: ..." when the driver or device is missing.
