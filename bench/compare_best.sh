@@ -7,6 +7,7 @@
 #   bench/compare_best.sh BIN_DIR OUT.json [best flags: problem, --template_name]
 #
 # BIN_DIR holds evotune and export_kernel; EVOTUNE_ADDRESS names the daemon.
+# COLD_L2=1 times every call alone from a cold L2 (sdpa_compare.py --cold_l2).
 set -euo pipefail
 here=$(dirname "$0")
 bin=$1
@@ -21,5 +22,7 @@ read -r template config problem < <(python3 "$here/best_config.py" "$work/best.j
 printf '[{"name": "best", "cubin": "%s", "meta": "%s"}]\n' \
   "$work/kernel.cubin" "$work/kernel.json" >"$work/plan.json"
 commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+cold=()
+[[ "${COLD_L2:-0}" == 1 ]] && cold=(--cold_l2)
 python3 "$here/sdpa_compare.py" "$work/plan.json" --interleave --json "$out" \
-  --commit "$commit"
+  --commit "$commit" "${cold[@]}"

@@ -8,6 +8,8 @@ SDPA in one process, under sdpa_compare's timing (back to back, or with
 
   python3 bench/landscape_plan.py BIN_DIR LANDSCAPE.csv OUT_DIR TOP \\
       PROBLEM_KEY...            # writes OUT_DIR/plan.json
+
+compiled for $ARCH (default sm_90a, as export_kernel names architectures).
 """
 import csv
 import json
@@ -48,7 +50,9 @@ def main():
             prefix = os.path.join(out, name)
             subprocess.run([os.path.join(bin_dir, "export_kernel"),
                             f"--template_name={template}", f"--config={config}",
-                            f"--problem={key}", f"--out={prefix}"], check=True)
+                            f"--problem={key}", f"--out={prefix}",
+                            f"--arch={os.environ.get('ARCH', 'sm_90a')}"],
+                           check=True)
             plan.append({"name": name, "cubin": prefix + ".cubin",
                          "meta": prefix + ".json", "recorded_us": us})
     with open(os.path.join(out, "plan.json"), "w") as f:
