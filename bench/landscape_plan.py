@@ -29,6 +29,9 @@ def fastest(landscape, key, top):
                 template = line.split()[5]
             elif not line.startswith("#"):
                 lines.append(line)
+    if template == "unknown":
+        sys.exit(f"landscape_plan: {landscape} does not name its template "
+                 "(no '# evotune landscape: every feasible T config' line)")
     for row in csv.DictReader(lines):
         if row["problem_key"] == key and row["status"] == "ok":
             rows.append((float(row["median_us"]), row["config"]))
@@ -41,6 +44,8 @@ def main():
     if len(sys.argv) < 6:
         sys.exit(__doc__)
     bin_dir, landscape, out, top = sys.argv[1:5]
+    if not top.isdigit() or int(top) < 1:
+        sys.exit(f"landscape_plan: TOP must be a positive integer, not {top!r}")
     os.makedirs(out, exist_ok=True)
     plan = []
     for key in sys.argv[5:]:

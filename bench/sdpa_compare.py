@@ -33,7 +33,8 @@ With --cold_l2, every call (evotune's and SDPA's alike) is timed alone
 after a read of a buffer twice the L2's size, REPLAYS * REPEAT calls each,
 the median reported: the time of a call whose inputs come from memory, as
 in a model's decode step, where the default measures calls back to back,
-each finding in L2 what the call before left there.
+each finding in L2 what the call before left there. The copy bandwidth and
+the read floor are then timed that way too.
 
 With --bundle (needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
 python/evotune/torch.py), the same kernel is also timed as the PyTorch op
