@@ -265,5 +265,48 @@ TEST(EvolutionaryStrategyTest, TrustedSeedsRunFirstAndTheOthersAreScreened) {
             (std::vector<Config>{trusted, second, third}));
 }
 
+// The model is judged on the configs it picked, not on the seeds: one that
+// orders the seeds backwards but its own picks right keeps screening (each
+// screened proposal asks it for predictions), one that orders its picks
+// backwards too is dropped once eight of them ran.
+TEST(EvolutionaryStrategyTest, TheModelIsJudgedOnItsPicksNotOnTheSeeds) {
+  ParamSpace space({{"A", {1, 2, 3, 4, 5, 6, 7, 8}, ""},
+                    {"B", {1, 2, 3, 4, 5, 6, 7, 8}, ""}});
+  std::vector<Config> seeds;
+  std::set<std::string> seed_keys;
+  for (int64_t k = 1; k <= 8; ++k) {
+    seeds.push_back({{"A", k}, {"B", k}});  // Measured 2, 4, ... 16 us.
+    seed_keys.insert(ConfigKey(seeds.back()));
+  }
+  for (const double picks_sign : {1.0, -1.0}) {
+    int calls = 0;
+    // Latency A + B (as FirstProposals reports): the seeds predicted in
+    // reverse, the other configs in order times `picks_sign`.
+    LatencyPredictor predict = [&](const std::vector<Config>& configs) {
+      ++calls;
+      std::vector<double> us;
+      for (const Config& c : configs) {
+        const double truth = static_cast<double>(c.at("A") + c.at("B"));
+        us.push_back(seed_keys.count(ConfigKey(c)) > 0
+                         ? 100 - truth
+                         : 50 + picks_sign * truth);
+      }
+      return us;
+    };
+    SearchInputs inputs{space, space.Enumerate(), seeds, predict, 8};
+    EvolutionOptions options;
+    options.prescreen = 16;
+    EvolutionaryStrategy s(inputs, /*seed=*/3, options);
+    FirstProposals(s, 8 + 16);  // The trusted seeds, then 16 more.
+    calls = 0;
+    FirstProposals(s, 10);
+    if (picks_sign > 0) {
+      EXPECT_GE(calls, 10) << "a model right about its picks was dropped";
+    } else {
+      EXPECT_EQ(calls, 0) << "a model wrong about its picks still screens";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace evotune

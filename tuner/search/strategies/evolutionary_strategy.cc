@@ -156,29 +156,37 @@ std::optional<Config> EvolutionaryStrategy::Candidate(bool breeding) {
 }
 
 bool EvolutionaryStrategy::ModelOrdersMeasurements() {
-  const size_t n = ranked_.size();
-  if (!model_trusted_ || n < kMinMeasuredForConcordance ||
-      n == concordance_checked_at_) {
-    return model_trusted_;
+  // The model is judged on its own picks: the seeds were handed to it (often
+  // near-equal configs of a similar problem, which a model trained elsewhere
+  // need not order), and a verdict on them would end screening before it
+  // picked anything.
+  if (!model_trusted_) return false;
+  std::vector<size_t> picks;  // Indices into ranked_, best first.
+  for (size_t i = 0; i < ranked_.size(); ++i) {
+    if (picked_.count(ConfigKey(ranked_[i].second)) > 0) picks.push_back(i);
+  }
+  const size_t n = picks.size();
+  if (n < kMinMeasuredForConcordance || n == concordance_checked_at_) {
+    return true;
   }
   concordance_checked_at_ = n;
   std::vector<Config> measured;
-  for (const auto& [fitness, config] : ranked_) measured.push_back(config);
+  for (size_t i : picks) measured.push_back(ranked_[i].second);
   const std::vector<double> predicted = inputs_.predict_us(measured);
   if (predicted.size() != n) return model_trusted_ = false;
-  // ranked_ is sorted by measurement (failures last): a pair is ordered
-  // alike when the faster measured is predicted faster. Only pairs with one
-  // of the faster half count: screening is for finding the fastest.
+  // A pair is ordered alike when the faster measured is predicted faster.
+  // Only pairs with one of the faster half count: screening is for finding
+  // the fastest.
   size_t alike = 0, pairs = 0;
   for (size_t i = 0; i < (n + 1) / 2; ++i) {
     for (size_t j = i + 1; j < n; ++j) {
-      if (ranked_[i].first == ranked_[j].first) continue;
+      if (ranked_[picks[i]].first == ranked_[picks[j]].first) continue;
       ++pairs;
       alike += predicted[i] < predicted[j];
     }
   }
-  // No pair ordered (every measured config failed, or all tie): the model's
-  // picks tell nothing apart, so they are not worth screening by either.
+  // No pair ordered (every pick failed, or all tie): the model's picks tell
+  // nothing apart, so they are not worth screening by either.
   model_trusted_ = pairs > 0 && alike >= options_.min_concordance * pairs;
   return model_trusted_;
 }
@@ -209,6 +217,7 @@ std::optional<Config> EvolutionaryStrategy::Screened(bool breeding) {
   for (size_t i = 0; i < seeds; ++i) predicted[i] *= 1 - options_.seed_margin;
   const size_t best =
       std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
+  if (best >= seeds) picked_.insert(ConfigKey(drawn[best]));
   return drawn[best];
 }
 
@@ -292,8 +301,8 @@ StrategySpec EVOTUNE_STRATEGY_SPEC(evolutionary)() {
             "with the device's cost model: candidates drawn per config "
             "measured, the predicted fastest measured (1: no screening)"},
            {"min_concordance", 0, 1, d.min_concordance, false,
-            "screening stops when the model orders fewer of the search's "
-            "measured pairs right"},
+            "screening stops when the model orders fewer of the pairs of "
+            "its measured picks right"},
            {"seed_margin", 0, 0.9, d.seed_margin, false,
             "screening: how much faster than a seed not yet run a drawn "
             "candidate must be predicted to be measured before it"}},

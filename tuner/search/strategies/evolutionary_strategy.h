@@ -21,11 +21,13 @@
 //     model filters, the GPU measures. A seed's prediction counts
 //     `seed_margin` faster than it is (the defaults are proven on many
 //     problems, the model errs by about that much).
-//     The model is trusted only while it orders this search's own
-//     measurements: once 8 configs ran, screening stops for good when fewer
-//     than `min_concordance` of their pairs (each with one of the faster
-//     half; failures slowest) are ordered alike by prediction and
-//     measurement (a model learned on unlike problems can mislead).
+//     The model is trusted only while it orders its own picks as measured:
+//     once 8 drawn candidates it chose ran, screening stops for good when
+//     fewer than `min_concordance` of their pairs (each with one of the
+//     faster half; failures slowest) are ordered alike by prediction and
+//     measurement (a model learned on unlike problems can mislead). Seeds
+//     do not count: a verdict on them would be given before the model
+//     picked anything.
 //   - Done when every feasible config was seen, or when `patience`
 //     generations in a row improved the best latency by less than
 //     `min_gain`.
@@ -104,7 +106,8 @@ class EvolutionaryStrategy : public SearchStrategy {
   int generation_ = 0;
   int stalled_ = 0;
   bool model_trusted_ = true;
-  size_t concordance_checked_at_ = 0;  // Results when last checked.
+  std::set<std::string> picked_;       // Drawn candidates the model chose.
+  size_t concordance_checked_at_ = 0;  // Picks measured when last checked.
   double best_ = 0;
   double best_at_generation_start_ = 0;
 };
