@@ -241,6 +241,28 @@ class ColdL2:
 COLD_L2 = None  # A ColdL2 under --cold_l2.
 
 
+def graph_timer(fn):
+    """A timer of fn: GPU time per call over one replay of a graph of
+    REPEAT back-to-back calls."""
+    graph = capture(fn)
+
+    def time_one():
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0 / REPEAT
+    return time_one
+
+
+def cold_timer(fn):
+    """A timer of fn: one call timed alone after the L2 read (ColdL2)."""
+    fn()  # Warm-up: the first call's lazy setup is not timed.
+    return lambda: COLD_L2.time_one(fn)
+
+
 def time_together(fns):
     """Median GPU time per call of each of fns over REPLAYS replays of its
     graph. The graphs take turns, one replay each, so that a run's drifting
@@ -249,31 +271,17 @@ def time_together(fns):
     before moves a kernel's time by up to 4%, bench/RESULTS.md). Under
     --cold_l2, REPLAYS * REPEAT calls each, each timed alone after the L2
     read (ColdL2), in the same turns."""
-    if COLD_L2 is not None:
-        for fn in fns:
-            fn()  # Warm-up: the first call's lazy setup is not timed.
-        samples = [[] for _ in fns]
-        shuffle = random.Random(0).shuffle
-        for _ in range(REPLAYS * REPEAT):
-            order = list(range(len(fns)))
-            shuffle(order)
-            for i in order:
-                samples[i].append(COLD_L2.time_one(fns[i]))
-        return [statistics.median(x) for x in samples]
-    graphs = [capture(fn) for fn in fns]
-    samples = [[] for _ in graphs]
+    if COLD_L2 is None:
+        timers, turns = [graph_timer(fn) for fn in fns], REPLAYS
+    else:
+        timers, turns = [cold_timer(fn) for fn in fns], REPLAYS * REPEAT
+    samples = [[] for _ in timers]
     shuffle = random.Random(0).shuffle
-    for _ in range(REPLAYS):
-        order = list(range(len(graphs)))
+    for _ in range(turns):
+        order = list(range(len(timers)))
         shuffle(order)
         for i in order:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[i].replay()
-            end.record()
-            end.synchronize()
-            samples[i].append(start.elapsed_time(end) * 1000.0 / REPEAT)
+            samples[i].append(timers[i]())
     return [statistics.median(x) for x in samples]
 
 
