@@ -103,6 +103,46 @@ TEST(FeatureMapTest, TileFillAndMultiprocessorLoad) {
   EXPECT_TRUE(std::isnan(Feature(map, row, "sm_imbalance")));
 }
 
+// A tile reads its KV head's keys: 8 tiles of 64 queries in each of 4 query
+// heads per KV head read them 32 times; the decode template's 16-row tiles of
+// 4 heads x 8 queries twice, in 2 x 4 x 8 blocks before its splits. Naive
+// does not give its tiles.
+TEST(FeatureMapTest, KvReadsAndTheUnsplitGrid) {
+  const FeatureMap map(TemplateRegistry::Builtin());
+  const DeviceLimits limits = H100Limits();
+  Problem p = Seed();
+  p.kv_heads = 2;
+  const Config flash = {{"BLOCK_M", 64},   {"BLOCK_N", 64},  {"KV_SPLITS", 1},
+                        {"MIN_BLOCKS", 1}, {"NUM_WARPS", 4}, {"Q_IN_REGS", 0},
+                        {"STAGES", 2}};
+  std::vector<float> row;
+  map.Append(Template("flash_fwd"), flash, p, limits, &row);
+  EXPECT_FLOAT_EQ(Feature(map, row, "log2_kv_passes"), 5.0f);
+  EXPECT_FLOAT_EQ(Feature(map, row, "unsplit_per_sm"), 32.0f * 2 / 132);
+  p.batch = 4;
+  p.heads = 32;
+  p.kv_heads = 8;
+  p.seq_q = 8;
+  p.seq_k = 4096;
+  p.head_dim = 128;
+  for (const int64_t splits : {1, 2, 4}) {
+    const Config decode = {{"KV_SPLITS", splits}, {"Q_IN_REGS", 0},
+                           {"ROWS", 16},          {"STAGES", 2},
+                           {"TILE_N", 32},        {"WARPS", 4}};
+    row.clear();
+    map.Append(Template("decode_fwd"), decode, p, limits, &row);
+    EXPECT_FLOAT_EQ(Feature(map, row, "log2_kv_passes"), 1.0f) << splits;
+    EXPECT_FLOAT_EQ(Feature(map, row, "unsplit_per_sm"), 2.0f * 4 * 8 / 132)
+        << splits;
+  }
+  row.clear();
+  map.Append(Template("naive"),
+             FeasibleConfigs(Template("naive"), Seed(), limits).front(), Seed(),
+             limits, &row);
+  EXPECT_TRUE(std::isnan(Feature(map, row, "log2_kv_passes")));
+  EXPECT_TRUE(std::isnan(Feature(map, row, "unsplit_per_sm")));
+}
+
 // The work a cost model's latency is relative to: the busiest
 // multiprocessor's flops, or the problem's spread over the multiprocessors
 // where the template does not give its tiles.

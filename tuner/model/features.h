@@ -12,7 +12,8 @@
 //     how full the last wave is, work per block, persistence, cluster size
 //     and split-KV scratch; how full the query tiles are, and how the work
 //     falls on the multiprocessors (sm_load.h: the busiest one's flops and
-//     its load over the average).
+//     its load over the average); how often the tiles read each K/V element
+//     and how many blocks per multiprocessor they make before a KV split.
 #ifndef EVOTUNE_TUNER_MODEL_FEATURES_H_
 #define EVOTUNE_TUNER_MODEL_FEATURES_H_
 
