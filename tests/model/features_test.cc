@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/model/h100_testing.h"
+#include "tuner/space/problem.h"
 
 namespace evotune {
 namespace {
@@ -28,6 +29,23 @@ float Feature(const FeatureMap& map, const std::vector<float>& row,
   return 0;
 }
 
+// The seed problem's row for naive's first feasible config: a template that
+// gives neither its tiles nor a KV split.
+std::vector<float> NaiveRow(const FeatureMap& map, const DeviceLimits& limits) {
+  const KernelTemplate& naive = Template("naive");
+  std::vector<float> row;
+  map.Append(naive, FeasibleConfigs(naive, Seed(), limits).front(), Seed(),
+             limits, &row);
+  return row;
+}
+
+// flash_fwd with 64 x 64 tiles, four warps, no split.
+Config Flash64() {
+  return {{"BLOCK_M", 64},   {"BLOCK_N", 64},  {"KV_SPLITS", 1},
+          {"MIN_BLOCKS", 1}, {"NUM_WARPS", 4}, {"Q_IN_REGS", 0},
+          {"STAGES", 2}};
+}
+
 TEST(FeatureMapTest, EveryTemplateFillsTheSameLayout) {
   const FeatureMap map(TemplateRegistry::Builtin());
   const DeviceLimits limits = H100Limits();
@@ -44,11 +62,7 @@ TEST(FeatureMapTest, EveryTemplateFillsTheSameLayout) {
     }
     EXPECT_EQ(Feature(map, row, "log2_seq_q"), 9);
   }
-  std::vector<float> naive;
-  map.Append(Template("naive"),
-             FeasibleConfigs(Template("naive"), Seed(), limits).front(), Seed(),
-             limits, &naive);
-  EXPECT_TRUE(std::isnan(Feature(map, naive, "KV_SPLITS")));
+  EXPECT_TRUE(std::isnan(Feature(map, NaiveRow(map, limits), "KV_SPLITS")));
 }
 
 TEST(FeatureMapTest, WavesNeedTheMultiprocessorCount) {
@@ -78,11 +92,8 @@ TEST(FeatureMapTest, TileFillAndMultiprocessorLoad) {
   limits.multiprocessors = 132;
   Problem p = Seed();
   p.seq_q = 32;
-  Config c = {{"BLOCK_M", 64},   {"BLOCK_N", 64},  {"KV_SPLITS", 1},
-              {"MIN_BLOCKS", 1}, {"NUM_WARPS", 4}, {"Q_IN_REGS", 0},
-              {"STAGES", 2}};
   std::vector<float> row;
-  map.Append(Template("flash_fwd"), c, p, limits, &row);
+  map.Append(Template("flash_fwd"), Flash64(), p, limits, &row);
   EXPECT_FLOAT_EQ(Feature(map, row, "row_fill"), 0.5f);
   // 8 blocks of 64 rows x (512 keys + 64) on 132 multiprocessors.
   EXPECT_FLOAT_EQ(Feature(map, row, "sm_imbalance"), 132.0f / 8);
@@ -95,10 +106,7 @@ TEST(FeatureMapTest, TileFillAndMultiprocessorLoad) {
   map.Append(decode, FeasibleConfigs(decode, p, limits).front(), p, limits,
              &row);
   EXPECT_FLOAT_EQ(Feature(map, row, "row_fill"), 1.0f);
-  row.clear();
-  map.Append(Template("naive"),
-             FeasibleConfigs(Template("naive"), Seed(), limits).front(), Seed(),
-             limits, &row);
+  row = NaiveRow(map, limits);
   EXPECT_TRUE(std::isnan(Feature(map, row, "row_fill")));
   EXPECT_TRUE(std::isnan(Feature(map, row, "sm_imbalance")));
 }
@@ -112,19 +120,11 @@ TEST(FeatureMapTest, KvReadsAndTheUnsplitGrid) {
   const DeviceLimits limits = H100Limits();
   Problem p = Seed();
   p.kv_heads = 2;
-  const Config flash = {{"BLOCK_M", 64},   {"BLOCK_N", 64},  {"KV_SPLITS", 1},
-                        {"MIN_BLOCKS", 1}, {"NUM_WARPS", 4}, {"Q_IN_REGS", 0},
-                        {"STAGES", 2}};
   std::vector<float> row;
-  map.Append(Template("flash_fwd"), flash, p, limits, &row);
+  map.Append(Template("flash_fwd"), Flash64(), p, limits, &row);
   EXPECT_FLOAT_EQ(Feature(map, row, "log2_kv_passes"), 5.0f);
   EXPECT_FLOAT_EQ(Feature(map, row, "unsplit_per_sm"), 32.0f * 2 / 132);
-  p.batch = 4;
-  p.heads = 32;
-  p.kv_heads = 8;
-  p.seq_q = 8;
-  p.seq_k = 4096;
-  p.head_dim = 128;
+  p = *ParseProblemKey("b4_h32_kv8_q8_k4096_d128_causal_bf16_bhsd");
   for (const int64_t splits : {1, 2, 4}) {
     const Config decode = {{"KV_SPLITS", splits}, {"Q_IN_REGS", 0},
                            {"ROWS", 16},          {"STAGES", 2},
@@ -135,10 +135,7 @@ TEST(FeatureMapTest, KvReadsAndTheUnsplitGrid) {
     EXPECT_FLOAT_EQ(Feature(map, row, "unsplit_per_sm"), 2.0f * 4 * 8 / 132)
         << splits;
   }
-  row.clear();
-  map.Append(Template("naive"),
-             FeasibleConfigs(Template("naive"), Seed(), limits).front(), Seed(),
-             limits, &row);
+  row = NaiveRow(map, limits);
   EXPECT_TRUE(std::isnan(Feature(map, row, "log2_kv_passes")));
   EXPECT_TRUE(std::isnan(Feature(map, row, "unsplit_per_sm")));
 }
@@ -156,10 +153,7 @@ TEST(FeatureMapTest, WorkIsTheBusiestMultiprocessorsFlops) {
   ASSERT_FALSE(std::isnan(Feature(map, row, "log2_sm_flops")));
   EXPECT_EQ(map.Log2Work(row.data(), 132), Feature(map, row, "log2_sm_flops"));
   EXPECT_LT(map.Log2Work(row.data(), 132), Feature(map, row, "log2_flops"));
-  row.clear();
-  const KernelTemplate& naive = Template("naive");
-  map.Append(naive, FeasibleConfigs(naive, Seed(), limits).front(), Seed(),
-             limits, &row);
+  row = NaiveRow(map, limits);
   ASSERT_TRUE(std::isnan(Feature(map, row, "log2_sm_flops")));
   EXPECT_DOUBLE_EQ(map.Log2Work(row.data(), 128),
                    Feature(map, row, "log2_flops") - 7.0);
