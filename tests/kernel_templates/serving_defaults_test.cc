@@ -107,12 +107,15 @@ TEST(ServingDefaultsTest, RankedDefaultsFittedFirstRunnableOnlyOnce) {
 TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   // The split count of the fitted configs, the same in all of the first's
-  // rows; the first that runs there is what an answer made of defaults
-  // serves.
+  // rows but the unsplit variant of two splits (DecodeTwoSplitsComeWith...);
+  // the first that runs there is what an answer made of defaults serves.
   auto splits = [&](const Problem& p, const DeviceLimits& limits) {
     const std::vector<Config> fitted = t.fitted_defaults(p, limits);
     for (const Config& c : fitted) {
-      if (c.at("ROWS") != fitted.front().at("ROWS")) continue;
+      if (c.at("ROWS") != fitted.front().at("ROWS") ||
+          (fitted.front().at("KV_SPLITS") == 2 && c.at("KV_SPLITS") == 1)) {
+        continue;
+      }
       EXPECT_EQ(c.at("KV_SPLITS"), fitted.front().at("KV_SPLITS"));
     }
     EXPECT_EQ(Served(t, p, limits).at("KV_SPLITS"),
@@ -143,6 +146,41 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   unknown.multiprocessors = 0;
   EXPECT_EQ(splits(Decode(1, 64, 8, 32768), unknown), 16);
   EXPECT_EQ(splits(Decode(1, 32, 1, 131072), H100Limits()), 64);
+}
+
+// Where the fitted config splits the keys in two, an unsplit one of eight
+// warps (16-key tiles at head_dim 128) comes second: half the
+// multiprocessors with twice the tiles in flight each, and no merge. Not
+// where the keys split further, or not at all.
+TEST(ServingDefaultsTest, DecodeTwoSplitsComeWithAnUnsplitEightWarpVariant) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  // The fitted configs with fewer splits than the first.
+  auto unsplit = [&](const Problem& p) {
+    std::vector<Config> out;
+    const std::vector<Config> fitted = t.fitted_defaults(p, H100Limits());
+    for (const Config& c : fitted) {
+      if (c.at("KV_SPLITS") < fitted.front().at("KV_SPLITS")) out.push_back(c);
+    }
+    return out;
+  };
+  // 4 queries of 16 heads on 2048 keys, head_dim 64: 64 blocks.
+  Problem d64 = Decode(4, 16, 16, 2048);
+  d64.seq_q = 4;
+  d64.head_dim = 64;
+  ASSERT_EQ(t.fitted_defaults(d64, H100Limits()).front().at("KV_SPLITS"), 2);
+  const std::vector<Config> found = unsplit(d64);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0], t.fitted_defaults(d64, H100Limits())[1]);
+  EXPECT_EQ(found[0].at("WARPS"), 8);
+  EXPECT_EQ(found[0].at("TILE_N"), 32);
+  EXPECT_EQ(found[0].at("ROWS"), 16);
+  EXPECT_TRUE(RunsOn(t, found[0], d64, H100Limits()));
+  const Problem d128 = Decode(8, 32, 8, 8192);  // Also 64 blocks.
+  ASSERT_EQ(unsplit(d128).size(), 1u);
+  EXPECT_EQ(unsplit(d128)[0].at("TILE_N"), 16);
+  EXPECT_TRUE(RunsOn(t, unsplit(d128)[0], d128, H100Limits()));
+  EXPECT_TRUE(unsplit(Decode(1, 64, 8, 32768)).empty());  // 16 splits.
+  EXPECT_TRUE(unsplit(Decode(32, 32, 8, 8192)).empty());  // Full: 1 split.
 }
 
 // Blocks pack 32 query rows where 16-row blocks alone fill the GPU, or where
