@@ -5,6 +5,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "kernel_templates/serving_defaults.h"
 #include "tests/model/h100_testing.h"
 
 namespace evotune {
@@ -46,22 +47,32 @@ std::vector<CostSample> Measured(const Problem& p,
   return out;
 }
 
-// A model trained on batches of 1 and 16 at several lengths under `law`.
-std::unique_ptr<CostModel> TrainedOn(double (*law)(const Config&,
-                                                   const Problem&)) {
-  std::vector<CostSample> train;
+// The problems the models are trained on: batches of 1 and 16 at several
+// lengths.
+std::vector<Problem> TrainingProblems() {
+  std::vector<Problem> out;
   for (int64_t seq_k : {2048, 4096, 16384}) {
-    for (int64_t batch : {1, 16}) {
-      for (CostSample& s : Measured(DecodeProblem(batch, seq_k), law)) {
-        train.push_back(std::move(s));
-      }
-    }
+    for (int64_t batch : {1, 16}) out.push_back(DecodeProblem(batch, seq_k));
   }
+  return out;
+}
+
+std::unique_ptr<CostModel> Trained(const std::vector<CostSample>& train) {
   auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
   absl::StatusOr<std::unique_ptr<CostModel>> model =
       CostModel::Train(features, train, H100Limits());
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
+}
+
+// A model trained on TrainingProblems under `law`.
+std::unique_ptr<CostModel> TrainedOn(double (*law)(const Config&,
+                                                   const Problem&)) {
+  std::vector<CostSample> train;
+  for (const Problem& p : TrainingProblems()) {
+    for (CostSample& s : Measured(p, law)) train.push_back(std::move(s));
+  }
+  return Trained(train);
 }
 
 // Configs with every other value of `name`; nothing else differs.
@@ -150,6 +161,44 @@ TEST(TransferTest, TheFittedConfigLeadsUnlessATransferIsPredictedWellAhead) {
   EXPECT_EQ(ranked->front().candidate.config.at("KV_SPLITS"), 16);
 }
 
+const KernelTemplate& Tma() {
+  return *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+}
+
+// Where the model ranks first a config of a template that another ranks
+// below for the asked problem (flash_fwd_tma under decode_fwd for one
+// query), the config decode_fwd fits to the problem leads unless the model
+// predicts the first more than kOutrankedMargin faster: here every
+// flash_fwd_tma config costs 7 us, then 4, against decode_fwd's 10.
+TEST(TransferTest, AnOutrankingTemplatesFittedConfigLeads) {
+  const Problem asked = DecodeProblem(1, 8192);
+  ASSERT_GT(DefaultRank(Decode(), asked), DefaultRank(Tma(), asked));
+  auto first = [&](double tma_us) -> RankedTransfer {
+    std::vector<CostSample> samples;
+    for (const Problem& p : TrainingProblems()) {
+      for (const Config& c : FeasibleConfigs(Decode(), p, H100Limits())) {
+        samples.push_back({&Decode(), c, p, 10.0});
+      }
+      for (const Config& c : FeasibleConfigs(Tma(), p, H100Limits())) {
+        samples.push_back({&Tma(), c, p, tma_us});
+      }
+    }
+    std::unique_ptr<CostModel> model = Trained(samples);
+    if (model == nullptr) return {};
+    absl::StatusOr<std::vector<RankedTransfer>> ranked =
+        RankTransfers(*model, TransferPool(samples, 8), asked, 2);
+    EXPECT_TRUE(ranked.ok()) << ranked.status();
+    return ranked.ok() && !ranked->empty() ? ranked->front() : RankedTransfer{};
+  };
+  const RankedTransfer near = first(7.0);
+  EXPECT_EQ(near.candidate.t, &Decode());
+  EXPECT_TRUE(near.fitted);
+  EXPECT_EQ(near.candidate.config,
+            Decode().fitted_defaults(asked, H100Limits()).front());
+  const RankedTransfer far = first(4.0);
+  EXPECT_EQ(far.candidate.t, &Tma());
+}
+
 // A template without a split parameter: its configs as they ran.
 TEST(TransferTest, ConfigsWithoutSplitsTransferAsTheyAre) {
   const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
@@ -164,10 +213,6 @@ TEST(TransferTest, ConfigsWithoutSplitsTransferAsTheyAre) {
   ASSERT_EQ(pool.size(), 2u);
   EXPECT_EQ(pool[0].config, samples[0].config);
   EXPECT_EQ(pool[1].config, samples[1].config);
-}
-
-const KernelTemplate& Tma() {
-  return *TemplateRegistry::Builtin().Find("flash_fwd_tma");
 }
 
 // Every config of `t` the problem admits, timed by a made-up law under which
@@ -201,13 +246,11 @@ TEST(TransferTest, TemplatesThatFitEveryFormServeConfigsOfOtherForms) {
     if (t == &Decode()) small.seq_q = large.seq_q = q.seq_q = 1;
     std::vector<CostSample> samples = MeasuredForms(*t, small);
     for (CostSample& s : MeasuredForms(*t, large)) samples.push_back(s);
-    auto features = std::make_shared<FeatureMap>(TemplateRegistry::Builtin());
-    absl::StatusOr<std::unique_ptr<CostModel>> model =
-        CostModel::Train(features, samples, H100Limits());
-    ASSERT_TRUE(model.ok()) << model.status();
+    std::unique_ptr<CostModel> model = Trained(samples);
+    ASSERT_NE(model, nullptr);
     const std::vector<TransferCandidate> pool = TransferPool(samples, 1);
     absl::StatusOr<std::vector<RankedTransfer>> ranked =
-        RankTransfers(**model, pool, q, pool.size());
+        RankTransfers(*model, pool, q, pool.size());
     ASSERT_TRUE(ranked.ok()) << ranked.status();
     bool other_form = false;
     for (const RankedTransfer& r : *ranked) {

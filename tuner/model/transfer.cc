@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernel_templates/serving_defaults.h"
 
 namespace evotune {
 namespace {
@@ -142,12 +143,43 @@ absl::Status Shortlist(const CostModel& model, const Problem& problem, size_t k,
   return absl::OkStatus();
 }
 
+// The distinct templates of `candidates`, in order.
+std::vector<const KernelTemplate*> TemplatesOf(
+    const std::vector<TransferCandidate>& candidates) {
+  std::vector<const KernelTemplate*> out;
+  for (const TransferCandidate& c : candidates) {
+    if (std::find(out.begin(), out.end(), c.t) == out.end()) out.push_back(c.t);
+  }
+  return out;
+}
+
+// The first of the templates among `templates` that rank highest for
+// `problem` (KernelTemplate::default_rank) when `t` ranks below them, else
+// nullptr.
+const KernelTemplate* Outranking(
+    const std::vector<const KernelTemplate*>& templates,
+    const KernelTemplate& t, const Problem& problem,
+    const DeviceLimits& limits) {
+  const std::vector<const KernelTemplate*> top =
+      TopRanked(templates, problem, limits);
+  if (top.empty() || std::find(top.begin(), top.end(), &t) != top.end()) {
+    return nullptr;
+  }
+  return top.front();
+}
+
 // Puts the first config that the first candidate's template fits to
 // `problem` and that runs there first in `ranked` (sorted, not empty) when
-// the model predicts it within kFittedMargin of that candidate.
+// the model predicts it within kFittedMargin of that candidate. Where a
+// template of `templates` outranks that candidate's, its fitted config
+// instead, within kOutrankedMargin.
 absl::Status PreferFitted(const CostModel& model, const Problem& problem,
+                          const std::vector<const KernelTemplate*>& templates,
                           std::vector<RankedTransfer>* ranked) {
-  const KernelTemplate& t = *ranked->front().candidate.t;
+  const KernelTemplate* above = Outranking(
+      templates, *ranked->front().candidate.t, problem, model.limits());
+  const KernelTemplate& t = above ? *above : *ranked->front().candidate.t;
+  const double margin = above ? kOutrankedMargin : kFittedMargin;
   if (!t.fitted_defaults) return absl::OkStatus();
   const std::vector<Config> configs =
       t.fitted_defaults(problem, model.limits());
@@ -158,7 +190,7 @@ absl::Status PreferFitted(const CostModel& model, const Problem& problem,
   const TransferCandidate fitted{&t, *runs, problem, 0};
   absl::StatusOr<std::vector<double>> us = model.PredictUsOn(problem, {fitted});
   if (!us.ok()) return us.status();
-  if ((*us)[0] * (1 - kFittedMargin) > ranked->front().predicted_us) {
+  if ((*us)[0] * (1 - margin) > ranked->front().predicted_us) {
     return absl::OkStatus();
   }
   ranked->erase(std::remove_if(ranked->begin(), ranked->end(),
@@ -178,6 +210,7 @@ absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
     const Problem& problem, size_t k) {
   std::vector<TransferCandidate> runnable =
       Runnable(pool, problem, model.limits());
+  const std::vector<const KernelTemplate*> templates = TemplatesOf(runnable);
   if (absl::Status s = Shortlist(model, problem, k, &runnable); !s.ok()) {
     return s;
   }
@@ -192,7 +225,8 @@ absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
                      return a.predicted_us < b.predicted_us;
                    });
   if (!ranked.empty()) {
-    if (absl::Status s = PreferFitted(model, problem, &ranked); !s.ok()) {
+    if (absl::Status s = PreferFitted(model, problem, templates, &ranked);
+        !s.ok()) {
       return s;
     }
   }
