@@ -67,11 +67,16 @@ std::vector<Config> Defaults() {
 // multiprocessors, else two taking turns (ping-pong). Then up to 4 splits
 // of the keys while the grid stays within the multiprocessors and each
 // split keeps 4 tiles of 128 keys or more; persistent blocks when unsplit.
-// With one consumer, also 64-key tiles without overlap or persistence. On
-// the H100 recordings (tests/data/flash_fwd_tma_landscapes_h100.csv) the
-// first is within 10% of the optimum on 28 of 30 problems, 23% off at worst
-// (16 heads of 32 queries on 512 keys, where the second is the optimum);
-// the persistent ping-pong default was up to 4x off on decode-like problems.
+// With one consumer, also 64-key tiles without persistence, overlapped at
+// head_dim 64 only. On the H100 recordings the overlap was within 2% of
+// none on five of the six head_dim 64 problems fitted one consumer, and the
+// optimum on the sixth (16 heads of 32 queries on 512 keys, 3% ahead); at
+// head_dim 128 no overlap was the optimum on both problems the first config
+// misses by 9-11%, and the overlap 32-35% off there. In those recordings
+// (tests/data/flash_fwd_tma_landscapes_h100.csv) the first is within 10% of
+// the optimum on 28 of 30 problems, 23% off at worst (16 heads of 32
+// queries on 512 keys, where the second is the optimum); the persistent
+// ping-pong default was up to 4x off on decode-like problems.
 std::vector<Config> FittedDefaults(const Problem& p,
                                    const DeviceLimits& limits) {
   const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 132;
@@ -87,7 +92,7 @@ std::vector<Config> FittedDefaults(const Problem& p,
   const int64_t persistent = splits == 1 ? 1 : 0;
   if (consumers == 2) return {TmaConfig(2, 128, 2, 1, 1, persistent, splits)};
   return {TmaConfig(1, 128, 2, 1, 0, persistent, splits),
-          TmaConfig(1, 64, 2, 0, 0, 0, splits)};
+          TmaConfig(1, 64, 2, p.head_dim == 64 ? 1 : 0, 0, 0, splits)};
 }
 
 // Grid (persistent: the tiles, walked by LaunchGrid's blocks), threads,

@@ -272,6 +272,16 @@ TEST(ServingDefaultsTest, TmaFitsConsumersAndSplitsToTheGrid) {
   mqa.kv_heads = 1;
   EXPECT_EQ(first(mqa), "C1 K4 P0 PP0");
   EXPECT_EQ(t.fitted_defaults(mqa, H100Limits()).size(), 2u);
+  // The second: 64-key tiles, not persistent, overlapped at head_dim 64
+  // only.
+  EXPECT_EQ(t.fitted_defaults(mqa, H100Limits())[1].at("BLOCK_N"), 64);
+  EXPECT_EQ(t.fitted_defaults(mqa, H100Limits())[1].at("OVERLAP"), 0);
+  EXPECT_EQ(t.fitted_defaults(mqa, H100Limits())[1].at("PERSISTENT"), 0);
+  Problem d64 = prefill(16, 16, 32, 512);
+  d64.kv_heads = 4;
+  d64.head_dim = 64;
+  ASSERT_EQ(t.fitted_defaults(d64, H100Limits()).size(), 2u);
+  EXPECT_EQ(t.fitted_defaults(d64, H100Limits())[1].at("OVERLAP"), 1);
   // 64 tiles of 128 rows fill half the GPU: two consumers, 2 splits.
   EXPECT_EQ(first(prefill(4, 8, 256, 3000)), "C2 K2 P0 PP1");
 }
