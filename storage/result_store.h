@@ -349,6 +349,8 @@ class ResultStore {
 
   // A pooled reader; waits while kMaxReaders are in use.
   absl::StatusOr<Reader> AcquireReader();
+  // The one integer `sql` selects, read with a pooled reader.
+  absl::StatusOr<int64_t> ReadInt(const char* sql);
   absl::StatusOr<std::unique_ptr<SqliteDb>> OpenReader();
 
   // Ids of key rows, created on first use (writer) or looked up (readers).

@@ -382,11 +382,10 @@ absl::StatusOr<DeviceInfo> ResultStore::FindDevice(const std::string& name) {
   return d;
 }
 
-absl::StatusOr<int64_t> ResultStore::CountTrials() {
+absl::StatusOr<int64_t> ResultStore::ReadInt(const char* sql) {
   absl::StatusOr<Reader> r = AcquireReader();
   if (!r.ok()) return r.status();
-  absl::StatusOr<Statement*> sel =
-      r->db()->Prepare("SELECT COUNT(*) FROM trials");
+  absl::StatusOr<Statement*> sel = r->db()->Prepare(sql);
   if (!sel.ok()) return sel.status();
   ScopedReset reset(*sel);
   absl::StatusOr<bool> row = (*sel)->Step();
@@ -394,16 +393,12 @@ absl::StatusOr<int64_t> ResultStore::CountTrials() {
   return (*sel)->Int(0);
 }
 
+absl::StatusOr<int64_t> ResultStore::CountTrials() {
+  return ReadInt("SELECT COUNT(*) FROM trials");
+}
+
 absl::StatusOr<int64_t> ResultStore::LastTrialId() {
-  absl::StatusOr<Reader> r = AcquireReader();
-  if (!r.ok()) return r.status();
-  absl::StatusOr<Statement*> sel =
-      r->db()->Prepare("SELECT COALESCE(MAX(id), 0) FROM trials");
-  if (!sel.ok()) return sel.status();
-  ScopedReset reset(*sel);
-  absl::StatusOr<bool> row = (*sel)->Step();
-  if (!row.ok()) return row.status();
-  return (*sel)->Int(0);
+  return ReadInt("SELECT COALESCE(MAX(id), 0) FROM trials");
 }
 
 absl::StatusOr<std::set<std::string>> ResultStore::RejectedConfigs(
