@@ -35,9 +35,13 @@ absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,
   v1::Kernel kernel;
   grpc::Status s = stub_->GetKernel(&ctx, request, &kernel);
   if (!s.ok()) {
+    // The daemon has no kernel for the problem (no template supports it, or
+    // NVRTC cannot compile for the device): the NOT_FOUND of the interface.
+    const auto code = s.error_code() == grpc::FAILED_PRECONDITION
+                          ? absl::StatusCode::kNotFound
+                          : static_cast<absl::StatusCode>(s.error_code());
     return absl::Status(
-        static_cast<absl::StatusCode>(s.error_code()),
-        absl::StrCat("evotuned GetKernel: ", s.error_message()));
+        code, absl::StrCat("evotuned GetKernel: ", s.error_message()));
   }
   return kernel;
 }

@@ -29,8 +29,10 @@ class DaemonSource : public KernelSource {
       const std::string& address, const std::string& token,
       const ClientTls& tls = {});
 
-  // GetKernel for the problem with the configs tuned on `device`; the
-  // daemon's error (code and message) when it has none or refuses.
+  // GetKernel for the problem with the configs tuned on `device`. NOT_FOUND
+  // when the daemon has no kernel for it (its FAILED_PRECONDITION: no
+  // template supports the problem, or NVRTC cannot compile for the device);
+  // otherwise the daemon's error (code and message) when it refuses.
   absl::StatusOr<v1::Kernel> Find(const Problem& problem,
                                   const std::string& device,
                                   const std::string& arch) override;

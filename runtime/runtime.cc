@@ -35,41 +35,6 @@ class ScopedContext {
   bool pushed_ = false;
 };
 
-absl::Status CheckTensor(const char* name, const AttentionTensor& t,
-                         int64_t head_dim) {
-  if (t.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ".data: null"));
-  }
-  for (auto [field, stride] : {std::pair{"row_stride", t.row_stride},
-                               {"head_stride", t.head_stride},
-                               {"batch_stride", t.batch_stride}}) {
-    if (stride <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ".", field, ": must be positive, got ", stride));
-    }
-  }
-  if (t.row_stride < head_dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ".row_stride: must be at least head_dim (", head_dim,
-                     "), got ", t.row_stride));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckCall(const AttentionCall& call) {
-  if (absl::Status s = ValidateProblem(call.problem); !s.ok()) return s;
-  for (auto [name, t] : {std::pair{"q", &call.q},
-                         {"k", &call.k},
-                         {"v", &call.v},
-                         {"o", &call.o}}) {
-    if (absl::Status s = CheckTensor(name, *t, call.problem.head_dim);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
 AttentionParams CallParams(const AttentionCall& call) {
   AttentionParams p = ContiguousParams(call.problem);
   p.q = call.q.data;
@@ -109,21 +74,6 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 }
 
 }  // namespace
-
-AttentionCall ContiguousCall(const Problem& problem, const void* q,
-                             const void* k, const void* v, void* o) {
-  const AttentionParams p = ContiguousParams(problem);
-  AttentionCall call;
-  call.problem = problem;
-  call.q = {const_cast<void*>(q), p.q_batch_stride, p.q_head_stride,
-            p.q_row_stride};
-  call.k = {const_cast<void*>(k), p.k_batch_stride, p.k_head_stride,
-            p.k_row_stride};
-  call.v = {const_cast<void*>(v), p.v_batch_stride, p.v_head_stride,
-            p.v_row_stride};
-  call.o = {o, p.o_batch_stride, p.o_head_stride, p.o_row_stride};
-  return call;
-}
 
 absl::StatusOr<std::unique_ptr<BundleSource>> BundleSource::Open(
     const std::string& path) {
@@ -297,7 +247,7 @@ absl::StatusOr<Runtime::Scratch*> Runtime::ScratchFor(const Loaded& kernel,
 }
 
 absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
-  if (absl::Status s = CheckCall(call); !s.ok()) return s;
+  if (absl::Status s = CheckAttentionCall(call); !s.ok()) return s;
   absl::StatusOr<const CudaDriver*> driver = Driver();
   if (!driver.ok()) return driver.status();
   const CudaDriver& d = **driver;

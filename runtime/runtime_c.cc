@@ -35,12 +35,15 @@ evotune::Problem ToProblem(const evotune_problem& p) {
 }
 
 evotune::AttentionTensor ToTensor(const evotune_tensor& t) {
-  return {t.data, t.batch_stride, t.head_stride, t.row_stride};
+  return {t.data,  t.batch_stride, t.head_stride, t.row_stride,
+          t.batch, t.heads,        t.seq,         t.head_dim};
 }
 
 }  // namespace
 
 extern "C" {
+
+int evotune_runtime_api_version(void) { return EVOTUNE_RUNTIME_API_VERSION; }
 
 evotune_runtime* evotune_runtime_open_bundle(const char* path) {
   absl::StatusOr<std::unique_ptr<evotune::BundleSource>> source =

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/daemon_source.h"
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/in_process_runner.h"
 #include "tuner/daemon/job_manager.h"
@@ -107,6 +108,9 @@ class Daemon {
     jobs_->Shutdown();
   }
   v1::Tuner::Stub* stub() { return stub_.get(); }
+  std::shared_ptr<grpc::Channel> channel() {
+    return server_->InProcessChannel({});
+  }
   ResultStore* store() { return store_.get(); }
   JobManager* jobs() { return jobs_.get(); }
   CostModels* models() { return models_.get(); }
@@ -138,6 +142,22 @@ v1::SubmitSearchRequest SeedRequest(int max_trials = 8) {
   r.mutable_budget()->set_max_seconds(600);
   r.set_seed(3);
   return r;
+}
+
+// A trial of the seed problem at 40 us on an NVIDIA L4 (sm_89), which makes
+// the L4 a device the daemon knows.
+void StoreL4Trial(Daemon& d, const KernelTemplate& t, const Config& config) {
+  DeviceInfo l4;
+  l4.name = "NVIDIA L4";
+  l4.cc_major = 8;
+  l4.cc_minor = 9;
+  l4.driver_version = "580.1";
+  l4.nvrtc_version = "13.0";
+  absl::StatusOr<Problem> seed = ProblemFromProto(SeedRequest().problem());
+  TrialResult r;
+  r.median_us = r.min_us = r.p90_us = 40;
+  ASSERT_TRUE(
+      d.store()->InsertTrial({l4, t.name, t.hash, *seed}, config, r).ok());
 }
 
 class GrpcApiTest : public ::testing::Test {
@@ -921,20 +941,10 @@ TEST_F(GrpcApiTest, AnUnfinishedJobResumesWithoutRepeatingATrial) {
 // knows (this daemon's own is synthetic), compiled for its architecture.
 TEST_F(GrpcApiTest, GetKernelCompilesTheBestConfigForTheDevice) {
   Daemon d(db_, "s3cret", &evaluations_);
-  DeviceInfo l4;
-  l4.name = "NVIDIA L4";
-  l4.cc_major = 8;
-  l4.cc_minor = 9;
-  l4.driver_version = "580.1";
-  l4.nvrtc_version = "13.0";
   const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
   absl::StatusOr<Problem> seed = ProblemFromProto(SeedRequest().problem());
-  TrialResult r;
-  r.median_us = r.min_us = r.p90_us = 40;
   const Config config = naive.defaults.front();
-  ASSERT_TRUE(d.store()
-                  ->InsertTrial({l4, naive.name, naive.hash, *seed}, config, r)
-                  .ok());
+  StoreL4Trial(d, naive, config);
   v1::GetKernelRequest req;
   *req.mutable_problem() = SeedRequest().problem();
   req.set_device("NVIDIA L4");
@@ -970,6 +980,24 @@ TEST_F(GrpcApiTest, GetKernelCompilesTheBestConfigForTheDevice) {
   s = d.stub()->GetKernel(&bad, req, &k);
   EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), StartsWith("problem.kv_heads"));
+}
+
+// The runtime's source says NOT_FOUND where the daemon has no kernel, so
+// that callers (the PyTorch op) fall back instead of failing.
+TEST_F(GrpcApiTest, DaemonSourceFindsNothingWhereNoTemplateSupportsTheProblem) {
+  Daemon d(db_, "s3cret", &evaluations_);
+  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+  StoreL4Trial(d, naive, naive.defaults.front());
+  DaemonSource source(d.channel(), "s3cret");
+  absl::StatusOr<Problem> p = ProblemFromProto(SeedRequest().problem());
+  ASSERT_TRUE(p.ok());
+  p->head_dim = 96;
+  absl::Status s = source.Find(*p, "NVIDIA L4", "sm_89").status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no template supports"));
+  EXPECT_TRUE(absl::IsUnauthenticated(DaemonSource(d.channel(), "wrong")
+                                          .Find(*p, "NVIDIA L4", "sm_89")
+                                          .status()));
 }
 
 }  // namespace

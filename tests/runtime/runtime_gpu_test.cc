@@ -90,6 +90,10 @@ class RuntimeGpuTest : public ::testing::Test {
       host->resize(p.batch * heads * seq * d);
       *t = strided ? AttentionTensor{nullptr, seq * heads * d, d, heads * d}
                    : AttentionTensor{nullptr, heads * seq * d, seq * d, d};
+      t->batch = p.batch;
+      t->heads = heads;
+      t->seq = seq;
+      t->head_dim = d;
       std::vector<uint16_t> bits(host->size());
       for (int64_t b = 0; b < p.batch; ++b)
         for (int64_t h = 0; h < heads; ++h)
@@ -297,6 +301,7 @@ TEST_F(RuntimeGpuTest, KernelsForAnotherArchitectureAreRefused) {
   Problem other = p;
   other.seq_q = 77;
   call.problem = other;
+  call.q.seq = call.o.seq = 77;  // The first 77 of the uploaded rows.
   s = runtime.Attention(call, stream_);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
 }

@@ -22,6 +22,13 @@ Problem Seed() {
   return *ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
 }
 
+// A call on distinct, aligned addresses (checked, never read).
+AttentionCall Call(const Problem& p) {
+  auto at = [](uintptr_t a) { return reinterpret_cast<void*>(a); };
+  return ContiguousCall(p, at(0x1000000), at(0x2000000), at(0x3000000),
+                        at(0x4000000));
+}
+
 std::string BundleOf(const std::vector<std::pair<Problem, std::string>>& ks) {
   v1::KernelBundle bundle;
   for (const auto& [problem, arch] : ks) {
@@ -84,8 +91,7 @@ TEST(RuntimeTest, ContiguousCallHasTheStridesOfBhsd) {
   Problem p = Seed();
   p.kv_heads = 2;
   p.seq_k = 300;
-  int x;
-  const AttentionCall call = ContiguousCall(p, &x, &x, &x, &x);
+  const AttentionCall call = Call(p);
   EXPECT_EQ(call.q.row_stride, 64);
   EXPECT_EQ(call.q.head_stride, 512 * 64);
   EXPECT_EQ(call.q.batch_stride, 8 * 512 * 64);
@@ -96,15 +102,15 @@ TEST(RuntimeTest, ContiguousCallHasTheStridesOfBhsd) {
 
 TEST(RuntimeTest, BadCallsNameTheField) {
   Runtime runtime(*BundleSource::Open(BundleOf({{Seed(), "sm_90a"}})));
-  int x;
-  AttentionCall call = ContiguousCall(Seed(), &x, &x, &x, &x);
+  AttentionCall call = Call(Seed());
   call.problem.kv_heads = 3;
   EXPECT_THAT(std::string(runtime.Attention(call, nullptr).message()),
               StartsWith("problem.kv_heads"));
-  call = ContiguousCall(Seed(), &x, nullptr, &x, &x);
+  call = Call(Seed());
+  call.k.data = nullptr;
   EXPECT_THAT(std::string(runtime.Attention(call, nullptr).message()),
               StartsWith("k.data: null"));
-  call = ContiguousCall(Seed(), &x, &x, &x, &x);
+  call = Call(Seed());
   call.v.row_stride = 32;
   absl::Status s = runtime.Attention(call, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -114,9 +120,7 @@ TEST(RuntimeTest, BadCallsNameTheField) {
 TEST(RuntimeTest, WithoutADeviceLaunchesAreRefusedPlainly) {
   if (CudaDriver::Get().ok()) GTEST_SKIP() << "this machine has a GPU";
   Runtime runtime(*BundleSource::Open(BundleOf({{Seed(), "sm_90a"}})));
-  int x;
-  absl::Status s =
-      runtime.Attention(ContiguousCall(Seed(), &x, &x, &x, &x), nullptr);
+  absl::Status s = runtime.Attention(Call(Seed()), nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), StartsWith("no CUDA device"));
 }

@@ -21,40 +21,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "evotune/attention_call.h"
 #include "evotune/v1/evotune.pb.h"
 #include "tuner/space/problem.h"
 
 namespace evotune {
-
-// One tensor: [batch, heads, seq, head_dim] elements of the problem's dtype
-// with unit stride along head_dim; strides in elements, each a multiple of
-// 8 (16 bytes) and the pointer 16-byte aligned.
-struct AttentionTensor {
-  void* data = nullptr;
-  int64_t batch_stride = 0;
-  int64_t head_stride = 0;
-  int64_t row_stride = 0;
-};
-
-// O = softmax(Q K^T * scale) V for `problem` (causal: bottom-right aligned
-// when seq_q != seq_k). Q and O have `heads` heads, K and V `kv_heads`.
-struct AttentionCall {
-  Problem problem;
-  AttentionTensor q, k, v, o;
-  // 0 means 1 / sqrt(head_dim).
-  float scale = 0;
-  // Scratch of the sizes Kernel.geometry names (workspace_floats fp32
-  // values; counters ints, zero before the first launch, left zero by
-  // every launch). Null: the runtime's own, allocated per stream on the
-  // first launch there, which must not be under stream capture (launch once
-  // on the stream before capturing, or pass scratch).
-  float* workspace = nullptr;
-  int* counters = nullptr;
-};
-
-// A call on contiguous tensors (the layout `evotune` tunes).
-AttentionCall ContiguousCall(const Problem& problem, const void* q,
-                             const void* k, const void* v, void* o);
 
 // Where kernels come from. Implementations must be thread-safe.
 class KernelSource {
@@ -99,7 +70,8 @@ class Runtime {
   // Launches the kernel for call.problem on `stream` (in the stream's
   // context; 0 is the current context's legacy stream). Errors:
   // INVALID_ARGUMENT naming the field ("problem.kv_heads", "q.data",
-  // "k.row_stride"); NOT_FOUND when the source has no kernel for the
+  // "k.row_stride", "v.seq", "scale"; CheckAttentionCall's, before any
+  // driver call); NOT_FOUND when the source has no kernel for the
   // problem; FAILED_PRECONDITION when there is no CUDA context or device,
   // or the kernel is for another architecture or parameter layout;
   // INTERNAL for a driver error.

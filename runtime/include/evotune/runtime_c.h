@@ -21,12 +21,24 @@ typedef struct {
   int32_t bf16;   /* 0: fp16 */
 } evotune_problem;
 
-/* [batch, heads, seq, head_dim] with unit stride along head_dim; strides in
- * elements. */
+/* The layout of the structs below; evotune_runtime_api_version() returns
+ * the library's, so a caller built against other headers can refuse it. */
+#define EVOTUNE_RUNTIME_API_VERSION 2
+
+/* [batch, heads, seq, head_dim] with unit stride along head_dim; strides and
+ * extents in elements, checked against the problem as
+ * evotune::AttentionTensor's (evotune/attention_call.h): a call whose
+ * tensors do not fit the problem is refused with INVALID_ARGUMENT naming
+ * the field ("v.seq"). The caller guarantees that `data` holds the stated
+ * extents at these strides. */
 typedef struct {
   void* data;
   int64_t batch_stride, head_stride, row_stride;
+  int64_t batch, heads, seq, head_dim;
 } evotune_tensor;
+
+/* EVOTUNE_RUNTIME_API_VERSION of the library's build. */
+int evotune_runtime_api_version(void);
 
 /* NULL on failure (evotune_last_error says why). */
 evotune_runtime* evotune_runtime_open_bundle(const char* path);
@@ -54,7 +66,8 @@ int evotune_runtime_describe(evotune_runtime* runtime,
                              const evotune_problem* problem, void* stream,
                              char* out, int64_t size);
 
-/* Launches attention on `stream`. scale 0 means 1/sqrt(head_dim);
+/* Launches attention on `stream`. scale: finite and positive, 0 means
+ * 1/sqrt(head_dim);
  * workspace/counters NULL: the runtime's own per stream (not under stream
  * capture). */
 int evotune_runtime_attention(evotune_runtime* runtime,

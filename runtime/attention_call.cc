@@ -1,0 +1,162 @@
+#include "evotune/attention_call.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace evotune {
+namespace {
+
+// One dimension of a tensor: its stride and extent, in elements.
+struct Dim {
+  const char* field;
+  int64_t stride;
+  int64_t extent;
+};
+
+std::array<Dim, 4> Dims(const AttentionTensor& t) {
+  return {Dim{"head_dim", 1, t.head_dim},
+          {"row_stride", t.row_stride, t.seq},
+          {"head_stride", t.head_stride, t.heads},
+          {"batch_stride", t.batch_stride, t.batch}};
+}
+
+// Elements from the first to one past the last the tensor addresses.
+int64_t SpanElements(const AttentionTensor& t) {
+  int64_t span = 1;
+  for (const Dim& d : Dims(t)) span += (d.extent - 1) * d.stride;
+  return span;
+}
+
+absl::Status Field(const char* tensor, const char* field,
+                   const std::string& message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(tensor, ".", field, ": ", message));
+}
+
+absl::Status CheckExtents(const char* name, const AttentionTensor& t,
+                          const Problem& p, bool is_kv) {
+  const int64_t heads = is_kv ? p.kv_heads : p.heads;
+  const int64_t seq = is_kv ? p.seq_k : p.seq_q;
+  for (auto [field, got, want, what] :
+       {std::tuple{"batch", t.batch, p.batch, "batch"},
+        {"heads", t.heads, heads, is_kv ? "kv_heads" : "heads"},
+        {"seq", t.seq, seq, is_kv ? "seq_k" : "seq_q"},
+        {"head_dim", t.head_dim, p.head_dim, "head_dim"}}) {
+    if (got != want) {
+      return Field(name, field,
+                   absl::StrCat("must be the problem's ", what, " (", want,
+                                "), got ", got));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLayout(const char* name, const AttentionTensor& t) {
+  if (t.data == nullptr) return Field(name, "data", "null");
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    return Field(name, "data",
+                 absl::StrCat("must be 16-byte aligned, got 0x",
+                              absl::Hex(reinterpret_cast<uintptr_t>(t.data))));
+  }
+  const std::array<Dim, 4> dims = Dims(t);
+  for (auto d = dims.begin() + 1; d != dims.end(); ++d) {  // head_dim's is 1
+    if (d->stride <= 0 || d->stride % 8 != 0) {
+      return Field(name, d->field,
+                   absl::StrCat("must be a positive multiple of 8 elements "
+                                "(16 bytes), got ",
+                                d->stride));
+    }
+  }
+  if (t.row_stride < t.head_dim) {
+    return Field(name, "row_stride",
+                 absl::StrCat("must be at least head_dim (", t.head_dim,
+                              "), got ", t.row_stride));
+  }
+  return absl::OkStatus();
+}
+
+// O is written: no two of its elements may share an address.
+absl::Status CheckNoSelfOverlap(const AttentionTensor& o) {
+  std::array<Dim, 4> dims = Dims(o);
+  std::sort(dims.begin(), dims.end(),
+            [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  int64_t span_below = 1;
+  for (const Dim& d : dims) {
+    if (d.extent == 1) continue;
+    if (d.stride < span_below) {
+      return Field("o", d.field,
+                   absl::StrCat(d.stride,
+                                " makes o overlap itself (the "
+                                "dimensions below it span ",
+                                span_below, " elements)"));
+    }
+    span_below += (d.extent - 1) * d.stride;
+  }
+  return absl::OkStatus();
+}
+
+bool Overlap(const AttentionTensor& a, const AttentionTensor& b) {
+  const auto begin = [](const AttentionTensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data);
+  };
+  // 2-byte elements: fp16 and bf16.
+  const auto end = [&](const AttentionTensor& t) {
+    return begin(t) + 2 * static_cast<uintptr_t>(SpanElements(t));
+  };
+  return begin(a) < end(b) && begin(b) < end(a);
+}
+
+absl::Status CheckScale(float scale) {
+  if (!std::isfinite(scale) || scale < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale: must be finite and positive (0 for 1/sqrt(head_dim)), got ",
+        scale));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+AttentionCall ContiguousCall(const Problem& problem, const void* q,
+                             const void* k, const void* v, void* o) {
+  const auto bhsd = [&](const void* data, int64_t heads, int64_t seq) {
+    const int64_t d = problem.head_dim;
+    return AttentionTensor{
+        const_cast<void*>(data), heads * seq * d, seq * d, d,
+        problem.batch,           heads,           seq,     d};
+  };
+  AttentionCall call;
+  call.problem = problem;
+  call.q = bhsd(q, problem.heads, problem.seq_q);
+  call.k = bhsd(k, problem.kv_heads, problem.seq_k);
+  call.v = bhsd(v, problem.kv_heads, problem.seq_k);
+  call.o = bhsd(o, problem.heads, problem.seq_q);
+  return call;
+}
+
+absl::Status CheckAttentionCall(const AttentionCall& call) {
+  if (absl::Status s = ValidateProblem(call.problem); !s.ok()) return s;
+  for (auto [name, t, is_kv] : {std::tuple{"q", &call.q, false},
+                                {"k", &call.k, true},
+                                {"v", &call.v, true},
+                                {"o", &call.o, false}}) {
+    if (absl::Status s = CheckExtents(name, *t, call.problem, is_kv); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckLayout(name, *t); !s.ok()) return s;
+  }
+  if (absl::Status s = CheckNoSelfOverlap(call.o); !s.ok()) return s;
+  for (auto [name, t] :
+       {std::pair{"q", &call.q}, {"k", &call.k}, {"v", &call.v}}) {
+    if (Overlap(call.o, *t)) {
+      return Field("o", "data", absl::StrCat("overlaps ", name));
+    }
+  }
+  return CheckScale(call.scale);
+}
+
+}  // namespace evotune

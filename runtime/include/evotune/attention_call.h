@@ -1,0 +1,62 @@
+// A call of the runtime: the problem, its four tensors and the softmax
+// scale, and the checks a call must pass before anything launches.
+#ifndef EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_ATTENTION_CALL_H_
+#define EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_ATTENTION_CALL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "tuner/space/problem.h"
+
+namespace evotune {
+
+// One tensor: [batch, heads, seq, head_dim] elements of the problem's dtype
+// with unit stride along head_dim. The runtime checks every field against
+// the problem before anything launches: the extents must be the problem's
+// (Q and O [batch, heads, seq_q, head_dim], K and V [batch, kv_heads, seq_k,
+// head_dim]), the pointer 16-byte aligned, the strides (in elements)
+// positive multiples of 8 (16 bytes) with rows at least head_dim apart, O's
+// layout must not overlap itself (ordered by stride, each dimension's
+// stride at least the span of those below it) nor Q, K or V. What it cannot
+// check, the caller guarantees: `data` points at memory of this context
+// that holds the stated extents at these strides.
+struct AttentionTensor {
+  void* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t seq = 0;
+  int64_t head_dim = 0;
+};
+
+// O = softmax(Q K^T * scale) V for `problem` (causal: bottom-right aligned
+// when seq_q != seq_k). Q and O have `heads` heads, K and V `kv_heads`.
+struct AttentionCall {
+  Problem problem;
+  AttentionTensor q, k, v, o;
+  // Finite and positive; 0 means 1 / sqrt(head_dim). (The kernels fold the
+  // scale into the row maximum, so negative scales are refused.)
+  float scale = 0;
+  // Scratch of the sizes Kernel.geometry names (workspace_floats fp32
+  // values; counters ints, zero before the first launch, left zero by
+  // every launch). Null: the runtime's own, allocated per stream on the
+  // first launch there, which must not be under stream capture (launch once
+  // on the stream before capturing, or pass scratch).
+  float* workspace = nullptr;
+  int* counters = nullptr;
+};
+
+// A call on contiguous tensors (the layout `evotune` tunes).
+AttentionCall ContiguousCall(const Problem& problem, const void* q,
+                             const void* k, const void* v, void* o);
+
+// Whether `call` may launch: INVALID_ARGUMENT naming the first field that
+// does not fit ("problem.kv_heads", "q.data", "v.seq", "o.head_stride",
+// "scale"). Host arithmetic only: no driver call, no memory read.
+absl::Status CheckAttentionCall(const AttentionCall& call);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_ATTENTION_CALL_H_

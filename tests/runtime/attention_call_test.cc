@@ -1,0 +1,147 @@
+// CheckAttentionCall without a GPU: a table of calls whose tensors do not fit
+// their problem, each refused with INVALID_ARGUMENT naming the field, and the
+// layouts a caller may use.
+#include "evotune/attention_call.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::StartsWith;
+
+Problem Seed() {
+  return *ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
+}
+
+void* At(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// Distinct, aligned addresses (never read).
+AttentionCall Call(const Problem& p) {
+  return ContiguousCall(p, At(0x1000000), At(0x2000000), At(0x3000000),
+                        At(0x4000000));
+}
+
+// [batch, seq, heads, head_dim] storage, as PyTorch's transpose(1, 2) of it.
+void Bshd(AttentionTensor* t) {
+  t->head_stride = t->head_dim;
+  t->row_stride = t->heads * t->head_dim;
+  t->batch_stride = t->seq * t->row_stride;
+}
+
+TEST(AttentionCallTest, ContiguousCallStatesTheProblemsExtents) {
+  Problem p = Seed();
+  p.kv_heads = 2;
+  p.seq_k = 300;
+  const AttentionCall call = Call(p);
+  EXPECT_EQ(call.q.seq, 512);
+  EXPECT_EQ(call.k.heads, 2);
+  EXPECT_EQ(call.v.seq, 300);
+  EXPECT_EQ(call.o.head_dim, 64);
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+}
+
+TEST(AttentionCallTest, LayoutsWithUnitStrideAlongHeadDimPass) {
+  AttentionCall call = Call(Seed());
+  for (AttentionTensor* t : {&call.q, &call.k, &call.v, &call.o}) Bshd(t);
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  // Padded rows; K and V interleaved in one buffer.
+  call = Call(Seed());
+  call.q.row_stride = 72;
+  call.q.head_stride = 512 * 72;
+  call.q.batch_stride = 8 * 512 * 72;
+  call.k.row_stride = call.v.row_stride = 128;
+  call.v.data = At(0x2000000 + 64 * 2);
+  call.k.head_stride = call.v.head_stride = 512 * 128;
+  call.scale = 0.125f;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+}
+
+struct BadCall {
+  const char* name;
+  std::function<void(AttentionCall*)> change;
+  const char* field;  // The message's start.
+};
+
+TEST(AttentionCallTest, EveryBadCallIsRefusedNamingTheField) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<BadCall> table = {
+      {"3 kv heads under 8", [](AttentionCall* c) { c->problem.kv_heads = 3; },
+       "problem.kv_heads"},
+      {"batch beyond the limit",
+       [](AttentionCall* c) { c->problem.batch = kMaxBatch + 1; },
+       "problem.batch"},
+      {"zero-length q", [](AttentionCall* c) { c->problem.seq_q = 0; },
+       "problem.seq_q"},
+      {"k and v of head_dim 128 under q's 64",
+       [](AttentionCall* c) { c->k.head_dim = c->v.head_dim = 128; },
+       "k.head_dim: must be the problem's head_dim (64), got 128"},
+      {"v shorter than k", [](AttentionCall* c) { c->v.seq = 300; },
+       "v.seq: must be the problem's seq_k (512), got 300"},
+      {"k of batch 2 under q's 1", [](AttentionCall* c) { c->k.batch = 2; },
+       "k.batch"},
+      {"o of fewer heads", [](AttentionCall* c) { c->o.heads = 4; },
+       "o.heads: must be the problem's heads (8)"},
+      {"extents left zero", [](AttentionCall* c) { c->q.seq = 0; }, "q.seq"},
+      {"null k", [](AttentionCall* c) { c->k.data = nullptr; }, "k.data: null"},
+      {"q 2 bytes off alignment",
+       [](AttentionCall* c) { c->q.data = At(0x1000002); },
+       "q.data: must be 16-byte aligned"},
+      {"rows 12 elements apart", [](AttentionCall* c) { c->q.row_stride = 12; },
+       "q.row_stride: must be a positive multiple of 8"},
+      {"rows overlapping", [](AttentionCall* c) { c->v.row_stride = 32; },
+       "v.row_stride: must be at least head_dim"},
+      {"a zero head stride", [](AttentionCall* c) { c->k.head_stride = 0; },
+       "k.head_stride: must be a positive multiple of 8"},
+      {"a negative batch stride",
+       [](AttentionCall* c) { c->v.batch_stride = -8; }, "v.batch_stride"},
+      {"o's heads on each other",
+       [](AttentionCall* c) { c->o.head_stride = 64 * 8; },
+       "o.head_stride: 512 makes o overlap itself"},
+      {"o's batches on each other",
+       [](AttentionCall* c) {
+         c->problem.batch = 2;
+         for (AttentionTensor* t : {&c->q, &c->k, &c->v, &c->o}) t->batch = 2;
+         c->o.batch_stride = 128;
+       },
+       "o.batch_stride"},
+      {"o over q", [](AttentionCall* c) { c->o.data = At(0x1000000 + 4096); },
+       "o.data: overlaps q"},
+      {"o over v", [](AttentionCall* c) { c->o.data = c->v.data; },
+       "o.data: overlaps v"},
+      {"a negative scale", [](AttentionCall* c) { c->scale = -0.125f; },
+       "scale: must be finite and positive"},
+      {"a NaN scale", [](AttentionCall* c) { c->scale = std::nanf(""); },
+       "scale"},
+      {"an infinite scale", [inf](AttentionCall* c) { c->scale = inf; },
+       "scale"},
+  };
+  for (const BadCall& bad : table) {
+    AttentionCall call = Call(Seed());
+    bad.change(&call);
+    const absl::Status s = CheckAttentionCall(call);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.name;
+    EXPECT_THAT(std::string(s.message()), StartsWith(bad.field))
+        << bad.name << ": " << s;
+  }
+}
+
+TEST(AttentionCallTest, ASingleHeadOrRowIgnoresItsStride) {
+  Problem p = Seed();
+  p.heads = p.kv_heads = 1;
+  p.seq_q = 1;
+  AttentionCall call = Call(p);
+  call.o.head_stride = 8;  // Never multiplied by more than zero.
+  call.o.row_stride = 64;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+}
+
+}  // namespace
+}  // namespace evotune
