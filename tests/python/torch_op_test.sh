@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU: evotuned on this machine's GPU, `evotune export` of a few problems
 # (their tuned or default configs compiled for the GPU), then
-# torch_op_test.py on the bundle, with README's Python block. Skips (77)
-# without PyTorch or a GPU.
+# torch_op_test.py on the bundle, with README's Python block, and the
+# bad-call table (hostile_tensors_test.py) on the bundle and the daemon.
+# Skips (77) without PyTorch or a GPU.
 #
 #   torch_op_test.sh SOURCE_DIR BIN_DIR LIB_DIR
 set -euo pipefail
@@ -30,6 +31,11 @@ IFS=, ; list="${problems[*]}"; unset IFS
   { cat "$work/daemon.log"; exit 1; }
 cp "$work/k.evtb" "$work/kernels.evtb"
 cd "$work"  # README's Python block names kernels.evtb.
-PYTHONPATH="$src/python" EVOTUNE_RUNTIME_LIBRARY="$lib/libevotune_runtime.so" \
-  EVOTUNE_README="$src/README.md" \
+export PYTHONPATH="$src/python:$src/tests/python"
+export EVOTUNE_RUNTIME_LIBRARY="$lib/libevotune_runtime.so"
+EVOTUNE_README="$src/README.md" \
   "$python" "$src/tests/python/torch_op_test.py" "$work/k.evtb" "${problems[@]}"
+# The bad-call table, on the bundle and on the daemon.
+"$python" "$src/tests/python/hostile_tensors_test.py" --bundle="$work/k.evtb"
+"$python" "$src/tests/python/hostile_tensors_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")"
