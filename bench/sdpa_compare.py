@@ -96,7 +96,7 @@ _CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
 
 def encode_tensor_map(out, t, box_rows):
     """A [batch, heads, seq, head_dim] tensor as the 4-D map the templates
-    take (tuner/evaluator/tensor_maps.cc): boxes of 64 columns x box_rows,
+    take (launch/tensor_maps.cc): boxes of 64 columns x box_rows,
     128-byte swizzle, zero fill past the ends."""
     b, h, s, d = t.shape
     sb, sh, ss, _ = t.stride()

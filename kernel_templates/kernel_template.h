@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "tuner/space/config.h"
-#include "tuner/space/param_space.h"
-#include "tuner/space/problem.h"
-#include "tuner/space/trial.h"
+#include "core/config.h"
+#include "core/param_space.h"
+#include "core/problem.h"
+#include "core/trial.h"
 
 namespace evotune {
 

@@ -4,10 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernel_templates/kernel_template.h"
-#include "runtime/kernel_bundle.h"
-#include "tuner/evaluator/cuda_driver.h"
-#include "tuner/evaluator/nvrtc_compiler.h"
-#include "tuner/evaluator/tensor_maps.h"
+#include "launch/cuda_driver.h"
+#include "launch/tensor_maps.h"
+#include "tuner/wire/kernel_bundle.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

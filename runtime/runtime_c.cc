@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "evotune/runtime.h"
 #include "runtime/daemon_source.h"
-#include "tuner/cli/cli_format.h"
+#include "tuner/wire/message_convert.h"
 
 struct evotune_runtime {
   std::unique_ptr<evotune::Runtime> runtime;
@@ -32,6 +32,11 @@ evotune::Problem ToProblem(const evotune_problem& p) {
   out.causal = p.causal != 0;
   out.dtype = p.bf16 ? evotune::DType::kBf16 : evotune::DType::kFp16;
   return out;
+}
+
+std::string ConfigText(const evotune::v1::Config& c) {
+  absl::StatusOr<evotune::Config> config = evotune::ConfigFromProto(c);
+  return config.ok() ? evotune::ConfigKey(*config) : "(unreadable config)";
 }
 
 evotune::AttentionTensor ToTensor(const evotune_tensor& t) {
@@ -98,13 +103,12 @@ int evotune_runtime_describe(evotune_runtime* runtime,
   absl::StatusOr<evotune::v1::Kernel> k = runtime->runtime->KernelFor(
       ToProblem(*problem), static_cast<CUstream>(stream));
   if (!k.ok()) return Report(k.status());
-  const std::string text =
-      absl::StrCat(k->template_name(), " ", evotune::FormatConfig(k->config()),
-                   " ", k->arch(), " (",
-                   k->defaults()      ? "default"
-                   : k->transferred() ? "transferred"
-                                      : "tuned",
-                   ")");
+  const std::string text = absl::StrCat(
+      k->template_name(), " ", ConfigText(k->config()), " ", k->arch(), " (",
+      k->defaults()      ? "default"
+      : k->transferred() ? "transferred"
+                         : "tuned",
+      ")");
   if (size > 0) {
     const size_t n = std::min<size_t>(text.size(), size - 1);
     std::memcpy(out, text.data(), n);

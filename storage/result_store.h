@@ -25,13 +25,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/config.h"
+#include "core/problem.h"
+#include "core/problem_set.h"
+#include "core/trial.h"
 #include "storage/generation_cache.h"
 #include "storage/schema.h"
 #include "storage/sqlite.h"
-#include "tuner/space/config.h"
-#include "tuner/space/problem.h"
-#include "tuner/space/problem_set.h"
-#include "tuner/space/trial.h"
 
 namespace evotune {
 

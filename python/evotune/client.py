@@ -19,7 +19,7 @@ import grpc
 from evotune.v1 import bundle_pb2, evotune_pb2, evotune_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:7433"
-# kKernelBundleFormat of runtime/kernel_bundle.h.
+# kKernelBundleFormat of tuner/wire/kernel_bundle.h.
 BUNDLE_FORMAT = 1
 
 _DTYPES = {"fp16": evotune_pb2.DTYPE_FP16, "bf16": evotune_pb2.DTYPE_BF16}

@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "core/problem.h"
 #include "gtest/gtest.h"
 #include "tests/model/h100_testing.h"
-#include "tuner/space/problem.h"
 
 namespace evotune {
 namespace {

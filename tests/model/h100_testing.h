@@ -4,7 +4,7 @@
 #ifndef EVOTUNE_TESTS_MODEL_H100_TESTING_H_
 #define EVOTUNE_TESTS_MODEL_H100_TESTING_H_
 
-#include "tuner/space/trial.h"
+#include "core/trial.h"
 
 namespace evotune {
 

@@ -8,14 +8,14 @@
 #include <random>
 #include <thread>
 
+#include "core/problem.h"
 #include "evotune/runtime.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
-#include "runtime/kernel_bundle.h"
-#include "tuner/evaluator/cuda_driver.h"
+#include "launch/cuda_driver.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/evaluator/reference.h"
-#include "tuner/space/problem.h"
+#include "tuner/wire/kernel_bundle.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

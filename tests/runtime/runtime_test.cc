@@ -8,8 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kernel_bundle.h"
-#include "tuner/evaluator/cuda_driver.h"
+#include "launch/cuda_driver.h"
+#include "tuner/wire/kernel_bundle.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

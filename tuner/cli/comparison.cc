@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/config.h"
 #include "google/protobuf/util/json_util.h"
-#include "tuner/space/config.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

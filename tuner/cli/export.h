@@ -1,5 +1,5 @@
 // `evotune export`: the problems to export and how each exported kernel is
-// shown. The bundle itself is written by runtime/kernel_bundle.h.
+// shown. The bundle itself is written by tuner/wire/kernel_bundle.h.
 #ifndef EVOTUNE_TUNER_CLI_EXPORT_H_
 #define EVOTUNE_TUNER_CLI_EXPORT_H_
 
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/problem.h"
 #include "evotune/v1/evotune.pb.h"
-#include "tuner/space/problem.h"
 
 namespace evotune {
 

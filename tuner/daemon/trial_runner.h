@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/trial_task.h"
 #include "kernel_templates/kernel_template.h"
-#include "tuner/space/trial_task.h"
 
 namespace evotune {
 

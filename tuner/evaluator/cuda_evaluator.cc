@@ -16,13 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernel_templates/common/attention_params.cuh"
+#include "launch/cuda_driver.h"
+#include "launch/tensor_maps.h"
 #include "tuner/evaluator/cache_scrub.h"
 #include "tuner/evaluator/cubin_cache.h"
-#include "tuner/evaluator/cuda_driver.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/evaluator/random_inputs.h"
 #include "tuner/evaluator/reference.h"
-#include "tuner/evaluator/tensor_maps.h"
 
 namespace evotune {
 namespace {
@@ -711,6 +711,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(
     const CudaEvaluatorOptions& options) {
   absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(options.ordinal);
   if (!info.ok()) return info.status();
+  info->nvrtc_version = NvrtcVersion();  // Part of the device key.
   const CudaDriver* d = *CudaDriver::Get();
   CUdevice dev;
   if (absl::Status s =

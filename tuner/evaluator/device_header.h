@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tuner/space/trial.h"
+#include "core/trial.h"
 
 namespace evotune {
 

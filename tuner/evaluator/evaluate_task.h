@@ -5,9 +5,9 @@
 #define EVOTUNE_TUNER_EVALUATOR_EVALUATE_TASK_H_
 
 #include "absl/status/statusor.h"
+#include "core/trial_task.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/evaluator.h"
-#include "tuner/space/trial_task.h"
 
 namespace evotune {
 

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/config.h"
+#include "core/problem.h"
+#include "core/trial.h"
 #include "kernel_templates/kernel_template.h"
-#include "tuner/space/config.h"
-#include "tuner/space/problem.h"
-#include "tuner/space/trial.h"
 
 namespace evotune {
 

@@ -28,14 +28,6 @@ struct ProgramDeleter {
 
 }  // namespace
 
-std::string ArchName(int cc_major, int cc_minor) {
-  // 9.0's cubins target the chip itself (sm_90a), so that templates may use
-  // its own instructions (wgmma); they run on 9.0 devices only, which is
-  // where they are compiled for.
-  return absl::StrCat("sm_", cc_major, cc_minor,
-                      cc_major == 9 && cc_minor == 0 ? "a" : "");
-}
-
 std::string NvrtcVersion() {
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernel_templates/kernel_template.h"
+#include "launch/cuda_driver.h"  // ArchName, which names compile targets
 
 namespace evotune {
 
@@ -16,10 +17,6 @@ struct CompileResult {
   std::string ptx;    // Set when ok, for a virtual one (compute_XY).
   std::string log;    // Compiler output, errors when !ok.
 };
-
-// "sm_89" for (8, 9); "sm_90a" for (9, 0), so that Hopper's own
-// instructions are available.
-std::string ArchName(int cc_major, int cc_minor);
 
 // Whether this NVRTC compiles for devices of that compute capability.
 bool NvrtcCompilesFor(int cc_major, int cc_minor);

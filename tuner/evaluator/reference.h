@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tuner/space/problem.h"
+#include "core/problem.h"
 
 namespace evotune {
 
@@ -45,7 +45,7 @@ struct ErrorStats {
 ErrorStats CompareRows(const std::vector<float>& got,
                        const std::vector<float>& want);
 
-// Acceptance thresholds per dtype (documented in README.md).
+// Acceptance thresholds per dtype (documented in docs/results.md).
 struct Tolerance {
   double max_abs;
   double rel_l2;

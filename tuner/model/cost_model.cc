@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "tuner/space/problem.h"
+#include "core/problem.h"
 
 namespace evotune {
 namespace {

@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "tuner/space/config.h"
-#include "tuner/space/param_space.h"
-#include "tuner/space/trial.h"
+#include "core/config.h"
+#include "core/param_space.h"
+#include "core/trial.h"
 
 namespace evotune {
 

@@ -9,13 +9,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/config.h"
+#include "core/problem.h"
+#include "core/trial.h"
+#include "core/trial_task.h"
 #include "evotune/v1/evotune.pb.h"
 #include "evotune/v1/worker.pb.h"
 #include "kernel_templates/kernel_template.h"
-#include "tuner/space/config.h"
-#include "tuner/space/problem.h"
-#include "tuner/space/trial.h"
-#include "tuner/space/trial_task.h"
 
 namespace evotune {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "tuner/space/problem.h"
+#include "core/problem.h"
 
 namespace evotune {
 

@@ -21,9 +21,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/problem.h"
 #include "evotune/attention_call.h"
 #include "evotune/v1/evotune.pb.h"
-#include "tuner/space/problem.h"
 
 namespace evotune {
 
@@ -42,7 +42,7 @@ class KernelSource {
 // does not matter: the bundle was exported for the GPUs it is deployed on).
 class BundleSource : public KernelSource {
  public:
-  // Errors as ReadKernelBundle's (runtime/kernel_bundle.h).
+  // Errors as ReadKernelBundle's (tuner/wire/kernel_bundle.h).
   static absl::StatusOr<std::unique_ptr<BundleSource>> Open(
       const std::string& path);
 

@@ -1,4 +1,4 @@
-#include "tuner/space/problem_set.h"
+#include "core/problem_set.h"
 
 #include <cmath>
 #include <limits>

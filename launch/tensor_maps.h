@@ -2,15 +2,15 @@
 // the AttentionParams of a problem, and for a template that copies tiles
 // with the Tensor Memory Accelerator (LaunchGeometry::uses_tma) the tensor
 // maps of Q, K, V and O.
-#ifndef EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
-#define EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
+#ifndef EVOTUNE_LAUNCH_TENSOR_MAPS_H_
+#define EVOTUNE_LAUNCH_TENSOR_MAPS_H_
 
 #include <cuda.h>
 
 #include "absl/status/statusor.h"
+#include "core/problem.h"
 #include "kernel_templates/common/attention_params.cuh"
 #include "kernel_templates/kernel_template.h"
-#include "tuner/space/problem.h"
 
 namespace evotune {
 
@@ -32,4 +32,4 @@ absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_EVALUATOR_TENSOR_MAPS_H_
+#endif  // EVOTUNE_LAUNCH_TENSOR_MAPS_H_

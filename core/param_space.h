@@ -1,13 +1,13 @@
 // The tunable parameters of a kernel template.
-#ifndef EVOTUNE_TUNER_SPACE_PARAM_SPACE_H_
-#define EVOTUNE_TUNER_SPACE_PARAM_SPACE_H_
+#ifndef EVOTUNE_CORE_PARAM_SPACE_H_
+#define EVOTUNE_CORE_PARAM_SPACE_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "tuner/space/config.h"
+#include "core/config.h"
 
 namespace evotune {
 
@@ -47,4 +47,4 @@ class ParamSpace {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SPACE_PARAM_SPACE_H_
+#endif  // EVOTUNE_CORE_PARAM_SPACE_H_

@@ -1,15 +1,15 @@
 // The CUDA driver API, loaded lazily with dlopen so that every binary starts
 // on a machine without an NVIDIA driver; GPU work is then refused with
 // "no CUDA device: ..." instead of a loader error.
-#ifndef EVOTUNE_TUNER_EVALUATOR_CUDA_DRIVER_H_
-#define EVOTUNE_TUNER_EVALUATOR_CUDA_DRIVER_H_
+#ifndef EVOTUNE_LAUNCH_CUDA_DRIVER_H_
+#define EVOTUNE_LAUNCH_CUDA_DRIVER_H_
 
 #include <cuda.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tuner/space/trial.h"
+#include "core/trial.h"
 
 namespace evotune {
 
@@ -64,9 +64,15 @@ struct CudaDriver {
   absl::Status Check(CUresult result, absl::string_view what) const;
 };
 
-// Identity and limits of device `ordinal` (of the visible devices).
+// Identity and limits of device `ordinal` (of the visible devices), all but
+// nvrtc_version, which is the compiler's (NvrtcVersion(); this library does
+// not link NVRTC): empty here.
 absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal);
+
+// The cubin architecture of a device: "sm_89" for (8, 9); "sm_90a" for
+// (9, 0), so that Hopper's own instructions are available.
+std::string ArchName(int cc_major, int cc_minor);
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_EVALUATOR_CUDA_DRIVER_H_
+#endif  // EVOTUNE_LAUNCH_CUDA_DRIVER_H_

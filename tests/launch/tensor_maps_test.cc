@@ -1,6 +1,6 @@
 // EncodeTensorMaps describes each tensor to the driver as the templates read
 // it. Runs without a GPU: the driver's encoder is replaced by a recorder.
-#include "tuner/evaluator/tensor_maps.h"
+#include "launch/tensor_maps.h"
 
 #include <cstring>
 #include <vector>

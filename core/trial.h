@@ -1,7 +1,7 @@
 // The outcome of evaluating one config, and the identity of the device it was
 // measured on.
-#ifndef EVOTUNE_TUNER_SPACE_TRIAL_H_
-#define EVOTUNE_TUNER_SPACE_TRIAL_H_
+#ifndef EVOTUNE_CORE_TRIAL_H_
+#define EVOTUNE_CORE_TRIAL_H_
 
 #include <cstdint>
 #include <string>
@@ -84,4 +84,4 @@ struct DeviceInfo {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SPACE_TRIAL_H_
+#endif  // EVOTUNE_CORE_TRIAL_H_

@@ -1,7 +1,6 @@
-#include "tuner/evaluator/cuda_driver.h"
+#include "launch/cuda_driver.h"
 
 #include <dlfcn.h>
-#include <nvrtc.h>
 
 #include <fstream>
 #include <string>
@@ -167,10 +166,15 @@ absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal) {
     info.driver_version = absl::StrCat("cuda-", driver_version / 1000, ".",
                                        (driver_version % 1000) / 10);
   }
-  int nvrtc_major = 0, nvrtc_minor = 0;
-  nvrtcVersion(&nvrtc_major, &nvrtc_minor);
-  info.nvrtc_version = absl::StrCat(nvrtc_major, ".", nvrtc_minor);
   return info;
+}
+
+std::string ArchName(int cc_major, int cc_minor) {
+  // 9.0's cubins target the chip itself (sm_90a), so that templates may use
+  // its own instructions (wgmma); they run on 9.0 devices only, which is
+  // where they are compiled for.
+  return absl::StrCat("sm_", cc_major, cc_minor,
+                      cc_major == 9 && cc_minor == 0 ? "a" : "");
 }
 
 }  // namespace evotune

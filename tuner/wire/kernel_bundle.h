@@ -1,8 +1,8 @@
 // Kernel bundles: the kernels of a list of problems in one file (a
 // serialized evotune.v1.KernelBundle), written by `evotune export` and read
 // by the runtime where no daemon runs.
-#ifndef EVOTUNE_RUNTIME_KERNEL_BUNDLE_H_
-#define EVOTUNE_RUNTIME_KERNEL_BUNDLE_H_
+#ifndef EVOTUNE_TUNER_WIRE_KERNEL_BUNDLE_H_
+#define EVOTUNE_TUNER_WIRE_KERNEL_BUNDLE_H_
 
 #include <string>
 
@@ -26,4 +26,4 @@ absl::Status WriteKernelBundle(const std::string& path,
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_RUNTIME_KERNEL_BUNDLE_H_
+#endif  // EVOTUNE_TUNER_WIRE_KERNEL_BUNDLE_H_

@@ -1,6 +1,6 @@
 // A configuration of a kernel template and its canonical key.
-#ifndef EVOTUNE_TUNER_SPACE_CONFIG_H_
-#define EVOTUNE_TUNER_SPACE_CONFIG_H_
+#ifndef EVOTUNE_CORE_CONFIG_H_
+#define EVOTUNE_CORE_CONFIG_H_
 
 #include <cstdint>
 #include <map>
@@ -25,4 +25,4 @@ absl::StatusOr<Config> ParseConfigKey(absl::string_view key);
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SPACE_CONFIG_H_
+#endif  // EVOTUNE_CORE_CONFIG_H_

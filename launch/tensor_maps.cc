@@ -1,4 +1,4 @@
-#include "tuner/evaluator/tensor_maps.h"
+#include "launch/tensor_maps.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "tuner/space/param_space.h"
+#include "core/param_space.h"
 
 #include <algorithm>
 

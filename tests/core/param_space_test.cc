@@ -1,9 +1,9 @@
-#include "tuner/space/param_space.h"
+#include "core/param_space.h"
 
 #include <set>
 
+#include "core/config.h"
 #include "gtest/gtest.h"
-#include "tuner/space/config.h"
 
 namespace evotune {
 namespace {

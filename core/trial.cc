@@ -1,4 +1,4 @@
-#include "tuner/space/trial.h"
+#include "core/trial.h"
 
 namespace evotune {
 

@@ -1,4 +1,4 @@
-#include "tuner/space/config.h"
+#include "core/config.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"

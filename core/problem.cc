@@ -1,4 +1,4 @@
-#include "tuner/space/problem.h"
+#include "core/problem.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // An attention problem and its canonical key.
-#ifndef EVOTUNE_TUNER_SPACE_PROBLEM_H_
-#define EVOTUNE_TUNER_SPACE_PROBLEM_H_
+#ifndef EVOTUNE_CORE_PROBLEM_H_
+#define EVOTUNE_CORE_PROBLEM_H_
 
 #include <cstdint>
 #include <string>
@@ -66,4 +66,4 @@ double ProblemDistance(const Problem& p, const Problem& q);
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SPACE_PROBLEM_H_
+#endif  // EVOTUNE_CORE_PROBLEM_H_

@@ -1,4 +1,4 @@
-#include "runtime/kernel_bundle.h"
+#include "tuner/wire/kernel_bundle.h"
 
 #include <unistd.h>
 

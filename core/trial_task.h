@@ -2,15 +2,15 @@
 // it to whatever runs trials; or several configs of one problem, of one
 // template or several, timed together in turns (Evaluator::TimeInTurns), to
 // confirm a search's order and the problem's choice between templates.
-#ifndef EVOTUNE_TUNER_SPACE_TRIAL_TASK_H_
-#define EVOTUNE_TUNER_SPACE_TRIAL_TASK_H_
+#ifndef EVOTUNE_CORE_TRIAL_TASK_H_
+#define EVOTUNE_CORE_TRIAL_TASK_H_
 
 #include <string>
 #include <vector>
 
-#include "tuner/space/config.h"
-#include "tuner/space/problem.h"
-#include "tuner/space/trial.h"
+#include "core/config.h"
+#include "core/problem.h"
+#include "core/trial.h"
 
 namespace evotune {
 
@@ -52,4 +52,4 @@ double TrialTaskWork(const TrialTask& task);
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SPACE_TRIAL_TASK_H_
+#endif  // EVOTUNE_CORE_TRIAL_TASK_H_

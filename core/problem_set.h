@@ -3,14 +3,14 @@
 // problems are a ProblemSet: an untuned query that the nearest rule answers
 // then costs one pass over a few numbers per problem (tens of microseconds
 // for 10,000 problems) instead of a read and parse of every problem's row.
-#ifndef EVOTUNE_TUNER_SPACE_PROBLEM_SET_H_
-#define EVOTUNE_TUNER_SPACE_PROBLEM_SET_H_
+#ifndef EVOTUNE_CORE_PROBLEM_SET_H_
+#define EVOTUNE_CORE_PROBLEM_SET_H_
 
 #include <array>
 #include <optional>
 #include <vector>
 
-#include "tuner/space/problem.h"
+#include "core/problem.h"
 
 namespace evotune {
 
@@ -41,4 +41,4 @@ class ProblemSet {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_SPACE_PROBLEM_SET_H_
+#endif  // EVOTUNE_CORE_PROBLEM_SET_H_

@@ -1,4 +1,4 @@
-#include "tuner/space/trial_task.h"
+#include "core/trial_task.h"
 
 #include <algorithm>
 
