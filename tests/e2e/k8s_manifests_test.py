@@ -1,6 +1,6 @@
 """deploy/k8s checked as far as a machine without a cluster can.
 
-`kubectl kustomize` renders the manifests; the README's `create secret`
+`kubectl kustomize` renders the manifests; docs/deploy.md's `create secret`
 lines run with --dry-run=client; probes, Service, volumes and Secret mounts
 agree with the flags in the containers' arguments; and those arguments, with
 the Secrets' contents as files and addresses moved to free loopback ports,
@@ -59,9 +59,9 @@ def render():
 
 
 def readme_secrets(work):
-    """Secrets made by the README's commands, on stand-in files in `work`."""
-    readme = open(f"{SRC}/README.md").read()
-    section = readme.split("### Workers on Kubernetes", 1)[1]
+    """Secrets made by docs/deploy.md's commands, on stand-in files in `work`."""
+    readme = open(f"{SRC}/docs/deploy.md").read()
+    section = readme.split("## Workers on Kubernetes", 1)[1]
     block = section.split("```", 2)[1]
     secrets = {}
     for line in block.splitlines():
@@ -73,12 +73,12 @@ def readme_secrets(work):
         secrets[doc["metadata"]["name"]] = {
             k: base64.b64decode(v) for k, v in doc["data"].items()}
     if len(secrets) < 4:
-        fail(f"README makes {len(secrets)} secrets: {sorted(secrets)}")
+        fail(f"docs/deploy.md makes {len(secrets)} secrets: {sorted(secrets)}")
     return secrets
 
 
 def make_files(work):
-    """Tokens and a CA-signed certificate for 127.0.0.1, as the README names them."""
+    """Tokens and a CA-signed certificate for 127.0.0.1, as docs/deploy.md names them."""
     open(f"{work}/client.token", "w").write("client-secret\n")
     open(f"{work}/worker.token", "w").write("worker-secret\n")
     run = lambda *a: subprocess.run(a, cwd=work, check=True, capture_output=True)
@@ -105,7 +105,7 @@ def mount_secrets(pod, container, secrets, root):
             continue
         name = secret["secretName"]
         if name not in secrets:
-            fail(f"{container['name']} mounts Secret {name}, which the README does not make")
+            fail(f"{container['name']} mounts Secret {name}, which docs/deploy.md does not make")
         for key, value in secrets[name].items():
             open(f"{local}/{key}", "wb").write(value)
     return paths

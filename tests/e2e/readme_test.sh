@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The commands of the README's "Using the daemon" block, run as written
+# The commands of docs/daemon.md's "Using the daemon" block, run as written
 # against evotuned with the synthetic evaluator, in order; each must exit 0.
 # Substitutions: build/bin/ is the build's bin directory; evotuned gets a
 # temporary store and a free port; JOB is the job the block submits (for
 # `cancel`, a job still running); RUN.json a comparison run for its problem.
+# Then docs/serving.md's "Use a tuned kernel" blocks, and README.md's
+# quick-start blocks, each line of which must be one of those run here (or,
+# for Python, in the block tests/python/torch_op_test.sh runs).
 #
-#   readme_test.sh README.md BIN_DIR
+#   readme_test.sh SOURCE_DIR BIN_DIR
 set -euo pipefail
-readme=$1
+src=$(cd "$1" && pwd)
+readme=$src/docs/daemon.md
+serving=$src/docs/serving.md
 bin=$2
 work=$(mktemp -d)
 pid=""
@@ -23,8 +28,25 @@ fail() { echo "FAIL: $*" >&2; cat "$work/daemon.log" >&2 2>/dev/null || true; ex
 awk '/^## Using the daemon/ { s = 1 } s && /^```/ { if (b) exit; b = 1; next } b' \
   "$readme" | grep -v '^#' | sed 's/[[:space:]]\+#.*$//' |
   sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' | grep . >"$work/commands"
-[ "$(wc -l <"$work/commands")" -ge 10 ] || fail "README: no 'Using the daemon' block"
-grep -q "^build/bin/evotuned" "$work/commands" || fail "README block starts no daemon"
+[ "$(wc -l <"$work/commands")" -ge 10 ] || fail "docs/daemon.md: no 'Using the daemon' block"
+grep -q "^build/bin/evotuned" "$work/commands" || fail "docs/daemon.md block starts no daemon"
+
+# README.md's quick start: a ```sh block whose lines are the daemon block's,
+# and a ```python block whose lines are serving.md's.
+block() {  # block FILE SECTION FENCE: the lines of the first FENCE block
+  awk -v s="^## $2" -v f="^\`\`\`$3" \
+    '$0 ~ s { on = 1 } on && $0 ~ f { b = 1; next } b && /^```/ { exit } b' "$1"
+}
+block "$src/README.md" "Quick start" sh >"$work/quick_sh"
+block "$src/README.md" "Quick start" python >"$work/quick_py"
+block "$readme" "Using the daemon" sh >"$work/daemon_block"
+block "$serving" "Use a tuned kernel" python >"$work/serving_py"
+[ -s "$work/quick_sh" ] && [ -s "$work/quick_py" ] || fail "README: no quick-start blocks"
+grep -vxF -f "$work/daemon_block" "$work/quick_sh" >"$work/stray" &&
+  fail "README quick-start lines not in docs/daemon.md's block: $(cat "$work/stray")"
+grep -vxF -f "$work/serving_py" "$work/quick_py" >"$work/stray" &&
+  fail "README Python lines not in docs/serving.md's block: $(cat "$work/stray")"
+echo "ok: README's quick-start blocks are docs/daemon.md's and docs/serving.md's"
 
 start_daemon() {
   "$bin/evotuned" "$@" --db="$work/evotune.db" --listen=127.0.0.1:0 \
@@ -41,12 +63,11 @@ start_daemon() {
 # GPU (without one it must say so).
 run_kernel_block() {
   awk '/^## Use a tuned kernel/ { s = 1 } s && /^```sh/ { b = 1; next }
-       b && /^```/ { exit } b' "$readme" | grep -v '^#' |
+       b && /^```/ { exit } b' "$serving" | grep -v '^#' |
     sed 's/[[:space:]]\+#.*$//' |
     sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' | grep . >"$work/kernel_commands"
-  grep -q "evotune export" "$work/kernel_commands" || fail "README: no export command"
-  local src line words prog
-  src=$(cd "$(dirname "$readme")" && pwd)
+  grep -q "evotune export" "$work/kernel_commands" || fail "docs/serving.md: no export command"
+  local line words prog
   while read -r line; do
     words=($line)
     prog=${words[0]}
@@ -75,7 +96,7 @@ run_kernel_block() {
   # The C++ block: each line is in the example program, which is built and
   # run (GPU tests, CI build).
   awk '/^## Use a tuned kernel/ { s = 1 } s && /^```c\+\+/ { b = 1; next }
-       b && /^```/ { exit } b' "$readme" | sed 's|[[:space:]]*//.*$||' |
+       b && /^```/ { exit } b' "$serving" | sed 's|[[:space:]]*//.*$||' |
     grep . >"$work/cc_lines"
   [ "$(wc -l <"$work/cc_lines")" -ge 3 ] || fail "README: no C++ block"
   while read -r line; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# README's "Add a template", end to end (ctest label "build"): on a copy of
-# the source tree, runs step 1 exactly as the README writes it, builds, and
+# docs/extending.md's "Add a template", end to end (ctest label "build"): on a copy of
+# the source tree, runs step 1 exactly as docs/extending.md writes it, builds, and
 # checks that the new template is registered and compiles (NVRTC, no GPU
 # needed); then that a folder without its spec fails the build, and that
 # removing the new folder removes the template from the rebuilt binary.
@@ -15,10 +15,10 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 tar -C "$src" --exclude='./build*' --exclude=./.git --exclude=./gpu -cf - . |
   tar -C "$work" -xf -
 cd "$work"
-# Step 1: the shell block of the README's "Add a template" section.
-awk '/^## Add a template/ {on = 1; next} /^## / {on = 0} on' README.md |
+# Step 1: the shell block of docs/extending.md's "Add a template" section.
+awk '/^## Add a template/ {on = 1; next} /^## / {on = 0} on' docs/extending.md |
   awk '/^ *```sh/ {c = 1; next} /^ *```/ {c = 0} c' >step1.sh
-[ -s step1.sh ] || fail "README has no shell block under 'Add a template'"
+[ -s step1.sh ] || fail "docs/extending.md has no shell block under 'Add a template'"
 bash -e step1.sh
 [ -f kernel_templates/my_attention/my_attention.cu ] || fail "no my_attention.cu"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU: evotuned on this machine's GPU, `evotune export` of a few problems
 # (their tuned or default configs compiled for the GPU), then
-# torch_op_test.py on the bundle, with README's Python block, and the
+# torch_op_test.py on the bundle, with docs/serving.md's Python block, and the
 # bad-call table (hostile_tensors_test.py) on the bundle and the daemon.
 # Skips (77) without PyTorch or a GPU.
 #
@@ -33,7 +33,7 @@ cp "$work/k.evtb" "$work/kernels.evtb"
 cd "$work"  # README's Python block names kernels.evtb.
 export PYTHONPATH="$src/python:$src/tests/python"
 export EVOTUNE_RUNTIME_LIBRARY="$lib/libevotune_runtime.so"
-EVOTUNE_README="$src/README.md" \
+EVOTUNE_README="$src/docs/serving.md" \
   "$python" "$src/tests/python/torch_op_test.py" "$work/k.evtb" "${problems[@]}"
 # The bad-call table, on the bundle and on the daemon.
 "$python" "$src/tests/python/hostile_tensors_test.py" --bundle="$work/k.evtb"

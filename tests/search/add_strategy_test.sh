@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# README's "Add a strategy", end to end (ctest label "build"): on a copy of
-# the source tree, runs step 1 exactly as the README writes it, builds, and
+# docs/extending.md's "Add a strategy", end to end (ctest label "build"): on a copy of
+# the source tree, runs step 1 exactly as docs/extending.md writes it, builds, and
 # checks that the new strategy is listed, runs a job and passes its tests;
 # then that a file without its spec fails the build clearly, and that
 # removing the files removes the strategy from the rebuilt binary.
@@ -20,10 +20,10 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 tar -C "$src" --exclude='./build*' --exclude=./.git --exclude=./gpu -cf - . |
   tar -C "$work" -xf -
 cd "$work"
-# Step 1: the shell block of the README's "Add a strategy" section.
-awk '/^## Add a strategy/ {on = 1; next} /^## / {on = 0} on' README.md |
+# Step 1: the shell block of docs/extending.md's "Add a strategy" section.
+awk '/^## Add a strategy/ {on = 1; next} /^## / {on = 0} on' docs/extending.md |
   awk '/^ *```sh/ {c = 1; next} /^ *```/ {c = 0} c' >step1.sh
-[ -s step1.sh ] || fail "README has no shell block under 'Add a strategy'"
+[ -s step1.sh ] || fail "docs/extending.md has no shell block under 'Add a strategy'"
 bash -e step1.sh
 [ -f tuner/search/strategies/my_search_strategy.cc ] || fail "no my_search_strategy.cc"
 [ -f tests/search/strategies/my_search_strategy_test.cc ] || fail "no test"
@@ -37,7 +37,7 @@ build/bin/evotune --help >help.txt
 grep -q "^  my_search: " help.txt || fail "evotune --help lacks my_search"
 build/bin/my_search_strategy_test >test.log 2>&1 || { cat test.log; fail "its own test"; }
 # The contract of every strategy (the docs check fails until step 2's
-# README and proto lines are written, which this test does not do).
+# docs and proto lines are written, which this test does not do).
 build/bin/strategy_registry_test --gtest_filter=-*Docs* >test.log 2>&1 ||
   { cat test.log; fail "strategy_registry_test"; }
 

@@ -157,10 +157,10 @@ std::string Read(const std::string& path) {
   return text.str();
 }
 
-// README's strategy list and the proto's comment on SubmitSearchRequest's
-// strategy name every strategy (and the README every option).
+// docs/results.md's strategy list and the proto's comment on SubmitSearchRequest's
+// strategy name every strategy (and the docs every option).
 TEST(StrategyRegistryTest, TheDocsNameEveryStrategy) {
-  const std::string readme = Read("README.md");
+  const std::string readme = Read("docs/results.md");
   const std::string proto = Read("proto/evotune/v1/evotune.proto");
   ASSERT_FALSE(readme.empty());
   const size_t list = readme.find("Searches (`--strategy`");

@@ -6,7 +6,7 @@
 // (its name, a one-line description, its documented options and a factory),
 // and the build generates the table from the files it finds there (a file
 // without its spec function fails to link). Validation, `evotune --help`,
-// the proto comment and the README list all come from (or are checked
+// the proto comment and the docs' list all come from (or are checked
 // against) this table.
 #ifndef EVOTUNE_TUNER_SEARCH_STRATEGY_REGISTRY_H_
 #define EVOTUNE_TUNER_SEARCH_STRATEGY_REGISTRY_H_
