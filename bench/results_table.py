@@ -20,10 +20,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUNS = os.path.join(HERE, "summary_runs.txt")
-TARGETS = {  # file -> the rows it shows (None: all)
+# File -> the problems it shows (None: every row of every run; a tuple:
+# those problems, of the GPU of the first run listed).
+TARGETS = {
     os.path.join(HERE, "RESULTS.md"): None,
     os.path.join(ROOT, "README.md"): ("seed", "long-causal", "8k-d128",
-                                      "decode-gqa", "spec-decode"),
+                                      "batch-d128", "decode-gqa",
+                                      "decode-long", "decode-d64",
+                                      "spec-decode"),
 }
 BEGIN = "<!-- results table: bench/results_table.py --write -->"
 END = "<!-- end of results table -->"
@@ -61,9 +65,12 @@ def runs():
 
 
 def rows(names=None):
-    out = []
+    out, first_gpu = [], None
     for path, entry, run in runs():
         gpu = run["gpu"].replace("NVIDIA ", "").split(",")[0]
+        first_gpu = first_gpu or gpu
+        if names is not None and gpu != first_gpu:
+            continue
         for r in run["results"]:
             if names is not None and r["name"] not in names:
                 continue
