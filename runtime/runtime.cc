@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernel_templates/kernel_template.h"
 #include "launch/cuda_driver.h"
+#include "launch/launcher.h"
 #include "launch/tensor_maps.h"
 #include "tuner/wire/kernel_bundle.h"
 #include "tuner/wire/message_convert.h"
@@ -107,9 +108,7 @@ struct Runtime::Loaded {
   std::string problem_key;
   v1::Kernel kernel;  // Without its cubin and PTX.
   CUmodule module = nullptr;
-  CUfunction function = nullptr;
-  LaunchGeometry geometry;
-  int multiprocessors = 0;
+  LoadedKernel launch;  // Its function, geometry and multiprocessors.
 };
 
 struct Runtime::Scratch {
@@ -183,19 +182,19 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const Problem& problem,
       !s.ok()) {
     return s;
   }
-  loaded->geometry = GeometryFromProto(kernel->geometry());
-  loaded->multiprocessors = device->limits.multiprocessors;
+  loaded->launch.geometry = GeometryFromProto(kernel->geometry());
+  loaded->launch.multiprocessors = device->limits.multiprocessors;
   absl::Status s =
-      d.Check(d.cuModuleGetFunction(&loaded->function, loaded->module,
+      d.Check(d.cuModuleGetFunction(&loaded->launch.function, loaded->module,
                                     kernel->kernel_name().c_str()),
               "cuModuleGetFunction");
   // Static shared memory adds to the dynamic amount: always raise the limit.
-  if (s.ok() && loaded->geometry.smem_bytes > 0) {
-    s = d.Check(
-        d.cuFuncSetAttribute(loaded->function,
-                             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                             static_cast<int>(loaded->geometry.smem_bytes)),
-        "cuFuncSetAttribute");
+  if (s.ok() && loaded->launch.geometry.smem_bytes > 0) {
+    s = d.Check(d.cuFuncSetAttribute(
+                    loaded->launch.function,
+                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    static_cast<int>(loaded->launch.geometry.smem_bytes)),
+                "cuFuncSetAttribute");
   }
   if (!s.ok()) {
     d.cuModuleUnload(loaded->module);
@@ -220,7 +219,7 @@ absl::StatusOr<Runtime::Scratch*> Runtime::ScratchFor(const Loaded& kernel,
   const CudaDriver& d = **CudaDriver::Get();
   ScopedContext current(d, ctx);
   auto fresh = std::make_unique<Scratch>();
-  const LaunchGeometry& g = kernel.geometry;
+  const LaunchGeometry& g = kernel.launch.geometry;
   absl::Status s;
   if (g.workspace_floats > 0) {
     s = d.Check(d.cuMemAlloc(&fresh->workspace, g.workspace_floats * 4),
@@ -255,7 +254,7 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
   const CUcontext ctx = *context;
   absl::StatusOr<Loaded*> kernel = Load(call.problem, ctx);
   if (!kernel.ok()) return kernel.status();
-  const LaunchGeometry& g = (*kernel)->geometry;
+  const LaunchGeometry& g = (*kernel)->launch.geometry;
   AttentionParams params = CallParams(call);
   params.workspace = call.workspace;
   params.counters = call.counters;
@@ -268,23 +267,12 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
     params.workspace = reinterpret_cast<float*>((*scratch)->workspace);
     params.counters = reinterpret_cast<int*>((*scratch)->counters);
   }
-  AttentionTensorMaps maps{};
-  if (g.uses_tma()) {
-    absl::StatusOr<AttentionTensorMaps> encoded =
-        EncodeTensorMaps(d.cuTensorMapEncodeTiled, params, call.problem, g.tma);
-    if (!encoded.ok()) return encoded.status();
-    maps = *encoded;
-  }
-  void* args[] = {&params, &maps};
-  const std::array<int64_t, 3> grid = LaunchGrid(g, (*kernel)->multiprocessors);
+  absl::StatusOr<LaunchArgs> args =
+      MakeLaunchArgs(d.cuTensorMapEncodeTiled, g, params, call.problem);
+  if (!args.ok()) return args.status();
   ScopedContext current(d, ctx);
-  return d.Check(
-      d.cuLaunchKernel((*kernel)->function, static_cast<unsigned>(grid[0]),
-                       static_cast<unsigned>(grid[1]),
-                       static_cast<unsigned>(grid[2]), g.block_threads, 1, 1,
-                       static_cast<unsigned>(g.smem_bytes), stream, args,
-                       nullptr),
-      "cuLaunchKernel");
+  return d.Check(LaunchAttention(d, (*kernel)->launch, *args, stream),
+                 "cuLaunchKernel");
 }
 
 }  // namespace evotune

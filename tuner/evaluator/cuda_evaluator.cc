@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "kernel_templates/common/attention_params.cuh"
 #include "launch/cuda_driver.h"
+#include "launch/launcher.h"
 #include "launch/tensor_maps.h"
 #include "tuner/evaluator/cache_scrub.h"
 #include "tuner/evaluator/cubin_cache.h"
@@ -75,22 +76,13 @@ struct Candidate {
   ~Candidate() {
     if (module != nullptr) d->cuModuleUnload(module);
   }
-  CUresult Launch() {
-    void* args[] = {&params, &maps};
-    return d->cuLaunchKernel(
-        fn, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
-        static_cast<unsigned>(grid[2]), g.block_threads, 1, 1,
-        static_cast<unsigned>(g.smem_bytes), nullptr, args, nullptr);
-  }
+  CUresult Launch() { return LaunchAttention(*d, kernel, args, nullptr); }
 
   const CudaDriver* d;
   CUmodule module = nullptr;
-  CUfunction fn = nullptr;
-  LaunchGeometry g;
-  std::array<int64_t, 3> grid{};
+  LoadedKernel kernel;  // Its function, geometry and the multiprocessors.
   DeviceBuffer workspace, counters;
-  AttentionParams params{};
-  AttentionTensorMaps maps{};  // Encoded when the geometry uses TMA.
+  LaunchArgs args;
 };
 
 // A candidate that failed a gate: `status`, and why.
@@ -252,15 +244,17 @@ class CudaEvaluator : public Evaluator {
       return Rejected(TrialStatus::kCompileError,
                       d_->Check(r, "cuModuleLoadData").ToString());
     }
-    if (absl::Status s = d_->Check(
-            d_->cuModuleGetFunction(&c->fn, c->module, t.kernel_name.c_str()),
-            "cuModuleGetFunction");
+    LoadedKernel& k = c->kernel;
+    if (absl::Status s =
+            d_->Check(d_->cuModuleGetFunction(&k.function, c->module,
+                                              t.kernel_name.c_str()),
+                      "cuModuleGetFunction");
         !s.ok()) {
       return Rejected(TrialStatus::kCompileError, std::string(s.message()));
     }
-    c->g = t.geometry(config, p);
-    c->grid = LaunchGrid(c->g, info_.limits.multiprocessors);
-    return CheckResources(c->fn, c->g);
+    k.geometry = t.geometry(config, p);
+    k.multiprocessors = info_.limits.multiprocessors;
+    return CheckResources(k.function, k.geometry);
   }
 
   // Registers, local and shared memory as compiled, against the device;
@@ -343,28 +337,26 @@ class CudaEvaluator : public Evaluator {
   // scratch its template asks for (counters start at zero and every launch
   // leaves them at zero); then gate 4, correctness.
   Gate Arm(const Problem& p, const ProblemBuffers& in, Candidate* c) {
-    c->params = in.params;
-    const LaunchGeometry& g = c->g;
+    AttentionParams params = in.params;
+    const LaunchGeometry& g = c->kernel.geometry;
     if (g.workspace_floats > 0) {
       if (absl::Status s = c->workspace.Allocate(g.workspace_floats * 4);
           !s.ok()) {
         return s;
       }
-      c->params.workspace = reinterpret_cast<float*>(c->workspace.get());
+      params.workspace = reinterpret_cast<float*>(c->workspace.get());
     }
     if (g.counters > 0) {
       if (absl::Status s = c->counters.Allocate(g.counters * 4); !s.ok()) {
         return s;
       }
       d_->cuMemsetD16(c->counters.get(), 0, g.counters * 2);
-      c->params.counters = reinterpret_cast<int*>(c->counters.get());
+      params.counters = reinterpret_cast<int*>(c->counters.get());
     }
-    if (g.uses_tma()) {
-      absl::StatusOr<AttentionTensorMaps> maps =
-          EncodeTensorMaps(d_->cuTensorMapEncodeTiled, c->params, p, g.tma);
-      if (!maps.ok()) return maps.status();
-      c->maps = *maps;
-    }
+    absl::StatusOr<LaunchArgs> args =
+        MakeLaunchArgs(d_->cuTensorMapEncodeTiled, g, params, p);
+    if (!args.ok()) return args.status();
+    c->args = *args;
     return CheckOutput(p, in, *c);
   }
 
