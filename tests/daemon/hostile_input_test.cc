@@ -22,9 +22,9 @@
 #include "gtest/gtest.h"
 #include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
-#include "tuner/daemon/kernel_service.h"
 #include "tuner/daemon/server.h"
 #include "tuner/daemon/worker_service.h"
+#include "tuner/serving/kernel_service.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

@@ -15,8 +15,8 @@
 #include "gtest/gtest.h"
 #include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
-#include "tuner/daemon/worker_pool.h"
 #include "tuner/daemon/worker_service.h"
+#include "tuner/jobs/worker_pool.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

@@ -9,10 +9,10 @@
 
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
-#include "tuner/daemon/in_process_runner.h"
-#include "tuner/daemon/job_manager.h"
-#include "tuner/daemon/tuning_service.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
+#include "tuner/jobs/in_process_runner.h"
+#include "tuner/jobs/job_manager.h"
+#include "tuner/serving/tuning_service.h"
 
 namespace evotune {
 

@@ -7,8 +7,8 @@
 
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "tuner/daemon/auth.h"
-#include "tuner/daemon/kernel_service.h"
-#include "tuner/daemon/tuning_service.h"
+#include "tuner/serving/kernel_service.h"
+#include "tuner/serving/tuning_service.h"
 
 namespace evotune {
 

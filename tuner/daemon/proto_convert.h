@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "evotune/v1/evotune.pb.h"
-#include "tuner/daemon/kernel_service.h"
-#include "tuner/daemon/tuning_service.h"
+#include "tuner/serving/kernel_service.h"
+#include "tuner/serving/tuning_service.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {

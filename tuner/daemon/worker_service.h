@@ -8,7 +8,7 @@
 #include "evotune/v1/worker.grpc.pb.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/daemon/auth.h"
-#include "tuner/daemon/worker_pool.h"
+#include "tuner/jobs/worker_pool.h"
 
 namespace evotune {
 

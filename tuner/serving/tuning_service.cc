@@ -1,4 +1,4 @@
-#include "tuner/daemon/tuning_service.h"
+#include "tuner/serving/tuning_service.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // KernelService over a real store and TuningService, with a fake compiler
 // (the real one is exercised by grpc_api_test and the runtime's GPU test).
-#include "tuner/daemon/kernel_service.h"
+#include "tuner/serving/kernel_service.h"
 
 #include <unistd.h>
 
@@ -10,8 +10,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model/h100_testing.h"
-#include "tuner/daemon/in_process_runner.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
+#include "tuner/jobs/in_process_runner.h"
 
 namespace evotune {
 namespace {

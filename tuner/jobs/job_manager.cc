@@ -1,4 +1,4 @@
-#include "tuner/daemon/job_manager.h"
+#include "tuner/jobs/job_manager.h"
 
 #include <algorithm>
 #include <limits>
@@ -11,8 +11,8 @@
 #include "absl/time/clock.h"
 #include "kernel_templates/serving_defaults.h"
 #include "tuner/common/log.h"
-#include "tuner/daemon/trial_loop.h"
 #include "tuner/evaluator/evaluator.h"
+#include "tuner/jobs/trial_loop.h"
 #include "tuner/search/strategy_registry.h"
 
 namespace evotune {

@@ -3,8 +3,8 @@
 // message that starts with the offending field, NOT_FOUND for unknown ids and
 // FAILED_PRECONDITION for requests the daemon's state cannot honour.
 // The gRPC adapter (grpc_service.h) only converts. Thread-safe.
-#ifndef EVOTUNE_TUNER_DAEMON_TUNING_SERVICE_H_
-#define EVOTUNE_TUNER_DAEMON_TUNING_SERVICE_H_
+#ifndef EVOTUNE_TUNER_SERVING_TUNING_SERVICE_H_
+#define EVOTUNE_TUNER_SERVING_TUNING_SERVICE_H_
 
 #include <cstdint>
 #include <functional>
@@ -21,8 +21,8 @@
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/common/task_queue.h"
-#include "tuner/daemon/cost_models.h"
-#include "tuner/daemon/job_manager.h"
+#include "tuner/jobs/cost_models.h"
+#include "tuner/jobs/job_manager.h"
 #include "tuner/search/strategy_registry.h"
 
 namespace evotune {
@@ -254,4 +254,4 @@ class TuningService {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_TUNING_SERVICE_H_
+#endif  // EVOTUNE_TUNER_SERVING_TUNING_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "tuner/daemon/worker_pool.h"
+#include "tuner/jobs/worker_pool.h"
 
 #include <algorithm>
 #include <cstdlib>

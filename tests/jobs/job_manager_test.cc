@@ -1,4 +1,4 @@
-#include "tuner/daemon/job_manager.h"
+#include "tuner/jobs/job_manager.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
-#include "tests/daemon/fake_runner.h"
+#include "tests/jobs/fake_runner.h"
 #include "tuner/evaluator/evaluator.h"
 
 namespace evotune {

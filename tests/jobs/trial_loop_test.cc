@@ -1,4 +1,4 @@
-#include "tuner/daemon/trial_loop.h"
+#include "tuner/jobs/trial_loop.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
-#include "tests/daemon/fake_runner.h"
+#include "tests/jobs/fake_runner.h"
 #include "tuner/common/clock.h"
 #include "tuner/evaluator/evaluator.h"
 #include "tuner/search/strategy_registry.h"

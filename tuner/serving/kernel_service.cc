@@ -1,4 +1,4 @@
-#include "tuner/daemon/kernel_service.h"
+#include "tuner/serving/kernel_service.h"
 
 #include <utility>
 

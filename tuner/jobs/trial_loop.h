@@ -29,8 +29,8 @@
 // Ends when the budget or the strategy is exhausted, the job must stop
 // (shutdown or cancel) or a step fails. Not thread-safe: one job thread
 // runs it; runner callbacks only touch its shared Inbox.
-#ifndef EVOTUNE_TUNER_DAEMON_TRIAL_LOOP_H_
-#define EVOTUNE_TUNER_DAEMON_TRIAL_LOOP_H_
+#ifndef EVOTUNE_TUNER_JOBS_TRIAL_LOOP_H_
+#define EVOTUNE_TUNER_JOBS_TRIAL_LOOP_H_
 
 #include <cstdint>
 #include <deque>
@@ -49,7 +49,7 @@
 #include "kernel_templates/kernel_template.h"
 #include "storage/result_store.h"
 #include "tuner/common/clock.h"
-#include "tuner/daemon/trial_runner.h"
+#include "tuner/jobs/trial_runner.h"
 #include "tuner/search/search_strategy.h"
 
 namespace evotune {
@@ -163,4 +163,4 @@ class TrialLoop {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_TRIAL_LOOP_H_
+#endif  // EVOTUNE_TUNER_JOBS_TRIAL_LOOP_H_

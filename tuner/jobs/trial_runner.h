@@ -1,8 +1,8 @@
 // TrialRunner: where a job's trials run. evotuned hands them to GPU worker
 // processes (WorkerPool); simulations and tests run an Evaluator in process
 // (InProcessRunner).
-#ifndef EVOTUNE_TUNER_DAEMON_TRIAL_RUNNER_H_
-#define EVOTUNE_TUNER_DAEMON_TRIAL_RUNNER_H_
+#ifndef EVOTUNE_TUNER_JOBS_TRIAL_RUNNER_H_
+#define EVOTUNE_TUNER_JOBS_TRIAL_RUNNER_H_
 
 #include <cstdint>
 #include <functional>
@@ -73,4 +73,4 @@ class TrialRunner {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_TRIAL_RUNNER_H_
+#endif  // EVOTUNE_TUNER_JOBS_TRIAL_RUNNER_H_

@@ -3,8 +3,8 @@
 // PTX, kept in the store so that each instantiation compiles once), with
 // the launch geometry for that problem. Needs no GPU: NVRTC compiles for
 // any architecture. Thread-safe.
-#ifndef EVOTUNE_TUNER_DAEMON_KERNEL_SERVICE_H_
-#define EVOTUNE_TUNER_DAEMON_KERNEL_SERVICE_H_
+#ifndef EVOTUNE_TUNER_SERVING_KERNEL_SERVICE_H_
+#define EVOTUNE_TUNER_SERVING_KERNEL_SERVICE_H_
 
 #include <functional>
 #include <optional>
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "kernel_templates/kernel_template.h"
 #include "storage/result_store.h"
-#include "tuner/daemon/tuning_service.h"
+#include "tuner/serving/tuning_service.h"
 
 namespace evotune {
 
@@ -70,4 +70,4 @@ class KernelService {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_KERNEL_SERVICE_H_
+#endif  // EVOTUNE_TUNER_SERVING_KERNEL_SERVICE_H_

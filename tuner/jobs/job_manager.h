@@ -10,8 +10,8 @@
 // picks up every unfinished job, reports its stored trials to a fresh
 // strategy and goes on, so no stored trial is lost or measured again.
 // Thread-safe.
-#ifndef EVOTUNE_TUNER_DAEMON_JOB_MANAGER_H_
-#define EVOTUNE_TUNER_DAEMON_JOB_MANAGER_H_
+#ifndef EVOTUNE_TUNER_JOBS_JOB_MANAGER_H_
+#define EVOTUNE_TUNER_JOBS_JOB_MANAGER_H_
 
 #include <cstdint>
 #include <deque>
@@ -32,8 +32,8 @@
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/common/clock.h"
-#include "tuner/daemon/cost_models.h"
-#include "tuner/daemon/trial_runner.h"
+#include "tuner/jobs/cost_models.h"
+#include "tuner/jobs/trial_runner.h"
 #include "tuner/search/search_strategy.h"
 
 namespace evotune {
@@ -163,4 +163,4 @@ class JobManager {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_JOB_MANAGER_H_
+#endif  // EVOTUNE_TUNER_JOBS_JOB_MANAGER_H_

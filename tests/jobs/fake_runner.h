@@ -9,8 +9,8 @@
 // leaves a trial already on the GPU) so that they finish later. A task with
 // rivals (a confirmation in turns) gets `answer` for each of its configs,
 // unless `answer` itself gives the rivals' results or fails the task.
-#ifndef EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
-#define EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
+#ifndef EVOTUNE_TESTS_JOBS_FAKE_RUNNER_H_
+#define EVOTUNE_TESTS_JOBS_FAKE_RUNNER_H_
 
 #include <deque>
 #include <functional>
@@ -20,8 +20,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "tuner/daemon/trial_runner.h"
 #include "tuner/evaluator/evaluator.h"
+#include "tuner/jobs/trial_runner.h"
 
 namespace evotune {
 
@@ -240,4 +240,4 @@ class FakeRunner : public TrialRunner {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TESTS_DAEMON_FAKE_RUNNER_H_
+#endif  // EVOTUNE_TESTS_JOBS_FAKE_RUNNER_H_

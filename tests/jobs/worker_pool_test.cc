@@ -1,7 +1,7 @@
 // WorkerPool on its own: workers are the test, calling the pool as the gRPC
 // adapter would, so leases, heartbeats, requeues and deadlines can be driven
 // step by step.
-#include "tuner/daemon/worker_pool.h"
+#include "tuner/jobs/worker_pool.h"
 
 #include <atomic>
 #include <memory>

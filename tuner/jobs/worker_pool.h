@@ -12,8 +12,8 @@
 // recorded as timeout and its worker is killed: through the killer for local
 // workers, and by the abort answer to its next heartbeat for every worker.
 // Thread-safe.
-#ifndef EVOTUNE_TUNER_DAEMON_WORKER_POOL_H_
-#define EVOTUNE_TUNER_DAEMON_WORKER_POOL_H_
+#ifndef EVOTUNE_TUNER_JOBS_WORKER_POOL_H_
+#define EVOTUNE_TUNER_JOBS_WORKER_POOL_H_
 
 #include <deque>
 #include <functional>
@@ -28,7 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tuner/common/clock.h"
-#include "tuner/daemon/trial_runner.h"
+#include "tuner/jobs/trial_runner.h"
 
 namespace evotune {
 
@@ -202,4 +202,4 @@ class WorkerPool : public TrialRunner {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_WORKER_POOL_H_
+#endif  // EVOTUNE_TUNER_JOBS_WORKER_POOL_H_

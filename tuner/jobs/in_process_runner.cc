@@ -1,4 +1,4 @@
-#include "tuner/daemon/in_process_runner.h"
+#include "tuner/jobs/in_process_runner.h"
 
 #include <utility>
 

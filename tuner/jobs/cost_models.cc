@@ -1,4 +1,4 @@
-#include "tuner/daemon/cost_models.h"
+#include "tuner/jobs/cost_models.h"
 
 #include <utility>
 

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tuner/daemon/cost_models.h"
-#include "tuner/daemon/in_process_runner.h"
-#include "tuner/daemon/job_manager.h"
-#include "tuner/daemon/tuning_service.h"
-#include "tuner/daemon/worker_pool.h"
+#include "tuner/jobs/cost_models.h"
+#include "tuner/jobs/in_process_runner.h"
+#include "tuner/jobs/job_manager.h"
+#include "tuner/jobs/worker_pool.h"
 #include "tuner/model/leave_one_out.h"
+#include "tuner/serving/tuning_service.h"
 
 namespace evotune {
 namespace {

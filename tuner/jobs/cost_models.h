@@ -3,8 +3,8 @@
 // and it has enough OK trials; the model is trained again when its trials
 // have grown by a share since. Readers get an immutable snapshot and never
 // wait for a training. Thread-safe.
-#ifndef EVOTUNE_TUNER_DAEMON_COST_MODELS_H_
-#define EVOTUNE_TUNER_DAEMON_COST_MODELS_H_
+#ifndef EVOTUNE_TUNER_JOBS_COST_MODELS_H_
+#define EVOTUNE_TUNER_JOBS_COST_MODELS_H_
 
 #include <cstdint>
 #include <map>
@@ -93,4 +93,4 @@ class CostModels {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_COST_MODELS_H_
+#endif  // EVOTUNE_TUNER_JOBS_COST_MODELS_H_

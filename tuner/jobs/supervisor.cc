@@ -1,4 +1,4 @@
-#include "tuner/daemon/supervisor.h"
+#include "tuner/jobs/supervisor.h"
 
 #include <signal.h>
 #include <sys/prctl.h>

@@ -1,4 +1,4 @@
-#include "tuner/daemon/trial_loop.h"
+#include "tuner/jobs/trial_loop.h"
 
 #include <algorithm>
 #include <limits>

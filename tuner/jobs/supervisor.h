@@ -4,8 +4,8 @@
 // and kills one on the pool's request. Workers die with the daemon (they get
 // SIGKILL when it exits, even by kill -9); remote workers are not its
 // business.
-#ifndef EVOTUNE_TUNER_DAEMON_SUPERVISOR_H_
-#define EVOTUNE_TUNER_DAEMON_SUPERVISOR_H_
+#ifndef EVOTUNE_TUNER_JOBS_SUPERVISOR_H_
+#define EVOTUNE_TUNER_JOBS_SUPERVISOR_H_
 
 #include <sys/types.h>
 
@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tuner/common/clock.h"
-#include "tuner/daemon/worker_pool.h"
+#include "tuner/jobs/worker_pool.h"
 
 namespace evotune {
 
@@ -83,4 +83,4 @@ class Supervisor {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_SUPERVISOR_H_
+#endif  // EVOTUNE_TUNER_JOBS_SUPERVISOR_H_

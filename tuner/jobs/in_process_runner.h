@@ -2,8 +2,8 @@
 // time on its own thread. For evaluators that run no kernels (the replay of a
 // recorded landscape, the synthetic stand-in in tests): a kernel that faults
 // would take the daemon with it, so GPU trials go to workers (WorkerPool).
-#ifndef EVOTUNE_TUNER_DAEMON_IN_PROCESS_RUNNER_H_
-#define EVOTUNE_TUNER_DAEMON_IN_PROCESS_RUNNER_H_
+#ifndef EVOTUNE_TUNER_JOBS_IN_PROCESS_RUNNER_H_
+#define EVOTUNE_TUNER_JOBS_IN_PROCESS_RUNNER_H_
 
 #include <deque>
 #include <memory>
@@ -12,8 +12,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "kernel_templates/template_registry.h"
-#include "tuner/daemon/trial_runner.h"
 #include "tuner/evaluator/evaluator.h"
+#include "tuner/jobs/trial_runner.h"
 
 namespace evotune {
 
@@ -57,4 +57,4 @@ class InProcessRunner : public TrialRunner {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TUNER_DAEMON_IN_PROCESS_RUNNER_H_
+#endif  // EVOTUNE_TUNER_JOBS_IN_PROCESS_RUNNER_H_
