@@ -52,9 +52,9 @@ TEST(TemplateRegistryTest, EveryEmbeddedTemplateHasASpecAndAHash) {
   EXPECT_EQ(registry.Find("missing"), nullptr);
 }
 
-// docs/extending.md's "## Templates" list describes exactly the registered templates
-// (and the test-only ones): a bullet "- `NAME`" each.
-TEST(TemplateRegistryTest, TheReadmeListsEveryTemplate) {
+// docs/extending.md's "## Templates" list describes exactly the registered
+// templates (and the test-only ones): a bullet "- `NAME`" each.
+TEST(TemplateRegistryTest, TheDocsListEveryTemplate) {
   std::ifstream in(std::string(EVOTUNE_SOURCE_DIR) + "/docs/extending.md");
   ASSERT_TRUE(in) << "docs/extending.md not found";
   std::set<std::string> listed;

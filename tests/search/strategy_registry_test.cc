@@ -157,8 +157,9 @@ std::string Read(const std::string& path) {
   return text.str();
 }
 
-// docs/results.md's strategy list and the proto's comment on SubmitSearchRequest's
-// strategy name every strategy (and the docs every option).
+// docs/results.md's strategy list and the proto's comment on
+// SubmitSearchRequest's strategy name every strategy (and the docs every
+// option).
 TEST(StrategyRegistryTest, TheDocsNameEveryStrategy) {
   const std::string readme = Read("docs/results.md");
   const std::string proto = Read("proto/evotune/v1/evotune.proto");
