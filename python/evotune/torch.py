@@ -227,6 +227,7 @@ def _prepare(q, k, v, causal, scale, stream_id):
 
 
 _local = threading.local()
+_MAX_PREPARED = 4096  # Signatures remembered per thread.
 
 
 def _lookup(q, k, v, causal, scale):
@@ -240,6 +241,8 @@ def _lookup(q, k, v, causal, scale):
     entry = _local.calls.get(signature)
     if entry is None:
         entry = _prepare(q, k, v, causal, scale, stream_id)
+        if len(_local.calls) >= _MAX_PREPARED:
+            _local.calls.clear()  # Lengths that only grow (decode).
         _local.calls[signature] = entry
     return entry
 
