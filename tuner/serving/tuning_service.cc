@@ -1,14 +1,11 @@
 #include "tuner/serving/tuning_service.h"
 
 #include <algorithm>
-#include <cmath>
-#include <iterator>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernel_templates/serving_defaults.h"
 #include "tuner/search/strategy_registry.h"
 
 namespace evotune {

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,11 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
-#include "tuner/common/task_queue.h"
 #include "tuner/jobs/cost_models.h"
 #include "tuner/jobs/job_manager.h"
 #include "tuner/search/strategy_registry.h"
