@@ -6,10 +6,12 @@
 #
 #   bench/compare_best.sh BIN_DIR OUT.json [best flags: problem, --template_name]
 #
-# BIN_DIR holds evotune and export_kernel; EVOTUNE_ADDRESS names the daemon.
+# BIN_DIR holds evotune and export_kernel (and libevotune_runtime.so is there
+# or in BIN_DIR/../lib); EVOTUNE_ADDRESS names the daemon.
 # COLD_L2=1 times every call alone from a cold L2 (sdpa_compare.py --cold_l2).
 set -euo pipefail
 here=$(dirname "$0")
+source "$here/suite_lib.sh"
 bin=$1
 out=$2
 shift 2
@@ -19,8 +21,9 @@ trap 'rm -rf "$work"' EXIT
 read -r template config problem < <(python3 "$here/best_config.py" "$work/best.json")
 "$bin/export_kernel" --template_name="$template" --config="$config" \
   --problem="$problem" --out="$work/kernel" >/dev/null
-printf '[{"name": "best", "cubin": "%s", "meta": "%s"}]\n' \
-  "$work/kernel.cubin" "$work/kernel.json" >"$work/plan.json"
+printf '[{"name": "best", "bundle": "%s", "problem": "%s"}]\n' \
+  "$work/kernel.evtb" "$problem" >"$work/plan.json"
+use_runtime "$bin"
 commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
 cold=()
 [[ "${COLD_L2:-0}" == 1 ]] && cold=(--cold_l2)

@@ -1,15 +1,15 @@
-// Compiles one config of a template for one problem and writes the cubin and
-// its launch geometry, so that bench/sdpa_compare.py can launch exactly the
-// kernel evotune measured, side by side with PyTorch, in one process.
+// Compiles one config of a template for one problem into a kernel bundle of
+// that one kernel (the format `evotune export` writes and the runtime
+// reads), so that bench/sdpa_compare.py runs exactly the kernel evotune
+// measured, through the runtime, side by side with PyTorch in one process.
 //
 //   export_kernel --template_name=flash_fwd --config=BLOCK_M=64,...
 //     --problem=b1_h8_kv8_q512_k512_d64_full_fp16_bhsd --arch=sm_90a
 //     --out=DIR/x
-// writes DIR/x.cubin, DIR/x.json and DIR/x.log (the compiler's log:
-// registers, spills, warnings). With --source=FILE the template's
-// source is read from FILE instead (its spec and shared headers stay): a
-// kernel variant timed beside the built-in one without a rebuild. Its hash
-// is then "edited".
+// writes DIR/x.evtb and DIR/x.log (the compiler's log: registers, spills,
+// warnings). With --source=FILE the template's source is read from FILE
+// instead (its spec and shared headers stay): a kernel variant timed beside
+// the built-in one without a rebuild. Its hash is then "edited".
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -17,9 +17,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
+#include "tuner/wire/kernel_bundle.h"
+#include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, template_name, "flash_fwd", "kernel template");
 ABSL_FLAG(std::string, config, "", "NAME=value,...");
@@ -36,6 +37,25 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "export_kernel: %s\n", message.c_str());
   return 1;
+}
+
+// The kernel as the runtime loads it: the config named, compiled for --arch,
+// with the problem's launch geometry (neither tuned nor transferred).
+v1::Kernel KernelMessage(const KernelTemplate& t, const Config& config,
+                         const Problem& problem, const CompileResult& r) {
+  v1::Kernel k;
+  *k.mutable_problem() = ProblemToProto(problem);
+  k.set_template_name(t.name);
+  k.set_template_hash(t.hash);
+  *k.mutable_config() = ConfigToProto(config);
+  k.set_arch(absl::GetFlag(FLAGS_arch));
+  k.set_nvrtc_version(NvrtcVersion());
+  k.set_kernel_name(t.kernel_name);
+  k.set_cubin(r.cubin);
+  k.set_ptx(r.ptx);
+  *k.mutable_geometry() = GeometryToProto(t.geometry(config, problem));
+  k.set_param_layout_version(kParamLayoutVersion);
+  return k;
 }
 
 int Run() {
@@ -68,18 +88,12 @@ int Run() {
   if (!r.ok()) return Fail(r.status().ToString());
   if (!r->ok) return Fail(absl::StrCat("compile error:\n", r->log));
   const std::string out = absl::GetFlag(FLAGS_out);
-  std::ofstream(out + ".cubin", std::ios::binary) << r->cubin;
   std::ofstream(out + ".log") << r->log;  // ptxas: registers, spills.
-  const LaunchGeometry g = t->geometry(*config, *problem);
-  std::ofstream(out + ".json") << absl::StrFormat(
-      "{\"template\": \"%s\", \"hash\": \"%s\", \"config\": \"%s\", "
-      "\"problem\": \"%s\", \"kernel\": \"%s\", \"grid\": [%d, %d, %d], "
-      "\"block\": %d, \"smem\": %d, \"workspace_floats\": %d, "
-      "\"counters\": %d, \"tma\": [%d, %d, %d], \"persistent\": %d}\n",
-      t->name, t->hash, ConfigKey(*config), ProblemKey(*problem),
-      t->kernel_name, g.grid[0], g.grid[1], g.grid[2], g.block_threads,
-      g.smem_bytes, g.workspace_floats, g.counters, g.tma.q_rows, g.tma.kv_rows,
-      g.tma.o_rows, g.persistent ? 1 : 0);
+  v1::KernelBundle bundle;
+  *bundle.add_kernels() = KernelMessage(*t, *config, *problem, *r);
+  if (absl::Status s = WriteKernelBundle(out + ".evtb", bundle); !s.ok()) {
+    return Fail(s.ToString());
+  }
   return 0;
 }
 

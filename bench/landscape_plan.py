@@ -58,8 +58,8 @@ def main():
                             f"--problem={key}", f"--out={prefix}",
                             f"--arch={os.environ.get('ARCH', 'sm_90a')}"],
                            check=True)
-            plan.append({"name": name, "cubin": prefix + ".cubin",
-                         "meta": prefix + ".json", "recorded_us": us})
+            plan.append({"name": name, "bundle": prefix + ".evtb",
+                         "problem": key, "recorded_us": us})
     with open(os.path.join(out, "plan.json"), "w") as f:
         json.dump(plan, f, indent=1)
     print(f"{len(plan)} kernels in {os.path.join(out, 'plan.json')}")

@@ -5,7 +5,8 @@
 #
 #   bench/run_sweep.sh BUNDLE SHAPES_JSON OUT_DIR [TRIALS] [TEMPLATES] [STRATEGY]
 #
-# BUNDLE holds evotuned, evotune and export_kernel (../shared/tools/gpu-bundle).
+# BUNDLE holds evotuned, evotune, export_kernel and libevotune_runtime.so
+# (../shared/tools/gpu-bundle).
 # TEMPLATES is one template or a comma-separated list: each problem is tuned
 # with each, and the fastest config of any of them is compared. PROBLEMS (a
 # comma-separated list of suite names) restricts the suite; COMMIT names the
@@ -41,12 +42,13 @@ while read -r name flags; do
   read -r template config problem < <(python3 bench/best_config.py "$work/best.json")
   "$b/run" export_kernel --template_name="$template" --config="$config" \
     --problem="$problem" --out="$work/kernels/$name" || continue
-  printf '%s{"name": "%s", "cubin": "%s", "meta": "%s"}\n' "$sep" "$name" \
-    "$work/kernels/$name.cubin" "$work/kernels/$name.json" >>"$work/plan.json"
+  printf '%s{"name": "%s", "bundle": "%s", "problem": "%s"}\n' "$sep" "$name" \
+    "$work/kernels/$name.evtb" "$problem" >>"$work/plan.json"
   sep=","
 done <"$work/problems"
 echo "]" >>"$work/plan.json"
 kill -TERM $pid
 wait $pid
+use_runtime "$b" || exit 1
 PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py "$work/plan.json" --interleave \
   --json "$out/compare.json" --commit "${COMMIT:-unknown}" | tee "$out/compare.txt"

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Times evotune kernels side by side with PyTorch SDPA, in one process.
 
-For every entry of a plan (JSON list of {"name", "cubin", "meta"} where meta
-is the .json that bench/export_kernel writes), on the same random inputs
-(consecutive entries of one problem share its input and output tensors):
+For every entry of a plan (JSON list of {"name", "bundle", "problem"}: the
+kernel a bundle serves for a problem key, e.g. the one-kernel bundle that
+bench/export_kernel writes; launched through the evotune runtime, which
+needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
+python/evotune/runtime.py), on the same random inputs (consecutive entries
+of one problem share its input and output tensors):
   - checks the evotune kernel against an fp32 SDPA reference (and reports
     SDPA flash's own error on the same inputs for scale);
   - times the evotune kernel, SDPA's flash backend and SDPA's cuDNN backend
@@ -36,14 +39,12 @@ in a model's decode step, where the default measures calls back to back,
 each finding in L2 what the call before left there. The copy bandwidth and
 the read floor are then timed that way too.
 
-With --bundle (needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
-python/evotune/torch.py), the same kernel is also timed as the PyTorch op
-evotune.torch.attention serves it from the bundle, the same way: column
+With --bundle, the same kernel is also timed as the PyTorch op
+evotune.torch.attention serves it from that bundle, the same way: column
 "op us" (and "op_us", "op_err", "op_kernel" in the JSON) where the bundle's
 kernel for the problem is the entry's config.
 """
 import argparse
-import ctypes
 import datetime
 import json
 import random
@@ -54,72 +55,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from evotune import checks
+from evotune import runtime as evotune_runtime
+
 REPEAT = 20
 REPLAYS = 50
-
-_cuda = ctypes.CDLL("libcuda.so.1")
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
-
-
-class AttentionParams(ctypes.Structure):
-    """kernel_templates/common/attention_params.cuh, field for field."""
-    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
-                ("v", ctypes.c_void_p), ("o", ctypes.c_void_p)] + [
-                    (n, ctypes.c_longlong) for n in (
-                        "q_batch_stride", "q_head_stride", "q_row_stride",
-                        "k_batch_stride", "k_head_stride", "k_row_stride",
-                        "v_batch_stride", "v_head_stride", "v_row_stride",
-                        "o_batch_stride", "o_head_stride", "o_row_stride")
-                ] + [(n, ctypes.c_int) for n in (
-                    "batch", "heads", "kv_heads", "seq_q", "seq_k", "causal")
-                     ] + [("scale_log2", ctypes.c_float),
-                          ("workspace", ctypes.c_void_p),
-                          ("counters", ctypes.c_void_p)]
-
-
-class TensorMap(ctypes.Structure):
-    """CUtensorMap: 128 opaque bytes."""
-    _fields_ = [("opaque", ctypes.c_uint64 * 16)]
-
-
-class AttentionTensorMaps(ctypes.Structure):
-    """AttentionTensorMaps of attention_params.cuh: q, k, v, o."""
-    _fields_ = [(n, TensorMap) for n in ("q", "k", "v", "o")]
-
-
-_CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6
-_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
-_CU_TENSOR_MAP_SWIZZLE_128B = 3
-_CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
-
-
-def encode_tensor_map(out, t, box_rows):
-    """A [batch, heads, seq, head_dim] tensor as the 4-D map the templates
-    take (launch/tensor_maps.cc): boxes of 64 columns x box_rows,
-    128-byte swizzle, zero fill past the ends."""
-    b, h, s, d = t.shape
-    sb, sh, ss, _ = t.stride()
-    u64x4, u64x3, u32x4 = (ctypes.c_uint64 * 4, ctypes.c_uint64 * 3,
-                           ctypes.c_uint32 * 4)
-    dtype = (_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if t.dtype == torch.bfloat16
-             else _CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
-    # Encoded where a CUtensorMap would live (128-byte aligned), then copied.
-    scratch = ctypes.create_string_buffer(128 + 128)
-    aligned = (ctypes.addressof(scratch) + 127) // 128 * 128
-    check(_cuda.cuTensorMapEncodeTiled(
-        ctypes.c_void_p(aligned), dtype, 4, ctypes.c_void_p(t.data_ptr()),
-        u64x4(d, s, h, b), u64x3(ss * 2, sh * 2, sb * 2),
-        u32x4(64, box_rows, 1, 1), u32x4(1, 1, 1, 1), 0,
-        _CU_TENSOR_MAP_SWIZZLE_128B, _CU_TENSOR_MAP_L2_PROMOTION_L2_256B, 0),
-        "cuTensorMapEncodeTiled")
-    ctypes.memmove(ctypes.addressof(out), aligned, 128)
-
-
-def check(result, what):
-    if result != 0:
-        raise RuntimeError(f"{what} failed with CUDA error {result}")
-
 
 def parse_problem(key):
     parts = key.split("_")
@@ -132,67 +72,46 @@ def parse_problem(key):
 
 
 class EvotuneKernel:
-    def __init__(self, cubin_path, meta):
-        self.meta = meta
-        data = open(cubin_path, "rb").read()
-        self._data = ctypes.create_string_buffer(data, len(data))
-        self.module, self.function = load_function(self._data,
-                                                   meta["kernel"])
-        if meta.get("cluster_x", 1) > 8:  # Past the portable cluster size.
-            check(_cuda.cuFuncSetAttribute(
-                self.function,
-                _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                "cuFuncSetAttribute")
-        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # Scratch the template asks for; counters start (and stay) at zero.
-        self.workspace = self.counters = None
-        if meta.get("workspace_floats", 0) > 0:
-            self.workspace = torch.empty(meta["workspace_floats"],
-                                         dtype=torch.float32, device="cuda")
-        if meta.get("counters", 0) > 0:
-            self.counters = torch.zeros(meta["counters"], dtype=torch.int32,
-                                        device="cuda")
-        # Always raised: a kernel's static shared memory adds to the dynamic
-        # amount, and together they may pass the default 48 KB.
-        if meta["smem"] > 0:
-            check(_cuda.cuFuncSetAttribute(
-                self.function,
-                _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                meta["smem"]), "cuFuncSetAttribute")
+    """The kernel a bundle serves for a problem, launched through the
+    evotune runtime (its C API) on the current stream, with the scratch it
+    asks for from PyTorch's allocator, so that graphs capture it. Raises
+    RuntimeError with the runtime's message where the bundle has no kernel
+    for the problem or it cannot be loaded."""
+
+    def __init__(self, bundle, problem_key):
+        pr = parse_problem(problem_key)
+        self.rt = evotune_runtime.Runtime.open_bundle(bundle)
+        self.problem = evotune_runtime.Problem(
+            pr["batch"], pr["heads"], pr["kv_heads"], pr["seq_q"],
+            pr["seq_k"], pr["head_dim"], int(pr["causal"]),
+            int(pr["dtype"] == torch.bfloat16))
+        stream = torch.cuda.current_stream().cuda_stream
+        rc, served = self.rt.describe(self.problem, stream)
+        if rc != 0:
+            raise RuntimeError(self.rt.last_error())
+        # "template CONFIG arch (tuned|transferred|default)"
+        self.template, self.config = served.split()[:2]
+        rc, floats, counters = self.rt.scratch(self.problem, stream)
+        if rc != 0:
+            raise RuntimeError(self.rt.last_error())
+        # Counters start (and stay) at zero between launches.
+        self.workspace = (torch.empty(floats, dtype=torch.float32,
+                                      device="cuda") if floats else None)
+        self.counters = (torch.zeros(counters, dtype=torch.int32,
+                                     device="cuda") if counters else None)
 
     def __call__(self, q, k, v, o, causal):
-        p = AttentionParams()
-        p.q, p.k, p.v, p.o = (t.data_ptr() for t in (q, k, v, o))
-        for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-            b, h, s, _ = t.stride()
-            setattr(p, f"{name}_batch_stride", b)
-            setattr(p, f"{name}_head_stride", h)
-            setattr(p, f"{name}_row_stride", s)
-        p.batch, p.heads, p.seq_q = q.shape[0], q.shape[1], q.shape[2]
-        p.kv_heads, p.seq_k = k.shape[1], k.shape[2]
-        p.causal = int(causal)
-        p.scale_log2 = 1.4426950408889634 / q.shape[3] ** 0.5
-        p.workspace = self.workspace.data_ptr() if self.workspace is not None else None
-        p.counters = self.counters.data_ptr() if self.counters is not None else None
-        # Tensor maps hold the pointers: encoded per call, like the params.
-        maps = AttentionTensorMaps()
-        q_rows, kv_rows, o_rows = self.meta.get("tma", [0, 0, 0])
-        if q_rows > 0:
-            for field, t, rows in (("q", q, q_rows), ("k", k, kv_rows),
-                                   ("v", v, kv_rows), ("o", o, o_rows)):
-                encode_tensor_map(getattr(maps, field), t, rows)
-        self._params, self._maps = p, maps  # Alive until enqueued.
-        args = (ctypes.c_void_p * 2)(
-            ctypes.cast(ctypes.pointer(p), ctypes.c_void_p),
-            ctypes.cast(ctypes.pointer(maps), ctypes.c_void_p))
-        g = list(self.meta["grid"])
-        if self.meta.get("persistent", 0):  # One block per SM, at most.
-            g = [min(g[0] * g[1] * g[2], self.sms), 1, 1]
-        check(_cuda.cuLaunchKernel(
-            self.function, g[0], g[1], g[2], self.meta["block"], 1, 1,
-            self.meta["smem"],
-            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), args,
-            None), "cuLaunchKernel")
+        # Per call: graphs are captured on their own stream.
+        tensors = [evotune_runtime.Tensor(t.data_ptr(),
+                                          *checks.runtime_strides(t),
+                                          *t.shape) for t in (q, k, v, o)]
+        scratch = [None if t is None else t.data_ptr()
+                   for t in (self.workspace, self.counters)]
+        args = self.rt.attention_args(
+            self.problem, *tensors, 0.0, *scratch,
+            torch.cuda.current_stream().cuda_stream)
+        if self.rt.launch(args) != 0:
+            raise RuntimeError(f"evotune: {self.rt.last_error()}")
 
 
 def capture(fn):
@@ -321,10 +240,11 @@ def copy_tbps():
 
 
 # The floor for a memory-bound problem: one streaming read of its bytes,
-# 16-byte loads, four in flight per thread, compiled here with NVRTC.
+# 16-byte loads, four in flight per thread, compiled here with NVRTC. n
+# counts 16-byte words (an int: PyTorch passes ints as 32 bits).
 READ_FLOOR_SOURCE = r"""
-extern "C" __global__ void read_floor(const uint4* __restrict__ a,
-                                      long long n, unsigned* out) {
+extern "C" __global__ void read_floor(const uint4* __restrict__ a, int n,
+                                      unsigned* out) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   unsigned acc = 0;
@@ -339,34 +259,16 @@ extern "C" __global__ void read_floor(const uint4* __restrict__ a,
 """
 
 
-def compile_cubin(source, name, options=()):
-    """Compiles CUDA `source` with NVRTC for this GPU; returns the cubin."""
-    nvrtc = ctypes.CDLL("libnvrtc.so.13")
-    prog = ctypes.c_void_p()
-    check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
-                                   name.encode(), 0, None, None),
-          "nvrtcCreateProgram")
-    major, minor = torch.cuda.get_device_capability()
-    opts = [f"--gpu-architecture=sm_{major}{minor}", *options]
-    arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-    check(nvrtc.nvrtcCompileProgram(prog, len(opts), arr),
-          "nvrtcCompileProgram")
-    size = ctypes.c_size_t()
-    check(nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
-    cubin = ctypes.create_string_buffer(size.value)
-    check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-    return cubin
-
-
-def load_function(cubin, name):
-    """Loads `cubin` and returns (module, function `name` in it)."""
-    module = ctypes.c_void_p()
-    check(_cuda.cuModuleLoadData(ctypes.byref(module), cubin),
-          "cuModuleLoadData")
-    function = ctypes.c_void_p()
-    check(_cuda.cuModuleGetFunction(ctypes.byref(function), module,
-                                    name.encode()), "cuModuleGetFunction")
-    return module, function
+def raw_kernel(source, name, options=()):
+    """CUDA C++ `source` compiled for this GPU by PyTorch's NVRTC wrapper:
+    kernel(grid=, block=, args=[tensors, 32-bit ints], shared_mem=) launches
+    kernel `name` on the current stream. RuntimeError where this PyTorch
+    cannot compile CUDA source."""
+    compile_kernel = getattr(torch.cuda, "_compile_kernel", None)
+    if compile_kernel is None:
+        raise RuntimeError(f"torch {torch.__version__} cannot compile CUDA "
+                           "source (no torch.cuda._compile_kernel)")
+    return compile_kernel(source, name, nvcc_options=list(options))
 
 
 class ReadFloor:
@@ -374,28 +276,17 @@ class ReadFloor:
     load intrinsic (__ldcs: evict first; __ldcg: L2's default policy)."""
 
     def __init__(self, load="__ldcs"):
-        self._cubin = compile_cubin(READ_FLOOR_SOURCE.replace("__ldcs", load),
-                                    "floor.cu")
-        self.module, self.function = load_function(self._cubin, "read_floor")
+        self.kernel = raw_kernel(READ_FLOOR_SOURCE.replace("__ldcs", load),
+                                 "read_floor")
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.out = torch.zeros(1, dtype=torch.int32, device="cuda")
 
     def us(self, nbytes):
         buf = torch.empty(nbytes // 16 * 16, dtype=torch.uint8, device="cuda")
         buf.random_()
-        a = ctypes.c_void_p(buf.data_ptr())
-        n = ctypes.c_longlong(buf.numel() // 16)
-        o = ctypes.c_void_p(self.out.data_ptr())
-        args = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.pointer(x),
-                                                   ctypes.c_void_p)
-                                       for x in (a, n, o)])
-
-        def launch():
-            check(_cuda.cuLaunchKernel(
-                self.function, 8 * self.sms, 1, 1, 256, 1, 1, 0,
-                ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
-                args, None), "cuLaunchKernel")
-        return time_us(launch)
+        args = [buf, buf.numel() // 16, self.out]
+        return time_us(lambda: self.kernel(grid=(8 * self.sms, 1, 1),
+                                           block=(256, 1, 1), args=args))
 
 
 def min_bytes(pr):
@@ -451,13 +342,14 @@ def time_sdpa(q, k, v, mask, gqa, ref, timed=True):
     return result
 
 
-def time_op(op, q, k, v, causal, meta, ref, result, kernel_fn):
+def time_op(op, q, k, v, causal, kernel, ref, result, kernel_fn):
     """The PyTorch op on the same inputs, where it serves the entry's kernel,
     then the kernel again: the op is compared with the mean of the kernel's
     times before and after it (a long run's clocks drift)."""
     served = op.kernel_for(q, k, causal)
     result["op_kernel"] = served
-    if not served or not served.startswith(f"{meta['template']} {meta['config']} "):
+    if not served or not served.startswith(
+            f"{kernel.template} {kernel.config} "):
         return
     result["op_err"] = rel_l2(op.attention(q, k, v, causal=causal), ref)
     result["op_us"] = time_us(lambda: op.attention(q, k, v, causal=causal))
@@ -580,19 +472,19 @@ def main():
     inputs = None  # (problem, q, k, v, o, ref) of the entries before.
     timed = []  # (row, kernel, inputs) for later rounds (all: --interleave).
     for entry in plan:
-        meta = json.load(open(entry["meta"]))
-        pr = parse_problem(meta["problem"])
+        problem = entry["problem"]
+        pr = parse_problem(problem)
         try:
-            kernel = EvotuneKernel(entry["cubin"], meta)
+            kernel = EvotuneKernel(entry["bundle"], problem)
         except RuntimeError as e:  # E.g. more shared memory than the GPU has.
             print(f"{entry['name']}: not run: {e}")
             continue
         # Consecutive entries of one problem share its tensors: fresh ones
         # per entry landed at alternating addresses, and a kernel's time
         # alternated with them (up to 5% between neighbouring entries).
-        if inputs is None or inputs[0] != meta["problem"]:
+        if inputs is None or inputs[0] != problem:
             inputs = None  # Frees the last problem's tensors first.
-            inputs = (meta["problem"], *random_inputs(pr))
+            inputs = (problem, *random_inputs(pr))
         _, q, k, v, o, ref = inputs
         gqa = pr["kv_heads"] != pr["heads"]
         o.fill_(float("nan"))
@@ -601,8 +493,8 @@ def main():
         mask = sdpa_mask(pr)
         ours_err = rel_l2(o, ref)
         finite = bool(torch.isfinite(o).all())
-        result = {"name": entry["name"], "problem": meta["problem"],
-                  "config": meta["config"], "template": meta["template"],
+        result = {"name": entry["name"], "problem": problem,
+                  "config": kernel.config, "template": kernel.template,
                   "rel_err": ours_err, "finite": finite}
         if args.interleave:  # Timed later; launched again for the check.
             for _ in range(REPEAT):
@@ -616,12 +508,12 @@ def main():
             print(f"{entry['name']}: WRONG after repeated launches "
                   f"(rel err {result['rel_err_after_timing']:.1e})")
         if op is not None:
-            time_op(op, q, k, v, pr["causal"], meta, ref, result,
+            time_op(op, q, k, v, pr["causal"], kernel, ref, result,
                     lambda: kernel(q, k, v, o, pr["causal"]))
-        if meta["problem"] not in sdpa_times:
-            sdpa_times[meta["problem"]] = time_sdpa(
+        if problem not in sdpa_times:
+            sdpa_times[problem] = time_sdpa(
                 q, k, v, mask, gqa, ref, timed=not args.interleave)
-        result.update(sdpa_times[meta["problem"]])
+        result.update(sdpa_times[problem])
         if not args.interleave:
             result["tflops"] = flops(pr) / result["us"] / 1e6
             result["tbps"] = min_bytes(pr) / result["us"] / 1e6

@@ -6,7 +6,7 @@ recorded optimum, each compiled by bench/export_kernel, so that both are
 timed side by side on the GPU in one run.
 
   python3 bench/serving_plan.py LOO.json EXPORT_KERNEL OUT_DIR
-      # writes OUT_DIR/plan.json and the cubins beside it
+      # writes OUT_DIR/plan.json and the bundles beside it
 """
 import json
 import os
@@ -18,7 +18,7 @@ def export(export_kernel, template, config, problem, out):
     subprocess.run([export_kernel, f"--template_name={template}",
                     f"--config={config}", f"--problem={problem}",
                     f"--out={out}"], check=True, stdout=subprocess.DEVNULL)
-    return {"cubin": out + ".cubin", "meta": out + ".json"}
+    return {"bundle": out + ".evtb", "problem": problem}
 
 
 def main():

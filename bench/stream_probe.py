@@ -12,7 +12,6 @@ Prints, per layout, blocks, threads and 16-byte loads in flight per thread,
 the time of one read and its TB/s.
 """
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -20,15 +19,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import (  # noqa: E402
-    _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ReadFloor, _cuda, check,
-    compile_cubin, load_function, time_us)
+from sdpa_compare import ReadFloor, raw_kernel, time_us  # noqa: E402
 
 SOURCE = r"""
 // Block b reads slice b of each of `parts` (1 or 2) equal parts of a (K and
 // V: 2), the parts' slices side by side, UNROLL 16-byte loads in flight a
-// thread.
-extern "C" __global__ void sliced(const uint4* __restrict__ a, long long n,
+// thread. n counts 16-byte words.
+extern "C" __global__ void sliced(const uint4* __restrict__ a, int n,
                                   int parts, unsigned* out) {
   const long long part = n / parts, slice = part / gridDim.x;
   const long long begin = (long long)blockIdx.x * slice;
@@ -58,7 +55,7 @@ extern "C" __global__ void sliced(const uint4* __restrict__ a, long long n,
 // warps-th tile of TILE bytes of its block's K and V slices through a ring
 // of STAGES tiles of each, 16-byte cp.async, STAGES - 1 tiles in flight
 // (decode_fwd's stream without its math).
-extern "C" __global__ void ringed(const uint4* __restrict__ a, long long n,
+extern "C" __global__ void ringed(const uint4* __restrict__ a, int n,
                                   int parts, unsigned* out) {
   extern __shared__ uint4 smem[];
   constexpr int kChunks = TILE / 16;  // Of one tile, K or V.
@@ -100,29 +97,16 @@ extern "C" __global__ void ringed(const uint4* __restrict__ a, long long n,
 
 
 def probe_kernel(kernel, unroll, tile=8192, stages=3):
-    """Compiles SOURCE with these constants; returns (module, function,
-    cubin): the cubin must outlive the module's use."""
-    cubin = compile_cubin(SOURCE, "probe.cu",
-                          (f"-DUNROLL={unroll}", f"-DTILE={tile}",
-                           f"-DSTAGES={stages}"))
-    return (*load_function(cubin, kernel), cubin)
+    """SOURCE's `kernel` compiled with these constants."""
+    return raw_kernel(SOURCE, kernel, (f"-DUNROLL={unroll}", f"-DTILE={tile}",
+                                       f"-DSTAGES={stages}"))
 
 
 def time_row(fn, kernel, blocks, threads, smem, buf, out, extra):
     """Times one read of `buf` by `fn`; prints and returns its row."""
-    parts = ctypes.c_int(extra.get("parts", 2))
-    vals = (ctypes.c_void_p(buf.data_ptr()),
-            ctypes.c_longlong(buf.numel() // 16), parts,
-            ctypes.c_void_p(out.data_ptr()))
-    argv = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.pointer(v),
-                                               ctypes.c_void_p) for v in vals])
-
-    def launch():
-        check(_cuda.cuLaunchKernel(
-            fn, blocks, 1, 1, threads, 1, 1, smem,
-            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), argv,
-            None), "launch")
-    us = time_us(launch)
+    args = [buf, buf.numel() // 16, extra.get("parts", 2), out]
+    us = time_us(lambda: fn(grid=(blocks, 1, 1), block=(threads, 1, 1),
+                            args=args, shared_mem=smem))
     row = {"kernel": kernel, "blocks": blocks, "threads": threads, **extra,
            "us": us, "tbps": buf.numel() / us / 1e6}
     print(f"{kernel:>6} blocks {blocks:>5} threads {threads:>4} {extra}: "
@@ -153,10 +137,8 @@ def main():
                      "tbps": buf.numel() / us / 1e6})
         print(f" floor {load} over {scale * args.mib} MiB, per {args.mib} "
               f"MiB: {us:8.2f} us {rows[-1]['tbps']:.2f} TB/s", flush=True)
-    keep = []  # Modules and cubins stay loaded while their rows run.
     for unroll in (4, 8):
-        *_, fn, cubin = probe_kernel("sliced", unroll)
-        keep.append(cubin)
+        fn = probe_kernel("sliced", unroll)
         for parts, blocks, threads in (
                 (2, 128, 128), (2, 128, 256), (2, 128, 512), (2, 128, 1024),
                 (2, 132, 512), (1, 128, 512), (2, 256, 512), (2, 1024, 256)):
@@ -167,11 +149,8 @@ def main():
         smem = warps * stages * 2 * tile
         if smem > 227 * 1024:
             continue
-        _, fn, cubin = probe_kernel("ringed", 4, tile, stages)
-        keep.append(cubin)
-        check(_cuda.cuFuncSetAttribute(
-            fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
-            "shared memory")
+        fn = probe_kernel("ringed", 4, tile, stages)
+        fn.set_shared_memory_config(smem)
         rows.append(time_row(fn, "ringed", 128, 32 * warps, smem, buf, out,
                              {"tile_bytes": tile, "stages": stages}))
     if args.json:

@@ -28,3 +28,23 @@ for p in json.load(open(sys.argv[1]))["problems"]:
           f"--causal={str(p['causal']).lower()} --dtype={p['dtype']}")
 PY
 }
+
+# use_runtime DIR: exports what bench/sdpa_compare.py needs to launch
+# through the evotune runtime: PYTHONPATH for the evotune package and
+# EVOTUNE_RUNTIME_LIBRARY (unless set), libevotune_runtime.so of DIR (a
+# folder gpu-bundle made) or of DIR/../lib (a build's bin/), and the
+# loader's path to the libraries beside it.
+use_runtime() {
+  local dir lib
+  dir=$(cd "$1" && pwd)
+  lib=${EVOTUNE_RUNTIME_LIBRARY:-}
+  if [ -z "$lib" ]; then
+    for lib in "$dir/libevotune_runtime.so" "$dir/../lib/libevotune_runtime.so" ""; do
+      [ -f "$lib" ] && break
+    done
+  fi
+  [ -n "$lib" ] || { echo "no libevotune_runtime.so in $dir or $dir/../lib" >&2; return 1; }
+  export EVOTUNE_RUNTIME_LIBRARY=$lib
+  export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/python${PYTHONPATH:+:$PYTHONPATH}"
+  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}

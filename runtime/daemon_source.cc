@@ -1,21 +1,35 @@
-#include "runtime/daemon_source.h"
+#include "evotune/daemon_source.h"
+
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "evotune/v1/evotune.grpc.pb.h"
+#include "tuner/wire/credentials.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {
 
+class DaemonSource::Stub {
+ public:
+  explicit Stub(std::shared_ptr<grpc::Channel> channel)
+      : tuner(v1::Tuner::NewStub(std::move(channel))) {}
+  const std::unique_ptr<v1::Tuner::Stub> tuner;
+};
+
 DaemonSource::DaemonSource(std::shared_ptr<grpc::Channel> channel,
                            std::string token)
-    : stub_(v1::Tuner::NewStub(std::move(channel))), token_(std::move(token)) {}
+    : stub_(std::make_unique<Stub>(std::move(channel))),
+      token_(std::move(token)) {}
+
+DaemonSource::~DaemonSource() = default;
 
 absl::StatusOr<std::unique_ptr<DaemonSource>> DaemonSource::Connect(
     const std::string& address, const std::string& token,
-    const ClientTls& tls) {
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      DaemonChannel(address, tls);
+    const DaemonTls& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DaemonChannel(
+      address, ClientTls{tls.ca, tls.cert, tls.key, ""});
   if (!channel.ok()) return channel.status();
   return std::make_unique<DaemonSource>(*std::move(channel), token);
 }
@@ -33,7 +47,7 @@ absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,
     ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token_));
   }
   v1::Kernel kernel;
-  grpc::Status s = stub_->GetKernel(&ctx, request, &kernel);
+  grpc::Status s = stub_->tuner->GetKernel(&ctx, request, &kernel);
   if (!s.ok()) {
     // The daemon has no kernel for the problem (no template supports it, or
     // NVRTC cannot compile for the device): the NOT_FOUND of the interface.

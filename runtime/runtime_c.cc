@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "evotune/runtime.h"
-#include "runtime/daemon_source.h"
+#include "evotune/daemon_source.h"
 #include "tuner/wire/message_convert.h"
 
 struct evotune_runtime {

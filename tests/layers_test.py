@@ -36,9 +36,9 @@ ALLOWED = {
     "tuner/worker": ["core", "kernel_templates", "launch", "tuner/common",
                      "tuner/evaluator", "tuner/wire"],
     "tuner/cli": ["core", "tuner/common", "tuner/search", "tuner/wire"],
+    # What a user copies: the public headers (evotune/) only.
+    "runtime/examples": [],
 }
-# Programs at the top, which may include anything: not layers.
-EXEMPT = ("runtime/examples",)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -55,9 +55,12 @@ def folder_of(header):
 
 
 def sources(layer):
+    """The files of `layer`, less those of the layers inside it."""
+    inner = tuple(other + "/" for other in ALLOWED
+                  if other.startswith(layer + "/"))
     for base, _, files in os.walk(os.path.join(ROOT, layer)):
         rel = os.path.relpath(base, ROOT)
-        if rel.startswith(EXEMPT):
+        if (rel + "/").startswith(inner):
             continue
         for f in files:
             if f.endswith((".h", ".cc", ".cuh", ".cu")):

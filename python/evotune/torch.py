@@ -18,8 +18,6 @@ the same semantics (causal aligned bottom-right when seq_q != seq_k, grouped
 KV heads); kernel_for(..., reason=True) says why. It is registered as
 torch.ops.evotune.attention, so torch.compile keeps it.
 """
-import ctypes
-import os
 import threading
 import warnings
 from typing import Optional
@@ -29,67 +27,25 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from . import checks
+from . import runtime as _rt
 from .checks import AttentionArgumentError  # noqa: F401 (the op's refusal)
 
-_API_VERSION = 2  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 # Runtime codes that mean "no kernel for this problem here": the call falls
 # back to SDPA. INVALID_ARGUMENT: outside the problems evotune takes;
 # NOT_FOUND: the bundle or daemon has none; FAILED_PRECONDITION: the
 # bundle's kernel is for another parameter layout.
-_FALLBACK_CODES = {3, 5, 9}
-_FAILED_PRECONDITION = 9
-
-
-class _Problem(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int64) for n in (
-        "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
-            ("causal", ctypes.c_int32), ("bf16", ctypes.c_int32)]
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p)] + [(n, ctypes.c_int64) for n in (
-        "batch_stride", "head_stride", "row_stride", "batch", "heads", "seq",
-        "head_dim")]
+_FALLBACK_CODES = {_rt.INVALID_ARGUMENT, _rt.NOT_FOUND,
+                   _rt.FAILED_PRECONDITION}
 
 
 class _State:
-    lib = None
-    runtime = None
+    runtime = None  # An evotune.runtime.Runtime.
     missing = {}  # Problem key -> why the source has no kernel for it.
     # Scratch per (problem, stream): counters stay zero between launches, so
     # one allocation serves every launch on its stream (and graph replays).
     scratch = {}
     lock = threading.Lock()
     generation = 0  # Bumped by use(): prepared calls of before are stale.
-
-
-def _load_library(path):
-    path = path or os.environ.get("EVOTUNE_RUNTIME_LIBRARY",
-                                  "libevotune_runtime.so")
-    lib = ctypes.CDLL(path)
-    version = getattr(lib, "evotune_runtime_api_version", lambda: 1)()
-    if version != _API_VERSION:
-        raise RuntimeError(
-            f"evotune: {path} has runtime API version {version}, this package "
-            f"speaks {_API_VERSION}: build the library and the package from "
-            "one checkout")
-    p = ctypes.POINTER
-    lib.evotune_runtime_open_bundle.restype = ctypes.c_void_p
-    lib.evotune_runtime_open_bundle.argtypes = [ctypes.c_char_p]
-    lib.evotune_runtime_open_daemon_tls.restype = ctypes.c_void_p
-    lib.evotune_runtime_open_daemon_tls.argtypes = [ctypes.c_char_p] * 5
-    lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
-    lib.evotune_runtime_scratch.argtypes = [
-        ctypes.c_void_p, p(_Problem), ctypes.c_void_p, p(ctypes.c_int64),
-        p(ctypes.c_int64)]
-    lib.evotune_runtime_describe.argtypes = [
-        ctypes.c_void_p, p(_Problem), ctypes.c_void_p, ctypes.c_char_p,
-        ctypes.c_int64]
-    lib.evotune_runtime_attention.argtypes = [
-        ctypes.c_void_p, p(_Problem)] + [p(_Tensor)] * 4 + [
-            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    lib.evotune_last_error.restype = ctypes.c_char_p
-    return lib
 
 
 def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
@@ -99,35 +55,25 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     with _State.lock:
-        lib = _State.lib or _load_library(library)
         if bundle is not None:
-            runtime = lib.evotune_runtime_open_bundle(os.fsencode(bundle))
+            runtime = _rt.Runtime.open_bundle(bundle, library)
         else:
-            tls = [os.fsencode(f) if f else None
-                   for f in (tls_ca, tls_cert, tls_key)]
-            runtime = lib.evotune_runtime_open_daemon_tls(
-                daemon.encode(), token.encode(), *tls)
-        if not runtime:
-            raise RuntimeError(lib.evotune_last_error().decode())
-        if _State.runtime:
-            lib.evotune_runtime_close(_State.runtime)
-        _State.lib, _State.runtime = lib, runtime
+            runtime = _rt.Runtime.open_daemon(daemon, token, tls_ca, tls_cert,
+                                              tls_key, library)
+        # The runtime before closes once no prepared call holds it.
+        _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}
         _State.generation += 1
 
 
 def _problem(q, k, causal):
     b, h, sq, d = q.shape
-    return _Problem(b, h, k.shape[1], sq, k.shape[2], d, int(causal),
-                    int(q.dtype == torch.bfloat16))
-
-
-def _key(p):
-    return tuple(getattr(p, n) for n, _ in _Problem._fields_)
+    return _rt.Problem(b, h, k.shape[1], sq, k.shape[2], d, int(causal),
+                       int(q.dtype == torch.bfloat16))
 
 
 def _tensor(t):
-    return _Tensor(t.data_ptr(), *checks.runtime_strides(t), *t.shape)
+    return _rt.Tensor(t.data_ptr(), *checks.runtime_strides(t), *t.shape)
 
 
 # The raw current stream, without building a torch.cuda.Stream per call.
@@ -145,9 +91,9 @@ def _no_kernel(p, rc):
     `rc`) and returns why, or None when `rc` is an error to raise."""
     if rc not in _FALLBACK_CODES:
         return None
-    why = f"no evotune kernel: {_State.lib.evotune_last_error().decode()}"
-    _State.missing[_key(p)] = why
-    if rc == _FAILED_PRECONDITION:
+    why = f"no evotune kernel: {_State.runtime.last_error()}"
+    _State.missing[p.key()] = why
+    if rc == _rt.FAILED_PRECONDITION:
         warnings.warn(f"evotune: falls back to SDPA, {why}", RuntimeWarning)
     return why
 
@@ -155,25 +101,20 @@ def _no_kernel(p, rc):
 def _scratch(p, q, stream_id):
     """The scratch tensors for problem `p` on the stream, or None when the
     runtime has no kernel for it."""
-    scratch = _State.scratch.get((_key(p), stream_id))
+    scratch = _State.scratch.get((p.key(), stream_id))
     if scratch is not None:
         return scratch
-    lib = _State.lib
-    floats, counters = ctypes.c_int64(), ctypes.c_int64()
-    rc = lib.evotune_runtime_scratch(_State.runtime, ctypes.byref(p),
-                                     ctypes.c_void_p(stream_id),
-                                     ctypes.byref(floats),
-                                     ctypes.byref(counters))
+    rc, floats, counters = _State.runtime.scratch(p, stream_id)
     if rc != 0:
         if _no_kernel(p, rc):
             return None
-        raise RuntimeError(f"evotune: {lib.evotune_last_error().decode()}")
+        raise RuntimeError(f"evotune: {_State.runtime.last_error()}")
     scratch = (
         torch.empty(floats.value, dtype=torch.float32, device=q.device)
         if floats.value else None,
         torch.zeros(counters.value, dtype=torch.int32, device=q.device)
         if counters.value else None)
-    _State.scratch[(_key(p), stream_id)] = scratch
+    _State.scratch[(p.key(), stream_id)] = scratch
     return scratch
 
 
@@ -185,13 +126,12 @@ class _Launch:
     def __init__(self, q, k, v, p, scratch, scale, stream_id):
         self.problem, self.stream_id = p, stream_id
         self.tensors = [_tensor(t) for t in (q, k, v, torch.empty_like(q))]
-        workspace, count = (ctypes.c_void_p(t.data_ptr() if t is not None
-                                            else None) for t in scratch)
         self.scratch = scratch  # Alive while the pointers are used.
-        self.args = (_State.runtime, ctypes.byref(p),
-                     *[ctypes.byref(t) for t in self.tensors],
-                     ctypes.c_float(0.0 if scale is None else scale),
-                     workspace, count, ctypes.c_void_p(stream_id))
+        self.runtime = _State.runtime
+        self.args = self.runtime.attention_args(
+            p, *self.tensors, 0.0 if scale is None else scale,
+            *(t.data_ptr() if t is not None else None for t in scratch),
+            stream_id)
 
     def __call__(self, q, k, v):
         """The output, or None when the data is misaligned (SDPA serves)."""
@@ -202,9 +142,8 @@ class _Launch:
         t = self.tensors
         t[0].data, t[1].data, t[2].data = pointers
         t[3].data = o.data_ptr()
-        if _State.lib.evotune_runtime_attention(*self.args) != 0:
-            raise RuntimeError(
-                f"evotune: {_State.lib.evotune_last_error().decode()}")
+        if self.runtime.launch(self.args) != 0:
+            raise RuntimeError(f"evotune: {self.runtime.last_error()}")
         return o
 
 
@@ -218,11 +157,11 @@ def _prepare(q, k, v, causal, scale, stream_id):
     if reason is not None:
         return reason
     p = _problem(q, k, causal)
-    if _key(p) in _State.missing:
-        return _State.missing[_key(p)]
+    if p.key() in _State.missing:
+        return _State.missing[p.key()]
     scratch = _scratch(p, q, stream_id)
     if scratch is None:
-        return _State.missing[_key(p)]
+        return _State.missing[p.key()]
     return _Launch(q, k, v, p, scratch, scale, stream_id)
 
 
@@ -300,10 +239,6 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
                                          v.data_ptr()):
         why = checks.fallback_reason(q, k, v, scale)
     if why is None:
-        out = ctypes.create_string_buffer(512)
-        rc = _State.lib.evotune_runtime_describe(
-            _State.runtime, ctypes.byref(entry.problem),
-            ctypes.c_void_p(entry.stream_id), out, len(out))
-        kernel = out.value.decode() if rc == 0 else None
-        why = None if rc == 0 else _State.lib.evotune_last_error().decode()
+        rc, kernel = entry.runtime.describe(entry.problem, entry.stream_id)
+        why = None if rc == 0 else entry.runtime.last_error()
     return (kernel, why) if reason else kernel

@@ -128,18 +128,22 @@ out=$(TRIALS=2000 EVOTUNE_BENCH_DIR="$work/jobs" "$src/bench/query_best_with_job
 grep -q "errors 0  wrong answers 0" <<<"$out" ||
   fail "query_best_with_jobs.sh: $out"
 # A plan for sdpa_compare.py of a recording's fastest configs, compiled
-# without a GPU; a problem the recording lacks is refused by name.
+# without a GPU into one-kernel bundles that the runtime opens; a problem
+# the recording lacks is refused by name.
 key=b4_h32_kv8_q8_k4096_d128_causal_bf16_bhsd
 out=$(python3 "$src/bench/landscape_plan.py" "$bin" "$decode" "$work/plan" 2 \
   "$key" 2>&1) || fail "landscape_plan.py exited $?: $out"
-python3 -c '
-import json, os, sys
+PYTHONPATH="$src/python" python3 -c '
+import json, sys
+from evotune import runtime
 plan = json.load(open(sys.argv[1]))
 assert len(plan) == 2 and plan[0]["recorded_us"] <= plan[1]["recorded_us"], plan
 for e in plan:
-    assert os.path.getsize(e["cubin"]) > 0, e
-    assert json.load(open(e["meta"]))["template"] == "decode_fwd", e' \
-  "$work/plan/plan.json" || fail "landscape_plan.py plan: $out"
+    assert e["problem"] == sys.argv[2], e
+    assert b"decode_fwd" in open(e["bundle"], "rb").read(), e
+    runtime.Runtime.open_bundle(e["bundle"], sys.argv[3]).close()' \
+  "$work/plan/plan.json" "$key" "$bin/../lib/libevotune_runtime.so" ||
+  fail "landscape_plan.py plan: $out"
 if out=$(python3 "$src/bench/landscape_plan.py" "$bin" "$decode" \
   "$work/plan2" 2 b1_h1_kv1_q1_k1_d64_full_fp16_bhsd 2>&1); then
   fail "landscape_plan.py took a problem not in the recording"

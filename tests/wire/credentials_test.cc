@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "runtime/daemon_source.h"
+#include "evotune/daemon_source.h"
 #include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/server.h"
@@ -179,7 +179,7 @@ TEST_F(CredentialsTest, TheRuntimeReachesATlsDaemon) {
   const std::string d = dir_.string();
   Serve({d + "/daemon.pem", d + "/daemon.key", ""});
   const std::string address = absl::StrCat("127.0.0.1:", port_);
-  auto find = [&](const ClientTls& tls) {
+  auto find = [&](const DaemonTls& tls) {
     absl::StatusOr<std::unique_ptr<DaemonSource>> source =
         DaemonSource::Connect(address, "", tls);
     EXPECT_TRUE(source.ok()) << source.status();

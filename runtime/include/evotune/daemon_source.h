@@ -2,32 +2,42 @@
 // config compiled by the daemon on the first request (and kept in its
 // store). For a runtime that should follow the daemon's tuning as it
 // improves; a bundle file (BundleSource) needs no daemon.
-#ifndef EVOTUNE_RUNTIME_DAEMON_SOURCE_H_
-#define EVOTUNE_RUNTIME_DAEMON_SOURCE_H_
-
-#include <grpcpp/grpcpp.h>
+//
+//   auto source = evotune::DaemonSource::Connect("127.0.0.1:7433", token);
+//   evotune::Runtime runtime(*std::move(source));
+#ifndef EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_DAEMON_SOURCE_H_
+#define EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_DAEMON_SOURCE_H_
 
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "evotune/runtime.h"
-#include "evotune/v1/evotune.grpc.pb.h"
-#include "tuner/wire/credentials.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
 
 namespace evotune {
+
+// TLS to the daemon: PEM files of the CA that signed its certificate and,
+// for mutual TLS, this client's certificate and key. All empty: plaintext.
+struct DaemonTls {
+  std::string ca, cert, key;
+};
 
 // Thread-safe.
 class DaemonSource : public KernelSource {
  public:
   // `token`: the daemon's bearer token, empty when it has none.
   DaemonSource(std::shared_ptr<grpc::Channel> channel, std::string token);
-  // A channel to `address` (host:port): plaintext, or TLS when `tls` names
-  // the CA that signed the daemon's certificate (and, for mutual TLS, this
-  // client's certificate and key). INVALID_ARGUMENT naming the file's flag
-  // (--tls_ca, --tls_cert, --tls_key) when one cannot be read.
+  ~DaemonSource() override;
+  // A channel to `address` (host:port), plaintext or over `tls`.
+  // INVALID_ARGUMENT naming the file's flag (--tls_ca, --tls_cert,
+  // --tls_key) when one cannot be read.
   static absl::StatusOr<std::unique_ptr<DaemonSource>> Connect(
       const std::string& address, const std::string& token,
-      const ClientTls& tls = {});
+      const DaemonTls& tls = {});
 
   // GetKernel for the problem with the configs tuned on `device`. NOT_FOUND
   // when the daemon has no kernel for it (its FAILED_PRECONDITION: no
@@ -38,10 +48,11 @@ class DaemonSource : public KernelSource {
                                   const std::string& arch) override;
 
  private:
-  std::unique_ptr<v1::Tuner::Stub> stub_;
+  class Stub;  // The gRPC stub, out of this header.
+  const std::unique_ptr<Stub> stub_;
   const std::string token_;
 };
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_RUNTIME_DAEMON_SOURCE_H_
+#endif  // EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_DAEMON_SOURCE_H_

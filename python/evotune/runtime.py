@@ -1,0 +1,157 @@
+"""The evotune runtime's C API (evotune/runtime_c.h) through ctypes, with no
+PyTorch: one Runtime per bundle file or daemon, each serving the kernels of
+its source. evotune.torch builds its op on it; bench/ times kernels with it.
+
+    from evotune import runtime
+    rt = runtime.Runtime.open_bundle("kernels.evtb")
+    p = runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0)
+    rc, kernel = rt.describe(p, stream)   # "template CONFIG arch (tuned)"
+
+The library is found through `library=`, $EVOTUNE_RUNTIME_LIBRARY or the
+loader's path, and refused when its API version is not this module's.
+Calls answer the runtime's status codes (absl's: 0 OK, 3 INVALID_ARGUMENT,
+5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL); last_error() says why.
+"""
+import ctypes
+import os
+import threading
+
+API_VERSION = 2  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
+
+
+class Problem(ctypes.Structure):
+    """evotune_problem: causal is bottom-right aligned; bf16 0 means fp16."""
+    _fields_ = [(n, ctypes.c_int64) for n in (
+        "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
+            ("causal", ctypes.c_int32), ("bf16", ctypes.c_int32)]
+
+    def key(self):
+        return tuple(getattr(self, n) for n, _ in self._fields_)
+
+
+class Tensor(ctypes.Structure):
+    """evotune_tensor: [batch, heads, seq, head_dim], strides in elements."""
+    _fields_ = [("data", ctypes.c_void_p)] + [(n, ctypes.c_int64) for n in (
+        "batch_stride", "head_stride", "row_stride", "batch", "heads", "seq",
+        "head_dim")]
+
+
+def _declare(lib):
+    p = ctypes.POINTER
+    lib.evotune_runtime_open_bundle.restype = ctypes.c_void_p
+    lib.evotune_runtime_open_bundle.argtypes = [ctypes.c_char_p]
+    lib.evotune_runtime_open_daemon_tls.restype = ctypes.c_void_p
+    lib.evotune_runtime_open_daemon_tls.argtypes = [ctypes.c_char_p] * 5
+    lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
+    lib.evotune_runtime_scratch.argtypes = [
+        ctypes.c_void_p, p(Problem), ctypes.c_void_p, p(ctypes.c_int64),
+        p(ctypes.c_int64)]
+    lib.evotune_runtime_describe.argtypes = [
+        ctypes.c_void_p, p(Problem), ctypes.c_void_p, ctypes.c_char_p,
+        ctypes.c_int64]
+    lib.evotune_runtime_attention.argtypes = [
+        ctypes.c_void_p, p(Problem)] + [p(Tensor)] * 4 + [
+            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.evotune_last_error.restype = ctypes.c_char_p
+
+
+_libraries = {}  # Path: the loaded library.
+_lock = threading.Lock()
+
+
+def load_library(path=None):
+    """The runtime library (loaded once per path). Raises OSError when it
+    cannot be loaded, RuntimeError when its API version is not this
+    module's."""
+    path = path or os.environ.get("EVOTUNE_RUNTIME_LIBRARY",
+                                  "libevotune_runtime.so")
+    with _lock:
+        if path in _libraries:
+            return _libraries[path]
+        lib = ctypes.CDLL(path)
+        version = getattr(lib, "evotune_runtime_api_version", lambda: 1)()
+        if version != API_VERSION:
+            raise RuntimeError(
+                f"evotune: {path} has runtime API version {version}, this "
+                f"package speaks {API_VERSION}: build the library and the "
+                "package from one checkout")
+        _declare(lib)
+        _libraries[path] = lib
+        return lib
+
+
+class Runtime:
+    """One evotune_runtime: thread-safe, closed by close() or when
+    collected."""
+
+    def __init__(self, lib, handle):
+        self.lib, self.handle = lib, handle
+
+    @classmethod
+    def open_bundle(cls, path, library=None):
+        """Serves the kernels of a bundle (`evotune export`). Raises
+        RuntimeError with the runtime's message when it cannot be read."""
+        lib = load_library(library)
+        return cls._opened(lib, lib.evotune_runtime_open_bundle(
+            os.fsencode(path)))
+
+    @classmethod
+    def open_daemon(cls, address, token="", tls_ca=None, tls_cert=None,
+                    tls_key=None, library=None):
+        """Serves the kernels a daemon compiles (over TLS with tls_ca, and
+        tls_cert/tls_key for mutual TLS)."""
+        lib = load_library(library)
+        tls = [os.fsencode(f) if f else None
+               for f in (tls_ca, tls_cert, tls_key)]
+        return cls._opened(lib, lib.evotune_runtime_open_daemon_tls(
+            address.encode(), token.encode(), *tls))
+
+    @classmethod
+    def _opened(cls, lib, handle):
+        if not handle:
+            raise RuntimeError(lib.evotune_last_error().decode())
+        return cls(lib, handle)
+
+    def close(self):
+        if self.handle:
+            self.lib.evotune_runtime_close(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self.close()
+
+    def last_error(self):
+        """The message of this thread's last failed call."""
+        return self.lib.evotune_last_error().decode()
+
+    def scratch(self, problem, stream):
+        """(code, workspace floats, counters) of the kernel for `problem`
+        in the context of `stream` (a CUstream as an int; loads it)."""
+        floats, counters = ctypes.c_int64(), ctypes.c_int64()
+        rc = self.lib.evotune_runtime_scratch(
+            self.handle, ctypes.byref(problem), ctypes.c_void_p(stream),
+            ctypes.byref(floats), ctypes.byref(counters))
+        return rc, floats.value, counters.value
+
+    def describe(self, problem, stream):
+        """(code, "template CONFIG arch (tuned|transferred|default)")."""
+        out = ctypes.create_string_buffer(512)
+        rc = self.lib.evotune_runtime_describe(
+            self.handle, ctypes.byref(problem), ctypes.c_void_p(stream), out,
+            len(out))
+        return rc, out.value.decode() if rc == OK else None
+
+    def attention_args(self, problem, q, k, v, o, scale, workspace, counters,
+                       stream):
+        """The arguments of evotune_runtime_attention for Tensors q, k, v, o
+        (whose `data` may change between calls): launch(args) runs it.
+        `problem` and the Tensors must stay alive while they are used."""
+        return (self.handle, ctypes.byref(problem),
+                *[ctypes.byref(t) for t in (q, k, v, o)],
+                ctypes.c_float(scale), ctypes.c_void_p(workspace),
+                ctypes.c_void_p(counters), ctypes.c_void_p(stream))
+
+    def launch(self, args):
+        """Launches attention with attention_args(...); the status code."""
+        return self.lib.evotune_runtime_attention(*args)

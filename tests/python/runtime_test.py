@@ -1,0 +1,85 @@
+"""evotune.runtime (the C API through ctypes) against the built library,
+with no GPU: the API version it speaks is the header's, a library of
+another version is refused, bundles that cannot be read are refused with
+the runtime's message, and a bundle export_kernel wrote opens and answers
+FAILED_PRECONDITION naming the missing driver, and a problem evotune does
+not take is refused naming the field before any driver call.
+
+  runtime_test.py LIBEVOTUNE_RUNTIME.so EXPORT_KERNEL RUNTIME_C_H
+"""
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+from evotune import runtime
+
+LIBRARY, EXPORT_KERNEL, HEADER = sys.argv[1:4]
+SEED = "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd"
+
+
+class RuntimeTest(unittest.TestCase):
+    def test_speaks_the_headers_version(self):
+        with open(HEADER) as f:
+            header = f.read()
+        want = re.search(r"#define EVOTUNE_RUNTIME_API_VERSION (\d+)", header)
+        self.assertEqual(runtime.API_VERSION, int(want.group(1)))
+        lib = runtime.load_library(LIBRARY)
+        self.assertEqual(lib.evotune_runtime_api_version(),
+                         runtime.API_VERSION)
+
+    def test_refuses_a_library_of_another_version(self):
+        # libm has no evotune_runtime_api_version: the first API's library.
+        with self.assertRaisesRegex(RuntimeError, "runtime API version 1"):
+            runtime.load_library("libm.so.6")
+
+    def test_refuses_a_missing_bundle_naming_it(self):
+        with self.assertRaisesRegex(RuntimeError, "/no/such.evtb"):
+            runtime.Runtime.open_bundle("/no/such.evtb", LIBRARY)
+
+    def test_refuses_a_file_that_is_no_bundle(self):
+        with tempfile.NamedTemporaryFile(suffix=".evtb") as f:
+            f.write(b"\xff\xff not a bundle")
+            f.flush()
+            with self.assertRaisesRegex(RuntimeError, f.name):
+                runtime.Runtime.open_bundle(f.name, LIBRARY)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        out = os.path.join(cls.dir.name, "seed")
+        config = ("BLOCK_N=128,CONSUMERS=1,KV_SPLITS=1,OVERLAP=1,"
+                  "PERSISTENT=1,PINGPONG=0,STAGES=3")
+        rc = os.spawnv(os.P_WAIT, EXPORT_KERNEL, [
+            EXPORT_KERNEL, "--template_name=flash_fwd_tma",
+            f"--config={config}", f"--problem={SEED}", f"--out={out}"])
+        assert rc == 0, f"export_kernel exited {rc}"
+        cls.bundle = out + ".evtb"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_opens_an_exported_kernel(self):
+        rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
+        p = runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0)
+        rc, text = rt.describe(p, 0)
+        # No GPU here: the driver is missing, and the runtime says so.
+        self.assertEqual(rc, runtime.FAILED_PRECONDITION)
+        self.assertIsNone(text)
+        self.assertRegex(rt.last_error(), "(?i)cuda")
+        rc, _, _ = rt.scratch(p, 0)
+        self.assertEqual(rc, runtime.FAILED_PRECONDITION)
+        rt.close()
+        rt.close()  # Twice is harmless.
+
+    def test_refuses_a_problem_it_does_not_take_naming_the_field(self):
+        rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
+        rc, _ = rt.describe(runtime.Problem(1, 8, 8, 64, 64, 0, 0, 0), 0)
+        self.assertEqual(rc, runtime.INVALID_ARGUMENT)
+        self.assertIn("head_dim", rt.last_error())
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
