@@ -110,10 +110,10 @@ def _scratch(p, q, stream_id):
             return None
         raise RuntimeError(f"evotune: {_State.runtime.last_error()}")
     scratch = (
-        torch.empty(floats.value, dtype=torch.float32, device=q.device)
-        if floats.value else None,
-        torch.zeros(counters.value, dtype=torch.int32, device=q.device)
-        if counters.value else None)
+        torch.empty(floats, dtype=torch.float32, device=q.device)
+        if floats else None,
+        torch.zeros(counters, dtype=torch.int32, device=q.device)
+        if counters else None)
     _State.scratch[(p.key(), stream_id)] = scratch
     return scratch
 
