@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/fake_file_system.h"
 
 namespace evotune {
 namespace {
@@ -77,6 +78,32 @@ TEST(KernelBundleTest, AFailedWriteLeavesTheOldFile) {
   ASSERT_TRUE(WriteKernelBundle(path, one).ok());
   EXPECT_FALSE(WriteKernelBundle("/nonexistent-dir/x.evtb", one).ok());
   EXPECT_EQ(ReadKernelBundle(path)->kernels(0).template_name(), "first");
+}
+
+// Through the seam: a bundle is written whole in one atomic write, and a
+// write or read that fails says which path.
+TEST(KernelBundleTest, GoesThroughTheFileSystemItIsGiven) {
+  FakeFileSystem fs;
+  v1::KernelBundle bundle;
+  bundle.add_kernels()->set_template_name("naive");
+  ASSERT_TRUE(WriteKernelBundle("/b/k.evtb", bundle, fs).ok());
+  EXPECT_EQ(fs.writes(), 1);
+  EXPECT_EQ(fs.files().count("/b/k.evtb"), 1u);
+  absl::StatusOr<v1::KernelBundle> read = ReadKernelBundle("/b/k.evtb", fs);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->format_version(), kKernelBundleFormat);
+  EXPECT_EQ(read->kernels(0).template_name(), "naive");
+  fs.FailWrites(true);
+  absl::Status failed = WriteKernelBundle("/b/k.evtb", v1::KernelBundle(), fs);
+  EXPECT_TRUE(absl::IsInternal(failed)) << failed;
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("/b/k.evtb"));
+  EXPECT_EQ(ReadKernelBundle("/b/k.evtb", fs)->kernels_size(), 1);
+  fs.FailReads(true);
+  EXPECT_TRUE(absl::IsNotFound(ReadKernelBundle("/b/k.evtb", fs).status()));
+  fs.FailReads(false);
+  fs.Put("/b/junk.evtb", "\xff\xff\xff");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ReadKernelBundle("/b/junk.evtb", fs).status()));
 }
 
 }  // namespace

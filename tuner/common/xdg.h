@@ -2,12 +2,19 @@
 #ifndef EVOTUNE_TUNER_COMMON_XDG_H_
 #define EVOTUNE_TUNER_COMMON_XDG_H_
 
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 
 namespace evotune {
 
-// $<xdg_variable>/evotune, or ~/<fallback>/evotune when it is unset.
-std::filesystem::path XdgDir(const char* xdg_variable, const char* fallback);
+// The environment's variables (std::getenv; tests give their own).
+using GetEnvFn = std::function<const char*(const char*)>;
+
+// $<xdg_variable>/evotune, or $HOME/<fallback>/evotune when it is unset or
+// empty (./<fallback>/evotune without a HOME).
+std::filesystem::path XdgDir(const char* xdg_variable, const char* fallback,
+                             const GetEnvFn& getenv = std::getenv);
 
 }  // namespace evotune
 

@@ -1,21 +1,14 @@
 #include "tuner/evaluator/cubin_cache.h"
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 
 namespace evotune {
 
-CubinCache::CubinCache(std::string dir, std::string arch, int threads)
-    : dir_(std::move(dir)), arch_(std::move(arch)) {
-  if (!dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-  }
+CubinCache::CubinCache(std::string dir, std::string arch, int threads,
+                       const FileSystem* fs)
+    : dir_(std::move(dir)), arch_(std::move(arch)), fs_(fs) {
+  // A directory that cannot be made leaves every cubin to be compiled.
+  if (!dir_.empty()) fs_->CreateDirectories(dir_).IgnoreError();
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
 }
 
@@ -117,33 +110,21 @@ absl::StatusOr<CompileResult> CubinCache::Compile(const Task& task) {
 
 bool CubinCache::ReadFile(const std::string& key, CompileResult* out) const {
   if (dir_.empty()) return false;
-  std::ifstream in(std::filesystem::path(dir_) / (key + ".cubin"),
-                   std::ios::binary);
-  if (!in) return false;
-  std::ostringstream data;
-  data << in.rdbuf();
+  absl::StatusOr<std::string> cubin =
+      fs_->ReadFile(absl::StrCat(dir_, "/", key, ".cubin"));
+  if (!cubin.ok() || cubin->empty()) return false;
   out->ok = true;
-  out->cubin = data.str();
+  out->cubin = *std::move(cubin);
   out->log = "(from the cubin cache)";
-  return !out->cubin.empty();
+  return true;
 }
 
 void CubinCache::WriteFile(const std::string& key,
                            const CompileResult& r) const {
   if (dir_.empty()) return;
-  const std::filesystem::path path =
-      std::filesystem::path(dir_) / (key + ".cubin");
-  // Write then rename, so that a reader never sees half a file.
-  const std::filesystem::path tmp =
-      path.string() + ".tmp" + std::to_string(::getpid()) + "-" +
-      std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(r.cubin.data(), static_cast<std::streamsize>(r.cubin.size()));
-    if (!out) return;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  // Only a cache: a cubin that cannot be kept is compiled again next time.
+  fs_->WriteFileAtomically(absl::StrCat(dir_, "/", key, ".cubin"), r.cubin)
+      .IgnoreError();
 }
 
 }  // namespace evotune

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "tuner/common/file_system.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 
 namespace evotune {
@@ -23,8 +24,10 @@ namespace evotune {
 class CubinCache {
  public:
   // `dir` empty keeps results in memory only; otherwise cubins are files
-  // there (created on demand). `threads` compile in the background.
-  CubinCache(std::string dir, std::string arch, int threads);
+  // there (created on demand) in `fs`, which must outlive the cache.
+  // `threads` compile in the background.
+  CubinCache(std::string dir, std::string arch, int threads,
+             const FileSystem* fs = &FileSystem::Local());
   ~CubinCache();
 
   // Starts compiling in the background unless cached or already under way.
@@ -60,6 +63,7 @@ class CubinCache {
 
   const std::string dir_;
   const std::string arch_;
+  const FileSystem* const fs_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);

@@ -1,20 +1,15 @@
 #include "tuner/wire/kernel_bundle.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 
 namespace evotune {
 
-absl::StatusOr<v1::KernelBundle> ReadKernelBundle(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+absl::StatusOr<v1::KernelBundle> ReadKernelBundle(const std::string& path,
+                                                  const FileSystem& fs) {
+  absl::StatusOr<std::string> data = fs.ReadFile(path);
+  if (!data.ok()) return data.status();
   v1::KernelBundle bundle;
-  if (!bundle.ParseFromIstream(&in)) {
+  if (!bundle.ParseFromString(*data)) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": not a kernel bundle (evotune export writes them)"));
   }
@@ -26,25 +21,14 @@ absl::StatusOr<v1::KernelBundle> ReadKernelBundle(const std::string& path) {
   return bundle;
 }
 
-absl::Status WriteKernelBundle(const std::string& path,
-                               v1::KernelBundle bundle) {
+absl::Status WriteKernelBundle(const std::string& path, v1::KernelBundle bundle,
+                               const FileSystem& fs) {
   bundle.set_format_version(kKernelBundleFormat);
-  const std::string temp = absl::StrCat(path, ".tmp", getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out || !bundle.SerializeToOstream(&out) || !out.flush()) {
-      std::remove(temp.c_str());
-      return absl::InternalError(absl::StrCat("cannot write ", temp));
-    }
+  std::string data;
+  if (!bundle.SerializeToString(&data)) {
+    return absl::InternalError(absl::StrCat("cannot serialize ", path));
   }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) {
-    std::remove(temp.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temp, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
+  return fs.WriteFileAtomically(path, data);
 }
 
 }  // namespace evotune
