@@ -132,7 +132,10 @@ absl::Status CudaDriver::Check(CUresult result, absl::string_view what) const {
 absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal) {
   absl::StatusOr<const CudaDriver*> driver = CudaDriver::Get();
   if (!driver.ok()) return driver.status();
-  const CudaDriver& d = **driver;
+  return ProbeCudaDevice(**driver, ordinal);
+}
+
+absl::StatusOr<DeviceInfo> ProbeCudaDevice(const CudaDriver& d, int ordinal) {
   CUdevice dev;
   if (absl::Status s = d.Check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
       !s.ok()) {

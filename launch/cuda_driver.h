@@ -66,8 +66,10 @@ struct CudaDriver {
 
 // Identity and limits of device `ordinal` (of the visible devices), all but
 // nvrtc_version, which is the compiler's (NvrtcVersion(); this library does
-// not link NVRTC): empty here.
+// not link NVRTC): empty here. Through the machine's driver, or `d` (a
+// test's fake).
 absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal);
+absl::StatusOr<DeviceInfo> ProbeCudaDevice(const CudaDriver& d, int ordinal);
 
 // The cubin architecture of a device: "sm_89" for (8, 9); "sm_90a" for
 // (9, 0), so that Hopper's own instructions are available.

@@ -701,10 +701,15 @@ class CudaEvaluator : public Evaluator {
 
 absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(
     const CudaEvaluatorOptions& options) {
-  absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(options.ordinal);
+  const CudaDriver* d = options.driver;
+  if (d == nullptr) {
+    absl::StatusOr<const CudaDriver*> machine = CudaDriver::Get();
+    if (!machine.ok()) return machine.status();
+    d = *machine;
+  }
+  absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(*d, options.ordinal);
   if (!info.ok()) return info.status();
   info->nvrtc_version = NvrtcVersion();  // Part of the device key.
-  const CudaDriver* d = *CudaDriver::Get();
   CUdevice dev;
   if (absl::Status s =
           d->Check(d->cuDeviceGet(&dev, options.ordinal), "cuDeviceGet");

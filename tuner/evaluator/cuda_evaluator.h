@@ -33,6 +33,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "launch/cuda_driver.h"
 #include "tuner/evaluator/evaluator.h"
 
 namespace evotune {
@@ -54,6 +55,10 @@ struct CudaEvaluatorOptions {
   // left in L2. For benchmarks that set the two side by side: results
   // timed so are not the store's (its keys do not name the policy).
   bool cold_l2 = false;
+  // The driver API it calls; null: the machine's (CudaDriver::Get()). A
+  // test's fake GPU (tests/evaluator/fake_cuda_driver.h) drives the gates
+  // without one. It must outlive the evaluator.
+  const CudaDriver* driver = nullptr;
 };
 
 // UNAVAILABLE "no CUDA device: ..." when the driver or device is missing.
