@@ -76,6 +76,9 @@ absl::StatusOr<std::unique_ptr<SearchStrategy>> MakeStrategy(
 
 // Each strategy with its description and options, for --help.
 std::string StrategiesHelp();
+// The same as a Markdown list, as docs/results.md shows it (a test keeps the
+// two equal).
+std::string StrategiesMarkdown();
 
 }  // namespace evotune
 
