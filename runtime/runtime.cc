@@ -1,7 +1,10 @@
 #include "evotune/runtime.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "kernel_templates/kernel_template.h"
 #include "launch/cuda_driver.h"
@@ -57,12 +60,6 @@ AttentionParams CallParams(const AttentionCall& call) {
   return p;
 }
 
-absl::StatusOr<const CudaDriver*> Driver() {
-  absl::StatusOr<const CudaDriver*> d = CudaDriver::Get();
-  if (!d.ok()) return absl::FailedPreconditionError(d.status().message());
-  return d;
-}
-
 // The context of `stream` (for stream 0, the current one).
 absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
   CUcontext ctx = nullptr;
@@ -104,33 +101,53 @@ absl::StatusOr<v1::Kernel> BundleSource::Find(const Problem& problem,
   return it->second;
 }
 
+struct Runtime::Module {
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  int64_t smem_limit = 0;  // The dynamic shared memory allowed so far.
+};
+
 struct Runtime::Loaded {
   std::string problem_key;
-  v1::Kernel kernel;  // Without its cubin and PTX.
-  CUmodule module = nullptr;
-  LoadedKernel launch;  // Its function, geometry and multiprocessors.
+  v1::Kernel kernel;    // Without its cubin and PTX.
+  LoadedKernel launch;  // Its module's function, this problem's geometry.
 };
 
+// Scratch for the launches on one stream: the largest any kernel asked for
+// so far, grown at least twofold. Buffers it outgrew stay allocated (a
+// launch queued on the stream may still use them) until the runtime goes:
+// together at most twice the largest, which is under twice the largest need.
 struct Runtime::Scratch {
-  CUdeviceptr workspace = 0;
-  CUdeviceptr counters = 0;
+  CUdeviceptr workspace = 0, counters = 0;
+  int64_t workspace_floats = 0, counter_count = 0;
+  std::vector<CUdeviceptr> outgrown;
 };
 
-Runtime::Runtime(std::unique_ptr<KernelSource> source)
-    : source_(std::move(source)) {}
+Runtime::Runtime(std::unique_ptr<KernelSource> source, const CudaDriver* driver)
+    : source_(std::move(source)), driver_(driver) {}
 
 Runtime::~Runtime() {
-  absl::StatusOr<const CudaDriver*> d = CudaDriver::Get();
+  absl::StatusOr<const CudaDriver*> d = Driver();
   if (!d.ok()) return;
   for (auto& [key, s] : scratch_) {
-    ScopedContext current(**d, std::get<0>(key));
-    if (s->workspace != 0) (*d)->cuMemFree(s->workspace);
-    if (s->counters != 0) (*d)->cuMemFree(s->counters);
-  }
-  for (auto& [key, k] : loaded_) {
     ScopedContext current(**d, key.first);
-    (*d)->cuModuleUnload(k->module);
+    s->outgrown.push_back(s->workspace);
+    s->outgrown.push_back(s->counters);
+    for (CUdeviceptr p : s->outgrown) {
+      if (p != 0) (*d)->cuMemFree(p);
+    }
   }
+  for (auto& [key, m] : modules_) {
+    ScopedContext current(**d, key.first);
+    (*d)->cuModuleUnload(m->module);
+  }
+}
+
+absl::StatusOr<const CudaDriver*> Runtime::Driver() const {
+  if (driver_ != nullptr) return driver_;
+  absl::StatusOr<const CudaDriver*> d = CudaDriver::Get();
+  if (!d.ok()) return absl::FailedPreconditionError(d.status().message());
+  return d;
 }
 
 absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
@@ -140,28 +157,42 @@ absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
   if (!d.ok()) return d.status();
   absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
   if (!ctx.ok()) return ctx.status();
-  absl::StatusOr<Loaded*> k = Load(problem, *ctx);
+  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx);
   if (!k.ok()) return k.status();
   return (*k)->kernel;
 }
 
-absl::StatusOr<Runtime::Loaded*> Runtime::Load(const Problem& problem,
-                                               CUcontext ctx) {
-  const std::string problem_key = ProblemKey(problem);
-  absl::MutexLock lock(&mu_);
-  auto it = loaded_.find({ctx, problem_key});
-  if (it != loaded_.end()) return it->second.get();
-  const CudaDriver& d = **CudaDriver::Get();
+absl::StatusOr<DeviceInfo> Runtime::ContextDevice(const CudaDriver& d,
+                                                  CUcontext ctx) {
+  auto it = devices_.find(ctx);
+  if (it != devices_.end()) return it->second;
   ScopedContext current(d, ctx);
   CUdevice dev;
   if (!current.ok() || d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) {
     return absl::FailedPreconditionError("no CUDA device in the context");
   }
-  absl::StatusOr<DeviceInfo> device = ProbeCudaDevice(static_cast<int>(dev));
-  if (!device.ok()) return device.status();
-  const std::string arch = ArchName(device->cc_major, device->cc_minor);
-  absl::StatusOr<v1::Kernel> kernel =
-      source_->Find(problem, device->name, arch);
+  absl::StatusOr<DeviceInfo> device = ProbeCudaDevice(d, static_cast<int>(dev));
+  if (device.ok()) devices_[ctx] = *device;
+  return device;
+}
+
+absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
+                                               const Problem& problem,
+                                               CUcontext ctx) {
+  const std::string problem_key = ProblemKey(problem);
+  DeviceInfo device;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = loaded_.find({ctx, problem_key});
+    if (it != loaded_.end()) return it->second.get();
+    absl::StatusOr<DeviceInfo> found = ContextDevice(d, ctx);
+    if (!found.ok()) return found.status();
+    device = *std::move(found);
+  }
+  // Asked without the lock: launches of problems already served go on
+  // while the source answers (a daemon may take seconds to compile).
+  const std::string arch = ArchName(device.cc_major, device.cc_minor);
+  absl::StatusOr<v1::Kernel> kernel = source_->Find(problem, device.name, arch);
   if (!kernel.ok()) return kernel.status();
   if (kernel->param_layout_version() != kParamLayoutVersion) {
     return absl::FailedPreconditionError(
@@ -174,31 +205,31 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const Problem& problem,
         absl::StrCat("the kernel for ", problem_key, " is compiled for ",
                      kernel->arch(), ", the device is ", arch));
   }
+  absl::MutexLock lock(&mu_);
+  auto it = loaded_.find({ctx, problem_key});
+  if (it != loaded_.end()) return it->second.get();  // Another thread's.
+  absl::StatusOr<Module*> module = LoadModule(d, *kernel, ctx);
+  if (!module.ok()) return module.status();
   auto loaded = std::make_unique<Loaded>();
   loaded->problem_key = problem_key;
-  if (absl::Status s =
-          d.Check(d.cuModuleLoadData(&loaded->module, kernel->cubin().data()),
-                  "cuModuleLoadData");
-      !s.ok()) {
-    return s;
-  }
+  loaded->launch.function = (*module)->function;
   loaded->launch.geometry = GeometryFromProto(kernel->geometry());
-  loaded->launch.multiprocessors = device->limits.multiprocessors;
-  absl::Status s =
-      d.Check(d.cuModuleGetFunction(&loaded->launch.function, loaded->module,
-                                    kernel->kernel_name().c_str()),
-              "cuModuleGetFunction");
-  // Static shared memory adds to the dynamic amount: always raise the limit.
-  if (s.ok() && loaded->launch.geometry.smem_bytes > 0) {
-    s = d.Check(d.cuFuncSetAttribute(
-                    loaded->launch.function,
-                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    static_cast<int>(loaded->launch.geometry.smem_bytes)),
-                "cuFuncSetAttribute");
-  }
-  if (!s.ok()) {
-    d.cuModuleUnload(loaded->module);
-    return s;
+  loaded->launch.multiprocessors = device.limits.multiprocessors;
+  // Static shared memory adds to the dynamic amount: always raise the
+  // limit, to the most any problem of the module asks.
+  if (const int64_t smem = loaded->launch.geometry.smem_bytes;
+      smem > (*module)->smem_limit) {
+    ScopedContext current(d, ctx);
+    if (absl::Status s =
+            d.Check(d.cuFuncSetAttribute(
+                        (*module)->function,
+                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        static_cast<int>(smem)),
+                    "cuFuncSetAttribute");
+        !s.ok()) {
+      return s;
+    }
+    (*module)->smem_limit = smem;
   }
   kernel->clear_cubin();
   kernel->clear_ptx();
@@ -208,40 +239,87 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const Problem& problem,
   return out;
 }
 
-absl::StatusOr<Runtime::Scratch*> Runtime::ScratchFor(const Loaded& kernel,
-                                                      CUcontext ctx,
-                                                      CUstream stream) {
-  const std::tuple<CUcontext, std::string, CUstream> key = {
-      ctx, kernel.problem_key, stream};
-  absl::MutexLock lock(&mu_);
-  std::unique_ptr<Scratch>& scratch = scratch_[key];
-  if (scratch != nullptr) return scratch.get();
-  const CudaDriver& d = **CudaDriver::Get();
+absl::StatusOr<Runtime::Module*> Runtime::LoadModule(const CudaDriver& d,
+                                                     const v1::Kernel& kernel,
+                                                     CUcontext ctx) {
+  // A cubin serves every problem of its head_dim and dtype: one module for
+  // all of them, known by the kernel's name and the cubin's bytes.
+  const std::string identity =
+      absl::StrCat(kernel.kernel_name(), " ", kernel.cubin().size(), " ",
+                   absl::Hash<std::string>()(kernel.cubin()));
+  std::unique_ptr<Module>& module = modules_[{ctx, identity}];
+  if (module != nullptr) return module.get();
   ScopedContext current(d, ctx);
-  auto fresh = std::make_unique<Scratch>();
-  const LaunchGeometry& g = kernel.launch.geometry;
-  absl::Status s;
-  if (g.workspace_floats > 0) {
-    s = d.Check(d.cuMemAlloc(&fresh->workspace, g.workspace_floats * 4),
-                "cuMemAlloc (workspace)");
-  }
-  if (s.ok() && g.counters > 0) {
-    s = d.Check(d.cuMemAlloc(&fresh->counters, g.counters * 4),
-                "cuMemAlloc (counters)");
-    // On the stream, so that the first launch there sees them zero.
-    if (s.ok()) {
-      s = d.Check(d.cuMemsetD32Async(fresh->counters, 0, g.counters, stream),
-                  "cuMemsetD32Async (counters)");
-    }
-  }
-  if (!s.ok()) {
-    if (fresh->workspace != 0) d.cuMemFree(fresh->workspace);
-    if (fresh->counters != 0) d.cuMemFree(fresh->counters);
-    scratch_.erase(key);
+  auto fresh = std::make_unique<Module>();
+  if (absl::Status s =
+          d.Check(d.cuModuleLoadData(&fresh->module, kernel.cubin().data()),
+                  "cuModuleLoadData");
+      !s.ok()) {
+    modules_.erase({ctx, identity});
     return s;
   }
-  scratch = std::move(fresh);
-  return scratch.get();
+  if (absl::Status s =
+          d.Check(d.cuModuleGetFunction(&fresh->function, fresh->module,
+                                        kernel.kernel_name().c_str()),
+                  "cuModuleGetFunction");
+      !s.ok()) {
+    d.cuModuleUnload(fresh->module);
+    modules_.erase({ctx, identity});
+    return s;
+  }
+  module = std::move(fresh);
+  return module.get();
+}
+
+absl::StatusOr<Runtime::Scratch*> Runtime::ScratchFor(const CudaDriver& d,
+                                                      const LaunchGeometry& g,
+                                                      CUcontext ctx,
+                                                      CUstream stream) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<Scratch>& scratch = scratch_[{ctx, stream}];
+  if (scratch == nullptr) scratch = std::make_unique<Scratch>();
+  Scratch& s = *scratch;
+  if (g.workspace_floats <= s.workspace_floats &&
+      g.counters <= s.counter_count) {
+    return &s;
+  }
+  ScopedContext current(d, ctx);
+  // Grown at least twofold, so that rising needs allocate few times.
+  auto grow = [](int64_t have, int64_t need) {
+    return need <= have ? have : std::max(need, 2 * have);
+  };
+  const int64_t floats = grow(s.workspace_floats, g.workspace_floats);
+  const int64_t counters = grow(s.counter_count, g.counters);
+  CUdeviceptr workspace = s.workspace, counter = s.counters;
+  absl::Status st;
+  if (floats > s.workspace_floats) {
+    st =
+        d.Check(d.cuMemAlloc(&workspace, floats * 4), "cuMemAlloc (workspace)");
+  }
+  if (st.ok() && counters > s.counter_count) {
+    st = d.Check(d.cuMemAlloc(&counter, counters * 4), "cuMemAlloc (counters)");
+    // On the stream, so that the first launch there sees them zero.
+    if (st.ok()) {
+      st = d.Check(d.cuMemsetD32Async(counter, 0, counters, stream),
+                   "cuMemsetD32Async (counters)");
+    }
+  }
+  if (!st.ok()) {
+    if (workspace != s.workspace) d.cuMemFree(workspace);
+    if (counter != s.counters && counter != 0) d.cuMemFree(counter);
+    return st;
+  }
+  if (workspace != s.workspace) {
+    s.outgrown.push_back(s.workspace);
+    s.workspace = workspace;
+    s.workspace_floats = floats;
+  }
+  if (counter != s.counters) {
+    s.outgrown.push_back(s.counters);
+    s.counters = counter;
+    s.counter_count = counters;
+  }
+  return &s;
 }
 
 absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
@@ -252,7 +330,7 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
   absl::StatusOr<CUcontext> context = StreamContext(d, stream);
   if (!context.ok()) return context.status();
   const CUcontext ctx = *context;
-  absl::StatusOr<Loaded*> kernel = Load(call.problem, ctx);
+  absl::StatusOr<Loaded*> kernel = Load(d, call.problem, ctx);
   if (!kernel.ok()) return kernel.status();
   const LaunchGeometry& g = (*kernel)->launch.geometry;
   AttentionParams params = CallParams(call);
@@ -262,7 +340,7 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
       (g.workspace_floats > 0 && call.workspace == nullptr) ||
       (g.counters > 0 && call.counters == nullptr);
   if (own_scratch) {
-    absl::StatusOr<Scratch*> scratch = ScratchFor(**kernel, ctx, stream);
+    absl::StatusOr<Scratch*> scratch = ScratchFor(d, g, ctx, stream);
     if (!scratch.ok()) return scratch.status();
     params.workspace = reinterpret_cast<float*>((*scratch)->workspace);
     params.counters = reinterpret_cast<int*>((*scratch)->counters);

@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernel_templates/template_registry.h"
-#include "tests/evaluator/fake_cuda_driver.h"
+#include "tests/common/fake_cuda_driver.h"
 #include "tuner/evaluator/cuda_evaluator.h"
 
 namespace evotune {
@@ -52,7 +52,7 @@ TEST_F(CudaEvaluatorGatesTest, TheDeviceIsTheDriversAndACorrectKernelIsTimed) {
   EXPECT_EQ(r.status, TrialStatus::kOk) << r.error;
   EXPECT_EQ(r.samples, kFullTimingSamples);
   EXPECT_NEAR(r.median_us, 12.5, 1e-4);
-  EXPECT_EQ(gpu_.fills, 3);  // Q, K and V, fresh for the trial.
+  EXPECT_EQ(gpu_.fills, 3);            // Q, K and V, fresh for the trial.
   EXPECT_EQ(gpu_.bytes_allocated, 0);  // Every buffer freed again.
 }
 

@@ -32,8 +32,8 @@ export_kernel() {
     --arch=sm_80 --out="$work/k"
 }
 export_kernel || fail "export_kernel does not know my_attention"
-[ -s "$work/k.cubin" ] || fail "no cubin for my_attention"
-grep -q '"template": *"my_attention"' "$work/k.json" || fail "k.json: $(cat "$work/k.json")"
+[ -s "$work/k.evtb" ] || fail "no kernel bundle for my_attention"
+grep -q my_attention "$work/k.evtb" || fail "the bundle does not name my_attention"
 
 # A folder without its spec fails the build, saying what is missing.
 mkdir kernel_templates/half_done

@@ -56,7 +56,7 @@ struct CudaEvaluatorOptions {
   // timed so are not the store's (its keys do not name the policy).
   bool cold_l2 = false;
   // The driver API it calls; null: the machine's (CudaDriver::Get()). A
-  // test's fake GPU (tests/evaluator/fake_cuda_driver.h) drives the gates
+  // test's fake GPU (tests/common/fake_cuda_driver.h) drives the gates
   // without one. It must outlive the evaluator.
   const CudaDriver* driver = nullptr;
 };

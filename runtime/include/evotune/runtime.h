@@ -1,8 +1,9 @@
 // The evotune runtime: runs the tuned attention kernel for a problem in an
 // inference program. Kernels come from a KernelSource (a bundle file that
-// `evotune export` wrote, or a daemon); they are loaded once per CUDA
-// context and problem with the driver API and launched on the caller's
-// stream. No NVRTC compile happens here.
+// `evotune export` wrote, or a daemon); each compiled kernel is loaded once
+// per CUDA context with the driver API, whatever number of problems it
+// serves, and launched on the caller's stream. No NVRTC compile happens
+// here.
 //
 //   auto source = evotune::BundleSource::Open("kernels.evtb");
 //   evotune::Runtime runtime(*std::move(source));
@@ -22,10 +23,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/problem.h"
+#include "core/trial.h"
 #include "evotune/attention_call.h"
 #include "evotune/v1/evotune.pb.h"
 
 namespace evotune {
+
+struct CudaDriver;      // launch/cuda_driver.h
+struct LaunchGeometry;  // kernel_templates/kernel_template.h
 
 // Where kernels come from. Implementations must be thread-safe.
 class KernelSource {
@@ -58,11 +63,15 @@ class BundleSource : public KernelSource {
   const std::map<std::string, v1::Kernel> kernels_;
 };
 
-// Thread-safe. Destroying it unloads its modules and frees its scratch; the
-// contexts it used must still exist then.
+// Thread-safe: a launch of a problem already served never waits for the
+// source to answer for another. Destroying it unloads its modules and frees
+// its scratch; the contexts it used must still exist then.
 class Runtime {
  public:
-  explicit Runtime(std::unique_ptr<KernelSource> source);
+  // `driver`: the driver API it calls; null: the machine's
+  // (CudaDriver::Get()). A test's fake GPU goes here.
+  explicit Runtime(std::unique_ptr<KernelSource> source,
+                   const CudaDriver* driver = nullptr);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -82,19 +91,33 @@ class Runtime {
   absl::StatusOr<v1::Kernel> KernelFor(const Problem& problem, CUstream stream);
 
  private:
-  struct Loaded;
-  struct Scratch;
-  absl::StatusOr<Loaded*> Load(const Problem& problem, CUcontext ctx);
-  absl::StatusOr<Scratch*> ScratchFor(const Loaded& kernel, CUcontext ctx,
+  struct Module;   // One cubin loaded in one context.
+  struct Loaded;   // A problem's kernel: its module, geometry and message.
+  struct Scratch;  // Per context and stream, grown to what kernels ask.
+  absl::StatusOr<const CudaDriver*> Driver() const;
+  absl::StatusOr<Loaded*> Load(const CudaDriver& d, const Problem& problem,
+                               CUcontext ctx);
+  absl::StatusOr<Module*> LoadModule(const CudaDriver& d,
+                                     const v1::Kernel& kernel, CUcontext ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<DeviceInfo> ContextDevice(const CudaDriver& d, CUcontext ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Scratch*> ScratchFor(const CudaDriver& d,
+                                      const LaunchGeometry& g, CUcontext ctx,
                                       CUstream stream);
 
   const std::unique_ptr<KernelSource> source_;
+  const CudaDriver* const driver_;  // Null: CudaDriver::Get().
   absl::Mutex mu_;
+  std::map<CUcontext, DeviceInfo> devices_ ABSL_GUARDED_BY(mu_);
+  // By context and the kernel's identity (its name and cubin).
+  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Module>> modules_
+      ABSL_GUARDED_BY(mu_);
+  // By context and problem key.
   std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Loaded>> loaded_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::tuple<CUcontext, std::string, CUstream>,
-           std::unique_ptr<Scratch>>
-      scratch_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<CUcontext, CUstream>, std::unique_ptr<Scratch>> scratch_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace evotune

@@ -1,4 +1,4 @@
-#include "tests/evaluator/fake_cuda_driver.h"
+#include "tests/common/fake_cuda_driver.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -51,15 +51,26 @@ CUresult DeviceGetName(char* name, int len, CUdevice) {
 }
 CUresult DeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
   switch (a) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *v = 9;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *v = 0;
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
       *v = State().smem_optin;
       break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 1 << 20; break;
-    default: *v = 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *v = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *v = 132;
+      break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      *v = 1 << 20;
+      break;
+    default:
+      *v = 0;
   }
   return CUDA_SUCCESS;
 }
@@ -72,6 +83,15 @@ CUresult PrimaryCtxRetain(CUcontext* c, CUdevice) {
   return CUDA_SUCCESS;
 }
 CUresult CtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+CUresult CtxPushCurrent(CUcontext) { return CUDA_SUCCESS; }
+CUresult CtxPopCurrent(CUcontext* c) {
+  *c = reinterpret_cast<CUcontext>(0x1);
+  return CUDA_SUCCESS;
+}
+CUresult StreamGetCtx(CUstream, CUcontext* c) {
+  *c = reinterpret_cast<CUcontext>(0x1);
+  return CUDA_SUCCESS;
+}
 CUresult CtxGetDevice(CUdevice* d) {
   *d = 0;
   return CUDA_SUCCESS;
@@ -84,6 +104,7 @@ CUresult MemAlloc(CUdeviceptr* p, size_t bytes) {
   *p = reinterpret_cast<uintptr_t>(host);
   Allocations()[*p] = bytes;
   State().bytes_allocated += bytes;
+  ++State().allocations;
   return CUDA_SUCCESS;
 }
 CUresult MemFree(CUdeviceptr p) {
@@ -106,6 +127,7 @@ CUresult MemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
 }
 CUresult ModuleLoadData(CUmodule* m, const void*) {
   *m = reinterpret_cast<CUmodule>(new int(0));
+  ++State().module_loads;
   return CUDA_SUCCESS;
 }
 CUresult ModuleUnload(CUmodule m) {
@@ -138,8 +160,7 @@ void Fill(void** args) {
   const auto n = *static_cast<unsigned long long*>(args[1]);
   const auto seed = *static_cast<unsigned long long*>(args[2]);
   const float offset = *static_cast<float*>(args[3]);
-  const DType dtype =
-      *static_cast<int*>(args[4]) ? DType::kBf16 : DType::kFp16;
+  const DType dtype = *static_cast<int*>(args[4]) ? DType::kBf16 : DType::kFp16;
   for (unsigned long long i = 0; i < n; ++i) {
     At<uint16_t>(out)[i] = RandomInputBits(seed, i, offset, dtype);
   }
@@ -157,7 +178,13 @@ float Element(const void* base, long long bs, long long hs, long long rs,
 void Attention(void** args) {
   const AttentionParams& a = *static_cast<AttentionParams*>(args[0]);
   FakeGpuState& st = State();
-  const Problem& p = st.problem;
+  Problem p = st.problem;
+  p.batch = a.batch;
+  p.heads = a.heads;
+  p.kv_heads = a.kv_heads;
+  p.seq_q = a.seq_q;
+  p.seq_k = a.seq_k;
+  p.causal = a.causal != 0;
   const int64_t d = p.head_dim;
   std::vector<float> q(d), k(p.seq_k * d), v(p.seq_k * d), out(d);
   uint16_t* o = static_cast<uint16_t*>(a.o);
@@ -174,12 +201,12 @@ void Attention(void** args) {
       }
       for (int64_t r = 0; r < a.seq_q; ++r) {
         for (int64_t c = 0; c < d; ++c) {
-          q[c] = Element(a.q, a.q_batch_stride, a.q_head_stride,
-                         a.q_row_stride, b, h, r, c, p.dtype);
+          q[c] = Element(a.q, a.q_batch_stride, a.q_head_stride, a.q_row_stride,
+                         b, h, r, c, p.dtype);
         }
         ReferenceRow(p, r, q.data(), k.data(), v.data(), out.data());
-        const bool off = st.kernel == FakeKernel::kWrong && b == 0 && h == 0 &&
-                         r == 0;
+        const bool off =
+            st.kernel == FakeKernel::kWrong && b == 0 && h == 0 && r == 0;
         for (int64_t c = 0; c < d; ++c) {
           const int64_t at = b * a.o_batch_stride + h * a.o_head_stride +
                              r * a.o_row_stride + c;
@@ -250,6 +277,9 @@ const CudaDriver* FakeCudaDriver::Install() {
     d->cuDriverGetVersion = DriverGetVersion;
     d->cuDevicePrimaryCtxRetain = PrimaryCtxRetain;
     d->cuCtxSetCurrent = CtxSetCurrent;
+    d->cuCtxPushCurrent = CtxPushCurrent;
+    d->cuCtxPopCurrent = CtxPopCurrent;
+    d->cuStreamGetCtx = StreamGetCtx;
     d->cuCtxGetDevice = CtxGetDevice;
     d->cuCtxSynchronize = CtxSynchronize;
     d->cuMemAlloc = MemAlloc;

@@ -4,10 +4,11 @@
 // attention kernel's launch writes the host reference output (or a chosen
 // fault); events report a chosen time per attention launch.
 //
+// Every launch runs in one context (0x1), whatever the stream.
 // One fake per process at a time (the driver's entry points are plain
 // functions, so its state is global): FakeCudaDriver::Install() returns it.
-#ifndef EVOTUNE_TESTS_EVALUATOR_FAKE_CUDA_DRIVER_H_
-#define EVOTUNE_TESTS_EVALUATOR_FAKE_CUDA_DRIVER_H_
+#ifndef EVOTUNE_TESTS_COMMON_FAKE_CUDA_DRIVER_H_
+#define EVOTUNE_TESTS_COMMON_FAKE_CUDA_DRIVER_H_
 
 #include <cstdint>
 #include <string>
@@ -28,16 +29,18 @@ enum class FakeKernel {
 };
 
 struct FakeGpuState {
-  // The problem attention launches are for (the launch parameters do not
-  // carry head_dim and dtype).
+  // The head_dim and dtype of attention launches (the launch parameters
+  // carry the rest of the problem).
   Problem problem;
   FakeKernel kernel = FakeKernel::kCorrect;
-  int local_bytes = 0;  // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES (spills).
-  int registers = 64;    // CU_FUNC_ATTRIBUTE_NUM_REGS.
+  int local_bytes = 0;          // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES (spills).
+  int registers = 64;           // CU_FUNC_ATTRIBUTE_NUM_REGS.
   double us_per_launch = 12.5;  // What events measure per attention launch.
   int smem_optin = 227 * 1024;
   // Counters of what the evaluator did.
   int attention_launches = 0;
+  int module_loads = 0;
+  int allocations = 0;
   int fills = 0;
   int scrubs = 0;
   int64_t bytes_allocated = 0;  // Currently.
@@ -54,4 +57,4 @@ class FakeCudaDriver {
 
 }  // namespace evotune
 
-#endif  // EVOTUNE_TESTS_EVALUATOR_FAKE_CUDA_DRIVER_H_
+#endif  // EVOTUNE_TESTS_COMMON_FAKE_CUDA_DRIVER_H_

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""A decode loop whose key length grows by one each step, through the op
+evotune.torch.attention (bundle or daemon mode) beside SDPA's eager loop,
+in one process: the time of the op's first pass (every length new to it),
+its second pass (every length seen), SDPA's loop after a pass of its own
+(its backends set up per shape too), and the GPU memory in use before and
+after, and over many more distinct lengths with --lengths.
+
+  PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
+  python3 bench/growing_decode.py --daemon 127.0.0.1:7433 [--steps 1024]
+      [--start 512] [--lengths 10000] [--json OUT.json]
+
+Each step is one call on [batch, heads, 1, head_dim] queries against keys and
+values of the step's length (views of one preallocated cache, as an engine
+holds it); a pass's time is wall time with a synchronize at its end. Every
+output of the op's second pass is checked against SDPA's on the same step.
+"""
+import argparse
+import datetime
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+import evotune.torch as et
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def run_pass(fn, q, cache_k, cache_v, lengths):
+    """Wall time of one call of fn per length, in seconds."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for n in lengths:
+        fn(q, cache_k[:, :, :n], cache_v[:, :, :n])
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def used_bytes():
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--daemon")
+    mode.add_argument("--bundle")
+    ap.add_argument("--steps", type=int, default=1024)
+    ap.add_argument("--start", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv_heads", type=int, default=8)
+    ap.add_argument("--head_dim", type=int, default=128)
+    ap.add_argument("--lengths", type=int, default=0,
+                    help="then this many more distinct lengths, for memory")
+    ap.add_argument("--json")
+    ap.add_argument("--commit", default="unknown")
+    args = ap.parse_args()
+    if args.daemon:
+        et.use(daemon=args.daemon)
+    else:
+        et.use(bundle=args.bundle)
+    most = args.start + max(args.steps, args.lengths)
+    b, h, kvh, d = args.batch, args.heads, args.kv_heads, args.head_dim
+    torch.manual_seed(0)
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=torch.bfloat16)
+    cache_k = torch.randn(b, kvh, most, d, device="cuda", dtype=torch.bfloat16)
+    cache_v = torch.randn(b, kvh, most, d, device="cuda", dtype=torch.bfloat16)
+    lengths = range(args.start, args.start + args.steps)
+    op = lambda q, k, v: et.attention(q, k, v)
+    before = used_bytes()
+    first = run_pass(op, q, cache_k, cache_v, lengths)
+    after_first = used_bytes()
+    second = run_pass(op, q, cache_k, cache_v, lengths)
+    run_pass(sdpa, q, cache_k, cache_v, lengths)  # SDPA's own setup.
+    sdpa_s = run_pass(sdpa, q, cache_k, cache_v, lengths)
+    worst = 0.0
+    for n in lengths:
+        k, v = cache_k[:, :, :n], cache_v[:, :, :n]
+        want = sdpa(q, k, v).float()
+        got = op(q, k, v).float()
+        worst = max(worst, ((got - want).norm() / want.norm()).item())
+    served = et.kernel_for(q, cache_k[:, :, :args.start], reason=True)
+    row = {"first_s": first, "second_s": second, "sdpa_s": sdpa_s,
+           "first_over_second": first / second,
+           "second_over_sdpa": second / sdpa_s,
+           "per_step_us": {"first": first / args.steps * 1e6,
+                           "second": second / args.steps * 1e6,
+                           "sdpa": sdpa_s / args.steps * 1e6},
+           "worst_rel_err_vs_sdpa": worst,
+           "memory_bytes": {"before": before, "after_first": after_first},
+           "served": list(served)}
+    if args.lengths:
+        more = range(args.start + args.steps, args.start + args.lengths)
+        row["lengths_s"] = run_pass(op, q, cache_k, cache_v, more)
+        row["memory_bytes"]["after_lengths"] = used_bytes()
+        row["distinct_lengths"] = args.lengths
+    mem = row["memory_bytes"]
+    print(f"{args.steps} steps from {args.start} keys, B={b} H={h} KV={kvh} "
+          f"D={d} bf16; served: {served}")
+    print(f"op first pass {first * 1e3:.1f} ms, second {second * 1e3:.1f} ms "
+          f"({row['first_over_second']:.2f}x), SDPA {sdpa_s * 1e3:.1f} ms "
+          f"(second / SDPA {row['second_over_sdpa']:.2f}x); worst rel err "
+          f"against SDPA {worst:.1e}")
+    print("GPU memory in use: " + ", ".join(
+        f"{k} {v / 2**20:.1f} MiB" for k, v in mem.items()))
+    if args.json:
+        header = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                  "date": datetime.date.today().isoformat(),
+                  "commit": args.commit, "mode": "daemon" if args.daemon
+                  else "bundle", "args": vars(args)}
+        with open(args.json, "w") as f:
+            json.dump({**header, **row}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
