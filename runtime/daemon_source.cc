@@ -28,8 +28,8 @@ DaemonSource::~DaemonSource() = default;
 absl::StatusOr<std::unique_ptr<DaemonSource>> DaemonSource::Connect(
     const std::string& address, const std::string& token,
     const DaemonTls& tls) {
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DaemonChannel(
-      address, ClientTls{tls.ca, tls.cert, tls.key, ""});
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      DaemonChannel(address, ClientTls{tls.ca, tls.cert, tls.key, ""});
   if (!channel.ok()) return channel.status();
   return std::make_unique<DaemonSource>(*std::move(channel), token);
 }

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "evotune/runtime.h"
 #include "evotune/daemon_source.h"
+#include "evotune/runtime.h"
 #include "tuner/wire/message_convert.h"
 
 struct evotune_runtime {

@@ -167,7 +167,8 @@ bool Check(const Problem& problem, const void* o, const std::vector<float>& q,
 std::string ConfigText(const v1::Config& config) {
   std::string text;
   for (const auto& p : config.params()) {
-    text += (text.empty() ? "" : ",") + p.name() + "=" + std::to_string(p.value());
+    text +=
+        (text.empty() ? "" : ",") + p.name() + "=" + std::to_string(p.value());
   }
   return text;
 }

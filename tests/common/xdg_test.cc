@@ -31,8 +31,7 @@ TEST(XdgTest, UnsetOrEmptyFallsBackUnderHome) {
 }
 
 TEST(XdgTest, WithoutAHomeItIsRelativeToTheWorkingDirectory) {
-  EXPECT_EQ(XdgDir("XDG_CACHE_HOME", ".cache", Env({})),
-            "./.cache/evotune");
+  EXPECT_EQ(XdgDir("XDG_CACHE_HOME", ".cache", Env({})), "./.cache/evotune");
 }
 
 }  // namespace

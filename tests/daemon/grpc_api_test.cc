@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "evotune/daemon_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "evotune/daemon_source.h"
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/evaluator/synthetic_evaluator.h"
 #include "tuner/jobs/in_process_runner.h"

@@ -27,10 +27,9 @@ class CubinCacheTest : public ::testing::Test {
 };
 
 TEST_F(CubinCacheTest, KeepsACompiledCubinAndReadsItBackInsteadOfCompiling) {
-  const std::string path = "/cache/" +
-                           CubinCache("", "sm_90a", 0).Key(naive_, config_,
-                                                           problem_) +
-                           ".cubin";
+  const std::string path =
+      "/cache/" + CubinCache("", "sm_90a", 0).Key(naive_, config_, problem_) +
+      ".cubin";
   std::string compiled;
   {
     CubinCache cache("/cache", "sm_90a", 0, &fs_);

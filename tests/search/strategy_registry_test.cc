@@ -161,8 +161,9 @@ std::string Read(const std::string& path) {
 // that it names every strategy and option as the code does.
 TEST(StrategyRegistryTest, TheDocsListTheStrategyTable) {
   const std::string doc = Read("docs/results.md");
-  const std::string begin = "strategy_registry_test fails, printing the list, "
-                            "when this one differs -->\n";
+  const std::string begin =
+      "strategy_registry_test fails, printing the list, "
+      "when this one differs -->\n";
   const size_t from = doc.find(begin);
   const size_t to = doc.find("<!-- end of strategies -->");
   ASSERT_NE(from, std::string::npos) << "docs/results.md lost its markers";

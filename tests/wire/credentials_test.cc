@@ -11,9 +11,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "evotune/daemon_source.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "evotune/daemon_source.h"
 #include "tests/daemon/synthetic_tuner.h"
 #include "tuner/daemon/grpc_service.h"
 #include "tuner/daemon/server.h"

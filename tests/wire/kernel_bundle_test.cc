@@ -102,8 +102,8 @@ TEST(KernelBundleTest, GoesThroughTheFileSystemItIsGiven) {
   EXPECT_TRUE(absl::IsNotFound(ReadKernelBundle("/b/k.evtb", fs).status()));
   fs.FailReads(false);
   fs.Put("/b/junk.evtb", "\xff\xff\xff");
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      ReadKernelBundle("/b/junk.evtb", fs).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(ReadKernelBundle("/b/junk.evtb", fs).status()));
 }
 
 }  // namespace

@@ -124,8 +124,8 @@ std::string StrategiesMarkdown() {
   for (const StrategySpec& s : Strategies()) {
     absl::StrAppend(&out, "- `", s.name, "`: ", s.description, "\n");
     for (const StrategyOption& o : s.options) {
-      absl::StrAppendFormat(&out, "  - `%s` (%g..%g, default %g): %s\n",
-                            o.name, o.min, o.max, o.default_value, o.help);
+      absl::StrAppendFormat(&out, "  - `%s` (%g..%g, default %g): %s\n", o.name,
+                            o.min, o.max, o.default_value, o.help);
     }
   }
   return out;
