@@ -41,8 +41,9 @@ _FALLBACK_CODES = {_rt.INVALID_ARGUMENT, _rt.NOT_FOUND,
 class _State:
     runtime = None  # An evotune.runtime.Runtime.
     missing = {}  # Problem key -> why the source has no kernel for it.
-    # Scratch per (problem, stream): counters stay zero between launches, so
-    # one allocation serves every launch on its stream (and graph replays).
+    # _StreamScratch per (device, stream): counters stay zero between
+    # launches, so one allocation serves every launch on its stream (and
+    # graph replays).
     scratch = {}
     lock = threading.Lock()
     generation = 0  # Bumped by use(): prepared calls of before are stale.
@@ -98,24 +99,46 @@ def _no_kernel(p, rc):
     return why
 
 
+class _StreamScratch:
+    """The scratch of the launches on one stream: the largest any kernel
+    asked for, grown at least twofold. Outgrown tensors are kept (a graph
+    captured earlier may still use them): together at most twice the
+    largest, whatever number of problems run there."""
+
+    def __init__(self):
+        self.workspace = self.counters = None
+        self.outgrown = []
+
+    def fit(self, floats, counters, device):
+        def grown(have, need, make):
+            if need == 0 or (have is not None and have.numel() >= need):
+                return have
+            if have is not None:
+                self.outgrown.append(have)
+                need = max(need, 2 * have.numel())
+            return make(need)
+        self.workspace = grown(self.workspace, floats, lambda n: torch.empty(
+            n, dtype=torch.float32, device=device))
+        # Counters start at zero, and every launch leaves them so.
+        self.counters = grown(self.counters, counters, lambda n: torch.zeros(
+            n, dtype=torch.int32, device=device))
+        return (self.workspace if floats else None,
+                self.counters if counters else None)
+
+
 def _scratch(p, q, stream_id):
-    """The scratch tensors for problem `p` on the stream, or None when the
-    runtime has no kernel for it."""
-    scratch = _State.scratch.get((p.key(), stream_id))
-    if scratch is not None:
-        return scratch
+    """The scratch tensors for problem `p` on the stream (those of the
+    stream, grown to fit), or None when the runtime has no kernel for it."""
     rc, floats, counters = _State.runtime.scratch(p, stream_id)
     if rc != 0:
         if _no_kernel(p, rc):
             return None
         raise RuntimeError(f"evotune: {_State.runtime.last_error()}")
-    scratch = (
-        torch.empty(floats, dtype=torch.float32, device=q.device)
-        if floats else None,
-        torch.zeros(counters, dtype=torch.int32, device=q.device)
-        if counters else None)
-    _State.scratch[(p.key(), stream_id)] = scratch
-    return scratch
+    key = (q.device.index, stream_id)
+    stream = _State.scratch.get(key)
+    if stream is None:
+        stream = _State.scratch[key] = _StreamScratch()
+    return stream.fit(floats, counters, q.device)
 
 
 class _Launch:
