@@ -56,25 +56,18 @@ TEST_F(CudaEvaluatorGatesTest, TheDeviceIsTheDriversAndACorrectKernelIsTimed) {
   EXPECT_EQ(gpu_.bytes_allocated, 0);  // Every buffer freed again.
 }
 
-TEST_F(CudaEvaluatorGatesTest, AnUnwrittenElementIsCaught) {
-  gpu_.kernel = FakeKernel::kLeavesOneUnwritten;
-  const TrialResult r = Evaluate();
-  EXPECT_EQ(r.status, TrialStatus::kIncorrect);
-  EXPECT_THAT(r.error, HasSubstr("output element 5 is NaN or infinite"));
-}
-
-TEST_F(CudaEvaluatorGatesTest, OutputThatChangesBetweenRunsIsARace) {
-  gpu_.kernel = FakeKernel::kRacy;
-  const TrialResult r = Evaluate();
-  EXPECT_EQ(r.status, TrialStatus::kIncorrect);
-  EXPECT_THAT(r.error, HasSubstr("first at element 3): a race"));
-}
-
-TEST_F(CudaEvaluatorGatesTest, AWrongRowFailsAgainstTheReference) {
-  gpu_.kernel = FakeKernel::kWrong;
-  const TrialResult r = Evaluate();
-  EXPECT_EQ(r.status, TrialStatus::kIncorrect);
-  EXPECT_THAT(r.error, HasSubstr("max abs error 0.25"));
+// Each wrong output, and the reason the correctness gate gives.
+TEST_F(CudaEvaluatorGatesTest, WrongOutputIsIncorrectSayingHow) {
+  const std::pair<FakeKernel, std::string> cases[] = {
+      {FakeKernel::kLeavesOneUnwritten, "output element 5 is NaN or infinite"},
+      {FakeKernel::kRacy, "first at element 3): a race"},
+      {FakeKernel::kWrong, "max abs error 0.25"}};
+  for (const auto& [kernel, why] : cases) {
+    gpu_.kernel = kernel;
+    const TrialResult r = Evaluate();
+    EXPECT_EQ(r.status, TrialStatus::kIncorrect) << why;
+    EXPECT_THAT(r.error, HasSubstr(why));
+  }
 }
 
 TEST_F(CudaEvaluatorGatesTest, ALaunchTheDriverRefusesIsResourceRejected) {

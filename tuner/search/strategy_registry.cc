@@ -107,28 +107,28 @@ absl::StatusOr<std::unique_ptr<SearchStrategy>> MakeStrategy(
   return spec->make(std::move(inputs), seed, *complete);
 }
 
-std::string StrategiesHelp() {
+namespace {
+
+// Every strategy a line, its options a line each below it: `name` and
+// `option` start the lines, names stand between `quote`s.
+std::string Listing(const char* name, const char* option, const char* quote) {
   std::string out;
   for (const StrategySpec& s : Strategies()) {
-    absl::StrAppend(&out, "  ", s.name, ": ", s.description, "\n");
+    absl::StrAppend(&out, name, quote, s.name, quote, ": ", s.description,
+                    "\n");
     for (const StrategyOption& o : s.options) {
-      absl::StrAppendFormat(&out, "      %s (%g..%g, default %g): %s\n", o.name,
-                            o.min, o.max, o.default_value, o.help);
+      absl::StrAppendFormat(&out, "%s%s%s%s (%g..%g, default %g): %s\n", option,
+                            quote, o.name, quote, o.min, o.max, o.default_value,
+                            o.help);
     }
   }
   return out;
 }
 
-std::string StrategiesMarkdown() {
-  std::string out;
-  for (const StrategySpec& s : Strategies()) {
-    absl::StrAppend(&out, "- `", s.name, "`: ", s.description, "\n");
-    for (const StrategyOption& o : s.options) {
-      absl::StrAppendFormat(&out, "  - `%s` (%g..%g, default %g): %s\n", o.name,
-                            o.min, o.max, o.default_value, o.help);
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string StrategiesHelp() { return Listing("  ", "      ", ""); }
+
+std::string StrategiesMarkdown() { return Listing("- ", "  - ", "`"); }
 
 }  // namespace evotune
