@@ -7,6 +7,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "kernel_templates/kernel_template.h"
+#include "kernel_templates/template_registry.h"
 #include "launch/cuda_driver.h"
 #include "launch/launcher.h"
 #include "launch/tensor_maps.h"
@@ -70,6 +71,38 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
   return ctx;
 }
 
+// The problems one kernel may serve provisionally: all but seq_k alike.
+std::string ClassKey(const Problem& p) {
+  return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
+                      p.head_dim, " ", p.causal, " ",
+                      static_cast<int>(p.dtype));
+}
+
+// OK when the runtime can launch `kernel` on a device of `arch`.
+absl::Status CheckServable(const v1::Kernel& kernel,
+                           const std::string& problem_key,
+                           const std::string& arch) {
+  if (kernel.param_layout_version() != kParamLayoutVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the kernel for ", problem_key, " has parameter layout ",
+                     kernel.param_layout_version(), ", this runtime launches ",
+                     kParamLayoutVersion, "; export or fetch it again"));
+  }
+  if (kernel.arch() != arch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the kernel for ", problem_key, " is compiled for ",
+                     kernel.arch(), ", the device is ", arch));
+  }
+  return absl::OkStatus();
+}
+
+bool Capturing(const CudaDriver& d, CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d.cuStreamIsCapturing == nullptr ||
+         d.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BundleSource>> BundleSource::Open(
@@ -111,6 +144,16 @@ struct Runtime::Loaded {
   std::string problem_key;
   v1::Kernel kernel;    // Without its cubin and PTX.
   LoadedKernel launch;  // Its module's function, this problem's geometry.
+  Module* module = nullptr;
+  CUcontext ctx = nullptr;
+  // Served by its class's kernel until its own is fetched.
+  bool provisional = false;
+};
+
+struct Runtime::Fetch {
+  CUcontext ctx;
+  Problem problem;
+  DeviceInfo device;
 };
 
 // Scratch for the launches on one stream: the largest any kernel asked for
@@ -127,6 +170,11 @@ Runtime::Runtime(std::unique_ptr<KernelSource> source, const CudaDriver* driver)
     : source_(std::move(source)), driver_(driver) {}
 
 Runtime::~Runtime() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (fetcher_.joinable()) fetcher_.join();
   absl::StatusOr<const CudaDriver*> d = Driver();
   if (!d.ok()) return;
   for (auto& [key, s] : scratch_) {
@@ -157,7 +205,7 @@ absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
   if (!d.ok()) return d.status();
   absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
   if (!ctx.ok()) return ctx.status();
-  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx);
+  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx, stream);
   if (!k.ok()) return k.status();
   return (*k)->kernel;
 }
@@ -178,42 +226,66 @@ absl::StatusOr<DeviceInfo> Runtime::ContextDevice(const CudaDriver& d,
 
 absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
                                                const Problem& problem,
-                                               CUcontext ctx) {
+                                               CUcontext ctx, CUstream stream) {
   const std::string problem_key = ProblemKey(problem);
   DeviceInfo device;
   {
     absl::MutexLock lock(&mu_);
     auto it = loaded_.find({ctx, problem_key});
-    if (it != loaded_.end()) return it->second.get();
+    if (it != loaded_.end()) {
+      Loaded* current = it->second.get();
+      return current->provisional ? TakeOver(d, current, stream) : current;
+    }
     absl::StatusOr<DeviceInfo> found = ContextDevice(d, ctx);
     if (!found.ok()) return found.status();
     device = *std::move(found);
+    auto sibling = latest_by_class_.find({ctx, ClassKey(problem)});
+    if (source_->AnswersEveryProblem() && sibling != latest_by_class_.end()) {
+      std::unique_ptr<Loaded> now =
+          Provisional(d, *sibling->second, problem, device, ctx);
+      if (now != nullptr) {
+        fetches_.push_back(
+            std::make_unique<Fetch>(Fetch{ctx, problem, device}));
+        if (!fetcher_.joinable()) {
+          fetcher_ = std::thread([this] { FetchInBackground(); });
+        }
+        Loaded* out = now.get();
+        loaded_[{ctx, problem_key}] = std::move(now);
+        return out;
+      }
+    }
   }
   // Asked without the lock: launches of problems already served go on
   // while the source answers (a daemon may take seconds to compile).
   const std::string arch = ArchName(device.cc_major, device.cc_minor);
   absl::StatusOr<v1::Kernel> kernel = source_->Find(problem, device.name, arch);
   if (!kernel.ok()) return kernel.status();
-  if (kernel->param_layout_version() != kParamLayoutVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the kernel for ", problem_key, " has parameter layout ",
-                     kernel->param_layout_version(), ", this runtime launches ",
-                     kParamLayoutVersion, "; export or fetch it again"));
-  }
-  if (kernel->arch() != arch) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the kernel for ", problem_key, " is compiled for ",
-                     kernel->arch(), ", the device is ", arch));
+  if (absl::Status s = CheckServable(*kernel, problem_key, arch); !s.ok()) {
+    return s;
   }
   absl::MutexLock lock(&mu_);
   auto it = loaded_.find({ctx, problem_key});
   if (it != loaded_.end()) return it->second.get();  // Another thread's.
-  absl::StatusOr<Module*> module = LoadModule(d, *kernel, ctx);
+  absl::StatusOr<std::unique_ptr<Loaded>> loaded =
+      Make(d, *std::move(kernel), device, ctx);
+  if (!loaded.ok()) return loaded.status();
+  Loaded* out = loaded->get();
+  out->problem_key = problem_key;
+  loaded_[{ctx, problem_key}] = *std::move(loaded);
+  latest_by_class_[{ctx, ClassKey(problem)}] = out;
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Runtime::Loaded>> Runtime::Make(
+    const CudaDriver& d, v1::Kernel kernel, const DeviceInfo& device,
+    CUcontext ctx) {
+  absl::StatusOr<Module*> module = LoadModule(d, kernel, ctx);
   if (!module.ok()) return module.status();
   auto loaded = std::make_unique<Loaded>();
-  loaded->problem_key = problem_key;
+  loaded->module = *module;
+  loaded->ctx = ctx;
   loaded->launch.function = (*module)->function;
-  loaded->launch.geometry = GeometryFromProto(kernel->geometry());
+  loaded->launch.geometry = GeometryFromProto(kernel.geometry());
   loaded->launch.multiprocessors = device.limits.multiprocessors;
   // Static shared memory adds to the dynamic amount: always raise the
   // limit, to the most any problem of the module asks.
@@ -231,12 +303,99 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
     }
     (*module)->smem_limit = smem;
   }
-  kernel->clear_cubin();
-  kernel->clear_ptx();
-  loaded->kernel = *std::move(kernel);
-  Loaded* out = loaded.get();
-  loaded_[{ctx, problem_key}] = std::move(loaded);
-  return out;
+  kernel.clear_cubin();
+  kernel.clear_ptx();
+  loaded->kernel = std::move(kernel);
+  return loaded;
+}
+
+std::unique_ptr<Runtime::Loaded> Runtime::Provisional(const CudaDriver& d,
+                                                      const Loaded& sibling,
+                                                      const Problem& problem,
+                                                      const DeviceInfo& device,
+                                                      CUcontext ctx) {
+  // The geometry is the template's for this problem: only where this build
+  // has the template the kernel was compiled from.
+  const KernelTemplate* t =
+      TemplateRegistry::Builtin().Find(sibling.kernel.template_name());
+  if (t == nullptr || t->hash != sibling.kernel.template_hash()) return nullptr;
+  absl::StatusOr<Config> config = ConfigFromProto(sibling.kernel.config());
+  if (!config.ok() || !CheckConfig(*t, *config, problem, device.limits).ok()) {
+    return nullptr;
+  }
+  auto loaded = std::make_unique<Loaded>();
+  loaded->problem_key = ProblemKey(problem);
+  loaded->module = sibling.module;
+  loaded->ctx = ctx;
+  loaded->provisional = true;
+  loaded->launch = sibling.launch;
+  loaded->launch.geometry = t->geometry(*config, problem);
+  loaded->kernel = sibling.kernel;
+  *loaded->kernel.mutable_source_problem() = sibling.kernel.problem();
+  *loaded->kernel.mutable_problem() = ProblemToProto(problem);
+  *loaded->kernel.mutable_geometry() = GeometryToProto(loaded->launch.geometry);
+  loaded->kernel.set_transferred(true);
+  loaded->kernel.set_defaults(false);
+  if (const int64_t smem = loaded->launch.geometry.smem_bytes;
+      smem > sibling.module->smem_limit) {
+    ScopedContext current(d, ctx);
+    if (d.cuFuncSetAttribute(sibling.module->function,
+                             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             static_cast<int>(smem)) != CUDA_SUCCESS) {
+      return nullptr;
+    }
+    sibling.module->smem_limit = smem;
+  }
+  return loaded;
+}
+
+Runtime::Loaded* Runtime::TakeOver(const CudaDriver& d, Loaded* current,
+                                   CUstream stream) {
+  auto fetched = fetched_.find({current->ctx, current->problem_key});
+  if (fetched == fetched_.end() || Capturing(d, stream)) return current;
+  const std::pair<CUcontext, std::string> key = fetched->first;
+  std::unique_ptr<Loaded>& slot = loaded_[key];
+  replaced_.push_back(std::move(slot));  // A launch may still hold it.
+  slot = std::move(fetched->second);
+  fetched_.erase(fetched);
+  return slot.get();
+}
+
+void Runtime::FetchInBackground() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !fetches_.empty();
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (stopping_) return;
+    std::unique_ptr<Fetch> f = std::move(fetches_.front());
+    fetches_.pop_front();
+    const std::string key = ProblemKey(f->problem);
+    const std::string arch = ArchName(f->device.cc_major, f->device.cc_minor);
+    mu_.Unlock();
+    absl::StatusOr<v1::Kernel> kernel =
+        source_->Find(f->problem, f->device.name, arch);
+    mu_.Lock();
+    // Kept provisional where the source has nothing launchable for it.
+    if (!kernel.ok() || !CheckServable(*kernel, key, arch).ok()) continue;
+    auto current = loaded_.find({f->ctx, key});
+    if (current == loaded_.end()) continue;
+    absl::StatusOr<const CudaDriver*> d = Driver();
+    if (!d.ok()) continue;
+    absl::StatusOr<std::unique_ptr<Loaded>> own =
+        Make(**d, *std::move(kernel), f->device, f->ctx);
+    if (!own.ok()) continue;
+    // Scratch the caller sized for the provisional kernel must still do.
+    const LaunchGeometry& now = current->second->launch.geometry;
+    const LaunchGeometry& then = (*own)->launch.geometry;
+    if (then.workspace_floats > now.workspace_floats ||
+        then.counters > now.counters) {
+      continue;
+    }
+    (*own)->problem_key = key;
+    fetched_[{f->ctx, key}] = *std::move(own);
+  }
 }
 
 absl::StatusOr<Runtime::Module*> Runtime::LoadModule(const CudaDriver& d,
@@ -330,7 +489,7 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
   absl::StatusOr<CUcontext> context = StreamContext(d, stream);
   if (!context.ok()) return context.status();
   const CUcontext ctx = *context;
-  absl::StatusOr<Loaded*> kernel = Load(d, call.problem, ctx);
+  absl::StatusOr<Loaded*> kernel = Load(d, call.problem, ctx, stream);
   if (!kernel.ok()) return kernel.status();
   const LaunchGeometry& g = (*kernel)->launch.geometry;
   AttentionParams params = CallParams(call);

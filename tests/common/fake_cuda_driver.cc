@@ -88,6 +88,11 @@ CUresult CtxPopCurrent(CUcontext* c) {
   *c = reinterpret_cast<CUcontext>(0x1);
   return CUDA_SUCCESS;
 }
+CUresult StreamIsCapturing(CUstream, CUstreamCaptureStatus* s) {
+  *s = State().capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                         : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
 CUresult StreamGetCtx(CUstream, CUcontext* c) {
   *c = reinterpret_cast<CUcontext>(0x1);
   return CUDA_SUCCESS;
@@ -280,6 +285,7 @@ const CudaDriver* FakeCudaDriver::Install() {
     d->cuCtxPushCurrent = CtxPushCurrent;
     d->cuCtxPopCurrent = CtxPopCurrent;
     d->cuStreamGetCtx = StreamGetCtx;
+    d->cuStreamIsCapturing = StreamIsCapturing;
     d->cuCtxGetDevice = CtxGetDevice;
     d->cuCtxSynchronize = CtxSynchronize;
     d->cuMemAlloc = MemAlloc;

@@ -37,6 +37,7 @@ struct FakeGpuState {
   int registers = 64;           // CU_FUNC_ATTRIBUTE_NUM_REGS.
   double us_per_launch = 12.5;  // What events measure per attention launch.
   int smem_optin = 227 * 1024;
+  bool capturing = false;  // What cuStreamIsCapturing reports.
   // Counters of what the evaluator did.
   int attention_launches = 0;
   int module_loads = 0;

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <memory>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "evotune/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,11 +20,14 @@ namespace evotune {
 namespace {
 
 // Serves one compiled kernel (the naive template's defaults) for any problem,
-// with that problem's geometry, and counts the questions.
+// with that problem's geometry, and counts the questions. As a daemon
+// (`every_problem`), it may hold its answers until released.
 class OneKernelSource : public KernelSource {
  public:
   absl::StatusOr<v1::Kernel> Find(const Problem& problem, const std::string&,
                                   const std::string& arch) override {
+    if (hold != nullptr && problem.seq_k != 1) hold->WaitForNotification();
+    absl::MutexLock lock(&mu);
     ++finds;
     const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
     v1::Kernel k;
@@ -38,9 +44,17 @@ class OneKernelSource : public KernelSource {
     k.set_param_layout_version(kParamLayoutVersion);
     return k;
   }
-  std::string cubin = "fake cubin";
+  bool AnswersEveryProblem() const override { return every_problem; }
+  int Finds() {
+    absl::MutexLock lock(&mu);
+    return finds;
+  }
+  absl::Mutex mu;
+  std::string cubin ABSL_GUARDED_BY(mu) = "fake cubin";
   int64_t workspace_per_key = 0;
-  int finds = 0;
+  int finds ABSL_GUARDED_BY(mu) = 0;
+  bool every_problem = false;
+  absl::Notification* hold = nullptr;  // Answers wait for it (but seq_k 1).
 };
 
 // Device-sized host buffers (the fake's memory is the host's).
@@ -99,17 +113,20 @@ TEST_F(RuntimeFakeGpuTest, OneModuleServesEveryLength) {
   }
   EXPECT_EQ(gpu_.module_loads, 1);
   EXPECT_EQ(gpu_.attention_launches, 300);
-  EXPECT_EQ(source_->finds, 300);  // Each problem asked once ...
+  EXPECT_EQ(source_->Finds(), 300);  // Each problem asked once ...
   for (int64_t keys = 1; keys <= 300; ++keys) {
     ASSERT_TRUE(Launch(Decode(keys)).ok());
   }
-  EXPECT_EQ(source_->finds, 300);  // ... and only once.
+  EXPECT_EQ(source_->Finds(), 300);  // ... and only once.
   EXPECT_EQ(gpu_.module_loads, 1);
 }
 
 TEST_F(RuntimeFakeGpuTest, AnotherCubinIsAnotherModule) {
   ASSERT_TRUE(Launch(Decode(10)).ok());
-  source_->cubin = "another fake cubin";
+  {
+    absl::MutexLock lock(&source_->mu);
+    source_->cubin = "another fake cubin";
+  }
   ASSERT_TRUE(Launch(Decode(11)).ok());
   ASSERT_TRUE(Launch(Decode(10)).ok());  // Still the first kernel.
   EXPECT_EQ(gpu_.module_loads, 2);
@@ -155,6 +172,53 @@ TEST_F(RuntimeFakeGpuTest, TheKernelSeesTheCallsTensors) {
   for (int64_t c = 0; c < 64; ++c) {
     EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
   }
+}
+
+// With a daemon, a new length of a class served before launches at once on
+// that kernel (its geometry computed here) while its own kernel is fetched;
+// the fetched one takes over at a later launch, but not under capture.
+TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
+  absl::Notification hold;
+  source_->every_problem = true;
+  source_->hold = &hold;
+  ASSERT_TRUE(Launch(Decode(1)).ok());  // The class's first: asked.
+  for (int64_t keys = 2; keys <= 50; ++keys) {
+    ASSERT_TRUE(Launch(Decode(keys)).ok()) << keys;  // While the daemon holds.
+  }
+  EXPECT_EQ(source_->Finds(), 1);
+  EXPECT_EQ(gpu_.attention_launches, 50);
+  absl::StatusOr<v1::Kernel> served = runtime_->KernelFor(Decode(7), nullptr);
+  ASSERT_TRUE(served.ok());
+  EXPECT_TRUE(served->transferred());
+  EXPECT_EQ(served->problem().seq_k(), 7);
+  EXPECT_EQ(served->source_problem().seq_k(), 1);
+  {
+    absl::MutexLock lock(&source_->mu);
+    source_->cubin = "the daemon's own kernel";
+  }
+  hold.Notify();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 50 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(source_->Finds(), 50);         // Every length, in the background.
+  absl::SleepFor(absl::Milliseconds(50));  // The last one made ready.
+  gpu_.capturing = true;  // No kernel changes inside a capture.
+  ASSERT_TRUE(Launch(Decode(7)).ok());
+  EXPECT_TRUE(runtime_->KernelFor(Decode(7), nullptr)->transferred());
+  gpu_.capturing = false;
+  ASSERT_TRUE(Launch(Decode(7)).ok());
+  served = runtime_->KernelFor(Decode(7), nullptr);
+  EXPECT_FALSE(served->transferred());
+  EXPECT_EQ(gpu_.module_loads, 2);  // The daemon's kernel, loaded once.
+}
+
+// A bundle holds what it holds: another length is its own question.
+TEST_F(RuntimeFakeGpuTest, ABundleIsAskedForEveryLength) {
+  ASSERT_TRUE(Launch(Decode(1)).ok());
+  ASSERT_TRUE(Launch(Decode(2)).ok());
+  EXPECT_EQ(source_->Finds(), 2);
+  EXPECT_FALSE(runtime_->KernelFor(Decode(2), nullptr)->transferred());
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ class DaemonSource : public KernelSource {
   absl::StatusOr<v1::Kernel> Find(const Problem& problem,
                                   const std::string& device,
                                   const std::string& arch) override;
+  // The daemon tunes, transfers or defaults any problem a template takes.
+  bool AnswersEveryProblem() const override { return true; }
 
  private:
   class Stub;  // The gRPC stub, out of this header.

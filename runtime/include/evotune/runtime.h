@@ -14,10 +14,13 @@
 
 #include <cuda.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -41,6 +44,11 @@ class KernelSource {
   virtual absl::StatusOr<v1::Kernel> Find(const Problem& problem,
                                           const std::string& device,
                                           const std::string& arch) = 0;
+  // Whether Find answers for problems it was never told of (a daemon
+  // tunes or transfers them): the runtime then serves a new length at
+  // once with the kernel of its class and asks for its own in the
+  // background. A bundle answers for what it holds only.
+  virtual bool AnswersEveryProblem() const { return false; }
 };
 
 // The kernels of a bundle file, by problem and architecture (the GPU name
@@ -64,8 +72,13 @@ class BundleSource : public KernelSource {
 };
 
 // Thread-safe: a launch of a problem already served never waits for the
-// source to answer for another. Destroying it unloads its modules and frees
-// its scratch; the contexts it used must still exist then.
+// source to answer for another. With a source that answers every problem,
+// a problem whose class (all but seq_k) was served before is served at once
+// by that kernel, its geometry computed here, while its own kernel is
+// fetched in the background and takes over at a later launch outside
+// stream capture (if it needs no more scratch). Destroying it unloads its
+// modules and frees its scratch; the contexts it used must still exist
+// then.
 class Runtime {
  public:
   // `driver`: the driver API it calls; null: the machine's
@@ -95,8 +108,23 @@ class Runtime {
   struct Loaded;   // A problem's kernel: its module, geometry and message.
   struct Scratch;  // Per context and stream, grown to what kernels ask.
   absl::StatusOr<const CudaDriver*> Driver() const;
+  struct Fetch;  // A problem's own kernel, asked for in the background.
   absl::StatusOr<Loaded*> Load(const CudaDriver& d, const Problem& problem,
-                               CUcontext ctx);
+                               CUcontext ctx, CUstream stream);
+  absl::StatusOr<std::unique_ptr<Loaded>> Make(const CudaDriver& d,
+                                               v1::Kernel kernel,
+                                               const DeviceInfo& device,
+                                               CUcontext ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<Loaded> Provisional(const CudaDriver& d,
+                                      const Loaded& sibling,
+                                      const Problem& problem,
+                                      const DeviceInfo& device, CUcontext ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes over a fetched kernel for a provisional one, outside capture.
+  Loaded* TakeOver(const CudaDriver& d, Loaded* current, CUstream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FetchInBackground();
   absl::StatusOr<Module*> LoadModule(const CudaDriver& d,
                                      const v1::Kernel& kernel, CUcontext ctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -118,6 +146,17 @@ class Runtime {
       ABSL_GUARDED_BY(mu_);
   std::map<std::pair<CUcontext, CUstream>, std::unique_ptr<Scratch>> scratch_
       ABSL_GUARDED_BY(mu_);
+  // The kernel served last in each context and class, for new lengths.
+  std::map<std::pair<CUcontext, std::string>, Loaded*> latest_by_class_
+      ABSL_GUARDED_BY(mu_);
+  // Fetched kernels waiting to take over provisional ones, by problem key;
+  // and those taken over (launches may still hold them).
+  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Loaded>> fetched_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Loaded>> replaced_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread fetcher_;  // Started with the first fetch.
 };
 
 }  // namespace evotune
