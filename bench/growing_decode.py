@@ -4,7 +4,8 @@ evotune.torch.attention (bundle or daemon mode) beside SDPA's eager loop,
 in one process: the time of the op's first pass (every length new to it),
 its second pass (every length seen), SDPA's loop after a pass of its own
 (its backends set up per shape too), and the GPU memory in use before and
-after, and over many more distinct lengths with --lengths.
+after, and over many more distinct lengths with --lengths. Every output of
+the second pass, and every 16th of the first, is checked against SDPA's.
 
   PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/growing_decode.py --daemon 127.0.0.1:7433 [--steps 1024]
@@ -12,8 +13,7 @@ after, and over many more distinct lengths with --lengths.
 
 Each step is one call on [batch, heads, 1, head_dim] queries against keys and
 values of the step's length (views of one preallocated cache, as an engine
-holds it); a pass's time is wall time with a synchronize at its end. Every
-output of the op's second pass is checked against SDPA's on the same step.
+holds it); a pass's time is wall time with a synchronize at its end.
 """
 import argparse
 import datetime
@@ -30,14 +30,26 @@ def sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
-def run_pass(fn, q, cache_k, cache_v, lengths):
-    """Wall time of one call of fn per length, in seconds."""
+def run_pass(fn, q, cache_k, cache_v, lengths, keep=None):
+    """Wall time of one call of fn per length, in seconds. With `keep` (a
+    dict), every 16th step's output is kept there by length."""
     torch.cuda.synchronize()
     start = time.perf_counter()
-    for n in lengths:
-        fn(q, cache_k[:, :, :n], cache_v[:, :, :n])
+    for i, n in enumerate(lengths):
+        o = fn(q, cache_k[:, :, :n], cache_v[:, :, :n])
+        if keep is not None and i % 16 == 0:
+            keep[n] = o
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def worst_error(outputs, q, cache_k, cache_v):
+    """The largest relative error of kept outputs against SDPA's."""
+    worst = 0.0
+    for n, got in outputs.items():
+        want = sdpa(q, cache_k[:, :, :n], cache_v[:, :, :n]).float()
+        worst = max(worst, ((got.float() - want).norm() / want.norm()).item())
+    return worst
 
 
 def used_bytes():
@@ -74,7 +86,8 @@ def main():
     lengths = range(args.start, args.start + args.steps)
     op = lambda q, k, v: et.attention(q, k, v)
     before = used_bytes()
-    first = run_pass(op, q, cache_k, cache_v, lengths)
+    first_outputs = {}  # The first pass's, checked after the timing.
+    first = run_pass(op, q, cache_k, cache_v, lengths, first_outputs)
     after_first = used_bytes()
     second = run_pass(op, q, cache_k, cache_v, lengths)
     run_pass(sdpa, q, cache_k, cache_v, lengths)  # SDPA's own setup.
@@ -85,7 +98,9 @@ def main():
         want = sdpa(q, k, v).float()
         got = op(q, k, v).float()
         worst = max(worst, ((got - want).norm() / want.norm()).item())
+    first_worst = worst_error(first_outputs, q, cache_k, cache_v)
     served = et.kernel_for(q, cache_k[:, :, :args.start], reason=True)
+    served_last = et.kernel_for(q, cache_k[:, :, :lengths[-1]], reason=True)
     row = {"first_s": first, "second_s": second, "sdpa_s": sdpa_s,
            "first_over_second": first / second,
            "second_over_sdpa": second / sdpa_s,
@@ -93,6 +108,8 @@ def main():
                            "second": second / args.steps * 1e6,
                            "sdpa": sdpa_s / args.steps * 1e6},
            "worst_rel_err_vs_sdpa": worst,
+           "first_pass_worst_rel_err_vs_sdpa": first_worst,
+           "served_last": list(served_last),
            "memory_bytes": {"before": before, "after_first": after_first},
            "served": list(served)}
     if args.lengths:
@@ -106,7 +123,8 @@ def main():
     print(f"op first pass {first * 1e3:.1f} ms, second {second * 1e3:.1f} ms "
           f"({row['first_over_second']:.2f}x), SDPA {sdpa_s * 1e3:.1f} ms "
           f"(second / SDPA {row['second_over_sdpa']:.2f}x); worst rel err "
-          f"against SDPA {worst:.1e}")
+          f"against SDPA {worst:.1e} (first pass, every 16th step: "
+          f"{first_worst:.1e}); the last length served by {served_last}")
     print("GPU memory in use: " + ", ".join(
         f"{k} {v / 2**20:.1f} MiB" for k, v in mem.items()))
     if args.json:
