@@ -154,6 +154,7 @@ struct Runtime::Fetch {
   CUcontext ctx;
   Problem problem;
   DeviceInfo device;
+  v1::Kernel kernel;  // The source's answer, once it came.
 };
 
 // Scratch for the launches on one stream: the largest any kernel asked for
@@ -245,7 +246,7 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
           Provisional(d, *sibling->second, problem, device, ctx);
       if (now != nullptr) {
         fetches_.push_back(
-            std::make_unique<Fetch>(Fetch{ctx, problem, device}));
+            std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
         if (!fetcher_.joinable()) {
           fetcher_ = std::thread([this] { FetchInBackground(); });
         }
@@ -353,11 +354,24 @@ Runtime::Loaded* Runtime::TakeOver(const CudaDriver& d, Loaded* current,
                                    CUstream stream) {
   auto fetched = fetched_.find({current->ctx, current->problem_key});
   if (fetched == fetched_.end() || Capturing(d, stream)) return current;
-  const std::pair<CUcontext, std::string> key = fetched->first;
-  std::unique_ptr<Loaded>& slot = loaded_[key];
-  replaced_.push_back(std::move(slot));  // A launch may still hold it.
-  slot = std::move(fetched->second);
+  // Loaded here, on the launching thread outside capture: loading a module
+  // while another thread captures in global mode would break its capture.
+  std::unique_ptr<Fetch> f = std::move(fetched->second);
   fetched_.erase(fetched);
+  absl::StatusOr<std::unique_ptr<Loaded>> own =
+      Make(d, std::move(f->kernel), f->device, f->ctx);
+  // Scratch the caller sized for the provisional kernel must still do.
+  const LaunchGeometry& now = current->launch.geometry;
+  if (!own.ok() ||
+      (*own)->launch.geometry.workspace_floats > now.workspace_floats ||
+      (*own)->launch.geometry.counters > now.counters) {
+    current->provisional = false;  // It stays on its class's kernel.
+    return current;
+  }
+  (*own)->problem_key = current->problem_key;
+  std::unique_ptr<Loaded>& slot = loaded_[{current->ctx, current->problem_key}];
+  replaced_.push_back(std::move(slot));  // A launch may still hold it.
+  slot = *std::move(own);
   return slot.get();
 }
 
@@ -377,24 +391,15 @@ void Runtime::FetchInBackground() {
     absl::StatusOr<v1::Kernel> kernel =
         source_->Find(f->problem, f->device.name, arch);
     mu_.Lock();
-    // Kept provisional where the source has nothing launchable for it.
-    if (!kernel.ok() || !CheckServable(*kernel, key, arch).ok()) continue;
     auto current = loaded_.find({f->ctx, key});
     if (current == loaded_.end()) continue;
-    absl::StatusOr<const CudaDriver*> d = Driver();
-    if (!d.ok()) continue;
-    absl::StatusOr<std::unique_ptr<Loaded>> own =
-        Make(**d, *std::move(kernel), f->device, f->ctx);
-    if (!own.ok()) continue;
-    // Scratch the caller sized for the provisional kernel must still do.
-    const LaunchGeometry& now = current->second->launch.geometry;
-    const LaunchGeometry& then = (*own)->launch.geometry;
-    if (then.workspace_floats > now.workspace_floats ||
-        then.counters > now.counters) {
+    if (!kernel.ok() || !CheckServable(*kernel, key, arch).ok()) {
+      // Nothing launchable of its own: it stays on its class's kernel.
+      current->second->provisional = false;
       continue;
     }
-    (*own)->problem_key = key;
-    fetched_[{f->ctx, key}] = *std::move(own);
+    f->kernel = *std::move(kernel);
+    fetched_[{f->ctx, key}] = std::move(f);
   }
 }
 

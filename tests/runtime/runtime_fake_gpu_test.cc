@@ -213,6 +213,24 @@ TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
   EXPECT_EQ(gpu_.module_loads, 2);  // The daemon's kernel, loaded once.
 }
 
+// A fetched kernel that needs more scratch than the caller sized for the
+// provisional one never takes over: the length stays on its class's kernel.
+TEST_F(RuntimeFakeGpuTest, AFetchedKernelNeedingMoreScratchDoesNotTakeOver) {
+  source_->every_problem = true;
+  ASSERT_TRUE(Launch(Decode(1)).ok());  // Needs none: the template's own.
+  source_->workspace_per_key = 64;      // The daemon's answers need some.
+  ASSERT_TRUE(Launch(Decode(2)).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(Launch(Decode(2)).ok());
+  absl::StatusOr<v1::Kernel> served = runtime_->KernelFor(Decode(2), nullptr);
+  EXPECT_TRUE(served->transferred());
+  EXPECT_EQ(served->geometry().workspace_floats(), 0);
+}
+
 // A bundle holds what it holds: another length is its own question.
 TEST_F(RuntimeFakeGpuTest, ABundleIsAskedForEveryLength) {
   ASSERT_TRUE(Launch(Decode(1)).ok());

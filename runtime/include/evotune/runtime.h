@@ -75,9 +75,9 @@ class BundleSource : public KernelSource {
 // source to answer for another. With a source that answers every problem,
 // a problem whose class (all but seq_k) was served before is served at once
 // by that kernel, its geometry computed here, while its own kernel is
-// fetched in the background and takes over at a later launch outside
-// stream capture (if it needs no more scratch). Destroying it unloads its
-// modules and frees its scratch; the contexts it used must still exist
+// fetched in the background and is loaded and takes over at a later launch
+// outside stream capture (if it needs no more scratch). Destroying it unloads
+// its modules and frees its scratch; the contexts it used must still exist
 // then.
 class Runtime {
  public:
@@ -151,7 +151,7 @@ class Runtime {
       ABSL_GUARDED_BY(mu_);
   // Fetched kernels waiting to take over provisional ones, by problem key;
   // and those taken over (launches may still hold them).
-  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Loaded>> fetched_
+  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Fetch>> fetched_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Loaded>> replaced_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);
