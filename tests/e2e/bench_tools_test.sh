@@ -133,7 +133,8 @@ grep -q "errors 0  wrong answers 0" <<<"$out" ||
 key=b4_h32_kv8_q8_k4096_d128_causal_bf16_bhsd
 out=$(python3 "$src/bench/landscape_plan.py" "$bin" "$decode" "$work/plan" 2 \
   "$key" 2>&1) || fail "landscape_plan.py exited $?: $out"
-PYTHONPATH="$src/python" python3 -c '
+# $EVOTUNE_PYTHON_ENV: what Python needs to load a sanitized runtime library.
+env ${EVOTUNE_PYTHON_ENV:-} PYTHONPATH="$src/python" python3 -c '
 import json, sys
 from evotune import runtime
 plan = json.load(open(sys.argv[1]))
