@@ -40,10 +40,30 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       absl::StrCat("unknown dtype \"", name, "\" (fp16 or bf16)"));
 }
 
+absl::string_view LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kVarlen:
+      return "thd";
+    case Layout::kKvCache:
+      return "cache";
+    case Layout::kDense:
+      break;
+  }
+  return "bhsd";
+}
+
+absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
+  for (Layout l : {Layout::kDense, Layout::kVarlen, Layout::kKvCache}) {
+    if (name == LayoutName(l)) return l;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown layout \"", name, "\" (bhsd, thd or cache)"));
+}
+
 bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
-         causal == o.causal && dtype == o.dtype;
+         causal == o.causal && dtype == o.dtype && layout == o.layout;
 }
 
 absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
@@ -95,7 +115,7 @@ std::string ProblemKey(const Problem& p) {
   return absl::StrCat("b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q",
                       p.seq_q, "_k", p.seq_k, "_d", p.head_dim, "_",
                       p.causal ? "causal" : "full", "_", DTypeName(p.dtype),
-                      "_bhsd");
+                      "_", LayoutName(p.layout));
 }
 
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
@@ -104,8 +124,11 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed problem key \"", key, "\""));
   };
-  if (parts.size() != 9 || parts[8] != "bhsd") return bad();
+  if (parts.size() != 9) return bad();
   Problem p;
+  absl::StatusOr<Layout> layout = ParseLayout(parts[8]);
+  if (!layout.ok()) return bad();
+  p.layout = *layout;
   const std::pair<absl::string_view, int64_t*> numeric[] = {
       {"b", &p.batch}, {"h", &p.heads}, {"kv", &p.kv_heads},
       {"q", &p.seq_q}, {"k", &p.seq_k}, {"d", &p.head_dim}};
@@ -141,7 +164,8 @@ double ProblemFlops(const Problem& p) {
 }
 
 double ProblemDistance(const Problem& p, const Problem& q) {
-  double d = (p.dtype != q.dtype) + (p.causal != q.causal);
+  double d =
+      (p.dtype != q.dtype) + (p.causal != q.causal) + (p.layout != q.layout);
   for (auto [a, b] : {std::pair{p.batch, q.batch},
                       {p.heads, q.heads},
                       {p.kv_heads, q.kv_heads},

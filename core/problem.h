@@ -17,11 +17,35 @@ enum class DType { kFp16, kBf16 };
 absl::string_view DTypeName(DType dtype);
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
-// softmax(Q K^T * head_dim^-0.5) V over contiguous [batch, heads, seq,
-// head_dim] tensors (layout "bhsd"). K and V have kv_heads heads; query head h
-// reads kv head h / (heads / kv_heads). With causal set, query row i sees keys
-// j <= i + seq_k - seq_q (the mask is aligned to the bottom-right corner, as in
-// FlashAttention 2); a row that sees no key outputs zeros.
+// Where a problem's sequence lengths live, and so how its tensors are laid
+// out (kernel_templates/common/attention_params.cuh has the exact rules).
+enum class Layout {
+  // "bhsd": every sequence has seq_q queries and seq_k keys, [batch, heads,
+  // seq, head_dim] tensors (any strides).
+  kDense,
+  // "thd": lengths on the device, as flash_attn_varlen_func takes them:
+  // packed Q and O [total_q, heads, head_dim], K and V [total_k, kv_heads,
+  // head_dim], int32 cu_seqlens_q and cu_seqlens_k [batch + 1]. seq_q and
+  // seq_k bound every sequence's lengths.
+  kVarlen,
+  // "cache": decode against a KV cache, as flash_attn_with_kvcache: Q and O
+  // [batch, heads, seq_q, head_dim], K and V [batch, kv_heads, seq_k,
+  // head_dim] of which sequence b uses the first seqused_k[b] (int32 on the
+  // device, at most seq_k).
+  kKvCache,
+};
+
+// "bhsd", "thd" or "cache" (the key's last part).
+absl::string_view LayoutName(Layout layout);
+absl::StatusOr<Layout> ParseLayout(absl::string_view name);
+
+// softmax(Q K^T * head_dim^-0.5) V over [batch, heads, seq, head_dim]
+// tensors (or the layout `layout` names). K and V have kv_heads heads; query
+// head h reads kv head h / (heads / kv_heads). With causal set, query row i
+// sees keys j <= i + seq_k - seq_q of its own sequence's lengths (the mask is
+// aligned to the bottom-right corner, as in FlashAttention 2); a row that
+// sees no key outputs zeros. With lengths on the device, seq_q and seq_k are
+// the bounds of a bucket: one problem serves every batch within them.
 struct Problem {
   int64_t batch = 1;
   int64_t heads = 1;
@@ -31,6 +55,7 @@ struct Problem {
   int64_t head_dim = 64;
   bool causal = false;
   DType dtype = DType::kFp16;
+  Layout layout = Layout::kDense;
 
   bool operator==(const Problem& o) const;
   bool operator!=(const Problem& o) const { return !(*this == o); }
@@ -50,18 +75,21 @@ inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
 absl::Status ValidateProblem(const Problem& problem,
                              absl::string_view field_prefix = "problem");
 
-// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd". Two
+// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the last
+// part is LayoutName). Two
 // problems have the same key exactly when they are equal.
 std::string ProblemKey(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 
 // Floating-point operations of one forward pass: 4 * B * H * Sq * Sk * D, for
-// causal problems only the unmasked part.
+// causal problems only the unmasked part (with lengths on the device, of a
+// batch whose sequences all have the maximum lengths).
 double ProblemFlops(const Problem& problem);
 
 // How far apart two problems are for transferring configs: the squared
 // distance in log2 of the sizes (batch, heads, kv_heads, seq_q, seq_k,
-// head_dim), plus 1 for another dtype and 1 for another causal flag.
+// head_dim), plus 1 for another dtype, 1 for another causal flag and 1 for
+// another layout.
 double ProblemDistance(const Problem& p, const Problem& q);
 
 }  // namespace evotune

@@ -39,6 +39,12 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
                                                    t.name, " does not support ",
                                                    DTypeName(problem.dtype)));
   }
+  if (std::find(t.layouts.begin(), t.layouts.end(), problem.layout) ==
+      t.layouts.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem.layout: template ", t.name,
+                     " does not support layout ", LayoutName(problem.layout)));
+  }
   return absl::OkStatus();
 }
 

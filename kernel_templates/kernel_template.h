@@ -60,7 +60,7 @@ std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g, int multiprocessors);
 // AttentionTensorMaps of common/attention_params.cuh, and how LaunchGeometry
 // describes a launch). Raise it with every change there: served kernels
 // carry it, and loaders refuse a kernel of another version.
-inline constexpr int kParamLayoutVersion = 1;
+inline constexpr int kParamLayoutVersion = 2;
 
 // The most rows a tensor map's box may have.
 inline constexpr int kMaxTmaBoxRows = 256;
@@ -91,6 +91,9 @@ struct KernelTemplate {
   bool test_only = false;
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
+  // Where its kernels may find the lengths (core/problem.h): every template
+  // reads each sequence's lengths through common/sequence.cuh.
+  std::vector<Layout> layouts = {Layout::kDense};
   std::vector<Constraint> constraints;
   // Every config the constraints admit fits its registers (no spill) at
   // every head_dim and dtype, as a compile test checks: a config that ran on
@@ -129,8 +132,9 @@ LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                int64_t block_n, int64_t splits,
                                SplitCombine combine);
 
-// OK when the template supports the problem's head_dim and dtype; otherwise
-// INVALID_ARGUMENT naming "problem.head_dim" or "problem.dtype".
+// OK when the template supports the problem's head_dim, dtype and layout;
+// otherwise INVALID_ARGUMENT naming "problem.head_dim", "problem.dtype" or
+// "problem.layout".
 absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem);
 
 // OK when the device can run the template at all; otherwise

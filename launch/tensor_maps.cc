@@ -1,5 +1,6 @@
 #include "launch/tensor_maps.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,8 @@ AttentionParams ContiguousParams(const Problem& p) {
   params.kv_heads = static_cast<int>(p.kv_heads);
   params.seq_q = static_cast<int>(p.seq_q);
   params.seq_k = static_cast<int>(p.seq_k);
+  params.rows_q = params.seq_q;
+  params.rows_k = params.seq_k;
   params.causal = p.causal ? 1 : 0;
   params.scale_log2 =
       static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
@@ -35,16 +38,29 @@ namespace {
 struct TensorView {
   const char* name;
   const void* data;
-  int64_t seq, heads;
+  int64_t seq, heads, batch;
   long long row_stride, head_stride, batch_stride;  // Elements.
   int box_rows;
 };
+
+// A tensor's view: a packed one (rows from cu_seqlens) is one batch of all
+// its rows.
+TensorView View(const char* name, const void* data, bool packed, int64_t rows,
+                int64_t heads, int64_t batch, long long row_stride,
+                long long head_stride, long long batch_stride, int box_rows) {
+  if (packed) {
+    batch = 1;
+    batch_stride = std::max<long long>(rows, 1) * row_stride;
+  }
+  return {name,       data,        rows,         heads,   batch,
+          row_stride, head_stride, batch_stride, box_rows};
+}
 
 absl::Status Encode(EncodeTiledFn encode, const TensorView& t, const Problem& p,
                     TensorMap* map) {
   const cuuint64_t dims[4] = {
       static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(t.seq),
-      static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(p.batch)};
+      static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
   // Bytes, for dimensions 1..3 (dimension 0 is contiguous).
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.row_stride) * 2,
                                  static_cast<cuuint64_t>(t.head_stride) * 2,
@@ -71,15 +87,21 @@ absl::Status Encode(EncodeTiledFn encode, const TensorView& t, const Problem& p,
 absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
     EncodeTiledFn encode, const AttentionParams& params, const Problem& problem,
     const LaunchGeometry::TmaBoxes& boxes) {
+  const bool packed_q = params.cu_seqlens_q != nullptr;
+  const bool packed_k = params.cu_seqlens_k != nullptr;
   const TensorView views[4] = {
-      {"q", params.q, problem.seq_q, problem.heads, params.q_row_stride,
-       params.q_head_stride, params.q_batch_stride, boxes.q_rows},
-      {"k", params.k, problem.seq_k, problem.kv_heads, params.k_row_stride,
-       params.k_head_stride, params.k_batch_stride, boxes.kv_rows},
-      {"v", params.v, problem.seq_k, problem.kv_heads, params.v_row_stride,
-       params.v_head_stride, params.v_batch_stride, boxes.kv_rows},
-      {"o", params.o, problem.seq_q, problem.heads, params.o_row_stride,
-       params.o_head_stride, params.o_batch_stride, boxes.o_rows}};
+      View("q", params.q, packed_q, params.rows_q, problem.heads, problem.batch,
+           params.q_row_stride, params.q_head_stride, params.q_batch_stride,
+           boxes.q_rows),
+      View("k", params.k, packed_k, params.rows_k, problem.kv_heads,
+           problem.batch, params.k_row_stride, params.k_head_stride,
+           params.k_batch_stride, boxes.kv_rows),
+      View("v", params.v, packed_k, params.rows_k, problem.kv_heads,
+           problem.batch, params.v_row_stride, params.v_head_stride,
+           params.v_batch_stride, boxes.kv_rows),
+      View("o", params.o, packed_q, params.rows_q, problem.heads, problem.batch,
+           params.o_row_stride, params.o_head_stride, params.o_batch_stride,
+           boxes.o_rows)};
   AttentionTensorMaps maps{};
   TensorMap* out[4] = {&maps.q, &maps.k, &maps.v, &maps.o};
   for (int i = 0; i < 4; ++i) {

@@ -40,11 +40,19 @@ absl::Status Field(const char* tensor, const char* field,
 absl::Status CheckExtents(const char* name, const AttentionTensor& t,
                           const Problem& p, bool is_kv) {
   const int64_t heads = is_kv ? p.kv_heads : p.heads;
-  const int64_t seq = is_kv ? p.seq_k : p.seq_q;
+  const bool packed = p.layout == Layout::kVarlen;
+  // Packed tensors: one batch of any number of rows (at least one).
+  const int64_t seq = packed  ? std::max<int64_t>(t.seq, 1)
+                      : is_kv ? p.seq_k
+                              : p.seq_q;
+  const char* seq_name = packed  ? "rows (at least 1)"
+                         : is_kv ? "seq_k"
+                                 : "seq_q";
   for (auto [field, got, want, what] :
-       {std::tuple{"batch", t.batch, p.batch, "batch"},
+       {std::tuple{"batch", t.batch, packed ? 1 : p.batch,
+                   packed ? "packed batch" : "batch"},
         {"heads", t.heads, heads, is_kv ? "kv_heads" : "heads"},
-        {"seq", t.seq, seq, is_kv ? "seq_k" : "seq_q"},
+        {"seq", t.seq, seq, seq_name},
         {"head_dim", t.head_dim, p.head_dim, "head_dim"}}) {
     if (got != want) {
       return Field(name, field,
@@ -110,6 +118,41 @@ bool Overlap(const AttentionTensor& a, const AttentionTensor& b) {
   return begin(a) < end(b) && begin(b) < end(a);
 }
 
+// The length arrays the layout needs, and none it does not.
+absl::Status CheckLengths(const AttentionCall& call) {
+  const Layout layout = call.problem.layout;
+  const bool varlen = layout == Layout::kVarlen;
+  for (auto [field, ptr, needed, allowed] :
+       {std::tuple{"cu_seqlens_q", call.cu_seqlens_q, varlen, varlen},
+        {"cu_seqlens_k", call.cu_seqlens_k, varlen, varlen},
+        {"seqused_k", call.seqused_k, layout == Layout::kKvCache,
+         layout != Layout::kDense}}) {
+    const std::string layout_name(LayoutName(layout));
+    if (ptr == nullptr && needed) {
+      return Field(field, "data",
+                   absl::StrCat("required for layout ", layout_name));
+    }
+    if (ptr != nullptr && !allowed) {
+      return Field(field, "data",
+                   absl::StrCat("must be null for layout ", layout_name));
+    }
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) {
+      return Field(field, "data", "must be 4-byte aligned (int32)");
+    }
+  }
+  if (varlen && call.q.seq != call.o.seq) {
+    return Field(
+        "o", "seq",
+        absl::StrCat("must be q's rows (", call.q.seq, "), got ", call.o.seq));
+  }
+  if (varlen && call.k.seq != call.v.seq) {
+    return Field(
+        "v", "seq",
+        absl::StrCat("must be k's rows (", call.k.seq, "), got ", call.v.seq));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckScale(float scale) {
   if (!std::isfinite(scale) || scale < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -140,6 +183,7 @@ AttentionCall ContiguousCall(const Problem& problem, const void* q,
 
 absl::Status CheckAttentionCall(const AttentionCall& call) {
   if (absl::Status s = ValidateProblem(call.problem); !s.ok()) return s;
+  if (absl::Status s = CheckLengths(call); !s.ok()) return s;
   for (auto [name, t, is_kv] : {std::tuple{"q", &call.q, false},
                                 {"k", &call.k, true},
                                 {"v", &call.v, true},

@@ -57,6 +57,16 @@ AttentionParams CallParams(const AttentionCall& call) {
   p.o_batch_stride = call.o.batch_stride;
   p.o_head_stride = call.o.head_stride;
   p.o_row_stride = call.o.row_stride;
+  p.cu_seqlens_q = call.cu_seqlens_q;
+  p.cu_seqlens_k = call.cu_seqlens_k;
+  p.seqused_k = call.seqused_k;
+  p.rows_q = static_cast<int>(call.q.seq);
+  p.rows_k = static_cast<int>(call.k.seq);
+  if (call.problem.layout ==
+      Layout::kVarlen) {  // Packed: rows from cu_seqlens.
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = 0;
+    p.o_batch_stride = 0;
+  }
   if (call.scale > 0) p.scale_log2 = call.scale * 1.4426950408889634f;
   return p;
 }
@@ -74,8 +84,8 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 // The problems one kernel may serve provisionally: all but seq_k alike.
 std::string ClassKey(const Problem& p) {
   return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
-                      p.head_dim, " ", p.causal, " ",
-                      static_cast<int>(p.dtype));
+                      p.head_dim, " ", p.causal, " ", static_cast<int>(p.dtype),
+                      " ", LayoutName(p.layout));
 }
 
 // OK when the runtime can launch `kernel` on a device of `arch`.

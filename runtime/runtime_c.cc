@@ -31,7 +31,21 @@ evotune::Problem ToProblem(const evotune_problem& p) {
   out.head_dim = p.head_dim;
   out.causal = p.causal != 0;
   out.dtype = p.bf16 ? evotune::DType::kBf16 : evotune::DType::kFp16;
+  // An unknown value is refused by ValidateLayout before any use.
+  out.layout = p.layout == EVOTUNE_LAYOUT_VARLEN     ? evotune::Layout::kVarlen
+               : p.layout == EVOTUNE_LAYOUT_KV_CACHE ? evotune::Layout::kKvCache
+                                                     : evotune::Layout::kDense;
   return out;
+}
+
+absl::Status ValidateLayout(const evotune_problem& p) {
+  if (p.layout < EVOTUNE_LAYOUT_DENSE || p.layout > EVOTUNE_LAYOUT_KV_CACHE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "problem.layout: EVOTUNE_LAYOUT_DENSE, _VARLEN or _KV_CACHE (0-2), "
+        "got ",
+        p.layout));
+  }
+  return absl::OkStatus();
 }
 
 std::string ConfigText(const evotune::v1::Config& c) {
@@ -89,6 +103,7 @@ void evotune_runtime_close(evotune_runtime* runtime) { delete runtime; }
 int evotune_runtime_scratch(evotune_runtime* runtime,
                             const evotune_problem* problem, void* stream,
                             int64_t* workspace_floats, int64_t* counters) {
+  if (absl::Status s = ValidateLayout(*problem); !s.ok()) return Report(s);
   absl::StatusOr<evotune::v1::Kernel> k = runtime->runtime->KernelFor(
       ToProblem(*problem), static_cast<CUstream>(stream));
   if (!k.ok()) return Report(k.status());
@@ -100,6 +115,7 @@ int evotune_runtime_scratch(evotune_runtime* runtime,
 int evotune_runtime_describe(evotune_runtime* runtime,
                              const evotune_problem* problem, void* stream,
                              char* out, int64_t size) {
+  if (absl::Status s = ValidateLayout(*problem); !s.ok()) return Report(s);
   absl::StatusOr<evotune::v1::Kernel> k = runtime->runtime->KernelFor(
       ToProblem(*problem), static_cast<CUstream>(stream));
   if (!k.ok()) return Report(k.status());
@@ -123,7 +139,23 @@ int evotune_runtime_attention(evotune_runtime* runtime,
                               const evotune_tensor* v, const evotune_tensor* o,
                               float scale, float* workspace, int32_t* counters,
                               void* stream) {
+  return evotune_runtime_attention_lengths(runtime, problem, q, k, v, o,
+                                           nullptr, scale, workspace, counters,
+                                           stream);
+}
+
+int evotune_runtime_attention_lengths(
+    evotune_runtime* runtime, const evotune_problem* problem,
+    const evotune_tensor* q, const evotune_tensor* k, const evotune_tensor* v,
+    const evotune_tensor* o, const evotune_lengths* lengths, float scale,
+    float* workspace, int32_t* counters, void* stream) {
+  if (absl::Status s = ValidateLayout(*problem); !s.ok()) return Report(s);
   evotune::AttentionCall call;
+  if (lengths != nullptr) {
+    call.cu_seqlens_q = lengths->cu_seqlens_q;
+    call.cu_seqlens_k = lengths->cu_seqlens_k;
+    call.seqused_k = lengths->seqused_k;
+  }
   call.problem = ToProblem(*problem);
   call.q = ToTensor(*q);
   call.k = ToTensor(*k);

@@ -4,6 +4,17 @@
 //
 // Tensors are [batch, heads, seq, head_dim] with unit stride along head_dim;
 // strides are in elements.
+//
+// Lengths on the device: sequence b's query row i and key j are at
+//   b * batch_stride + (start + i) * row_stride + head * head_stride
+// where start is cu_seqlens_q[b] (cu_seqlens_k[b] for keys) and 0 where that
+// array is null. Sequence b has cu_seqlens_q[b + 1] - cu_seqlens_q[b]
+// queries (seq_q where null) and seqused_k[b] keys (else cu_seqlens_k[b + 1]
+// - cu_seqlens_k[b], else seq_k). seq_q and seq_k then bound every
+// sequence's lengths (the launch grid is sized by them). Packed tensors
+// ([total, heads, head_dim], as flash_attn_varlen_func takes) have batch
+// stride 0 and rows_q / rows_k rows; the causal mask is aligned to each
+// sequence's own bottom-right corner.
 #ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
 #define EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
 
@@ -18,6 +29,14 @@ struct AttentionParams {
   long long o_batch_stride, o_head_stride, o_row_stride;
   int batch, heads, kv_heads, seq_q, seq_k;
   int causal;
+  // Null, or device arrays as described above.
+  const int* cu_seqlens_q;  // [batch + 1], non-decreasing, from 0.
+  const int* cu_seqlens_k;  // [batch + 1], non-decreasing, from 0.
+  const int* seqused_k;     // [batch].
+  // Rows of Q/O and of K/V along their row dimension: seq_q and seq_k for
+  // unpacked tensors, the packed totals for packed ones (tensor maps are
+  // bounded by them).
+  int rows_q, rows_k;
   // softmax scale * log2(e): scores are exponentiated with exp2.
   float scale_log2;
   // Scratch of the size the template asks for (KernelTemplate::workspace):

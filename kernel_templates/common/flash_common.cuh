@@ -12,6 +12,7 @@
 
 #include "attention_params.cuh"
 #include "dtype.cuh"
+#include "sequence.cuh"
 
 namespace flash {
 
@@ -202,19 +203,23 @@ __device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
 
 // What one block computes: query block q_block (kM rows from q0, the last
 // blocks first: with a causal mask they see the most keys, so the longest
-// blocks start first) of head h of batch b, and of its key tiles (kN keys
+// blocks start first) of head h of sequence b, and of its key tiles (kN keys
 // each) the range [block0, block0 + num_blocks) of split `split`.
 struct BlockPlan {
   int b, h, q_blocks, q_block, split, q0;
-  int shift;  // seq_k - seq_q. Causal: row i sees keys j <= i + shift.
+  int seq_q, seq_k;  // Sequence b's lengths.
+  int shift;         // seq_k - seq_q. Causal: row i sees keys j <= i + shift.
   int block0, num_blocks;
-  const evt_elem* q;  // This head's rows of Q, K, V.
+  const evt_elem* q;  // This head's rows of Q, K, V and O.
   const evt_elem* k;
   const evt_elem* v;
+  evt_elem* o;
+  int q_start, k_start;  // Rows of Q and of K before the sequence's.
 };
 
 // The plan of query block q_blocks - 1 - rank (the last blocks first) of
-// head h of batch b, split `split` of kSplits.
+// head h of sequence b, split `split` of kSplits. A block past the
+// sequence's queries has no key tiles.
 template <int kM, int kN, int kSplits>
 __device__ __forceinline__ BlockPlan PlanWork(const AttentionParams& p, int b,
                                               int h, int q_blocks, int rank,
@@ -227,18 +232,21 @@ __device__ __forceinline__ BlockPlan PlanWork(const AttentionParams& p, int b,
   w.q_block = w.q_blocks - 1 - rank;
   w.split = split;
   w.q0 = w.q_block * kM;
-  w.shift = p.seq_k - p.seq_q;
-  w.q = static_cast<const evt_elem*>(p.q) + w.b * p.q_batch_stride +
-        w.h * p.q_head_stride;
-  w.k = static_cast<const evt_elem*>(p.k) + w.b * p.k_batch_stride +
-        kvh * p.k_head_stride;
-  w.v = static_cast<const evt_elem*>(p.v) + w.b * p.v_batch_stride +
-        kvh * p.v_head_stride;
+  const Sequence s = SequenceOf(p, b);
+  w.seq_q = s.seq_q;
+  w.seq_k = s.seq_k;
+  w.shift = s.seq_k - s.seq_q;
+  w.q_start = s.q_start;
+  w.k_start = s.k_start;
+  w.q = static_cast<const evt_elem*>(p.q) + s.q + w.h * p.q_head_stride;
+  w.o = static_cast<evt_elem*>(p.o) + s.o + w.h * p.o_head_stride;
+  w.k = static_cast<const evt_elem*>(p.k) + s.k + kvh * p.k_head_stride;
+  w.v = static_cast<const evt_elem*>(p.v) + s.v + kvh * p.v_head_stride;
   // Keys any row of this block may see.
-  int kv_end = p.seq_k;
+  int kv_end = w.q0 < w.seq_q ? w.seq_k : 0;
   if (p.causal) {
-    const int last_row = min(p.seq_q - 1, w.q0 + kM - 1);
-    kv_end = min(p.seq_k, max(0, last_row + w.shift + 1));
+    const int last_row = min(w.seq_q - 1, w.q0 + kM - 1);
+    kv_end = min(kv_end, max(0, last_row + w.shift + 1));
   }
   // A contiguous range of key tiles per split.
   const int all_blocks = (kv_end + kN - 1) / kN;
@@ -260,28 +268,29 @@ __device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
 template <int kN>
 __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p,
                                               const BlockPlan& w, int kv0) {
-  return kv0 + kN > p.seq_k || (p.causal && kv0 + kN - 1 > w.q0 + w.shift);
+  return kv0 + kN > w.seq_k || (p.causal && kv0 + kN - 1 > w.q0 + w.shift);
 }
 
-// Sets to -inf the scores of keys past seq_k and, when causal, above the
-// diagonal, in a tile of scores for keys kv0.. and query rows row0.. (the
-// warp's first row); `shift` is seq_k - seq_q.
+// Sets to -inf the scores of keys past the sequence's seq_k and, when
+// causal, above the diagonal, in a tile of scores for keys kv0.. and query
+// rows row0.. (the warp's first row).
 template <int kMTiles, int kNTiles>
 __device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
-                                         const AttentionParams& p, int kv0,
-                                         int row0, int shift, int lane) {
+                                         const AttentionParams& p,
+                                         const BlockPlan& w, int kv0, int row0,
+                                         int lane) {
   // Element (nt, i) of a row holds key kv0 + c + nt * 8 + (i & 1), with
   // c = (lane % 4) * 2: compare the compile-time part against per-row
   // limits, so no per-element index lives in a register.
   const int c = kv0 + (lane % 4) * 2;
-  const int key_limit = p.seq_k - c;  // Keys at or past it are masked.
+  const int key_limit = w.seq_k - c;  // Keys at or past it are masked.
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + mt * 16 + lane / 4 + half * 8;
       const int limit =
-          p.causal ? min(key_limit, row + shift + 1 - c) : key_limit;
+          p.causal ? min(key_limit, row + w.shift + 1 - c) : key_limit;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -558,9 +567,9 @@ __device__ __forceinline__ uint4 CombineSplits(const float (&m)[kSplits],
 }
 
 // Normalises and stores the output rows of a warp, from row0 (rows past
-// seq_q are never written). With kSplits > 1 it stores this split's
-// unnormalised rows with their max and sum (fp32) instead, and the block that
-// finishes last combines the splits through the workspace: partial O
+// the sequence's seq_q are never written). With kSplits > 1 it stores this
+// split's unnormalised rows with their max and sum (fp32) instead, and the
+// block that finishes last combines the splits through the workspace: partial O
 // [batch*heads][splits][q_rows][kD], then (max, sum)
 // [batch*heads][splits][q_rows][2], with q_rows = q_blocks * kM.
 template <int kM, int kD, int kMTiles, int kSplits, int kThreads>
@@ -571,8 +580,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
                                             const float (&row_sum)[kMTiles][2],
                                             int lane) {
   constexpr int kDTiles = kD / 8;
-  evt_elem* o = static_cast<evt_elem*>(p.o) + t.b * p.o_batch_stride +
-                t.h * p.o_head_stride;
+  evt_elem* o = t.o;
   if constexpr (kSplits == 1) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -581,7 +589,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
         const float sum = QuadSum(row_sum[mt][half]);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = row0 + mt * 16 + lane / 4 + half * 8;
-        if (row >= p.seq_q) continue;
+        if (row >= t.seq_q) continue;
         evt_elem* out = o + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
@@ -599,7 +607,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
     const long long mine = (head * kSplits + t.split) * q_rows;
     // Rows past seq_q are padding that the combine skips: not stored.
     StorePartialRows(part_o + mine * kD, kD, part_ml + mine * 2, row0, o_acc,
-                     row_max, row_sum, lane, p.seq_q);
+                     row_max, row_sum, lane, t.seq_q);
     // Publish, then count this split in; the last one combines.
     __syncthreads();
     __shared__ int last;
@@ -614,7 +622,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
     for (int idx = threadIdx.x; idx < kM * kD / kVec; idx += kThreads) {
       const int row = t.q0 + idx / (kD / kVec);
       const int col = (idx % (kD / kVec)) * kVec;
-      if (row >= p.seq_q) continue;
+      if (row >= t.seq_q) continue;
       float m[kSplits], l[kSplits];
       float4 lo[kSplits], hi[kSplits];
 #pragma unroll

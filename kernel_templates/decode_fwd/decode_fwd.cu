@@ -38,6 +38,11 @@
 //              shared memory for every key tile (fewer registers).
 // Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
 //
+// Lengths on the device (common/attention_params.cuh): each sequence's own
+// query and key counts, up to seq_q and seq_k; the grid is sized by those
+// maxima and a row block past its sequence's rows returns at once. Keys
+// past a sequence's count are never read (zero-filled copies, masked).
+//
 // Grid: (ceil(seq_q * group / ROWS) * KV_SPLITS, kv_heads, batch); block:
 // 32 * WARPS threads; dynamic shared memory: the larger of the Q tile plus
 // the warps' rings, (ROWS + WARPS * STAGES * 2 * TILE_N) * HEAD_DIM * 2 B,
@@ -83,6 +88,7 @@ struct DecodePlan {
   int row_block, row_blocks, split;
   int kv_end;        // Keys any row of the block may see.
   int tile0, tiles;  // This split's key tiles.
+  Sequence seq;      // Sequence b: its lengths and row offsets.
 };
 
 __device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
@@ -90,16 +96,17 @@ __device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
   w.b = blockIdx.z;
   w.kvh = blockIdx.y;
   w.group = p.heads / p.kv_heads;
-  w.rows = p.seq_q * w.group;
+  w.seq = SequenceOf(p, w.b);
+  w.rows = w.seq.seq_q * w.group;
   w.row_blocks = gridDim.x / kSplits;
   w.row_block = blockIdx.x / kSplits;
   w.split = blockIdx.x % kSplits;
   w.r0 = w.row_block * kRows;
-  w.shift = p.seq_k - p.seq_q;
-  w.kv_end = p.seq_k;
+  w.shift = w.seq.seq_k - w.seq.seq_q;
+  w.kv_end = w.r0 < w.rows ? w.seq.seq_k : 0;
   if (p.causal) {
-    const int last_q = min(p.seq_q - 1, (w.r0 + kRows - 1) / w.group);
-    w.kv_end = min(p.seq_k, max(0, last_q + w.shift + 1));
+    const int last_q = min(w.seq.seq_q - 1, (w.r0 + kRows - 1) / w.group);
+    w.kv_end = min(w.kv_end, max(0, last_q + w.shift + 1));
   }
   const int all_tiles = (w.kv_end + kN - 1) / kN;
   const int per_split = (all_tiles + kSplits - 1) / kSplits;
@@ -108,13 +115,14 @@ __device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
   return w;
 }
 
-// Element offset of packed row r's query in Q or O (strides in elements).
+// Element offset of packed row r's query in Q or O: `base` is the
+// sequence's offset in that tensor (strides in elements).
 __device__ __forceinline__ long long RowOffset(const DecodePlan& w, int r,
-                                               long long batch_stride,
+                                               long long base,
                                                long long head_stride,
                                                long long row_stride) {
   const int h = w.kvh * w.group + r % w.group;
-  return w.b * batch_stride + h * head_stride + (r / w.group) * row_stride;
+  return base + h * head_stride + (r / w.group) * row_stride;
 }
 
 // The block's packed Q rows into a swizzled [kRows][kD] tile; rows past the
@@ -126,9 +134,9 @@ __device__ __forceinline__ void LoadQ(evt_elem* tile, const AttentionParams& p,
     const int r = idx / kChunks;
     const int c = idx % kChunks;
     const bool valid = w.r0 + r < w.rows;
-    const long long at = valid ? RowOffset(w, w.r0 + r, p.q_batch_stride,
-                                           p.q_head_stride, p.q_row_stride)
-                               : 0;
+    const long long at =
+        valid ? RowOffset(w, w.r0 + r, w.seq.q, p.q_head_stride, p.q_row_stride)
+              : 0;
     CpAsync16(SmemAddress(tile + Swizzled(r, c)), q + at + c * 8, valid);
   }
 }
@@ -299,10 +307,10 @@ __device__ __forceinline__ void StreamKeys(
     float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2]) {
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const evt_elem* k = static_cast<const evt_elem*>(p.k) +
-                      w.b * p.k_batch_stride + w.kvh * p.k_head_stride;
-  const evt_elem* v = static_cast<const evt_elem*>(p.v) +
-                      w.b * p.v_batch_stride + w.kvh * p.v_head_stride;
+  const evt_elem* k =
+      static_cast<const evt_elem*>(p.k) + w.seq.k + w.kvh * p.k_head_stride;
+  const evt_elem* v =
+      static_cast<const evt_elem*>(p.v) + w.seq.v + w.kvh * p.v_head_stride;
   const int my_tiles =
       w.tiles > warp ? (w.tiles - warp + kWarps - 1) / kWarps : 0;
   const unsigned long long policy = EvictFirstPolicy();
@@ -430,8 +438,8 @@ constexpr int kMergeMlBytes = kSplits > kMergeBatch ? kRows* kSplits * 8 : 0;
 __device__ __forceinline__ void StoreRow(const AttentionParams& p,
                                          const DecodePlan& w, int row, int col,
                                          uint4 packed) {
-  const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
-                                 p.o_head_stride, p.o_row_stride);
+  const long long at =
+      RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
   *reinterpret_cast<uint4*>(static_cast<evt_elem*>(p.o) + at + col) = packed;
 }
 
@@ -567,6 +575,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const DecodePlan w = PlanDecode(p);
+  // Past the sequence's rows (lengths on the device): every split of the
+  // row block leaves alike, and its counter stays zero.
+  if (w.r0 >= w.rows) return;
   const int rows_here = min(kRows, w.rows - w.r0);
 
   LoadQ(q_tile, p, w);
@@ -600,8 +611,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       merge.Add(ml[0], ml[1], part[0], part[1]);
     }
     if constexpr (kSplits == 1) {
-      const long long at = RowOffset(w, w.r0 + row, p.o_batch_stride,
-                                     p.o_head_stride, p.o_row_stride);
+      const long long at =
+          RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
       *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();
     } else {
       float4* out = reinterpret_cast<float4*>(ws.Out(w.split, row) + col);

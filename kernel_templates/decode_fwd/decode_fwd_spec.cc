@@ -156,6 +156,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
   t.constraints = {
       // Output accumulators and scores in registers: at most 128 and 64
       // floats per thread.

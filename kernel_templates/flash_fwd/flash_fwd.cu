@@ -91,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
+  if (w.q0 >= w.seq_q) return;  // Past its sequence: every split alike.
   const int q0 = w.q0;
   const int block0 = w.block0;
   const int num_blocks = w.num_blocks;
@@ -99,13 +100,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const evt_elem* v = w.v;
 
   // Stage Q; its group completes with the first K/V tile's.
-  LoadTile<kM>(q_tile, q, p.q_row_stride, q0, p.seq_q);
+  LoadTile<kM>(q_tile, q, p.q_row_stride, q0, w.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_blocks) {
       LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride, (block0 + s) * kN,
-                   p.seq_k);
+                   w.seq_k);
       LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride, (block0 + s) * kN,
-                   p.seq_k);
+                   w.seq_k);
     }
     CpAsyncCommit();
   }
@@ -127,8 +128,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int j = 0; j < num_blocks; ++j) {
     const int stage = j % kStages;
     if (kStages == 1) {
-      LoadTile<kN>(k_tiles, k, p.k_row_stride, (block0 + j) * kN, p.seq_k);
-      LoadTile<kN>(v_tiles, v, p.v_row_stride, (block0 + j) * kN, p.seq_k);
+      LoadTile<kN>(k_tiles, k, p.k_row_stride, (block0 + j) * kN, w.seq_k);
+      LoadTile<kN>(v_tiles, v, p.v_row_stride, (block0 + j) * kN, w.seq_k);
       CpAsyncCommit();
     }
     CpAsyncWait<(kStages >= 2 ? kStages - 2 : 0)>();
@@ -139,9 +140,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       if (next < num_blocks) {
         const int s = next % kStages;
         LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride,
-                     (block0 + next) * kN, p.seq_k);
+                     (block0 + next) * kN, w.seq_k);
         LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride,
-                     (block0 + next) * kN, p.seq_k);
+                     (block0 + next) * kN, w.seq_k);
       }
       CpAsyncCommit();
     }
@@ -160,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 
     // Mask keys past seq_k and, when causal, above the diagonal.
     if (TileNeedsMask<kN>(p, w, kv0)) {
-      MaskTile(s_acc, p, kv0, q0 + warp_row0, w.shift, lane);
+      MaskTile(s_acc, p, w, kv0, q0 + warp_row0, lane);
     }
 
     // Online softmax; P replaces S in place.

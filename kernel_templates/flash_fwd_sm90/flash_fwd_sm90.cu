@@ -100,15 +100,16 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
+  if (w.q0 >= w.seq_q) return;  // Past its sequence: every split alike.
 
   // Stage Q; its group completes with the first K/V tile's.
-  LoadTile<kM>(q_tile, w.q, p.q_row_stride, w.q0, p.seq_q);
+  LoadTile<kM>(q_tile, w.q, p.q_row_stride, w.q0, w.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < w.num_blocks) {
       LoadTile<kN>(k_tiles + s * kN * kD, w.k, p.k_row_stride,
-                   (w.block0 + s) * kN, p.seq_k);
+                   (w.block0 + s) * kN, w.seq_k);
       LoadTile<kN>(v_tiles + s * kN * kD, w.v, p.v_row_stride,
-                   (w.block0 + s) * kN, p.seq_k);
+                   (w.block0 + s) * kN, w.seq_k);
     }
     CpAsyncCommit();
   }
@@ -135,9 +136,9 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
     if (next < w.num_blocks) {
       const int s = next % kStages;
       LoadTile<kN>(k_tiles + s * kN * kD, w.k, p.k_row_stride,
-                   (w.block0 + next) * kN, p.seq_k);
+                   (w.block0 + next) * kN, w.seq_k);
       LoadTile<kN>(v_tiles + s * kN * kD, w.v, p.v_row_stride,
-                   (w.block0 + next) * kN, p.seq_k);
+                   (w.block0 + next) * kN, w.seq_k);
     }
     CpAsyncCommit();
     const unsigned k_stage = SmemAddress(k_tiles + stage * kN * kD);
@@ -167,7 +168,7 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
 
     const int kv0 = (w.block0 + j) * kN;
     if (TileNeedsMask<kN>(p, w, kv0)) {
-      MaskTile(s_acc, p, kv0, w.q0 + warp_row0, w.shift, lane);
+      MaskTile(s_acc, p, w, kv0, w.q0 + warp_row0, lane);
     }
     SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
 

@@ -42,6 +42,13 @@
 // Tiles use the 128-byte swizzle of common/hopper.cuh, so the tensor cores
 // read what the copy engine wrote.
 //
+// Lengths on the device (common/attention_params.cuh): tiles past a
+// sequence's rows are skipped, copies start at the sequence's first row (a
+// packed tensor is mapped as one batch of all its rows), a packed sequence's
+// partial last row block is stored by the threads (the copy engine would
+// write on into the next sequence), and the V rows of a last key tile that
+// may hold anything are cleared before P V (TailNeedsClearing).
+//
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
 // PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64 or
@@ -86,7 +93,9 @@ static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
               "partial rows fit where the tiles were");
 
 // Register reallocation (a single consumer keeps the entry allocation):
-// 128 * 24 + 128 * kConsumers * regs <= 65536.
+// 128 * 24 + 128 * kConsumers * regs <= 64512 (168 registers a thread at
+// launch, 384 or 512 threads): the consumers raise their count only by what
+// the producer gave up, or setmaxnreg.inc waits forever.
 constexpr bool kRealloc = kConsumers > 1;
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -122,8 +131,12 @@ struct Smem {
   __device__ __forceinline__ unsigned v_empty(int s) const {
     return bars + 8 * (2 + 3 * kStages + s);
   }
+  // Where the producer waits for a V tile whose tail it clears (ClearTail).
+  __device__ __forceinline__ unsigned v_tail() const {
+    return bars + 8 * (2 + 4 * kStages);
+  }
 };
-static_assert(8 * (2 + 4 * 4) <= 256, "barriers fit their 256 bytes");
+static_assert(8 * (3 + 4 * 4) <= 256, "barriers fit their 256 bytes");
 
 __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   Smem s;
@@ -175,55 +188,140 @@ __device__ __forceinline__ BlockPlan TileAt(const AttentionParams& p,
                                    t.q_blocks, tile % t.q_blocks, t.split);
 }
 
-// The K and V of key tile j of w into the stage of the block's it-th key
-// tile, once the consumers have handed that stage back.
+// The batch coordinate of a sequence in the tensor maps: packed tensors
+// (rows from cu_seqlens) are mapped as one batch of all their rows.
+__device__ __forceinline__ int MapBatch(const int* cu_seqlens, int b) {
+  return cu_seqlens != nullptr ? 0 : b;
+}
+
+// Whether the rows of key tile kv0.. past the sequence's keys may hold
+// anything at all (NaN included), so that V's must be cleared before P V
+// (a masked key's probability is 0, but 0 * NaN is not). Rows past a
+// dense problem's seq_k or past the packed tensor are zero-filled by the
+// copy engine, and rows of the next packed sequence are its keys; rows past
+// seqused_k, and those between the packed total cu_seqlens_k[batch] and the
+// tensor's end, are not.
+__device__ __forceinline__ bool TailNeedsClearing(const AttentionParams& p,
+                                                  const BlockPlan& w, int kv0) {
+  if (kv0 + kN <= w.seq_k) return false;
+  if (p.seqused_k != nullptr) return true;
+  if (p.cu_seqlens_k == nullptr) return false;
+  const int total = __ldg(p.cu_seqlens_k + p.batch);
+  return w.k_start + kv0 + kN > total && p.rows_k > total;
+}
+
+// Zeroes rows [from, kN) of the V tile at `tile` (both 64-column blocks),
+// the producer warp's 32 lanes together, and makes the zeros visible to the
+// tensor cores.
+__device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
+  // Lane: 16-byte chunk lane % 8 of rows from + lane / 8, + 4, ... (of
+  // each 64-column block); one address and one bound live.
+  const int first = max(from, 0) + lane / 8;
+  const unsigned end = tile + kN * kRowBytes;
+  for (unsigned at = tile + first * kRowBytes + (lane % 8) * 16; at < end;
+       at += 4 * kRowBytes) {
+#pragma unroll
+    for (int db = 0; db < kD / 64; ++db) {
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                       at + db * kN * kRowBytes),
+                   "r"(0)
+                   : "memory");
+    }
+  }
+  FenceSharedForAsync();
+  __syncwarp();
+}
+
+// The K and V of the key tile at row `row` (of kv head kv_head, batch
+// coordinate `batch` in the maps) into the stage of the block's it-th key
+// tile, once the consumers have handed that stage back. With clear_from >=
+// 0 its V rows from clear_from on are cleared (TailNeedsClearing): `tails`
+// counts the tiles cleared so far (the phase of v_tail). Lane 0 of the
+// producer warp issues the copies; the warp clears a tail. The producer has
+// 24 registers: the arguments are what it keeps per tile.
 __device__ __forceinline__ void LoadKv(const AttentionTensorMaps& maps,
-                                       const Smem& s, const BlockPlan& w,
-                                       int kv_head, int j, int it) {
+                                       const Smem& s, int it, int row,
+                                       int kv_head, int batch, int clear_from,
+                                       int& tails, int lane) {
   const int stage = it % kStages;
   // The first round finds every stage empty (the phase before the first).
   const int parity = ((it / kStages) & 1) ^ 1;
-  const int kv0 = (w.block0 + j) * kN;
   BarrierWait(s.k_empty(stage), parity);
-  BarrierExpectBytes(s.k_full(stage), kTileBytes);
+  if (lane == 0) {
+    BarrierExpectBytes(s.k_full(stage), kTileBytes);
 #pragma unroll
-  for (int db = 0; db < kD / 64; ++db) {
-    TmaLoad(s.k(stage) + db * kN * kRowBytes, maps.k, s.k_full(stage), 64 * db,
-            kv0, kv_head, w.b);
+    for (int db = 0; db < kD / 64; ++db) {
+      TmaLoad(s.k(stage) + db * kN * kRowBytes, maps.k, s.k_full(stage),
+              64 * db, row, kv_head, batch);
+    }
   }
+  const bool clear = clear_from >= 0;
+  const unsigned v_bar = clear ? s.v_tail() : s.v_full(stage);
   BarrierWait(s.v_empty(stage), parity);
-  BarrierExpectBytes(s.v_full(stage), kTileBytes);
+  if (lane == 0) {
+    BarrierExpectBytes(v_bar, kTileBytes);
 #pragma unroll
-  for (int db = 0; db < kD / 64; ++db) {
-    TmaLoad(s.v(stage) + db * kN * kRowBytes, maps.v, s.v_full(stage), 64 * db,
-            kv0, kv_head, w.b);
+    for (int db = 0; db < kD / 64; ++db) {
+      TmaLoad(s.v(stage) + db * kN * kRowBytes, maps.v, v_bar, 64 * db, row,
+              kv_head, batch);
+    }
+  }
+  if (clear) {
+    BarrierWait(s.v_tail(), tails & 1);
+    ++tails;
+    ClearTail(s.v(stage), clear_from, lane);
+    if (lane == 0) BarrierArrive(s.v_full(stage));
   }
 }
 
-// The producer: for each tile, Q once the consumers are done with the
+// Whether tile `w` has rows to compute (with lengths on the device, query
+// blocks past a sequence's rows have none).
+__device__ __forceinline__ bool HasRows(const BlockPlan& w) {
+  return w.q0 < w.seq_q;
+}
+
+// The producer warp: for each tile, Q once the consumers are done with the
 // previous tile's, then every key tile's K and V, each into the next stage
-// of the ring (which runs on across tiles).
+// of the ring (which runs on across tiles). Lane 0 issues the copies.
 __device__ __forceinline__ void Produce(const AttentionParams& p,
                                         const AttentionTensorMaps& maps,
-                                        const Smem& s) {
-  PrefetchTensorMap(maps.q);
-  PrefetchTensorMap(maps.k);
-  PrefetchTensorMap(maps.v);
+                                        const Smem& s, int lane) {
+  if (lane == 0) {
+    PrefetchTensorMap(maps.q);
+    PrefetchTensorMap(maps.k);
+    PrefetchTensorMap(maps.v);
+  }
   const Tiles tiles = MyTiles(p);
-  int it = 0;
+  int it = 0, done = 0, tails = 0;
   for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
-    if (n > 0) BarrierWait(s.q_empty(), (n - 1) & 1);
-    BarrierExpectBytes(s.q_full(), kQBytes);
+    if (!HasRows(w)) continue;
+    if (done > 0) BarrierWait(s.q_empty(), (done - 1) & 1);
+    if (lane == 0) {
+      BarrierExpectBytes(s.q_full(), kQBytes);
 #pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
-      TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db, w.q0, w.h,
-              w.b);
+      for (int db = 0; db < kD / 64; ++db) {
+        TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db,
+                w.q_start + w.q0, w.h, MapBatch(p.cu_seqlens_q, w.b));
+      }
     }
     const int kv_head = w.h / (p.heads / p.kv_heads);
-    for (int j = 0; j < w.num_blocks; ++j, ++it) {
-      LoadKv(maps, s, w, kv_head, j, it);
+    const int batch = MapBatch(p.cu_seqlens_k, w.b);
+    const int row0 = w.k_start + w.block0 * kN;
+    // Only a sequence's last key tile can reach past its keys: it is
+    // loaded after the loop (inside, its values would stay live).
+    const int last = w.num_blocks - 1;
+    const int kv_last = (w.block0 + last) * kN;
+    const bool clear_last = last >= 0 && TailNeedsClearing(p, w, kv_last);
+    const int plain = clear_last ? last : w.num_blocks;
+    for (int j = 0, row = row0; j < plain; ++j, ++it, row += kN) {
+      LoadKv(maps, s, it, row, kv_head, batch, -1, tails, lane);
     }
+    if (clear_last) {
+      LoadKv(maps, s, it++, row0 + last * kN, kv_head, batch, w.seq_k - kv_last,
+             tails, lane);
+    }
+    ++done;
   }
 }
 
@@ -381,7 +479,7 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
                                         int lane) {
   const int kv0 = (w.block0 + j) * kN;
   if (TileNeedsMask<kN>(p, w, kv0)) {
-    MaskTile(r.s, p, kv0, w.q0 + row0, w.shift, lane);
+    MaskTile(r.s, p, w, kv0, w.q0 + row0, lane);
   }
   if constexpr (kLazy) {
     SoftmaxLazy(r, p.scale_log2);
@@ -496,6 +594,24 @@ __device__ __forceinline__ void ConsumeOverlapped(
   if (lane == 0) BarrierArrive(s.v_empty(last));
 }
 
+// Rows row0.. (up to the sequence's seq_q) of the warpgroup's part of the
+// O buffer (`rows`, swizzled as Q) into O, 16 bytes a thread and step.
+__device__ __forceinline__ void StoreRowsDirect(const BlockPlan& w,
+                                                long long row_stride,
+                                                const unsigned char* rows,
+                                                int row0, int thread) {
+  constexpr int kChunks = kD / 8;  // 16-byte chunks of a row.
+  const int valid = min(64, w.seq_q - row0);
+  for (int i = thread; i < valid * kChunks; i += 128) {
+    const int r = i / kChunks;
+    const int c = i % kChunks;
+    const uint4 x = *reinterpret_cast<const uint4*>(
+        rows + (c / 8) * kM * kRowBytes + r * kRowBytes +
+        (((c % 8) ^ (r % 8)) << 4));
+    *reinterpret_cast<uint4*>(w.o + (row0 + r) * row_stride + c * 8) = x;
+  }
+}
+
 // Normalises the warpgroup's 64 rows into its rows of the O buffer (the
 // swizzled layout of Q) and stores them with the copy engine. A persistent
 // block first waits until its previous store has read the buffer.
@@ -527,10 +643,18 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
   FenceSharedForAsync();
   NamedBarrierSync(1 + consumer, 128);
   const int row0 = w.q0 + consumer * 64;
-  if (thread == 0 && row0 < p.seq_q) {
+  if (row0 >= w.seq_q) return;
+  if (p.cu_seqlens_q != nullptr && row0 + 64 > w.seq_q) {
+    // A packed sequence's last rows: the copy engine would run on into the
+    // next sequence's, so the warpgroup stores just its own.
+    StoreRowsDirect(w, p.o_row_stride, s.tiles + (o_rows - s.q), row0, thread);
+    return;
+  }
+  if (thread == 0) {
 #pragma unroll
     for (int db = 0; db < kD / 64; ++db) {
-      TmaStore(maps.o, o_rows + db * kM * kRowBytes, 64 * db, row0, w.h, w.b);
+      TmaStore(maps.o, o_rows + db * kM * kRowBytes, 64 * db, w.q_start + row0,
+               w.h, MapBatch(p.cu_seqlens_q, w.b));
     }
     TmaStoreCommit();
   }
@@ -546,14 +670,17 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
   const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
   const Turns turns{consumer};
   const Tiles tiles = MyTiles(p);
-  int it = 0;  // Key tiles consumed before this tile.
+  int it = 0;    // Key tiles consumed before this tile.
+  int done = 0;  // Tiles with rows before this one.
   turns.StartBlock();
   for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
+    if (!HasRows(w)) continue;
     Rows r;
     InitRows(r.o, r.row_max, r.row_sum);
     turns.StartTile(w.num_blocks);
-    BarrierWait(s.q_full(), n & 1);
+    BarrierWait(s.q_full(), done & 1);
+    ++done;
     if constexpr (kQInRegs) LoadWarpgroupQ(r.qf, q_rows, thread);
     if constexpr (kOverlap) {
       ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, it, lane);
@@ -583,8 +710,15 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
                   const __grid_constant__ AttentionTensorMaps maps) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const Smem s = LayOut(smem_raw);
+  if constexpr (!kPersistent) {
+    // A block (or cluster: its blocks share the tile) past its sequence's
+    // rows has nothing to do.
+    const Tiles t = MyTiles(p);
+    if (!HasRows(TileAt(p, t, t.single))) return;
+  }
   if (threadIdx.x == 0) {
     BarrierInit(s.q_full(), 1);
+    BarrierInit(s.v_tail(), 1);
     BarrierInit(s.q_empty(), 4 * kConsumers);
     for (int i = 0; i < kStages; ++i) {
       BarrierInit(s.k_full(i), 1);
@@ -601,7 +735,7 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (warpgroup == 0) {
     if constexpr (kRealloc) LowerRegisters<kProducerRegs>();
-    if (threadIdx.x == 0) Produce(p, maps, s);
+    if (threadIdx.x < 32) Produce(p, maps, s, threadIdx.x);
     if constexpr (kSplits > 1) {  // The consumers' CombineInCluster.
       __syncwarp();
       ClusterSync();

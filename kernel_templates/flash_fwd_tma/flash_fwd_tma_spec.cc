@@ -154,6 +154,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
   t.head_dims = {64, 128};
   t.fits_every_form = true;  // NvrtcCompilerTest.FlashFwdTmaConfigsDoNotSpill
   t.dtypes = {DType::kFp16, DType::kBf16};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
   t.constraints = Constraints();
   // Hopper's fastest prefill template (bench/RESULTS.md).
   t.default_rank = [](const Problem&) { return 2; };

@@ -16,6 +16,7 @@
 // Grid: (ceil(seq_q / WARPS), heads, batch); block: WARPS * 32 threads.
 #include "attention_params.cuh"
 #include "dtype.cuh"
+#include "sequence.cuh"
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention_fwd(const __grid_constant__ AttentionParams p) {
@@ -30,24 +31,26 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const int h = blockIdx.y;
   const int kvh = h / (p.heads / p.kv_heads);
   const int row = blockIdx.x * WARPS + warp;
-  const bool active = row < p.seq_q;
+  const Sequence seq = SequenceOf(p, b);
+  const bool active = row < seq.seq_q;
 
   // Keys this row may see, and the most any row of the block may see.
-  const int shift = p.seq_k - p.seq_q;
-  int row_end = p.seq_k;
-  int block_end = p.seq_k;
+  const int shift = seq.seq_k - seq.seq_q;
+  int row_end = seq.seq_k;
+  int block_end = (int)blockIdx.x * WARPS < seq.seq_q ? seq.seq_k : 0;
   if (p.causal) {
-    row_end = min(p.seq_k, max(0, row + shift + 1));
-    const int last_row = min(p.seq_q - 1, (int)blockIdx.x * WARPS + WARPS - 1);
-    block_end = min(p.seq_k, max(0, last_row + shift + 1));
+    row_end = min(seq.seq_k, max(0, row + shift + 1));
+    const int last_row =
+        min(seq.seq_q - 1, (int)blockIdx.x * WARPS + WARPS - 1);
+    block_end = min(block_end, max(0, last_row + shift + 1));
   }
 
-  const evt_elem* q = static_cast<const evt_elem*>(p.q) + b * p.q_batch_stride +
-                      h * p.q_head_stride;
-  const evt_elem* k = static_cast<const evt_elem*>(p.k) + b * p.k_batch_stride +
-                      kvh * p.k_head_stride;
-  const evt_elem* v = static_cast<const evt_elem*>(p.v) + b * p.v_batch_stride +
-                      kvh * p.v_head_stride;
+  const evt_elem* q =
+      static_cast<const evt_elem*>(p.q) + seq.q + h * p.q_head_stride;
+  const evt_elem* k =
+      static_cast<const evt_elem*>(p.k) + seq.k + kvh * p.k_head_stride;
+  const evt_elem* v =
+      static_cast<const evt_elem*>(p.v) + seq.v + kvh * p.v_head_stride;
 
   float q_reg[kPerLane];
   float acc[kPerLane];
@@ -66,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const int j = idx / HEAD_DIM;
       const int d = idx % HEAD_DIM;
       const int key = start + j;
-      const bool in = key < p.seq_k;
+      const bool in = key < seq.seq_k;
       k_tile[idx] = in ? k[key * p.k_row_stride + d] : evt_elem(0);
       v_tile[idx] = in ? v[key * p.v_row_stride + d] : evt_elem(0);
     }
@@ -98,8 +101,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   }
 
   if (!active) return;
-  evt_elem* o = static_cast<evt_elem*>(p.o) + b * p.o_batch_stride +
-                h * p.o_head_stride + row * p.o_row_stride;
+  evt_elem* o = static_cast<evt_elem*>(p.o) + seq.o + h * p.o_head_stride +
+                row * p.o_row_stride;
   const float inv = row_sum > 0.f ? 1.f / row_sum : 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {

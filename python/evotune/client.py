@@ -36,16 +36,23 @@ class EvotuneError(Exception):
         self.message = message
 
 
+_LAYOUTS = {"bhsd": 0, "thd": 1, "cache": 2}  # evotune.v1.Layout.
+
+
 def problem(batch=1, heads=8, kv_heads=0, seq_q=512, seq_k=0, head_dim=64,
-            causal=False, dtype="fp16"):
+            causal=False, dtype="fp16", layout="bhsd"):
     """An evotune.v1.Problem; defaults are the seed problem. kv_heads 0 means
-    heads, seq_k 0 means seq_q; dtype "fp16" or "bf16"."""
+    heads, seq_k 0 means seq_q; dtype "fp16" or "bf16"; layout "bhsd",
+    "thd" (varlen: seq_q and seq_k bound a bucket) or "cache"
+    (docs/serving.md)."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout: bhsd, thd or cache, got {layout!r}")
     return evotune_pb2.Problem(
         batch=batch, heads=heads, kv_heads=kv_heads or heads, seq_q=seq_q,
         seq_k=seq_k or seq_q, head_dim=head_dim, causal=causal,
-        dtype=_DTYPES[dtype])
+        dtype=_DTYPES[dtype], layout=_LAYOUTS[layout])
 
 
 def _config(values):

@@ -16,15 +16,20 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 2  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 3  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
+# Problem.layout: where the lengths live (evotune/attention_call.h).
+LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE = 0, 1, 2
 
 
 class Problem(ctypes.Structure):
-    """evotune_problem: causal is bottom-right aligned; bf16 0 means fp16."""
+    """evotune_problem: causal is bottom-right aligned; bf16 0 means fp16;
+    layout one of LAYOUT_* (with lengths on the device, seq_q and seq_k
+    bound every sequence's)."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
-            ("causal", ctypes.c_int32), ("bf16", ctypes.c_int32)]
+            (n, ctypes.c_int32)
+            for n in ("causal", "bf16", "layout", "reserved")]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)
@@ -35,6 +40,12 @@ class Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p)] + [(n, ctypes.c_int64) for n in (
         "batch_stride", "head_stride", "row_stride", "batch", "heads", "seq",
         "head_dim")]
+
+
+class Lengths(ctypes.Structure):
+    """evotune_lengths: device pointers of int32 arrays (0 for none)."""
+    _fields_ = [(n, ctypes.c_void_p)
+                for n in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k")]
 
 
 def _declare(lib):
@@ -52,6 +63,9 @@ def _declare(lib):
         ctypes.c_int64]
     lib.evotune_runtime_attention.argtypes = [
         ctypes.c_void_p, p(Problem)] + [p(Tensor)] * 4 + [
+            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.evotune_runtime_attention_lengths.argtypes = [
+        ctypes.c_void_p, p(Problem)] + [p(Tensor)] * 4 + [p(Lengths)] + [
             ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.evotune_last_error.restype = ctypes.c_char_p
 
@@ -155,3 +169,17 @@ class Runtime:
     def launch(self, args):
         """Launches attention with attention_args(...); the status code."""
         return self.lib.evotune_runtime_attention(*args)
+
+    def lengths_args(self, problem, q, k, v, o, lengths, scale, workspace,
+                     counters, stream):
+        """As attention_args, with a Lengths (the problem's layout reads
+        them): launch_lengths(args) runs it."""
+        return (self.handle, ctypes.byref(problem),
+                *[ctypes.byref(t) for t in (q, k, v, o)],
+                ctypes.byref(lengths), ctypes.c_float(scale),
+                ctypes.c_void_p(workspace), ctypes.c_void_p(counters),
+                ctypes.c_void_p(stream))
+
+    def launch_lengths(self, args):
+        """Launches attention with lengths_args(...); the status code."""
+        return self.lib.evotune_runtime_attention_lengths(*args)

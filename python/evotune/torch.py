@@ -265,3 +265,7 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
         rc, kernel = entry.runtime.describe(entry.problem, entry.stream_id)
         why = None if rc == 0 else entry.runtime.last_error()
     return (kernel, why) if reason else kernel
+
+
+# Variable-length batches (evotune/varlen.py), after the names it uses.
+from .varlen import varlen_attention  # noqa: E402,F401

@@ -126,6 +126,10 @@ CUresult MemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream) {
   for (size_t i = 0; i < n; ++i) At<uint32_t>(p)[i] = v;
   return CUDA_SUCCESS;
 }
+CUresult MemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) {
+  std::memcpy(At<void>(dst), src, bytes);
+  return State().faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
+}
 CUresult MemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
   std::memcpy(dst, At<void>(src), bytes);
   return State().faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
@@ -179,42 +183,70 @@ float Element(const void* base, long long bs, long long hs, long long rs,
   return HalfBitsToFloat(p[b * bs + h * hs + r * rs + c], dtype);
 }
 
+// Sequence b's lengths and first rows, as common/sequence.cuh reads them
+// (the fake's device memory is host memory).
+struct FakeSequence {
+  int64_t seq_q, seq_k, q_start, k_start;
+};
+
+FakeSequence SequenceAt(const AttentionParams& a, int64_t b) {
+  FakeSequence s{a.seq_q, a.seq_k, 0, 0};
+  if (a.cu_seqlens_q != nullptr) {
+    s.q_start = a.cu_seqlens_q[b];
+    s.seq_q = a.cu_seqlens_q[b + 1] - s.q_start;
+  }
+  if (a.cu_seqlens_k != nullptr) {
+    s.k_start = a.cu_seqlens_k[b];
+    s.seq_k = a.cu_seqlens_k[b + 1] - s.k_start;
+  }
+  if (a.seqused_k != nullptr &&
+      State().kernel != FakeKernel::kIgnoresSequsedK) {
+    s.seq_k = a.seqused_k[b];
+  }
+  if (State().kernel == FakeKernel::kDropsLastKey && s.seq_k > 1) --s.seq_k;
+  return s;
+}
+
 // The reference output into params.o, then the fault asked for.
 void Attention(void** args) {
   const AttentionParams& a = *static_cast<AttentionParams*>(args[0]);
   FakeGpuState& st = State();
-  Problem p = st.problem;
-  p.batch = a.batch;
-  p.heads = a.heads;
-  p.kv_heads = a.kv_heads;
-  p.seq_q = a.seq_q;
-  p.seq_k = a.seq_k;
-  p.causal = a.causal != 0;
-  const int64_t d = p.head_dim;
-  std::vector<float> q(d), k(p.seq_k * d), v(p.seq_k * d), out(d);
+  const int64_t d = st.problem.head_dim;
+  std::vector<float> q(d), k, v, out(d);
   uint16_t* o = static_cast<uint16_t*>(a.o);
   for (int64_t b = 0; b < a.batch; ++b) {
+    const FakeSequence seq = SequenceAt(a, b);
+    Problem p = st.problem;
+    p.heads = a.heads;
+    p.kv_heads = a.kv_heads;
+    p.seq_q = seq.seq_q;
+    p.seq_k = seq.seq_k;
+    p.causal = a.causal != 0;
+    k.assign(p.seq_k * d, 0.f);
+    v.assign(p.seq_k * d, 0.f);
     for (int64_t h = 0; h < a.heads; ++h) {
       const int64_t kvh = h / (a.heads / a.kv_heads);
-      for (int64_t j = 0; j < a.seq_k; ++j) {
+      for (int64_t j = 0; j < p.seq_k; ++j) {
         for (int64_t c = 0; c < d; ++c) {
-          k[j * d + c] = Element(a.k, a.k_batch_stride, a.k_head_stride,
-                                 a.k_row_stride, b, kvh, j, c, p.dtype);
-          v[j * d + c] = Element(a.v, a.v_batch_stride, a.v_head_stride,
-                                 a.v_row_stride, b, kvh, j, c, p.dtype);
+          k[j * d + c] =
+              Element(a.k, a.k_batch_stride, a.k_head_stride, a.k_row_stride, b,
+                      kvh, seq.k_start + j, c, p.dtype);
+          v[j * d + c] =
+              Element(a.v, a.v_batch_stride, a.v_head_stride, a.v_row_stride, b,
+                      kvh, seq.k_start + j, c, p.dtype);
         }
       }
-      for (int64_t r = 0; r < a.seq_q; ++r) {
+      for (int64_t r = 0; r < p.seq_q; ++r) {
         for (int64_t c = 0; c < d; ++c) {
           q[c] = Element(a.q, a.q_batch_stride, a.q_head_stride, a.q_row_stride,
-                         b, h, r, c, p.dtype);
+                         b, h, seq.q_start + r, c, p.dtype);
         }
         ReferenceRow(p, r, q.data(), k.data(), v.data(), out.data());
         const bool off =
             st.kernel == FakeKernel::kWrong && b == 0 && h == 0 && r == 0;
         for (int64_t c = 0; c < d; ++c) {
           const int64_t at = b * a.o_batch_stride + h * a.o_head_stride +
-                             r * a.o_row_stride + c;
+                             (seq.q_start + r) * a.o_row_stride + c;
           if (st.kernel == FakeKernel::kLeavesOneUnwritten && at == 5) continue;
           o[at] = FloatToHalfBits(out[c] + (off ? 0.25f : 0.f), p.dtype);
         }
@@ -293,6 +325,7 @@ const CudaDriver* FakeCudaDriver::Install() {
     d->cuMemsetD16 = MemsetD16;
     d->cuMemsetD32Async = MemsetD32Async;
     d->cuMemcpyDtoH = MemcpyDtoH;
+    d->cuMemcpyHtoD = MemcpyHtoD;
     d->cuModuleLoadData = ModuleLoadData;
     d->cuModuleUnload = ModuleUnload;
     d->cuModuleGetFunction = ModuleGetFunction;

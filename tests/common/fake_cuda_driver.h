@@ -25,7 +25,9 @@ enum class FakeKernel {
   kRacy,                // The reference, one element differing every launch.
   kWrong,               // The reference with row 0 of head 0 off by 0.25.
   kRefusedLaunch,       // cuLaunchKernel answers CUDA_ERROR_INVALID_VALUE.
-  kFaults,  // Launches; the context then reports an illegal address.
+  kFaults,           // Launches; the context then reports an illegal address.
+  kDropsLastKey,     // The reference without each sequence's last key.
+  kIgnoresSequsedK,  // Reads every slot of a KV cache, used or not.
 };
 
 struct FakeGpuState {

@@ -22,7 +22,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(8, p);
+  std::vector<Problem> variants(10, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -31,6 +31,8 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[5].head_dim = 128;
   variants[6].causal = true;
   variants[7].dtype = DType::kBf16;
+  variants[8].layout = Layout::kVarlen;
+  variants[9].layout = Layout::kKvCache;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -39,6 +41,19 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   }
   EXPECT_FALSE(ParseProblemKey("b1_h8").ok());
   EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp32_bhsd").ok());
+}
+
+TEST(ProblemTest, LayoutsNameTheKeysLastPart) {
+  Problem p = Seed();
+  p.layout = Layout::kVarlen;
+  EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_thd");
+  p.layout = Layout::kKvCache;
+  EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_cache");
+  EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp16_bshd").ok());
+  EXPECT_THAT(ParseLayout("paged").status().message(),
+              HasSubstr("bhsd, thd or cache"));
+  Problem dense = Seed();
+  EXPECT_DOUBLE_EQ(ProblemDistance(dense, p), 1.0);
 }
 
 TEST(ProblemTest, ValidationNamesTheField) {

@@ -70,6 +70,33 @@ TEST_F(CudaEvaluatorGatesTest, WrongOutputIsIncorrectSayingHow) {
   }
 }
 
+// With lengths on the device the reference is per sequence, and the cache
+// slots past a sequence's length hold NaN: a kernel that reads them, or
+// drops a key, is incorrect.
+TEST_F(CudaEvaluatorGatesTest, LengthsOnTheDeviceAreCheckedPerSequence) {
+  problem_.batch = 6;
+  problem_.seq_q = 8;
+  problem_.seq_k = 16;  // Few keys: one dropped shows.
+  for (Layout layout : {Layout::kVarlen, Layout::kKvCache}) {
+    problem_.layout = layout;
+    for (bool causal : {false, true}) {
+      problem_.causal = causal;
+      gpu_.kernel = FakeKernel::kCorrect;
+      TrialResult r = Evaluate();
+      EXPECT_EQ(r.status, TrialStatus::kOk) << ProblemKey(problem_) << r.error;
+      gpu_.kernel = FakeKernel::kDropsLastKey;
+      r = Evaluate();
+      EXPECT_EQ(r.status, TrialStatus::kIncorrect) << ProblemKey(problem_);
+      EXPECT_THAT(r.error, HasSubstr("max abs error"));
+    }
+  }
+  problem_.layout = Layout::kKvCache;
+  gpu_.kernel = FakeKernel::kIgnoresSequsedK;
+  const TrialResult r = Evaluate();
+  EXPECT_EQ(r.status, TrialStatus::kIncorrect);
+  EXPECT_THAT(r.error, HasSubstr("NaN"));
+}
+
 TEST_F(CudaEvaluatorGatesTest, ALaunchTheDriverRefusesIsResourceRejected) {
   gpu_.kernel = FakeKernel::kRefusedLaunch;
   const TrialResult r = Evaluate();

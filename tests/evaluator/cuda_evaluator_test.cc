@@ -132,6 +132,65 @@ TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
   }
 }
 
+// Lengths on the device: packed varlen batches and KV caches, with mixed
+// lengths per sequence (core/batch_lengths.h), the cache slots past each
+// sequence's length and the rows after a packed K/V poisoned with NaN (so a
+// kernel that lets them into its output fails). Several random configs of
+// each template, persistent and split-KV ones among them.
+class LengthsOnTheDeviceTest
+    : public CudaEvaluatorTest,
+      public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(LengthsOnTheDeviceTest, IsCorrect) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find(GetParam());
+  if (!CheckDevice(t, evaluator_->device().limits).ok()) GTEST_SKIP();
+  std::mt19937 gen(7);
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {
+      {1, 300}, {4, 1000}, {129, 700}, {700, 300}, {1000, 2048}};
+  for (Layout layout : {Layout::kVarlen, Layout::kKvCache}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        for (auto [sq, sk] : lengths) {
+          Problem p;
+          p.batch = 5;
+          p.heads = 4;
+          p.kv_heads = 2;
+          p.seq_q = sq;
+          p.seq_k = sk;
+          p.head_dim = d;
+          p.causal = causal;
+          // Both dtypes, over the cases rather than within each.
+          p.dtype = (d == 64) == causal ? DType::kFp16 : DType::kBf16;
+          p.layout = layout;
+          if (!CheckSupports(t, p).ok()) continue;
+          std::vector<Config> feasible =
+              FeasibleConfigs(t, p, evaluator_->device().limits);
+          ASSERT_FALSE(feasible.empty()) << t.name << " " << ProblemKey(p);
+          std::shuffle(feasible.begin(), feasible.end(), gen);
+          // Two configs that are not rejected for their resources.
+          int checked = 0;
+          for (size_t i = 0; i < feasible.size() && checked < 2; ++i) {
+            absl::StatusOr<TrialResult> r =
+                evaluator_->Evaluate(t, feasible[i], p);
+            ASSERT_TRUE(r.ok()) << r.status();
+            if (r->status == TrialStatus::kResourceRejected) continue;
+            EXPECT_EQ(r->status, TrialStatus::kOk)
+                << t.name << " " << ProblemKey(p) << " "
+                << ConfigKey(feasible[i]) << ": " << r->error;
+            ++checked;
+          }
+          EXPECT_GT(checked, 0) << t.name << " " << ProblemKey(p);
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, LengthsOnTheDeviceTest,
+                         ::testing::Values("flash_fwd_tma", "decode_fwd",
+                                           "flash_fwd_sm90", "flash_fwd",
+                                           "naive"));
+
 // Split-KV: every split count, including splits that get no key tile
 // (seq_k 1, causal rows that see few keys), with its workspace reused by the
 // repeat and timing launches.

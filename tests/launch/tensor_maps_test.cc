@@ -73,6 +73,8 @@ class TensorMapsTest : public ::testing::Test {
     params_.k_row_stride = params_.v_row_stride = 128;
     params_.k_head_stride = params_.v_head_stride = 300 * 128;
     params_.k_batch_stride = params_.v_batch_stride = 2 * 300 * 128;
+    params_.rows_q = 100;
+    params_.rows_k = 300;
     boxes_.q_rows = 128;
     boxes_.kv_rows = 192;
     boxes_.o_rows = 64;
@@ -116,6 +118,36 @@ TEST_F(TensorMapsTest, EachTensorIsAFourDimensionalMapOfItsOwnShape) {
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->k)[0], 2);
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->v)[0], 3);
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->o)[127], 4);
+}
+
+// Packed tensors (rows from cu_seqlens) are one batch of all their rows,
+// bounded by the tensor's rows: the copy engine zero-fills past them.
+TEST_F(TensorMapsTest, PackedTensorsAreOneBatchOfAllTheirRows) {
+  const int cu[3] = {0, 0, 0};  // Never read: only their presence counts.
+  params_.cu_seqlens_q = cu;
+  params_.cu_seqlens_k = cu;
+  params_.rows_q = 1000;
+  params_.rows_k = 5000;
+  params_.q_batch_stride = params_.o_batch_stride = 0;
+  params_.k_batch_stride = params_.v_batch_stride = 0;
+  params_.k_row_stride = params_.v_row_stride = 2 * 128;
+  params_.k_head_stride = params_.v_head_stride = 128;
+  ASSERT_TRUE(EncodeTensorMaps(Record, params_, problem_, boxes_).ok());
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_THAT(calls[0].dims, ElementsAre(128, 1000, 8, 1));
+  EXPECT_THAT(calls[0].strides,
+              ElementsAre(8 * 128 * 2, 128 * 2, 1000 * 8 * 128 * 2));
+  EXPECT_THAT(calls[1].dims, ElementsAre(128, 5000, 2, 1));
+  EXPECT_THAT(calls[1].strides, ElementsAre(256 * 2, 256, 5000 * 256 * 2));
+  EXPECT_THAT(calls[3].dims, ElementsAre(128, 1000, 8, 1));
+  // A KV cache (seqused_k only) keeps its batches.
+  calls.clear();
+  params_.cu_seqlens_q = params_.cu_seqlens_k = nullptr;
+  params_.seqused_k = cu;
+  params_.rows_k = 300;
+  params_.k_batch_stride = params_.v_batch_stride = 300 * 2 * 128;
+  ASSERT_TRUE(EncodeTensorMaps(Record, params_, problem_, boxes_).ok());
+  EXPECT_THAT(calls[1].dims, ElementsAre(128, 300, 2, 2));
 }
 
 TEST_F(TensorMapsTest, Fp16IsEncodedAsFloat16) {

@@ -80,6 +80,46 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(rc, runtime.INVALID_ARGUMENT)
         self.assertIn("head_dim", rt.last_error())
 
+    def test_refuses_an_unknown_layout_naming_the_field(self):
+        rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
+        p = runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0, 7)
+        rc, _ = rt.describe(p, 0)
+        self.assertEqual(rc, runtime.INVALID_ARGUMENT)
+        self.assertIn("problem.layout", rt.last_error())
+
+    def test_checks_lengths_against_the_layout_before_the_driver(self):
+        rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
+        seed = (1, 8, 8, 512, 512, 64, 0, 0)
+
+        def dense(heads, seq, addr):
+            d = 64
+            return runtime.Tensor(addr, heads * seq * d, seq * d, d, 1, heads,
+                                  seq, d)
+
+        def packed(heads, rows, addr):
+            return runtime.Tensor(addr, rows * heads * 64, 64, heads * 64, 1,
+                                  heads, rows, 64)
+
+        cu = runtime.Lengths(0x5000000, 0x5001000, None)
+        cases = [
+            # A dense problem takes no lengths.
+            (runtime.Problem(*seed), dense, cu, "cu_seqlens_q.data: must be "
+             "null"),
+            # Varlen needs both cumulative arrays.
+            (runtime.Problem(*seed, runtime.LAYOUT_VARLEN), packed,
+             runtime.Lengths(0x5000000, None, None), "cu_seqlens_k.data: "
+             "required"),
+            # A KV cache needs seqused_k.
+            (runtime.Problem(*seed, runtime.LAYOUT_KV_CACHE), dense,
+             runtime.Lengths(), "seqused_k.data: required"),
+        ]
+        for problem, make, lengths, want in cases:
+            tensors = [make(8, 512, 0x1000000 * (i + 1)) for i in range(4)]
+            args = rt.lengths_args(problem, *tensors, lengths, 0.0, None,
+                                   None, 0)
+            self.assertEqual(rt.launch_lengths(args), runtime.INVALID_ARGUMENT)
+            self.assertIn(want, rt.last_error())
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

@@ -39,3 +39,6 @@ EVOTUNE_README="$src/docs/serving.md" \
 "$python" "$src/tests/python/hostile_tensors_test.py" --bundle="$work/k.evtb"
 "$python" "$src/tests/python/hostile_tensors_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"
+# Variable-length batches, through the daemon.
+"$python" "$src/tests/python/varlen_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")"

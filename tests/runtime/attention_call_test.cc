@@ -7,6 +7,8 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -141,6 +143,85 @@ TEST(AttentionCallTest, ASingleHeadOrRowIgnoresItsStride) {
   call.o.head_stride = 8;  // Never multiplied by more than zero.
   call.o.row_stride = 64;
   EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+}
+
+}  // namespace
+}  // namespace evotune
+
+namespace evotune {
+namespace {
+
+// A packed varlen call: [total, heads, head_dim] tensors as one batch.
+AttentionCall VarlenCall() {
+  Problem p = Seed();
+  p.layout = Layout::kVarlen;
+  p.batch = 4;
+  p.kv_heads = 2;
+  p.seq_k = 1024;
+  AttentionCall call = Call(p);
+  for (auto [t, heads, rows] : {std::tuple{&call.q, p.heads, 900},
+                                {&call.k, p.kv_heads, 3000},
+                                {&call.v, p.kv_heads, 3000},
+                                {&call.o, p.heads, 900}}) {
+    t->batch = 1;
+    t->heads = heads;
+    t->seq = rows;
+    t->head_stride = 64;
+    t->row_stride = heads * 64;
+    t->batch_stride = rows * t->row_stride;
+  }
+  call.cu_seqlens_q = reinterpret_cast<const int32_t*>(At(0x5000000));
+  call.cu_seqlens_k = reinterpret_cast<const int32_t*>(At(0x5001000));
+  return call;
+}
+
+TEST(AttentionCallTest, LengthsOnTheDeviceFitTheirLayout) {
+  AttentionCall varlen = VarlenCall();
+  EXPECT_TRUE(CheckAttentionCall(varlen).ok()) << CheckAttentionCall(varlen);
+  varlen.seqused_k = reinterpret_cast<const int32_t*>(At(0x5002000));
+  EXPECT_TRUE(CheckAttentionCall(varlen).ok()) << CheckAttentionCall(varlen);
+  Problem cache = Seed();
+  cache.layout = Layout::kKvCache;
+  AttentionCall decode = Call(cache);
+  decode.seqused_k = reinterpret_cast<const int32_t*>(At(0x5002000));
+  EXPECT_TRUE(CheckAttentionCall(decode).ok()) << CheckAttentionCall(decode);
+}
+
+TEST(AttentionCallTest, BadLengthsAreRefusedNamingTheField) {
+  const auto* some = reinterpret_cast<const int32_t*>(At(0x5002000));
+  const std::vector<std::pair<std::function<void(AttentionCall&)>, std::string>>
+      cases = {
+          {[](AttentionCall& c) { c.cu_seqlens_q = nullptr; },
+           "cu_seqlens_q.data: required"},
+          {[](AttentionCall& c) { c.cu_seqlens_k = nullptr; },
+           "cu_seqlens_k.data: required"},
+          {[](AttentionCall& c) {
+             c.cu_seqlens_k = reinterpret_cast<const int32_t*>(At(0x5001002));
+           },
+           "cu_seqlens_k.data: must be 4-byte aligned"},
+          {[](AttentionCall& c) { c.q.batch = 4; }, "q.batch"},
+          {[](AttentionCall& c) { c.o.seq = 901; }, "o.seq"},
+          {[](AttentionCall& c) { c.v.seq = 2999; }, "v.seq"},
+          {[](AttentionCall& c) { c.k.heads = 8; }, "k.heads"},
+          {[&](AttentionCall& c) {
+             c.problem.layout = Layout::kKvCache;
+             c.seqused_k = some;
+           },
+           "cu_seqlens_q.data: must be null for layout cache"},
+          {[](AttentionCall& c) { c.problem.layout = Layout::kDense; },
+           "cu_seqlens_q.data: must be null for layout bhsd"},
+      };
+  for (const auto& [mutate, want] : cases) {
+    AttentionCall call = VarlenCall();
+    mutate(call);
+    const absl::Status s = CheckAttentionCall(call);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << want;
+    EXPECT_THAT(std::string(s.message()), StartsWith(want));
+  }
+  Problem cache = Seed();
+  cache.layout = Layout::kKvCache;
+  EXPECT_THAT(std::string(CheckAttentionCall(Call(cache)).message()),
+              StartsWith("seqused_k.data: required for layout cache"));
 }
 
 }  // namespace

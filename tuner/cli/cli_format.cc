@@ -15,10 +15,13 @@ namespace evotune {
 std::string FormatProblem(const v1::Problem& p) {
   // kv_heads 0 in a request means kv_heads = heads.
   const uint32_t kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
-  return absl::StrFormat("B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s", p.batch(),
+  const char* layout = p.layout() == v1::LAYOUT_VARLEN     ? " varlen"
+                       : p.layout() == v1::LAYOUT_KV_CACHE ? " kv-cache"
+                                                           : "";
+  return absl::StrFormat("B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s", p.batch(),
                          p.heads(), kv_heads, p.seq_q(), p.seq_k(),
                          p.head_dim(), p.causal() ? "causal" : "non-causal",
-                         p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16");
+                         p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16", layout);
 }
 
 std::string FormatConfig(const v1::Config& c) {

@@ -47,6 +47,9 @@ ABSL_FLAG(int, seq_k, 0, "key length (0: same as --seq_q)");
 ABSL_FLAG(int, head_dim, 64, "head dimension");
 ABSL_FLAG(bool, causal, false, "causal mask (aligned bottom-right)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
+ABSL_FLAG(std::string, layout, "bhsd",
+          "bhsd (fixed lengths), thd (varlen: packed, cu_seqlens; seq_q and "
+          "seq_k bound a bucket) or cache (KV cache, seqused_k)");
 ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
 // Search (submit).
 ABSL_FLAG(int, max_trials, 50, "submit: trial budget");
@@ -184,6 +187,14 @@ bool FillProblem(v1::Problem* p, std::string* error) {
         absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)");
     return false;
   }
+  absl::StatusOr<Layout> layout = ParseLayout(absl::GetFlag(FLAGS_layout));
+  if (!layout.ok()) {
+    *error = absl::StrCat("--layout: ", layout.status().message());
+    return false;
+  }
+  p->set_layout(*layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
+                : *layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
+                                              : v1::LAYOUT_DENSE);
   return true;
 }
 
@@ -554,7 +565,8 @@ std::string Usage() {
   absl::StrAppend(
       &out,
       "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
-      "--head_dim --causal --dtype (default: the seed problem B=1 H=8 S=512 "
+      "--head_dim --causal --dtype --layout (default: the seed problem B=1 H=8 "
+      "S=512 "
       "D=64 fp16)\nErrors print one line and exit non-zero. --json prints "
       "JSON.\n\nstrategies (--strategy, --strategy_options=NAME=value,...):\n",
       StrategiesHelp());

@@ -21,6 +21,7 @@
 #include "launch/tensor_maps.h"
 #include "tuner/evaluator/cache_scrub.h"
 #include "tuner/evaluator/cubin_cache.h"
+#include "tuner/evaluator/input_layout.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/evaluator/random_inputs.h"
 #include "tuner/evaluator/reference.h"
@@ -61,8 +62,11 @@ class DeviceBuffer {
 // The inputs and output of one problem's runs, shared by the candidates
 // timed on it.
 struct ProblemBuffers {
-  explicit ProblemBuffers(const CudaDriver* d) : q(d), k(d), v(d), o(d) {}
+  ProblemBuffers(const CudaDriver* d, const Problem& p)
+      : q(d), k(d), v(d), o(d), lengths(d), layout(p) {}
   DeviceBuffer q, k, v, o;
+  DeviceBuffer lengths;  // InputLayout::LengthArrays, when it has any.
+  InputLayout layout;
   AttentionParams params{};  // Without scratch.
   InputSeeds seeds{};
   size_t q_elems = 0;
@@ -156,7 +160,7 @@ class CudaEvaluator : public Evaluator {
     if (turns < 1) return absl::InvalidArgumentError("turns must be >= 1");
     if (absl::Status s = Ready(); !s.ok()) return s;
     for (const TemplateConfig& c : configs) Prefetch(*c.t, {c.config}, problem);
-    ProblemBuffers in(d_);
+    ProblemBuffers in(d_, problem);
     if (absl::Status s = PrepareInputs(problem, &in); !s.ok()) return s;
     std::vector<TrialResult> results(configs.size());
     std::vector<std::unique_ptr<Candidate>> ready;
@@ -212,7 +216,7 @@ class CudaEvaluator : public Evaluator {
     auto c = std::make_unique<Candidate>(d_);
     Gate loaded = Load(t, config, problem, c.get());
     if (!loaded.ok() || loaded->has_value()) return Ended(std::move(loaded));
-    ProblemBuffers in(d_);
+    ProblemBuffers in(d_, problem);
     if (absl::Status s = PrepareInputs(problem, &in); !s.ok()) return s;
     Gate correct = Arm(problem, in, c.get());
     if (!correct.ok() || correct->has_value()) return Ended(std::move(correct));
@@ -305,8 +309,8 @@ class CudaEvaluator : public Evaluator {
   // Fresh random inputs, generated on the GPU (V has a nonzero mean so that
   // a dropped term shows), and the output.
   absl::Status PrepareInputs(const Problem& p, ProblemBuffers* b) {
-    b->q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
-    const size_t kv_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
+    b->q_elems = b->layout.q_elems();
+    const size_t kv_elems = b->layout.kv_elems();
     const uint64_t seed = rng_();
     b->seeds = {seed, seed ^ 0x5555555555555555ull,
                 seed ^ 0xaaaaaaaaaaaaaaaaull};
@@ -325,7 +329,27 @@ class CudaEvaluator : public Evaluator {
       }
     }
     b->nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;  // RunOnce's.
-    b->params = ContiguousParams(p);
+    for (const InputLayout::Range& r : b->layout.UnusedKv()) {
+      for (DeviceBuffer* buf : {&b->k, &b->v}) {
+        d_->cuMemsetD16(buf->get() + r.begin * 2, b->nan_bits, r.count);
+      }
+    }
+    b->params = b->layout.Params();
+    const std::vector<int32_t>& lengths = b->layout.LengthArrays();
+    if (!lengths.empty()) {
+      if (absl::Status s = b->lengths.Allocate(lengths.size() * 4); !s.ok()) {
+        return s;
+      }
+      if (absl::Status s =
+              d_->Check(d_->cuMemcpyHtoD(b->lengths.get(), lengths.data(),
+                                         lengths.size() * 4),
+                        "copy lengths");
+          !s.ok()) {
+        return s;
+      }
+      b->layout.SetLengthPointers(
+          reinterpret_cast<const int32_t*>(b->lengths.get()), &b->params);
+    }
     b->params.q = reinterpret_cast<const void*>(b->q.get());
     b->params.k = reinterpret_cast<const void*>(b->k.get());
     b->params.v = reinterpret_cast<const void*>(b->v.get());
@@ -414,18 +438,19 @@ class CudaEvaluator : public Evaluator {
                          at, "): a race"));
       }
     }
-    return CompareWithReference(p, b.seeds, ho);
+    return CompareWithReference(b.layout, b.seeds, ho);
   }
 
-  Gate CompareWithReference(const Problem& p, const InputSeeds& seeds,
+  Gate CompareWithReference(const InputLayout& layout, const InputSeeds& seeds,
                             const std::vector<uint16_t>& ho) {
-    std::vector<RowIndex> rows = SampleRows(p);
-    std::vector<float> want = Reference(p, seeds, rows);
+    const Problem& p = layout.problem();
+    std::vector<RowIndex> rows = SampleRows(layout);
+    std::vector<float> want = Reference(layout, seeds, rows);
     std::vector<float> got;
     got.reserve(want.size());
     const int64_t d = p.head_dim;
     for (const RowIndex& r : rows) {
-      const size_t base = ((r.batch * p.heads + r.head) * p.seq_q + r.row) * d;
+      const size_t base = layout.QIndex(r.batch, r.head, r.row);
       for (int64_t c = 0; c < d; ++c) {
         got.push_back(HalfBitsToFloat(ho[base + c], p.dtype));
       }
@@ -446,9 +471,9 @@ class CudaEvaluator : public Evaluator {
   // Rows of at most kCheckedHeads (batch, head) pairs: the first and the
   // last head always, and in each head its first and last row, row 17 and
   // random ones. Few heads keep the reference's K/V small.
-  std::vector<RowIndex> SampleRows(const Problem& p) {
-    std::uniform_int_distribution<int64_t> b(0, p.batch - 1), h(0, p.heads - 1),
-        r(0, p.seq_q - 1);
+  std::vector<RowIndex> SampleRows(const InputLayout& layout) {
+    const Problem& p = layout.problem();
+    std::uniform_int_distribution<int64_t> b(0, p.batch - 1), h(0, p.heads - 1);
     std::vector<std::pair<int64_t, int64_t>> heads = {
         {0, 0}, {p.batch - 1, p.heads - 1}};
     while (static_cast<int>(heads.size()) < kCheckedHeads) {
@@ -457,11 +482,14 @@ class CudaEvaluator : public Evaluator {
     std::sort(heads.begin(), heads.end());
     heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
     std::vector<RowIndex> rows;
-    const int64_t per_head = std::min<int64_t>(
-        kCheckedRows / static_cast<int64_t>(heads.size()), p.seq_q);
     for (auto [batch, head] : heads) {
-      std::vector<int64_t> picked = {0, p.seq_q - 1,
-                                     std::min<int64_t>(17, p.seq_q - 1)};
+      const int64_t seq_q = layout.lengths().q[batch];
+      if (seq_q == 0) continue;
+      const int64_t per_head = std::min<int64_t>(
+          kCheckedRows / static_cast<int64_t>(heads.size()), seq_q);
+      std::uniform_int_distribution<int64_t> r(0, seq_q - 1);
+      std::vector<int64_t> picked = {0, seq_q - 1,
+                                     std::min<int64_t>(17, seq_q - 1)};
       while (static_cast<int64_t>(picked.size()) < per_head) {
         picked.push_back(r(rng_));
       }
@@ -471,8 +499,10 @@ class CudaEvaluator : public Evaluator {
   }
 
   // The reference output of `rows`, from inputs recomputed on the host.
-  std::vector<float> Reference(const Problem& p, const InputSeeds& seeds,
+  std::vector<float> Reference(const InputLayout& layout,
+                               const InputSeeds& seeds,
                                const std::vector<RowIndex>& rows) {
+    const Problem& p = layout.problem();
     const int64_t d = p.head_dim;
     auto element = [&](uint64_t seed, uint64_t index, float offset) {
       return HalfBitsToFloat(RandomInputBits(seed, index, offset, p.dtype),
@@ -486,21 +516,26 @@ class CudaEvaluator : public Evaluator {
     for (size_t i = 0; i < rows.size(); ++i) {
       const RowIndex& r = rows[i];
       const int64_t kvh = r.head / (p.heads / p.kv_heads);
+      // The sequence as a problem of its own lengths.
+      Problem seq = p;
+      seq.seq_q = layout.lengths().q[r.batch];
+      seq.seq_k = layout.lengths().k[r.batch];
       auto& [k, v] = kv_heads[{r.batch, kvh}];
       if (k.empty()) {
-        const uint64_t base = (r.batch * p.kv_heads + kvh) * p.seq_k * d;
-        k.resize(p.seq_k * d);
-        v.resize(p.seq_k * d);
-        for (int64_t j = 0; j < p.seq_k * d; ++j) {
-          k[j] = element(seeds.k, base + j, 0.f);
-          v[j] = element(seeds.v, base + j, kVOffset);
+        k.resize(seq.seq_k * d);
+        v.resize(seq.seq_k * d);
+        for (int64_t j = 0; j < seq.seq_k; ++j) {
+          const uint64_t base = layout.KIndex(r.batch, kvh, j);
+          for (int64_t c = 0; c < d; ++c) {
+            k[j * d + c] = element(seeds.k, base + c, 0.f);
+            v[j * d + c] = element(seeds.v, base + c, kVOffset);
+          }
         }
       }
-      const uint64_t q_base =
-          ((r.batch * p.heads + r.head) * p.seq_q + r.row) * d;
+      const uint64_t q_base = layout.QIndex(r.batch, r.head, r.row);
       for (int64_t c = 0; c < d; ++c)
         q_row[c] = element(seeds.q, q_base + c, 0.f);
-      ReferenceRow(p, r.row, q_row.data(), k.data(), v.data(), &out[i * d]);
+      ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d]);
     }
     return out;
   }

@@ -16,6 +16,22 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
   out.seq_k = p.seq_k();
   out.head_dim = p.head_dim();
   out.causal = p.causal();
+  switch (p.layout()) {
+    case v1::LAYOUT_DENSE:
+      out.layout = Layout::kDense;
+      break;
+    case v1::LAYOUT_VARLEN:
+      out.layout = Layout::kVarlen;
+      break;
+    case v1::LAYOUT_KV_CACHE:
+      out.layout = Layout::kKvCache;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix,
+          ".layout: LAYOUT_DENSE, LAYOUT_VARLEN or LAYOUT_KV_CACHE (got ",
+          p.layout(), ")"));
+  }
   switch (p.dtype()) {
     case v1::DTYPE_FP16:
       out.dtype = DType::kFp16;
@@ -41,6 +57,9 @@ v1::Problem ProblemToProto(const Problem& p) {
   out.set_head_dim(static_cast<uint32_t>(p.head_dim));
   out.set_causal(p.causal);
   out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  out.set_layout(p.layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
+                 : p.layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
+                                                : v1::LAYOUT_DENSE);
   return out;
 }
 

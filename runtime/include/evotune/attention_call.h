@@ -14,12 +14,14 @@ namespace evotune {
 // with unit stride along head_dim. The runtime checks every field against
 // the problem before anything launches: the extents must be the problem's
 // (Q and O [batch, heads, seq_q, head_dim], K and V [batch, kv_heads, seq_k,
-// head_dim]), the pointer 16-byte aligned, the strides (in elements)
-// positive multiples of 8 (16 bytes) with rows at least head_dim apart, O's
-// layout must not overlap itself (ordered by stride, each dimension's
-// stride at least the span of those below it) nor Q, K or V. What it cannot
-// check, the caller guarantees: `data` points at memory of this context
-// that holds the stated extents at these strides.
+// head_dim]; for a packed varlen problem, batch 1 and seq the tensor's rows,
+// any number: [total, heads, head_dim] is [1, heads, total, head_dim] with
+// row stride heads * head_dim), the pointer 16-byte aligned, the strides (in
+// elements) positive multiples of 8 (16 bytes) with rows at least head_dim
+// apart, O's layout must not overlap itself (ordered by stride, each
+// dimension's stride at least the span of those below it) nor Q, K or V. What
+// it cannot check, the caller guarantees: `data` points at memory of this
+// context that holds the stated extents at these strides.
 struct AttentionTensor {
   void* data = nullptr;
   int64_t batch_stride = 0;
@@ -46,6 +48,17 @@ struct AttentionCall {
   // on the stream before capturing, or pass scratch).
   float* workspace = nullptr;
   int* counters = nullptr;
+  // Lengths on the device (int32, 4-byte aligned, in this context), by the
+  // problem's layout (core/problem.h): kVarlen needs cu_seqlens_q and
+  // cu_seqlens_k ([batch + 1], from 0, non-decreasing, each sequence within
+  // seq_q and seq_k, the last at most the tensors' rows) and may have
+  // seqused_k; kKvCache needs seqused_k ([batch], each at most seq_k);
+  // kDense has none. The runtime cannot read device memory without a sync,
+  // so these values are the caller's to guarantee; whatever they hold, the
+  // kernels stay inside the tensors.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_k = nullptr;
 };
 
 // A call on contiguous tensors (the layout `evotune` tunes).
@@ -54,7 +67,8 @@ AttentionCall ContiguousCall(const Problem& problem, const void* q,
 
 // Whether `call` may launch: INVALID_ARGUMENT naming the first field that
 // does not fit ("problem.kv_heads", "q.data", "v.seq", "o.head_stride",
-// "scale"). Host arithmetic only: no driver call, no memory read.
+// "scale", "cu_seqlens_q"). Host arithmetic only: no driver call, no memory
+// read.
 absl::Status CheckAttentionCall(const AttentionCall& call);
 
 }  // namespace evotune

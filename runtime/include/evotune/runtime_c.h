@@ -17,15 +17,32 @@ typedef struct evotune_runtime evotune_runtime;
 
 typedef struct {
   int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim;
-  int32_t causal; /* bottom-right aligned */
+  int32_t causal; /* bottom-right aligned (per sequence) */
   int32_t bf16;   /* 0: fp16 */
+  /* Where the lengths live (evotune/attention_call.h): EVOTUNE_LAYOUT_*.
+   * With lengths on the device seq_q and seq_k bound every sequence's. */
+  int32_t layout;
+  int32_t reserved; /* 0 */
 } evotune_problem;
+
+#define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
+#define EVOTUNE_LAYOUT_VARLEN 1   /* packed, cu_seqlens_q/_k */
+#define EVOTUNE_LAYOUT_KV_CACHE 2 /* dense cache, seqused_k */
+
+/* Lengths on the device (int32 arrays in the stream's context), as the
+ * problem's layout needs them; NULL where it has none. */
+typedef struct {
+  const int32_t* cu_seqlens_q; /* [batch + 1] */
+  const int32_t* cu_seqlens_k; /* [batch + 1] */
+  const int32_t* seqused_k;    /* [batch] */
+} evotune_lengths;
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 2
+#define EVOTUNE_RUNTIME_API_VERSION 3
 
-/* [batch, heads, seq, head_dim] with unit stride along head_dim; strides and
+/* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
+ * [total, heads, head_dim] tensor: batch 1, seq total); strides and
  * extents in elements, checked against the problem as
  * evotune::AttentionTensor's (evotune/attention_call.h): a call whose
  * tensors do not fit the problem is refused with INVALID_ARGUMENT naming
@@ -76,6 +93,14 @@ int evotune_runtime_attention(evotune_runtime* runtime,
                               const evotune_tensor* v, const evotune_tensor* o,
                               float scale, float* workspace, int32_t* counters,
                               void* stream);
+
+/* As evotune_runtime_attention, with the lengths a layout other than
+ * EVOTUNE_LAYOUT_DENSE reads (lengths may be NULL for a dense problem). */
+int evotune_runtime_attention_lengths(
+    evotune_runtime* runtime, const evotune_problem* problem,
+    const evotune_tensor* q, const evotune_tensor* k, const evotune_tensor* v,
+    const evotune_tensor* o, const evotune_lengths* lengths, float scale,
+    float* workspace, int32_t* counters, void* stream);
 
 const char* evotune_last_error(void);
 

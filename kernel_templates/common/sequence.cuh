@@ -1,0 +1,52 @@
+// The sequences of a launch (device code): each sequence's lengths and the
+// offsets of its rows, by the rules of attention_params.cuh, for templates
+// with or without lengths on the device.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_SEQUENCE_CUH_
+#define EVOTUNE_KERNEL_TEMPLATES_COMMON_SEQUENCE_CUH_
+
+#include "attention_params.cuh"
+
+// Sequence b of a launch: its lengths and where its rows start (the rules
+// of common/attention_params.cuh). With lengths on the device these are
+// loads of four ints; without, the problem's fixed lengths.
+struct Sequence {
+  int seq_q, seq_k;
+  int q_start, k_start;  // Rows of Q and of K before the sequence's.
+  long long q, k, v, o;  // Element offsets of its row 0 of head 0.
+};
+
+__device__ __forceinline__ Sequence SequenceOf(const AttentionParams& p,
+                                               int b) {
+  Sequence s;
+  s.q_start = s.k_start = 0;
+  s.seq_q = p.seq_q;
+  s.seq_k = p.seq_k;
+  if (p.cu_seqlens_q != nullptr) {
+    s.q_start = __ldg(p.cu_seqlens_q + b);
+    s.seq_q = __ldg(p.cu_seqlens_q + b + 1) - s.q_start;
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    s.k_start = __ldg(p.cu_seqlens_k + b);
+    s.seq_k = __ldg(p.cu_seqlens_k + b + 1) - s.k_start;
+  }
+  if (p.seqused_k != nullptr) s.seq_k = __ldg(p.seqused_k + b);
+  // The host checks what it can; whatever the arrays hold, no access leaves
+  // the tensors: lengths are cut to the maxima and to the rows left.
+  s.q_start = min(max(s.q_start, 0), p.rows_q);
+  s.k_start = min(max(s.k_start, 0), p.rows_k);
+  s.seq_q = max(0, min(min(s.seq_q, p.seq_q), p.rows_q - s.q_start));
+  s.seq_k = max(0, min(min(s.seq_k, p.seq_k), p.rows_k - s.k_start));
+  s.q = b * p.q_batch_stride + s.q_start * p.q_row_stride;
+  s.o = b * p.o_batch_stride + s.q_start * p.o_row_stride;
+  s.k = b * p.k_batch_stride + s.k_start * p.k_row_stride;
+  s.v = b * p.v_batch_stride + s.k_start * p.v_row_stride;
+  return s;
+}
+
+// Whether the launch has lengths on the device.
+__device__ __forceinline__ bool LengthsOnDevice(const AttentionParams& p) {
+  return p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr ||
+         p.seqused_k != nullptr;
+}
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_SEQUENCE_CUH_

@@ -1,0 +1,65 @@
+// The evaluator's tensors of a problem: contiguous, in the problem's layout
+// (core/problem.h), at its representative lengths (core/batch_lengths.h).
+// Where each row lies, the launch parameters that describe them, and the
+// length arrays a launch with lengths on the device reads.
+#ifndef EVOTUNE_TUNER_EVALUATOR_INPUT_LAYOUT_H_
+#define EVOTUNE_TUNER_EVALUATOR_INPUT_LAYOUT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "core/batch_lengths.h"
+#include "core/problem.h"
+#include "kernel_templates/common/attention_params.cuh"
+
+namespace evotune {
+
+class InputLayout {
+ public:
+  explicit InputLayout(const Problem& problem);
+
+  const Problem& problem() const { return problem_; }
+  const BatchLengths& lengths() const { return lengths_; }
+  // Elements of Q (and O), and of each of K and V.
+  int64_t q_elems() const {
+    return rows_q_ * problem_.heads * problem_.head_dim;
+  }
+  int64_t kv_elems() const {
+    return rows_k_ * problem_.kv_heads * problem_.head_dim;
+  }
+  // Element index of column 0 of query row i of head h in sequence b, and of
+  // key row j of kv head kvh.
+  int64_t QIndex(int64_t b, int64_t h, int64_t i) const;
+  int64_t KIndex(int64_t b, int64_t kvh, int64_t j) const;
+
+  // The launch parameters of these tensors (strides, sizes, rows; no
+  // pointers: the caller sets the tensors' and LengthArrays' addresses).
+  AttentionParams Params() const;
+
+  // The int32 arrays the launch reads, concatenated: cu_seqlens_q then
+  // cu_seqlens_k (kVarlen), seqused_k (kKvCache); empty when dense. Point
+  // the params at them with SetLengthPointers.
+  const std::vector<int32_t>& LengthArrays() const { return arrays_; }
+  void SetLengthPointers(const int32_t* device_arrays,
+                         AttentionParams* params) const;
+
+  // Element ranges of K and V that no launch may let into its output: the
+  // cache slots past each sequence's seqused_k, and kPadRows rows after a
+  // packed K/V's last sequence (inside the tensor as the launch sees it).
+  // The evaluator fills them with NaN.
+  struct Range {
+    int64_t begin, count;
+  };
+  std::vector<Range> UnusedKv() const;
+  static constexpr int64_t kPadRows = 256;
+
+ private:
+  Problem problem_;
+  BatchLengths lengths_;
+  std::vector<int32_t> cu_q_, cu_k_, arrays_;
+  int64_t rows_q_, rows_k_;  // Rows of a head (bhsd) or of the packed tensor.
+};
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_EVALUATOR_INPUT_LAYOUT_H_
