@@ -776,6 +776,46 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
   EXPECT_EQ(*d.store()->CountTrials(), static_cast<int64_t>(all.size()));
 }
 
+// A bucket with lengths on the device is a problem of its own: searched,
+// stored and ranked apart from the dense problem of the same sizes, which a
+// query answers by transfer (never as if tuned).
+TEST_F(GrpcApiTest, AVarlenBucketIsSearchedAndStoredApartFromDense) {
+  Daemon d(db_, "", &evaluations_);
+  v1::SubmitSearchRequest req = SeedRequest(6);
+  req.mutable_problem()->set_batch(16);
+  req.mutable_problem()->set_causal(true);
+  req.mutable_problem()->set_layout(v1::LAYOUT_VARLEN);
+  grpc::ClientContext ctx;
+  v1::SubmitSearchResponse submitted;
+  ASSERT_TRUE(d.stub()->SubmitSearch(&ctx, req, &submitted).ok());
+  std::vector<v1::JobUpdate> updates = WatchAll(d, submitted.job_id());
+  ASSERT_FALSE(updates.empty());
+  EXPECT_EQ(updates.back().job().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(updates.back().job().problem().layout(), v1::LAYOUT_VARLEN);
+
+  grpc::ClientContext c1;
+  v1::QueryBestRequest best;
+  *best.mutable_problem() = req.problem();
+  v1::QueryBestResponse resp;
+  ASSERT_TRUE(d.stub()->QueryBest(&c1, best, &resp).ok());
+  EXPECT_FALSE(resp.transferred());
+  EXPECT_FALSE(resp.defaults());
+  ASSERT_GE(resp.results_size(), 1);
+
+  grpc::ClientContext c2;
+  best.mutable_problem()->set_layout(v1::LAYOUT_DENSE);
+  best.set_template_name("naive");
+  ASSERT_TRUE(d.stub()->QueryBest(&c2, best, &resp).ok());
+  EXPECT_TRUE(resp.transferred());
+  EXPECT_EQ(resp.source_problem().layout(), v1::LAYOUT_VARLEN);
+
+  grpc::ClientContext c3;
+  req.mutable_problem()->set_layout(static_cast<v1::Layout>(7));
+  grpc::Status s = d.stub()->SubmitSearch(&c3, req, &submitted);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("problem.layout"));
+}
+
 TEST_F(GrpcApiTest, OnlyCandidatesThatCouldEnterTheEliteAreTimedFully) {
   Daemon d(db_, "", &evaluations_);
   grpc::ClientContext ctx;
