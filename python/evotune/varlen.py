@@ -23,54 +23,13 @@ from torch.nn.attention.bias import causal_lower_right
 
 from . import runtime as _rt
 from . import torch as _et
-from .checks import AttentionArgumentError
-
-_MAX_SEQ_LEN = 1 << 20  # kMaxSeqLen of core/problem.h.
-
-
-def _fail(message):
-    raise AttentionArgumentError(f"evotune.varlen_attention: {message}")
+from .varlen_checks import check_varlen_call, varlen_fallback_reason
 
 
 def bucket(n):
     """The bucket bound of a maximum length: the next power of two, at
     least 16."""
     return max(16, 1 << (int(n) - 1).bit_length())
-
-
-def _check(q, k, v, cu_q, cu_k, max_q, max_k, seqused_k):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 3:
-            _fail(f"{name} must be 3-D [total, heads, head_dim], got "
-                  f"{t.dim()}-D of shape {tuple(t.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        _fail(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
-              f"{v.dtype}")
-    if not q.device == k.device == v.device:
-        _fail("q, k and v must be on one device")
-    if k.shape[0] != v.shape[0] or k.shape[1] != v.shape[1]:
-        _fail(f"v.shape {tuple(v.shape)} must match k's {tuple(k.shape)} in "
-              "total and kv_heads")
-    if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
-        _fail(f"k and v must have q's head_dim ({q.shape[2]})")
-    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
-        _fail(f"k.shape[1] (kv_heads, {k.shape[1]}) must divide q's heads "
-              f"({q.shape[1]})")
-    for name, t, n in (("cu_seqlens_q", cu_q, None),
-                       ("cu_seqlens_k", cu_k, cu_q.numel()),
-                       ("seqused_k", seqused_k, cu_q.numel() - 1)):
-        if t is None:
-            continue
-        if t.dtype != torch.int32 or t.dim() != 1 or t.device != q.device:
-            _fail(f"{name} must be a 1-D int32 tensor on q's device, got "
-                  f"{t.dtype} {tuple(t.shape)} on {t.device}")
-        if n is not None and t.numel() != n:
-            _fail(f"{name} has {t.numel()} elements, must have {n}")
-    if cu_q.numel() < 2:
-        _fail("cu_seqlens_q must have batch + 1 >= 2 elements")
-    for name, m in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
-        if not 1 <= m <= _MAX_SEQ_LEN:
-            _fail(f"{name} must be in [1, {_MAX_SEQ_LEN}], got {m}")
 
 
 def _tensor(t):
@@ -90,14 +49,9 @@ def _launch(q, k, v, cu_q, cu_k, seqused_k, p, scale):
     """The output, or why SDPA answers."""
     if _et._State.runtime is None:
         return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
-    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
-        return "evotune serves fp16 and bf16 CUDA tensors"
-    if any(t.stride(2) != 1 or t.data_ptr() % 16 or t.stride(0) % 8 or
-           t.stride(1) % 8 for t in (q, k, v)) or q.shape[0] == 0 or \
-            k.shape[0] == 0:
-        return "evotune needs non-empty tensors with 16-byte aligned rows"
-    if scale is not None and not scale > 0:
-        return "evotune serves positive scales"
+    reason = varlen_fallback_reason(q, k, v, scale)
+    if reason is not None:
+        return reason
     if p.key() in _et._State.missing:
         return _et._State.missing[p.key()]
     stream_id = _et._stream_id(q.device)
@@ -171,8 +125,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     """flash_attn_varlen_func's forward (see the module docstring). Raises
     AttentionArgumentError naming the argument for tensors that do not fit
     together."""
-    _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-           seqused_k)
+    check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                      max_seqlen_k, seqused_k)
     return torch.ops.evotune.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
         int(max_seqlen_k), bool(causal),

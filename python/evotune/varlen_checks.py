@@ -1,0 +1,88 @@
+"""What evotune.torch.varlen_attention checks before anything launches.
+
+    check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                      max_seqlen_k, seqused_k=None)
+        raises AttentionArgumentError naming the argument for a call that no
+        attention could serve
+    varlen_fallback_reason(q, k, v, scale)
+        why evotune's kernels cannot serve a call that passed, or None
+
+Like evotune.checks they read shapes, strides, dtypes, devices and data
+pointers only (no torch import), so the tests run them on stand-ins.
+"""
+from .checks import AttentionArgumentError
+
+MAX_SEQ_LEN = 1 << 20  # kMaxSeqLen of core/problem.h.
+_SERVED_DTYPES = ("torch.float16", "torch.bfloat16")
+
+
+def _fail(message):
+    raise AttentionArgumentError(f"evotune.varlen_attention: {message}")
+
+
+def _check_tensors(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            _fail(f"{name} must be 3-D [total, heads, head_dim], got "
+                  f"{t.dim()}-D of shape {tuple(t.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        _fail(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
+              f"{v.dtype}")
+    if not q.device == k.device == v.device:
+        _fail(f"q, k and v must be on one device, got {q.device}, "
+              f"{k.device}, {v.device}")
+    if k.shape[0] != v.shape[0] or k.shape[1] != v.shape[1]:
+        _fail(f"v.shape {tuple(v.shape)} must match k's {tuple(k.shape)} in "
+              "total and kv_heads")
+    if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
+        _fail(f"k and v must have q's head_dim ({q.shape[2]})")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        _fail(f"k.shape[1] (kv_heads, {k.shape[1]}) must divide q's heads "
+              f"({q.shape[1]})")
+
+
+def check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                      max_seqlen_k, seqused_k=None):
+    """Raises AttentionArgumentError naming the argument when the tensors
+    (q [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim],
+    int32 cu_seqlens [batch + 1] and seqused_k [batch] on q's device) do not
+    fit together or a maximum length is out of range."""
+    _check_tensors(q, k, v)
+    batch = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q.dim() == 1 else -1
+    for name, t, n in (("cu_seqlens_q", cu_seqlens_q, None),
+                       ("cu_seqlens_k", cu_seqlens_k, batch + 1),
+                       ("seqused_k", seqused_k, batch)):
+        if t is None:
+            continue
+        if str(t.dtype) != "torch.int32" or t.dim() != 1 or \
+                t.device != q.device:
+            _fail(f"{name} must be a 1-D int32 tensor on q's device, got "
+                  f"{t.dtype} {tuple(t.shape)} on {t.device}")
+        if n is not None and t.shape[0] != n:
+            _fail(f"{name} has {t.shape[0]} elements, must have {n}")
+    if batch < 1:
+        _fail("cu_seqlens_q must have batch + 1 >= 2 elements")
+    for name, m in (("max_seqlen_q", max_seqlen_q),
+                    ("max_seqlen_k", max_seqlen_k)):
+        if not 1 <= m <= MAX_SEQ_LEN:
+            _fail(f"{name} must be in [1, {MAX_SEQ_LEN}], got {m}")
+
+
+def varlen_fallback_reason(q, k, v, scale=None):
+    """Why evotune's kernels cannot serve a call that passed
+    check_varlen_call (SDPA answers it, once per sequence), or None."""
+    if q.device.type != "cuda":
+        return f"q is on {q.device}: evotune kernels run on CUDA devices"
+    if str(q.dtype) not in _SERVED_DTYPES:
+        return f"dtype {q.dtype}: evotune kernels take float16 and bfloat16"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.shape[0] == 0:
+            return f"{name} is empty (shape {tuple(t.shape)})"
+        if t.stride(2) != 1:
+            return (f"{name}.stride(2) is {t.stride(2)}: evotune kernels need "
+                    "unit stride along head_dim")
+        if t.data_ptr() % 16 or t.stride(0) % 8 or t.stride(1) % 8:
+            return (f"{name}'s data or strides are off 16-byte boundaries")
+    if scale is not None and not scale > 0:
+        return f"scale {scale}: evotune kernels take positive scales"
+    return None

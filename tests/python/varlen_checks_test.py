@@ -1,0 +1,78 @@
+"""evotune.varlen_checks without PyTorch: varlen calls on stand-in tensors
+(checks_test.FakeTensor), refused naming the argument or sent to the SDPA
+fallback with the reason.
+
+    PYTHONPATH=python:tests/python python3 tests/python/varlen_checks_test.py
+"""
+import unittest
+
+from checks_test import FakeTensor as T
+from evotune.checks import AttentionArgumentError
+from evotune.varlen_checks import check_varlen_call, varlen_fallback_reason
+
+
+def good():
+    """A packed batch of 3 sequences: 8 heads on 2, head_dim 64."""
+    return dict(q=T((40, 8, 64)), k=T((900, 2, 64)), v=T((900, 2, 64)),
+                cu_seqlens_q=T((4,), "int32"), cu_seqlens_k=T((4,), "int32"),
+                max_seqlen_q=32, max_seqlen_k=512)
+
+
+class VarlenChecksTest(unittest.TestCase):
+    def test_a_good_call_passes_and_is_served(self):
+        args = good()
+        check_varlen_call(**args)
+        check_varlen_call(**args, seqused_k=T((3,), "int32"))
+        self.assertIsNone(
+            varlen_fallback_reason(args["q"], args["k"], args["v"]))
+
+    def test_bad_calls_name_the_argument(self):
+        bad = [
+            (dict(q=T((1, 40, 8, 64))), "q must be 3-D"),
+            (dict(v=T((900, 2, 64), "bfloat16")), "one dtype"),
+            (dict(k=T((900, 2, 64), device="cpu")), "one device"),
+            (dict(v=T((800, 2, 64))), "must match k's"),
+            (dict(k=T((900, 2, 128)), v=T((900, 2, 128))), "head_dim"),
+            (dict(k=T((900, 3, 64)), v=T((900, 3, 64))), "kv_heads"),
+            (dict(cu_seqlens_q=T((4,), "int64")), "cu_seqlens_q must be a "
+             "1-D int32"),
+            (dict(cu_seqlens_k=T((4, 1), "int32")), "cu_seqlens_k must be"),
+            (dict(cu_seqlens_k=T((3,), "int32")), "cu_seqlens_k has 3 "
+             "elements, must have 4"),
+            (dict(cu_seqlens_q=T((1,), "int32"),
+                  cu_seqlens_k=T((1,), "int32")), "batch \\+ 1 >= 2"),
+            (dict(max_seqlen_q=0), "max_seqlen_q must be in"),
+            (dict(max_seqlen_k=(1 << 20) + 1), "max_seqlen_k must be in"),
+        ]
+        for change, want in bad:
+            args = {**good(), **change}
+            with self.assertRaisesRegex(AttentionArgumentError, want):
+                check_varlen_call(**args)
+        with self.assertRaisesRegex(AttentionArgumentError,
+                                    "seqused_k has 4 elements, must have 3"):
+            check_varlen_call(**good(), seqused_k=T((4,), "int32"))
+
+    def test_what_the_kernels_cannot_serve_has_a_reason(self):
+        cases = [
+            (dict(q=T((40, 8, 64), device="cpu"),
+                  k=T((900, 2, 64), device="cpu"),
+                  v=T((900, 2, 64), device="cpu")), "CUDA devices"),
+            (dict(q=T((40, 8, 64), "float32"), k=T((900, 2, 64), "float32"),
+                  v=T((900, 2, 64), "float32")), "float16 and bfloat16"),
+            (dict(q=T((0, 8, 64))), "q is empty"),
+            (dict(k=T((900, 2, 64), strides=(128, 64, 2))), "unit stride"),
+            (dict(v=T((900, 2, 64), offset=1)), "16-byte"),
+            (dict(q=T((40, 8, 64), strides=(516, 64, 1))), "16-byte"),
+        ]
+        for change, want in cases:
+            args = {**good(), **change}
+            self.assertRegex(
+                varlen_fallback_reason(args["q"], args["k"], args["v"]), want)
+        args = good()
+        self.assertRegex(
+            varlen_fallback_reason(args["q"], args["k"], args["v"], 0.0),
+            "positive scales")
+
+
+if __name__ == "__main__":
+    unittest.main()
