@@ -4,6 +4,7 @@
 // reach the kernel with the call's tensors.
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -171,6 +172,84 @@ TEST_F(RuntimeFakeGpuTest, TheKernelSeesTheCallsTensors) {
   ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
   for (int64_t c = 0; c < 64; ++c) {
     EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
+  }
+}
+
+// A packed varlen call reaches the kernel as one batch of all its rows with
+// the lengths' arrays: sequence b's rows start at cu_seqlens[b], its keys
+// are its own (the fake reads them as the kernels do).
+TEST_F(RuntimeFakeGpuTest, APackedCallReachesTheKernelWithItsLengths) {
+  Problem p = Decode(64);  // The bucket: up to 16 queries, 64 keys.
+  p.batch = 3;
+  p.seq_q = 16;
+  p.layout = Layout::kVarlen;
+  p.causal = true;
+  const int32_t cu_q[4] = {0, 1, 17, 21}, cu_k[4] = {0, 40, 56, 120};
+  const int64_t rows_q = 21, rows_k = 120;
+  void* q = Tensors::Alloc(rows_q * 4 * 64);
+  void* k = Tensors::Alloc(rows_k * 2 * 64);
+  void* v = Tensors::Alloc(rows_k * 2 * 64);
+  void* o = Tensors::Alloc(rows_q * 4 * 64);
+  auto packed = [](void* data, int64_t heads, int64_t rows) {
+    return AttentionTensor{
+        data, rows * heads * 64, 64, heads * 64, 1, heads, rows, 64};
+  };
+  AttentionCall call;
+  call.problem = p;
+  call.q = packed(q, 4, rows_q);
+  call.k = packed(k, 2, rows_k);
+  call.v = packed(v, 2, rows_k);
+  call.o = packed(o, 4, rows_q);
+  call.cu_seqlens_q = cu_q;
+  call.cu_seqlens_k = cu_k;
+  ASSERT_TRUE(runtime_->Attention(call, nullptr).ok());
+  auto at = [](void* base, int64_t i) {
+    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
+  };
+  // Sequence 1 (16 queries on 16 keys), query 5 of head 3 (kv head 1).
+  Problem seq = p;
+  seq.seq_q = 16;
+  seq.seq_k = 16;
+  std::vector<float> qr(64), kr(16 * 64), vr(16 * 64), want(64);
+  for (int64_t c = 0; c < 64; ++c) qr[c] = at(q, ((1 + 5) * 4 + 3) * 64 + c);
+  for (int64_t j = 0; j < 16; ++j) {
+    for (int64_t c = 0; c < 64; ++c) {
+      kr[j * 64 + c] = at(k, ((40 + j) * 2 + 1) * 64 + c);
+      vr[j * 64 + c] = at(v, ((40 + j) * 2 + 1) * 64 + c);
+    }
+  }
+  ReferenceRow(seq, 5, qr.data(), kr.data(), vr.data(), want.data());
+  for (int64_t c = 0; c < 64; ++c) {
+    EXPECT_NEAR(at(o, ((1 + 5) * 4 + 3) * 64 + c), want[c], 2e-3) << c;
+  }
+  for (void* t : {q, k, v, o}) std::free(t);
+}
+
+// A KV-cache call: sequence b uses its first seqused_k[b] slots.
+TEST_F(RuntimeFakeGpuTest, ACacheCallUsesEachSequencesSlots) {
+  Problem p = Decode(100);  // 100 slots a sequence.
+  p.batch = 2;
+  p.layout = Layout::kKvCache;
+  Tensors t(p);
+  const int32_t used[2] = {100, 7};
+  AttentionCall call = ContiguousCall(p, t.q, t.k, t.v, t.o);
+  call.seqused_k = used;
+  ASSERT_TRUE(runtime_->Attention(call, nullptr).ok());
+  auto at = [](void* base, int64_t i) {
+    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
+  };
+  // Sequence 1, head 2 (kv head 1): 7 keys.
+  Problem seq = p;
+  seq.seq_k = 7;
+  std::vector<float> qr(64), kr(7 * 64), vr(7 * 64), want(64);
+  for (int64_t c = 0; c < 64; ++c) qr[c] = at(t.q, (4 + 2) * 64 + c);
+  for (int64_t j = 0; j < 7 * 64; ++j) {
+    kr[j] = at(t.k, (2 + 1) * 100 * 64 + j);
+    vr[j] = at(t.v, (2 + 1) * 100 * 64 + j);
+  }
+  ReferenceRow(seq, 0, qr.data(), kr.data(), vr.data(), want.data());
+  for (int64_t c = 0; c < 64; ++c) {
+    EXPECT_NEAR(at(t.o, (4 + 2) * 64 + c), want[c], 2e-3) << c;
   }
 }
 
