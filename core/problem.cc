@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/batch_lengths.h"
 
 namespace evotune {
 namespace {
@@ -147,20 +148,36 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   return p;
 }
 
+namespace {
+
+// The (query, key) pairs one head of a sequence computes.
+double Pairs(int64_t n, int64_t k, bool causal) {
+  if (!causal) return static_cast<double>(n) * static_cast<double>(k);
+  // Query row i sees clamp(i + off, 0, k) keys, off = k - n + 1: none for
+  // rows [0, a), i + off for rows [a, b), all from b on. In closed form, as
+  // it is asked per config when a cost model ranks.
+  const int64_t off = k - n + 1;
+  const int64_t a = std::clamp<int64_t>(-off, 0, n);
+  const int64_t b = std::clamp<int64_t>(k - off, a, n);
+  return static_cast<double>(b - a) * static_cast<double>(off) +
+         static_cast<double>(a + b - 1) * static_cast<double>(b - a) / 2 +
+         static_cast<double>(n - b) * static_cast<double>(k);
+}
+
+}  // namespace
+
 double ProblemFlops(const Problem& p) {
-  double pairs = static_cast<double>(p.seq_q) * static_cast<double>(p.seq_k);
-  if (p.causal) {
-    // Query row i sees clamp(i + off, 0, seq_k) keys, off = seq_k - seq_q +
-    // 1: none for rows [0, a), i + off for rows [a, b), all from b on. In
-    // closed form, as it is asked per config when a cost model ranks.
-    const int64_t n = p.seq_q, k = p.seq_k, off = k - n + 1;
-    const int64_t a = std::clamp<int64_t>(-off, 0, n);
-    const int64_t b = std::clamp<int64_t>(k - off, a, n);
-    pairs = static_cast<double>(b - a) * static_cast<double>(off) +
-            static_cast<double>(a + b - 1) * static_cast<double>(b - a) / 2 +
-            static_cast<double>(n - b) * static_cast<double>(k);
+  const double per_pair = 4.0 * static_cast<double>(p.heads * p.head_dim);
+  if (p.layout == Layout::kDense) {
+    return per_pair * static_cast<double>(p.batch) *
+           Pairs(p.seq_q, p.seq_k, p.causal);
   }
-  return 4.0 * static_cast<double>(p.batch * p.heads * p.head_dim) * pairs;
+  const BatchLengths l = RepresentativeLengths(p);
+  double pairs = 0;
+  for (size_t b = 0; b < l.q.size(); ++b) {
+    pairs += Pairs(l.q[b], l.k[b], p.causal);
+  }
+  return per_pair * pairs;
 }
 
 double ProblemDistance(const Problem& p, const Problem& q) {

@@ -82,8 +82,10 @@ std::string ProblemKey(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 
 // Floating-point operations of one forward pass: 4 * B * H * Sq * Sk * D, for
-// causal problems only the unmasked part (with lengths on the device, of a
-// batch whose sequences all have the maximum lengths).
+// causal problems only the unmasked part. With lengths on the device, those
+// of the batch the problem is measured on (RepresentativeLengths of
+// core/batch_lengths.h), so that a rate from a measured time is the real
+// one.
 double ProblemFlops(const Problem& problem);
 
 // How far apart two problems are for transferring configs: the squared

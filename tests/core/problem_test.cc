@@ -1,5 +1,8 @@
 #include "core/problem.h"
 
+#include <algorithm>
+
+#include "core/batch_lengths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -94,6 +97,28 @@ TEST(ProblemTest, FlopsCountOnlyVisiblePairsWhenCausal) {
   p.seq_q = 4;
   p.seq_k = 2;
   EXPECT_DOUBLE_EQ(ProblemFlops(p), 4.0 * 8 * 64 * (0 + 0 + 1 + 2));
+}
+
+// A bucket's flops are those of the batch it is measured on, not of a batch
+// at its maxima: a rate from a measured time is then the real one.
+TEST(ProblemTest, BucketFlopsAreThoseOfItsRepresentativeBatch) {
+  Problem p = Seed();
+  p.batch = 16;
+  p.seq_q = 64;
+  p.seq_k = 2048;
+  p.causal = true;
+  p.layout = Layout::kVarlen;
+  const BatchLengths l = RepresentativeLengths(p);
+  double pairs = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t i = 0; i < l.q[b]; ++i) {
+      pairs += std::clamp<int64_t>(i + l.k[b] - l.q[b] + 1, 0, l.k[b]);
+    }
+  }
+  EXPECT_DOUBLE_EQ(ProblemFlops(p), 4.0 * 8 * 64 * pairs);
+  Problem dense = p;
+  dense.layout = Layout::kDense;
+  EXPECT_LT(ProblemFlops(p), ProblemFlops(dense));
 }
 
 TEST(ProblemTest, CausalFlopsAgreeWithCountingRowByRow) {
