@@ -60,6 +60,28 @@ TEST(BundleSourceTest, FindsKernelsByProblemAndArchitecture) {
               HasSubstr("no kernel for b1_h8_kv8_q512_k512_d64_causal_fp16"));
 }
 
+// A bucket's kernel (lengths on the device) is found for that bucket only:
+// the dense problem of the same sizes is another problem.
+TEST(BundleSourceTest, FindsABucketsKernelByItsLayout) {
+  Problem bucket = Seed();
+  bucket.layout = Layout::kVarlen;
+  Problem cache = Seed();
+  cache.layout = Layout::kKvCache;
+  absl::StatusOr<std::unique_ptr<BundleSource>> source =
+      BundleSource::Open(BundleOf({{bucket, "sm_90a"}, {cache, "sm_89"}}));
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<v1::Kernel> found = (*source)->Find(bucket, "", "sm_90a");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->problem().layout(), v1::LAYOUT_VARLEN);
+  EXPECT_EQ((*source)->Find(cache, "", "sm_89")->template_name(),
+            "sm_89-kernel");
+  absl::StatusOr<v1::Kernel> dense = (*source)->Find(Seed(), "", "sm_90a");
+  EXPECT_EQ(dense.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      std::string(dense.status().message()),
+      HasSubstr("no kernel for b1_h8_kv8_q512_k512_d64_full_fp16_bhsd"));
+}
+
 TEST(GeometryTest, SurvivesTheWire) {
   LaunchGeometry g;
   g.grid[0] = 132;
