@@ -62,8 +62,9 @@ AttentionParams CallParams(const AttentionCall& call) {
   p.seqused_k = call.seqused_k;
   p.rows_q = static_cast<int>(call.q.seq);
   p.rows_k = static_cast<int>(call.k.seq);
-  if (call.problem.layout ==
-      Layout::kVarlen) {  // Packed: rows from cu_seqlens.
+  // Packed tensors are one batch whose rows start at cu_seqlens: the kernels
+  // step no batch stride.
+  if (call.problem.layout == Layout::kVarlen) {
     p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = 0;
     p.o_batch_stride = 0;
   }

@@ -378,11 +378,7 @@ __device__ __forceinline__ void CombineInCluster(
     peer_part[s] = ClusterAddress(flash::SmemAddress(part), s);
     peer_ml[s] = ClusterAddress(flash::SmemAddress(part_ml), s);
   }
-  // From the plan's ints, not its pointer: that would stay live (two
-  // registers) through the whole key loop.
-  evt_elem* o = static_cast<evt_elem*>(p.o) + w.b * p.o_batch_stride +
-                static_cast<long long>(w.q_start) * p.o_row_stride +
-                w.h * p.o_head_stride;
+  evt_elem* o = w.o;
   constexpr int kRows = kM / kSplits;
   constexpr int kVecs = kD / 8;  // Eight columns per thread and step.
   for (int idx = thread; idx < kRows * kVecs; idx += threads) {

@@ -43,10 +43,4 @@ __device__ __forceinline__ Sequence SequenceOf(const AttentionParams& p,
   return s;
 }
 
-// Whether the launch has lengths on the device.
-__device__ __forceinline__ bool LengthsOnDevice(const AttentionParams& p) {
-  return p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr ||
-         p.seqused_k != nullptr;
-}
-
 #endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_SEQUENCE_CUH_
