@@ -44,7 +44,7 @@ start_daemon() {  # start_daemon LOGNAME DELAY_MS
     --synthetic_delay_ms="$2" --synthetic_log="$work/evaluations.log" \
     --token=e2e-token 2>"$work/$1.log" &
   daemon_pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     [ -s "$work/port" ] && break
     sleep 0.1
   done
@@ -153,7 +153,7 @@ rm -f "$work/port"
 "$evotuned" --db="$work/sim.db" --listen=127.0.0.1:0 --port_file="$work/port" \
   --simulate="$landscape" 2>"$work/daemon-sim.log" &
 daemon_pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -s "$work/port" ] && break; sleep 0.1; done
 address=127.0.0.1:$(cat "$work/port")
 "$evotune" --address="$address" submit --template_name=flash_fwd --max_trials=30 \
   --watch >"$work/sim.out" || fail "simulated search: $(tail -2 "$work/sim.out")"

@@ -27,7 +27,7 @@ EVOTUNE_TEST_TEMPLATES=1 "$evotuned" --db="$work/evotune.db" --listen=127.0.0.1:
   --port_file="$work/port" --workers=1 --cache_dir="$work/cubins" \
   --trial_slack_s=5 2>"$work/daemon.log" &
 daemon_pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || fail "daemon did not start"
 cli() { "$evotune" --address="127.0.0.1:$(cat "$work/port")" "$@"; }
 

@@ -160,16 +160,22 @@ def check_worker(objects, service_port):
 
 
 def wait_serving(port, proc, log):
+    """Waits (up to 60 s: a sanitizer build starts slowly) for SERVING.
+
+    wait_for_ready lets a call wait out the channel's reconnect backoff, which
+    otherwise fails calls at once for seconds after a first refused connect."""
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     check = channel.unary_unary("/grpc.health.v1.Health/Check")
-    for _ in range(100):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         if proc.poll() is not None:
             fail("evotuned exited: " + open(log).read())
         try:
-            if check(b"", timeout=1) == b"\x08\x01":
+            if check(b"", timeout=2, wait_for_ready=True) == b"\x08\x01":
                 return
         except grpc.RpcError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     fail("no SERVING on the health port: " + open(log).read())
 
 
@@ -197,7 +203,8 @@ def run_both(work, daemon, worker, secrets):
         w = subprocess.Popen([f"{BIN}/{wc['command'][0]}"] +
                              [f"--{k}={v}" for k, v in wargs.items()],
                              stderr=open(f"{work}/worker.log", "w"))
-        for _ in range(100):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             if "worker evotune-worker-7f9c registered" in open(log).read():
                 break
             time.sleep(0.1)

@@ -31,7 +31,7 @@ start_daemon() {
   "$bin/evotuned" "$@" --db="$work/$RANDOM.db" --listen=127.0.0.1:0 \
     --port_file="$work/port" 2>"$work/daemon.log" &
   pid=$!
-  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do [ -s "$work/port" ] && break; sleep 0.1; done
   [ -s "$work/port" ] || fail "evotuned did not start"
   address=127.0.0.1:$(cat "$work/port")
 }

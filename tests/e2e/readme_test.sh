@@ -53,7 +53,7 @@ start_daemon() {
     --port_file="$work/port" --evaluator=synthetic --synthetic_delay_ms=20 \
     2>"$work/daemon.log" &
   pid=$!
-  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do [ -s "$work/port" ] && break; sleep 0.1; done
   [ -s "$work/port" ] || fail "evotuned did not start"
   export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/port")
 }
@@ -78,7 +78,7 @@ run_kernel_block() {
         "$bin/evotuned" "${args[@]}" --db="$work/sim.db" --listen=127.0.0.1:0 \
           --port_file="$work/simport" 2>"$work/daemon.log" &
         pid=$!
-        for _ in $(seq 100); do [ -s "$work/simport" ] && break; sleep 0.1; done
+        for _ in $(seq 600); do [ -s "$work/simport" ] && break; sleep 0.1; done
         export EVOTUNE_ADDRESS=127.0.0.1:$(cat "$work/simport") ;;
       build/bin/evotune)
         "$bin/evotune" "${args[@]}" >"$work/out" 2>&1 ||

@@ -56,7 +56,7 @@ health_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
   --token_file=client.token --worker_token_file=worker.token \
   2>"$work/daemon.log" &
 pids+=($!)
-for _ in $(seq 100); do [ -s port ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -s port ] && break; sleep 0.1; done
 [ -s port ] || fail "evotuned did not start"
 grep -q "client token required, worker token required" daemon.log ||
   fail "startup line does not name both tokens"

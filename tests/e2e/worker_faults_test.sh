@@ -34,7 +34,7 @@ start_daemon() {  # start_daemon LOGNAME LISTEN FLAGS...
     --evaluator=synthetic "$@" 2>>"$work/$log.log" &
   daemon_pid=$!
   pids+=("$daemon_pid")
-  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do [ -s "$work/port" ] && break; sleep 0.1; done
   [ -s "$work/port" ] || fail "daemon did not start"
   port=$(cat "$work/port")
 }
@@ -122,7 +122,7 @@ EVOTUNE_TOKEN=right-token "$evotune" --address="$address" jobs >/dev/null ||
 EVOTUNE_TOKEN=right-token "$worker" --daemon="$address" --evaluator=synthetic \
   --name=limits 2>"$work/limits.log" &
 pids+=($!)
-for _ in $(seq 100); do
+for _ in $(seq 600); do
   [ "$(sql "SELECT MAX(smem_per_block_bytes) FROM devices")" = 102400 ] && break
   sleep 0.1
 done
