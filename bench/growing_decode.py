@@ -16,8 +16,10 @@ values of the step's length (views of one preallocated cache, as an engine
 holds it); a pass's time is wall time with a synchronize at its end.
 """
 import argparse
+import cProfile
 import datetime
 import json
+import pstats
 import time
 
 import torch
@@ -52,6 +54,15 @@ def worst_error(outputs, q, cache_k, cache_v):
     return worst
 
 
+def profile(fn):
+    """Runs fn under cProfile; prints where the time went."""
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+
+
 def used_bytes():
     free, total = torch.cuda.mem_get_info()
     return total - free
@@ -70,6 +81,9 @@ def main():
     ap.add_argument("--head_dim", type=int, default=128)
     ap.add_argument("--lengths", type=int, default=0,
                     help="then this many more distinct lengths, for memory")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="then profile (cProfile) a pass over this many new "
+                    "lengths and a pass over them again")
     ap.add_argument("--json")
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()
@@ -77,7 +91,7 @@ def main():
         et.use(daemon=args.daemon)
     else:
         et.use(bundle=args.bundle)
-    most = args.start + max(args.steps, args.lengths)
+    most = args.start + max(args.steps, args.lengths) + args.profile
     b, h, kvh, d = args.batch, args.heads, args.kv_heads, args.head_dim
     torch.manual_seed(0)
     q = torch.randn(b, h, 1, d, device="cuda", dtype=torch.bfloat16)
@@ -127,6 +141,11 @@ def main():
           f"{first_worst:.1e}); the last length served by {served_last}")
     print("GPU memory in use: " + ", ".join(
         f"{k} {v / 2**20:.1f} MiB" for k, v in mem.items()))
+    if args.profile:
+        fresh = range(most - args.profile, most)
+        for label in ("new lengths", "the same lengths again"):
+            print(f"profile of a pass over {args.profile} {label}:")
+            profile(lambda: run_pass(op, q, cache_k, cache_v, fresh))
     if args.json:
         header = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                   "date": datetime.date.today().isoformat(),

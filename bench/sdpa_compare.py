@@ -3,10 +3,14 @@
 
 For every entry of a plan (JSON list of {"name", "bundle", "problem"}: the
 kernel a bundle serves for a problem key, e.g. the one-kernel bundle that
-bench/export_kernel writes; launched through the evotune runtime, which
+bench/export_kernel writes, or with "daemon": ADDRESS instead of "bundle",
+the kernel that daemon serves, tuned or not; launched through the evotune
+runtime, which
 needs PYTHONPATH=python and $EVOTUNE_RUNTIME_LIBRARY, see
-python/evotune/runtime.py), on the same random inputs (consecutive entries
-of one problem share its input and output tensors):
+python/evotune/runtime.py; an entry's optional "build", {"python": DIR,
+"library": SO}, launches it through another build's runtime instead, so
+that two builds' kernels are timed in one run), on the same random inputs
+(consecutive entries of one problem share its input and output tensors):
   - checks the evotune kernel against an fp32 SDPA reference (and reports
     SDPA flash's own error on the same inputs for scale);
   - times the evotune kernel, SDPA's flash backend and SDPA's cuDNN backend
@@ -46,7 +50,9 @@ kernel for the problem is the entry's config.
 """
 import argparse
 import datetime
+import importlib.util
 import json
+import os
 import random
 import statistics
 
@@ -71,6 +77,26 @@ def parse_problem(key):
                 dtype=torch.bfloat16 if parts[7] == "bf16" else torch.float16)
 
 
+_builds = {}
+
+
+def runtime_of(build):
+    """evotune.runtime, or where a plan entry names another build
+    ({"python": its python/ folder, "library": its libevotune_runtime.so}),
+    that build's runtime module, loaded beside this one: kernels of two
+    builds (a change and the commit before it) timed in one run."""
+    if build is None:
+        return evotune_runtime
+    path = os.path.join(build["python"], "evotune", "runtime.py")
+    if path not in _builds:
+        spec = importlib.util.spec_from_file_location(
+            f"evotune_runtime_{len(_builds)}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _builds[path] = module
+    return _builds[path]
+
+
 class EvotuneKernel:
     """The kernel a bundle serves for a problem, launched through the
     evotune runtime (its C API) on the current stream, with the scratch it
@@ -78,10 +104,17 @@ class EvotuneKernel:
     RuntimeError with the runtime's message where the bundle has no kernel
     for the problem or it cannot be loaded."""
 
-    def __init__(self, bundle, problem_key):
-        pr = parse_problem(problem_key)
-        self.rt = evotune_runtime.Runtime.open_bundle(bundle)
-        self.problem = evotune_runtime.Problem(
+    def __init__(self, entry):
+        pr = parse_problem(entry["problem"])
+        build = entry.get("build")
+        rt = runtime_of(build)
+        library = None if build is None else build["library"]
+        if "daemon" in entry:  # What the daemon serves, tuned or not.
+            self.rt = rt.Runtime.open_daemon(entry["daemon"], library=library)
+        else:
+            self.rt = rt.Runtime.open_bundle(entry["bundle"], library)
+        self.runtime = rt
+        self.problem = rt.Problem(
             pr["batch"], pr["heads"], pr["kv_heads"], pr["seq_q"],
             pr["seq_k"], pr["head_dim"], int(pr["causal"]),
             int(pr["dtype"] == torch.bfloat16))
@@ -91,6 +124,7 @@ class EvotuneKernel:
             raise RuntimeError(self.rt.last_error())
         # "template CONFIG arch (tuned|transferred|default)"
         self.template, self.config = served.split()[:2]
+        self.served = served.split()[-1].strip("()")
         rc, floats, counters = self.rt.scratch(self.problem, stream)
         if rc != 0:
             raise RuntimeError(self.rt.last_error())
@@ -102,7 +136,7 @@ class EvotuneKernel:
 
     def __call__(self, q, k, v, o, causal):
         # Per call: graphs are captured on their own stream.
-        tensors = [evotune_runtime.Tensor(t.data_ptr(),
+        tensors = [self.runtime.Tensor(t.data_ptr(),
                                           *checks.runtime_strides(t),
                                           *t.shape) for t in (q, k, v, o)]
         scratch = [None if t is None else t.data_ptr()
@@ -475,7 +509,7 @@ def main():
         problem = entry["problem"]
         pr = parse_problem(problem)
         try:
-            kernel = EvotuneKernel(entry["bundle"], problem)
+            kernel = EvotuneKernel(entry)
         except RuntimeError as e:  # E.g. more shared memory than the GPU has.
             print(f"{entry['name']}: not run: {e}")
             continue
@@ -495,6 +529,7 @@ def main():
         finite = bool(torch.isfinite(o).all())
         result = {"name": entry["name"], "problem": problem,
                   "config": kernel.config, "template": kernel.template,
+                  "served": kernel.served,
                   "rel_err": ours_err, "finite": finite}
         if args.interleave:  # Timed later; launched again for the check.
             for _ in range(REPEAT):

@@ -199,6 +199,80 @@ TEST(TransferTest, AnOutrankingTemplatesFittedConfigLeads) {
   EXPECT_EQ(far.candidate.t, &Tma());
 }
 
+// decode_fwd tuned only at head_dim 64 fp16, flash_fwd_tma (whose configs
+// fit every form) at head_dim 128 bf16 as well: asked for an MQA decode at
+// head_dim 128 bf16, where only flash_fwd_tma's configs are runnable as
+// measured, decode_fwd still outranks it and its fitted config leads
+// (flash_fwd_tma predicted 7 us against 10, within kOutrankedMargin).
+TEST(TransferTest, AnOutrankingTemplateTunedAtAnotherFormStillLeads) {
+  Problem asked;
+  asked.heads = 8;
+  asked.kv_heads = 1;
+  asked.seq_k = 2900;
+  asked.head_dim = 128;
+  asked.dtype = DType::kBf16;
+  std::vector<CostSample> samples;
+  for (const Problem& trained : TrainingProblems()) {
+    Problem d64 = trained;
+    d64.head_dim = 64;
+    for (const Config& c : FeasibleConfigs(Decode(), d64, H100Limits())) {
+      samples.push_back({&Decode(), c, d64, 10.0});
+    }
+    Problem d128 = trained;
+    d128.dtype = DType::kBf16;
+    for (const Config& c : FeasibleConfigs(Tma(), d128, H100Limits())) {
+      samples.push_back({&Tma(), c, d128, 7.0});
+    }
+  }
+  std::unique_ptr<CostModel> model = Trained(samples);
+  ASSERT_NE(model, nullptr);
+  absl::StatusOr<std::vector<RankedTransfer>> ranked =
+      RankTransfers(*model, TransferPool(samples, 8), asked, 2);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_FALSE(ranked->empty());
+  EXPECT_EQ(ranked->front().candidate.t, &Decode());
+  EXPECT_TRUE(ranked->front().fitted);
+  EXPECT_EQ(ranked->front().candidate.config,
+            Decode().fitted_defaults(asked, H100Limits()).front());
+}
+
+// A model trained under a law where splits only cost, and a pool of
+// configs without splits (as tuned for full grids): asked for 2 sequences of
+// one head, whose unsplit grid is 2 blocks on 132 multiprocessors, the
+// fitted config (split to fill them) leads although the model predicts the
+// unsplit one faster; asked for a batch that fills the GPU unsplit, the
+// transfer does.
+TEST(TransferTest, AFittedConfigLeadsWhereATransferStarvesTheGpu) {
+  auto splits_cost = [](const Config& c, const Problem& p) {
+    return p.seq_k * 0.001 + 2.0 * c.at("KV_SPLITS") + c.at("STAGES");
+  };
+  std::vector<CostSample> all, unsplit;
+  for (const Problem& p : TrainingProblems()) {
+    for (CostSample& s : Measured(p, splits_cost)) {
+      if (s.config.at("KV_SPLITS") == 1) unsplit.push_back(s);
+      all.push_back(std::move(s));
+    }
+  }
+  std::unique_ptr<CostModel> model = Trained(all);
+  ASSERT_NE(model, nullptr);
+  const std::vector<TransferCandidate> pool = TransferPool(unsplit, 8);
+  Problem small = DecodeProblem(2, 3478);
+  small.heads = small.kv_heads = 1;
+  const Config fitted = Decode().fitted_defaults(small, H100Limits()).front();
+  ASSERT_GT(fitted.at("KV_SPLITS"), 1);
+  absl::StatusOr<std::vector<RankedTransfer>> ranked =
+      RankTransfers(*model, pool, small, 2);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_FALSE(ranked->empty());
+  EXPECT_TRUE(ranked->front().fitted);
+  EXPECT_EQ(ranked->front().candidate.config, fitted);
+  ranked = RankTransfers(*model, pool, DecodeProblem(32, 3478), 2);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_FALSE(ranked->empty());
+  EXPECT_FALSE(ranked->front().fitted);
+  EXPECT_EQ(ranked->front().candidate.config.at("KV_SPLITS"), 1);
+}
+
 // A template without a split parameter: its configs as they ran.
 TEST(TransferTest, ConfigsWithoutSplitsTransferAsTheyAre) {
   const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");

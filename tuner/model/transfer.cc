@@ -168,11 +168,30 @@ const KernelTemplate* Outranking(
   return top.front();
 }
 
+// The blocks of the config's launch for the problem.
+int64_t Blocks(const KernelTemplate& t, const Config& c, const Problem& p) {
+  const LaunchGeometry g = t.geometry(c, p);
+  return g.grid[0] * g.grid[1] * g.grid[2];
+}
+
+// Whether `candidate` leaves most of the GPU idle on the problem where
+// `fitted` has at least twice its blocks (a split count tuned for a larger
+// grid, say): the model, trained mostly on full grids, is not trusted there.
+bool Starves(const TransferCandidate& candidate,
+             const TransferCandidate& fitted, const Problem& problem,
+             const DeviceLimits& limits) {
+  const int64_t sms = limits.multiprocessors > 0 ? limits.multiprocessors : 128;
+  const int64_t blocks = Blocks(*candidate.t, candidate.config, problem);
+  return 2 * blocks < sms &&
+         Blocks(*fitted.t, fitted.config, problem) >= 2 * blocks;
+}
+
 // Puts the first config that the first candidate's template fits to
 // `problem` and that runs there first in `ranked` (sorted, not empty) when
-// the model predicts it within kFittedMargin of that candidate. Where a
-// template of `templates` outranks that candidate's, its fitted config
-// instead, within kOutrankedMargin.
+// the model predicts it within kFittedMargin of that candidate, or that
+// candidate starves the GPU (Starves). Where a template of `templates`
+// outranks that candidate's, its fitted config instead, within
+// kOutrankedMargin.
 absl::Status PreferFitted(const CostModel& model, const Problem& problem,
                           const std::vector<const KernelTemplate*>& templates,
                           std::vector<RankedTransfer>* ranked) {
@@ -190,7 +209,8 @@ absl::Status PreferFitted(const CostModel& model, const Problem& problem,
   const TransferCandidate fitted{&t, *runs, problem, 0};
   absl::StatusOr<std::vector<double>> us = model.PredictUsOn(problem, {fitted});
   if (!us.ok()) return us.status();
-  if ((*us)[0] * (1 - margin) > ranked->front().predicted_us) {
+  if ((*us)[0] * (1 - margin) > ranked->front().predicted_us &&
+      !Starves(ranked->front().candidate, fitted, problem, model.limits())) {
     return absl::OkStatus();
   }
   ranked->erase(std::remove_if(ranked->begin(), ranked->end(),
@@ -210,7 +230,11 @@ absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
     const Problem& problem, size_t k) {
   std::vector<TransferCandidate> runnable =
       Runnable(pool, problem, model.limits());
-  const std::vector<const KernelTemplate*> templates = TemplatesOf(runnable);
+  // Ranks compare every template tuned on the device, also those whose
+  // configs ran only at another head_dim or dtype (not runnable here): a
+  // decode template tuned at head_dim 64 still outranks a prefill one for
+  // a head_dim 128 decode.
+  const std::vector<const KernelTemplate*> templates = TemplatesOf(pool);
   if (absl::Status s = Shortlist(model, problem, k, &runnable); !s.ok()) {
     return s;
   }

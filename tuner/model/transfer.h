@@ -62,10 +62,12 @@ std::vector<TransferCandidate> TransferPool(
 // foresees, changes with them. Configs of a template that fits every form
 // (KernelTemplate::fits_every_form) come wherever they were measured. The
 // first config the first one's template fits to the problem that runs there
-// comes first (`fitted`) when predicted within kFittedMargin of it; where
-// another template ranks above that one for the problem, the first config
-// that template fits comes first instead, when predicted within
-// kOutrankedMargin.
+// comes first (`fitted`) when predicted within kFittedMargin of it, or
+// when the first one's grid leaves more than half the multiprocessors idle
+// where the fitted config's has at least twice the blocks; where another
+// template of the pool (runnable or not) ranks above that one for the
+// problem, the first config that template fits comes first instead, when
+// predicted within kOutrankedMargin.
 absl::StatusOr<std::vector<RankedTransfer>> RankTransfers(
     const CostModel& model, const std::vector<TransferCandidate>& pool,
     const Problem& problem, size_t k);
