@@ -508,24 +508,64 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
   absl::StatusOr<Loaded*> kernel = Load(d, call.problem, ctx, stream);
   if (!kernel.ok()) return kernel.status();
   const LaunchGeometry& g = (*kernel)->launch.geometry;
-  AttentionParams params = CallParams(call);
-  params.workspace = call.workspace;
-  params.counters = call.counters;
-  const bool own_scratch =
-      (g.workspace_floats > 0 && call.workspace == nullptr) ||
-      (g.counters > 0 && call.counters == nullptr);
+  float* workspace = call.workspace;
+  int* counters = call.counters;
+  const bool own_scratch = (g.workspace_floats > 0 && workspace == nullptr) ||
+                           (g.counters > 0 && counters == nullptr);
   if (own_scratch) {
     absl::StatusOr<Scratch*> scratch = ScratchFor(d, g, ctx, stream);
     if (!scratch.ok()) return scratch.status();
-    params.workspace = reinterpret_cast<float*>((*scratch)->workspace);
-    params.counters = reinterpret_cast<int*>((*scratch)->counters);
+    workspace = reinterpret_cast<float*>((*scratch)->workspace);
+    counters = reinterpret_cast<int*>((*scratch)->counters);
   }
-  absl::StatusOr<LaunchArgs> args =
-      MakeLaunchArgs(d.cuTensorMapEncodeTiled, g, params, call.problem);
+  return Launch(d, (*kernel)->launch, ctx, call, workspace, counters, stream);
+}
+
+absl::StatusOr<AttentionPlan> Runtime::Plan(const Problem& problem,
+                                            CUstream stream) {
+  if (absl::Status s = ValidateProblem(problem); !s.ok()) return s;
+  absl::StatusOr<const CudaDriver*> d = Driver();
+  if (!d.ok()) return d.status();
+  absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
+  if (!ctx.ok()) return ctx.status();
+  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx, stream);
+  if (!k.ok()) return k.status();
+  return AttentionPlan(problem, (*k)->kernel, &(*k)->launch, *ctx);
+}
+
+absl::Status Runtime::Run(const AttentionPlan& plan, const AttentionCall& call,
+                          CUstream stream) const {
+  if (absl::Status s = CheckAttentionCall(call); !s.ok()) return s;
+  if (absl::Status s = CheckWithinPlan(plan.problem(), call.problem); !s.ok()) {
+    return s;
+  }
+  if (plan.workspace_floats() > 0 && call.workspace == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workspace: the plan's kernel needs ",
+                     plan.workspace_floats(), " floats of scratch"));
+  }
+  if (plan.counters() > 0 && call.counters == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("counters: the plan's kernel needs ", plan.counters(),
+                     " zeroed ints of scratch"));
+  }
+  absl::StatusOr<const CudaDriver*> d = Driver();
+  if (!d.ok()) return d.status();
+  return Launch(**d, *plan.launch_, plan.ctx_, call, call.workspace,
+                call.counters, stream);
+}
+
+absl::Status Runtime::Launch(const CudaDriver& d, const LoadedKernel& kernel,
+                             CUcontext ctx, const AttentionCall& call,
+                             float* workspace, int* counters, CUstream stream) {
+  AttentionParams params = CallParams(call);
+  params.workspace = workspace;
+  params.counters = counters;
+  absl::StatusOr<LaunchArgs> args = MakeLaunchArgs(
+      d.cuTensorMapEncodeTiled, kernel.geometry, params, call.problem);
   if (!args.ok()) return args.status();
   ScopedContext current(d, ctx);
-  return d.Check(LaunchAttention(d, (*kernel)->launch, *args, stream),
-                 "cuLaunchKernel");
+  return d.Check(LaunchAttention(d, kernel, *args, stream), "cuLaunchKernel");
 }
 
 }  // namespace evotune

@@ -12,6 +12,11 @@ struct evotune_runtime {
   std::unique_ptr<evotune::Runtime> runtime;
 };
 
+struct evotune_plan {
+  const evotune::Runtime* runtime;
+  evotune::AttentionPlan plan;
+};
+
 namespace {
 
 thread_local std::string last_error;
@@ -53,9 +58,46 @@ std::string ConfigText(const evotune::v1::Config& c) {
   return config.ok() ? evotune::ConfigKey(*config) : "(unreadable config)";
 }
 
+// "template CONFIG arch (tuned|transferred|default)" into `out`.
+void Describe(const evotune::v1::Kernel& k, char* out, int64_t size) {
+  const std::string text = absl::StrCat(
+      k.template_name(), " ", ConfigText(k.config()), " ", k.arch(), " (",
+      k.defaults()      ? "default"
+      : k.transferred() ? "transferred"
+                        : "tuned",
+      ")");
+  if (size > 0) {
+    const size_t n = std::min<size_t>(text.size(), size - 1);
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  }
+}
+
 evotune::AttentionTensor ToTensor(const evotune_tensor& t) {
   return {t.data,  t.batch_stride, t.head_stride, t.row_stride,
           t.batch, t.heads,        t.seq,         t.head_dim};
+}
+
+evotune::AttentionCall ToCall(const evotune_problem& problem,
+                              const evotune_tensor& q, const evotune_tensor& k,
+                              const evotune_tensor& v, const evotune_tensor& o,
+                              const evotune_lengths* lengths, float scale,
+                              float* workspace, int32_t* counters) {
+  evotune::AttentionCall call;
+  if (lengths != nullptr) {
+    call.cu_seqlens_q = lengths->cu_seqlens_q;
+    call.cu_seqlens_k = lengths->cu_seqlens_k;
+    call.seqused_k = lengths->seqused_k;
+  }
+  call.problem = ToProblem(problem);
+  call.q = ToTensor(q);
+  call.k = ToTensor(k);
+  call.v = ToTensor(v);
+  call.o = ToTensor(o);
+  call.scale = scale;
+  call.workspace = workspace;
+  call.counters = counters;
+  return call;
 }
 
 }  // namespace
@@ -119,17 +161,7 @@ int evotune_runtime_describe(evotune_runtime* runtime,
   absl::StatusOr<evotune::v1::Kernel> k = runtime->runtime->KernelFor(
       ToProblem(*problem), static_cast<CUstream>(stream));
   if (!k.ok()) return Report(k.status());
-  const std::string text = absl::StrCat(
-      k->template_name(), " ", ConfigText(k->config()), " ", k->arch(), " (",
-      k->defaults()      ? "default"
-      : k->transferred() ? "transferred"
-                         : "tuned",
-      ")");
-  if (size > 0) {
-    const size_t n = std::min<size_t>(text.size(), size - 1);
-    std::memcpy(out, text.data(), n);
-    out[n] = '\0';
-  }
+  Describe(*k, out, size);
   return 0;
 }
 
@@ -150,22 +182,47 @@ int evotune_runtime_attention_lengths(
     const evotune_tensor* o, const evotune_lengths* lengths, float scale,
     float* workspace, int32_t* counters, void* stream) {
   if (absl::Status s = ValidateLayout(*problem); !s.ok()) return Report(s);
-  evotune::AttentionCall call;
-  if (lengths != nullptr) {
-    call.cu_seqlens_q = lengths->cu_seqlens_q;
-    call.cu_seqlens_k = lengths->cu_seqlens_k;
-    call.seqused_k = lengths->seqused_k;
-  }
-  call.problem = ToProblem(*problem);
-  call.q = ToTensor(*q);
-  call.k = ToTensor(*k);
-  call.v = ToTensor(*v);
-  call.o = ToTensor(*o);
-  call.scale = scale;
-  call.workspace = workspace;
-  call.counters = counters;
-  absl::Status s =
-      runtime->runtime->Attention(call, static_cast<CUstream>(stream));
+  absl::Status s = runtime->runtime->Attention(
+      ToCall(*problem, *q, *k, *v, *o, lengths, scale, workspace, counters),
+      static_cast<CUstream>(stream));
+  return s.ok() ? 0 : Report(s);
+}
+
+int evotune_runtime_plan(evotune_runtime* runtime,
+                         const evotune_problem* problem, void* stream,
+                         evotune_plan** plan) {
+  *plan = nullptr;
+  if (absl::Status s = ValidateLayout(*problem); !s.ok()) return Report(s);
+  absl::StatusOr<evotune::AttentionPlan> made = runtime->runtime->Plan(
+      ToProblem(*problem), static_cast<CUstream>(stream));
+  if (!made.ok()) return Report(made.status());
+  *plan = new evotune_plan{runtime->runtime.get(), *std::move(made)};
+  return 0;
+}
+
+void evotune_plan_free(evotune_plan* plan) { delete plan; }
+
+void evotune_plan_scratch(const evotune_plan* plan, int64_t* workspace_floats,
+                          int64_t* counters) {
+  *workspace_floats = plan->plan.workspace_floats();
+  *counters = plan->plan.counters();
+}
+
+int evotune_plan_describe(const evotune_plan* plan, char* out, int64_t size) {
+  Describe(plan->plan.kernel(), out, size);
+  return 0;
+}
+
+int evotune_plan_run(const evotune_plan* plan, const evotune_problem* problem,
+                     const evotune_tensor* q, const evotune_tensor* k,
+                     const evotune_tensor* v, const evotune_tensor* o,
+                     const evotune_lengths* lengths, float scale,
+                     float* workspace, int32_t* counters, void* stream) {
+  if (absl::Status s = ValidateLayout(*problem); !s.ok()) return Report(s);
+  absl::Status s = plan->runtime->Run(
+      plan->plan,
+      ToCall(*problem, *q, *k, *v, *o, lengths, scale, workspace, counters),
+      static_cast<CUstream>(stream));
   return s.ok() ? 0 : Report(s);
 }
 

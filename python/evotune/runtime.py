@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 3  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 4  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 # Problem.layout: where the lengths live (evotune/attention_call.h).
 LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE = 0, 1, 2
@@ -65,6 +65,17 @@ def _declare(lib):
         ctypes.c_void_p, p(Problem)] + [p(Tensor)] * 4 + [
             ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.evotune_runtime_attention_lengths.argtypes = [
+        ctypes.c_void_p, p(Problem)] + [p(Tensor)] * 4 + [p(Lengths)] + [
+            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.evotune_runtime_plan.argtypes = [ctypes.c_void_p, p(Problem),
+                                         ctypes.c_void_p,
+                                         p(ctypes.c_void_p)]
+    lib.evotune_plan_free.argtypes = [ctypes.c_void_p]
+    lib.evotune_plan_scratch.argtypes = [ctypes.c_void_p, p(ctypes.c_int64),
+                                         p(ctypes.c_int64)]
+    lib.evotune_plan_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                          ctypes.c_int64]
+    lib.evotune_plan_run.argtypes = [
         ctypes.c_void_p, p(Problem)] + [p(Tensor)] * 4 + [p(Lengths)] + [
             ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.evotune_last_error.restype = ctypes.c_char_p
@@ -183,3 +194,56 @@ class Runtime:
     def launch_lengths(self, args):
         """Launches attention with lengths_args(...); the status code."""
         return self.lib.evotune_runtime_attention_lengths(*args)
+
+    def plan(self, problem, stream):
+        """(code, Plan) of the kernel for `problem` in the context of
+        `stream` (loaded now); the Plan is None unless the code is OK."""
+        handle = ctypes.c_void_p()
+        rc = self.lib.evotune_runtime_plan(
+            self.handle, ctypes.byref(problem), ctypes.c_void_p(stream),
+            ctypes.byref(handle))
+        if rc != OK:
+            return rc, None
+        return OK, Plan(self, handle.value, problem)
+
+
+class Plan:
+    """A kernel chosen once (evotune/attention_plan.h): run(args) launches
+    it with no lookup, lock, allocation or host sync, for its problem or one
+    with a smaller seq_q or seq_k. Holds its Runtime open; freed by close()
+    or when collected."""
+
+    def __init__(self, runtime, handle, problem):
+        self.runtime, self.handle, self.problem = runtime, handle, problem
+        floats, counters = ctypes.c_int64(), ctypes.c_int64()
+        runtime.lib.evotune_plan_scratch(handle, ctypes.byref(floats),
+                                         ctypes.byref(counters))
+        self.workspace_floats, self.counters = floats.value, counters.value
+        out = ctypes.create_string_buffer(512)
+        runtime.lib.evotune_plan_describe(handle, out, len(out))
+        # "template CONFIG arch (tuned|transferred|default)"
+        self.kernel = out.value.decode()
+
+    def close(self):
+        if self.handle:
+            self.runtime.lib.evotune_plan_free(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self.close()
+
+    def run_args(self, problem, q, k, v, o, lengths, scale, workspace,
+                 counters, stream):
+        """The arguments of evotune_plan_run (structs passed by reference:
+        they may change between runs and must stay alive while used);
+        lengths a Lengths or None."""
+        return (self.handle, ctypes.byref(problem),
+                *[ctypes.byref(t) for t in (q, k, v, o)],
+                ctypes.byref(lengths) if lengths is not None else None,
+                ctypes.c_float(scale), ctypes.c_void_p(workspace),
+                ctypes.c_void_p(counters), ctypes.c_void_p(stream))
+
+    def run(self, args):
+        """Launches with run_args(...); the status code (last_error() of
+        the runtime says why it is not 0)."""
+        return self.runtime.lib.evotune_plan_run(*args)

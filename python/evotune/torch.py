@@ -126,6 +126,15 @@ class _StreamScratch:
                 self.counters if counters else None)
 
 
+def _stream_scratch(device, stream_id):
+    """The _StreamScratch of a stream."""
+    key = (device.index, stream_id)
+    stream = _State.scratch.get(key)
+    if stream is None:
+        stream = _State.scratch[key] = _StreamScratch()
+    return stream
+
+
 def _scratch(p, q, stream_id):
     """The scratch tensors for problem `p` on the stream (those of the
     stream, grown to fit), or None when the runtime has no kernel for it."""
@@ -134,11 +143,8 @@ def _scratch(p, q, stream_id):
         if _no_kernel(p, rc):
             return None
         raise RuntimeError(f"evotune: {_State.runtime.last_error()}")
-    key = (q.device.index, stream_id)
-    stream = _State.scratch.get(key)
-    if stream is None:
-        stream = _State.scratch[key] = _StreamScratch()
-    return stream.fit(floats, counters, q.device)
+    return _stream_scratch(q.device, stream_id).fit(floats, counters,
+                                                    q.device)
 
 
 class _Launch:
@@ -268,4 +274,4 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
 
 
 # Variable-length batches (evotune/varlen.py), after the names it uses.
-from .varlen import varlen_attention  # noqa: E402,F401
+from .varlen import VarlenPlan, varlen_attention  # noqa: E402,F401

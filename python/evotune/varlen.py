@@ -23,6 +23,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from . import runtime as _rt
 from . import torch as _et
+from .checks import AttentionArgumentError
 from .varlen_checks import check_varlen_call, varlen_fallback_reason
 
 
@@ -39,41 +40,175 @@ def _tensor(t):
                       t.stride(0), 1, heads, rows, d)
 
 
-def _problem(q, k, cu_q, max_q, max_k, causal):
-    return _rt.Problem(cu_q.numel() - 1, q.shape[1], k.shape[1],
-                       bucket(max_q), bucket(max_k), q.shape[2], int(causal),
-                       int(q.dtype == torch.bfloat16), _rt.LAYOUT_VARLEN)
+def _problem(batch, heads, kv_heads, head_dim, max_q, max_k, causal, bf16):
+    return _rt.Problem(batch, heads, kv_heads, bucket(max_q), bucket(max_k),
+                       head_dim, int(causal), int(bf16), _rt.LAYOUT_VARLEN)
 
 
-def _launch(q, k, v, cu_q, cu_k, seqused_k, p, scale):
-    """The output, or why SDPA answers."""
-    if _et._State.runtime is None:
-        return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
-    reason = varlen_fallback_reason(q, k, v, scale)
-    if reason is not None:
-        return reason
-    if p.key() in _et._State.missing:
-        return _et._State.missing[p.key()]
-    stream_id = _et._stream_id(q.device)
-    scratch = _et._scratch(p, q, stream_id)
-    if scratch is None:
-        return _et._State.missing[p.key()]
-    o = torch.empty_like(q)
-    tensors = [_tensor(t) for t in (q, k, v, o)]
-    lengths = _rt.Lengths(cu_q.data_ptr(), cu_k.data_ptr(),
-                          seqused_k.data_ptr() if seqused_k is not None
-                          else None)
-    runtime = _et._State.runtime
-    args = runtime.lengths_args(
-        p, *tensors, lengths, 0.0 if scale is None else scale,
-        *(t.data_ptr() if t is not None else None for t in scratch),
-        stream_id)
-    rc = runtime.launch_lengths(args)
-    if rc != 0:
-        if _et._no_kernel(p, rc):
-            return _et._State.missing[p.key()]
-        raise RuntimeError(f"evotune: {runtime.last_error()}")
-    return o
+class VarlenPlan:
+    """The kernel for a bucket of varlen batches, chosen once: run()
+    launches it for any batch within the bucket with no host sync and, given
+    `out`, no allocation, so runs can be captured in CUDA graphs and
+    replayed with new lengths (FlashInfer's plan/run).
+
+        plan = et.VarlenPlan(batch, heads, kv_heads, head_dim, max_seqlen_q,
+                             max_seqlen_k, causal=True, dtype=torch.bfloat16)
+        o = plan.run(q, k, v, cu_seqlens_q, cu_seqlens_k)  # per layer
+
+    The bucket is that of the maxima (each rounded up to a power of two, at
+    least 16). `kernel` names the kernel ("template CONFIG arch (tuned|
+    transferred|default)"), or is None where evotune has none for the
+    bucket (`reason` says why): run() then answers with SDPA per sequence,
+    which syncs. A plan's scratch is its own: run it on one stream at a time.
+    Raises AttentionArgumentError for sizes no attention takes."""
+
+    def __init__(self, batch, heads, kv_heads, head_dim, max_seqlen_q,
+                 max_seqlen_k, causal=False, dtype=torch.bfloat16,
+                 device=None, softmax_scale=None, _stream_scratch=False):
+        device = torch.device("cuda" if device is None else device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        for name, n in (("batch", batch), ("heads", heads),
+                        ("kv_heads", kv_heads), ("head_dim", head_dim)):
+            if int(n) < 1:
+                raise AttentionArgumentError(
+                    f"evotune.VarlenPlan: {name} must be at least 1, got {n}")
+        if heads % kv_heads:
+            raise AttentionArgumentError(
+                f"evotune.VarlenPlan: kv_heads ({kv_heads}) must divide "
+                f"heads ({heads})")
+        self.shape = (int(batch), int(heads), int(kv_heads), int(head_dim))
+        self.max_seqlen_q, self.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        self.causal, self.dtype, self.device = bool(causal), dtype, device
+        self.scale = 0.0 if softmax_scale is None else float(softmax_scale)
+        self.problem = _problem(*self.shape, max_seqlen_q, max_seqlen_k,
+                                causal, dtype == torch.bfloat16)
+        self.kernel = self._plan = None
+        # The op's plans share their stream's scratch (evotune.torch's),
+        # so that dropping one never frees memory a captured graph uses.
+        self._stream_scratch = _stream_scratch
+        self.reason = self._served_reason()
+        if self.reason is None:
+            self.reason = self._make()
+
+    def _served_reason(self):
+        if _et._State.runtime is None:
+            return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
+        if self.device.type != "cuda":
+            return f"device {self.device}: evotune kernels run on CUDA devices"
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            return f"dtype {self.dtype}: evotune kernels take float16 and bfloat16"
+        if softmax_scale_refused(self.scale):
+            return f"scale {self.scale}: evotune kernels take positive scales"
+        return _et._State.missing.get(self.problem.key())
+
+    def _make(self):
+        """Plans the kernel and its scratch; why SDPA answers, or None."""
+        runtime = _et._State.runtime
+        with torch.cuda.device(self.device):
+            rc, plan = runtime.plan(self.problem, _et._stream_id(self.device))
+        if rc != 0:
+            why = _et._no_kernel(self.problem, rc)
+            if why is None:
+                raise RuntimeError(f"evotune: {runtime.last_error()}")
+            return why
+        self._plan, self.kernel = plan, plan.kernel
+        if self._stream_scratch:
+            return None
+        self.workspace = (torch.empty(plan.workspace_floats,
+                                      dtype=torch.float32, device=self.device)
+                          if plan.workspace_floats else None)
+        self.counters = (torch.zeros(plan.counters, dtype=torch.int32,
+                                     device=self.device)
+                         if plan.counters else None)
+        self._scratch = [t.data_ptr() if t is not None else None
+                         for t in (self.workspace, self.counters)]
+        return None
+
+    def _check(self, q, k, v, cu_q, cu_k, seqused_k, out):
+        check_varlen_call(q, k, v, cu_q, cu_k, self.max_seqlen_q,
+                          self.max_seqlen_k, seqused_k)
+        batch, heads, kv_heads, head_dim = self.shape
+        got = (cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2])
+        for name, want, have in zip(("batch (cu_seqlens_q's size - 1)",
+                                     "heads", "kv_heads", "head_dim"),
+                                    self.shape, got):
+            if want != have:
+                raise AttentionArgumentError(
+                    f"evotune.VarlenPlan.run: {name} is {have}, the plan's "
+                    f"is {want}")
+        if q.dtype != self.dtype or q.device != self.device:
+            raise AttentionArgumentError(
+                f"evotune.VarlenPlan.run: q is {q.dtype} on {q.device}, the "
+                f"plan is for {self.dtype} on {self.device}")
+        if out is not None and (out.shape != q.shape or out.dtype != q.dtype
+                                or out.device != q.device):
+            raise AttentionArgumentError(
+                f"evotune.VarlenPlan.run: out must be like q "
+                f"({tuple(q.shape)} {q.dtype} on {q.device}), got "
+                f"{tuple(out.shape)} {out.dtype} on {out.device}")
+
+    def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
+            out=None):
+        """flash_attn_varlen_func's forward for a batch within the plan
+        (see evotune.torch.varlen_attention): the output (`out` when
+        given). Raises AttentionArgumentError naming the argument for
+        tensors that do not fit together or the plan."""
+        self._check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out)
+        o = self._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out)
+        if o is not None:
+            return o
+        o = sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                              self.causal, self.scale or None, seqused_k)
+        return o if out is None else out.copy_(o)
+
+    def _launch(self, q, k, v, cu_q, cu_k, seqused_k, out):
+        """The output, or None where SDPA answers."""
+        if self._plan is None:
+            return None
+        o = torch.empty_like(q) if out is None else out
+        if varlen_fallback_reason(q, k, v) is not None or \
+                varlen_fallback_reason(o, k, v) is not None:
+            return None
+        tensors = [_tensor(t) for t in (q, k, v, o)]
+        lengths = _rt.Lengths(cu_q.data_ptr(), cu_k.data_ptr(),
+                              seqused_k.data_ptr() if seqused_k is not None
+                              else None)
+        plan, stream_id = self._plan, _et._stream_id(q.device)
+        scratch = self._scratch if not self._stream_scratch else [
+            t.data_ptr() if t is not None else None
+            for t in _et._stream_scratch(q.device, stream_id).fit(
+                plan.workspace_floats, plan.counters, q.device)]
+        rc = plan.run(plan.run_args(self.problem, *tensors, lengths,
+                                    self.scale, *scratch, stream_id))
+        if rc != 0:
+            raise RuntimeError(f"evotune: {plan.runtime.last_error()}")
+        return o
+
+
+def softmax_scale_refused(scale):
+    """Whether evotune's kernels refuse a scale (0 stands for the default)."""
+    return scale != 0 and not scale > 0
+
+
+_plans = {}  # (generation, problem, device, stream): the op's VarlenPlans.
+
+
+def _op_plan(q, k, cu_q, max_q, max_k, causal, scale):
+    """The op's plan for a call, one per bucket, device and stream (its
+    scratch is its own), kept until the next use()."""
+    stream = _et._stream_id(q.device) if q.is_cuda else None
+    key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1], k.shape[1],
+           q.shape[2], bucket(max_q), bucket(max_k), causal, q.dtype,
+           q.device, stream, scale)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= 4096:
+            _plans.clear()
+        plan = _plans[key] = VarlenPlan(
+            cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q,
+            max_k, causal, q.dtype, q.device, scale, _stream_scratch=True)
+    return plan
 
 
 def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None):
@@ -105,10 +240,13 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             max_seqlen_q: int, max_seqlen_k: int, causal: bool,
             scale: Optional[float],
             seqused_k: Optional[torch.Tensor]) -> torch.Tensor:
-    p = _problem(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, causal)
-    o = _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, p, scale)
-    if isinstance(o, torch.Tensor):
-        return o
+    if varlen_fallback_reason(q, k, v, scale) is None:
+        plan = _op_plan(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+                        causal, scale)
+        o = plan._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                         None)
+        if o is not None:
+            return o
     return sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                              scale, seqused_k)
 

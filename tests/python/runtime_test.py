@@ -2,8 +2,9 @@
 with no GPU: the API version it speaks is the header's, a library of
 another version is refused, bundles that cannot be read are refused with
 the runtime's message, and a bundle export_kernel wrote opens and answers
-FAILED_PRECONDITION naming the missing driver, and a problem evotune does
-not take is refused naming the field before any driver call.
+FAILED_PRECONDITION naming the missing driver (and so does a plan), and a
+problem evotune does not take is refused naming the field before any
+driver call.
 
   runtime_test.py LIBEVOTUNE_RUNTIME.so EXPORT_KERNEL RUNTIME_C_H
 """
@@ -119,6 +120,18 @@ class RuntimeTest(unittest.TestCase):
                                    None, 0)
             self.assertEqual(rt.launch_lengths(args), runtime.INVALID_ARGUMENT)
             self.assertIn(want, rt.last_error())
+
+    def test_a_plan_is_refused_with_the_runtimes_code_and_message(self):
+        rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
+        rc, plan = rt.plan(runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0), 0)
+        # No GPU here: no driver to load the kernel with.
+        self.assertEqual(rc, runtime.FAILED_PRECONDITION)
+        self.assertIsNone(plan)
+        self.assertRegex(rt.last_error(), "(?i)cuda")
+        rc, plan = rt.plan(runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0, 7), 0)
+        self.assertEqual(rc, runtime.INVALID_ARGUMENT)
+        self.assertIsNone(plan)
+        self.assertIn("problem.layout", rt.last_error())
 
 
 if __name__ == "__main__":

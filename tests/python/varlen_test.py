@@ -2,7 +2,8 @@
 batches of mixed lengths against an fp32 reference per sequence (GQA,
 causal and not, fp16 and bf16, seqused_k), arguments that do not fit
 refused naming the argument, the SDPA fallback for what no template
-serves, and a CUDA graph replayed with new lengths.
+serves, a CUDA graph replayed with new lengths, and VarlenPlan's plan/run
+(into out=, inside a graph, refusing batches it was not made for).
 
     PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
       python3 tests/python/varlen_test.py --daemon=127.0.0.1:PORT
@@ -107,6 +108,57 @@ class VarlenTest(unittest.TestCase):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = call()
+        for q_lens, k_lens in (([100, 1, 101], [300, 700, 50]),
+                               ([1, 1, 200], [1, 849, 200])):
+            cu_q.copy_(torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)),
+                                    dtype=torch.int32))
+            cu_k.copy_(torch.tensor([0] + list(torch.tensor(k_lens).cumsum(0)),
+                                    dtype=torch.int32))
+            graph.replay()
+            want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
+                                     cu_k, True, None)
+            self.assertLess(rel_err(out, want), 2e-2, (q_lens, k_lens))
+
+    def test_a_plan_runs_batches_of_its_bucket_into_out(self):
+        plan = et.VarlenPlan(3, 8, 2, 128, 256, 1024, causal=True,
+                             dtype=torch.bfloat16)
+        self.assertIsNotNone(plan.kernel, plan.reason)
+        for q_lens, k_lens in (([1, 200, 1], [700, 300, 50]),
+                               ([256, 1, 3], [1024, 1, 900])):
+            q, k, v, cu_q, cu_k = batch(q_lens, k_lens, 8, 2, 128,
+                                        torch.bfloat16)
+            out = torch.empty_like(q)
+            got = plan.run(q, k, v, cu_q, cu_k, out=out)
+            self.assertIs(got, out)
+            want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
+                                     cu_k, True, None)
+            self.assertLess(rel_err(out, want), 2e-2, (q_lens, k_lens))
+
+    def test_a_plan_refuses_what_it_was_not_made_for(self):
+        plan = et.VarlenPlan(2, 4, 2, 64, 16, 64, dtype=torch.float16)
+        q, k, v, cu_q, cu_k = batch([3, 4], [5, 6], 4, 2, 64, torch.float16)
+        q3, k3, v3, cu_q3, cu_k3 = batch([3, 4, 1], [5, 6, 1], 4, 2, 64,
+                                         torch.float16)
+        bad = [
+            ((q3, k3, v3, cu_q3, cu_k3), {}, "batch"),
+            ((q.repeat(1, 2, 1), k, v, cu_q, cu_k), {}, "heads is 8"),
+            ((q, k, v, cu_q, cu_k), dict(out=q[:, :2]), "out must be like q"),
+        ]
+        for args, kwargs, want in bad:
+            with self.assertRaisesRegex(et.AttentionArgumentError, want):
+                plan.run(*args, **kwargs)
+        with self.assertRaisesRegex(et.AttentionArgumentError, "kv_heads"):
+            et.VarlenPlan(2, 4, 3, 64, 16, 64)
+
+    def test_a_captured_plan_replays_with_new_lengths(self):
+        q, k, v, cu_q, cu_k = batch([1, 200, 1], [700, 300, 50], 8, 2, 128,
+                                    torch.bfloat16)
+        plan = et.VarlenPlan(3, 8, 2, 128, 256, 1024, causal=True,
+                             dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan.run(q, k, v, cu_q, cu_k, out=out)
         for q_lens, k_lens in (([100, 1, 101], [300, 700, 50]),
                                ([1, 1, 200], [1, 849, 200])):
             cu_q.copy_(torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)),

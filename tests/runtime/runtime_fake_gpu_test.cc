@@ -310,6 +310,68 @@ TEST_F(RuntimeFakeGpuTest, AFetchedKernelNeedingMoreScratchDoesNotTakeOver) {
   EXPECT_EQ(served->geometry().workspace_floats(), 0);
 }
 
+// A plan for a bucket's longest problem runs every shorter one on its
+// kernel, with no question to the source and no module load, and the kernel
+// sees each run's own length.
+TEST_F(RuntimeFakeGpuTest, APlanRunsEveryLengthWithinIt) {
+  absl::StatusOr<AttentionPlan> plan = runtime_->Plan(Decode(300), nullptr);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kernel().template_name(), "naive");
+  for (int64_t keys = 1; keys <= 300; ++keys) {
+    const Problem p = Decode(keys);
+    Tensors t(p);
+    ASSERT_TRUE(
+        runtime_->Run(*plan, ContiguousCall(p, t.q, t.k, t.v, t.o), nullptr)
+            .ok())
+        << keys;
+    if (keys != 77) continue;
+    std::vector<float> q(64), k(77 * 64), v(77 * 64), want(64);
+    auto at = [](void* base, int64_t i) {
+      return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
+    };
+    for (int64_t c = 0; c < 64; ++c) q[c] = at(t.q, 3 * 64 + c);
+    for (int64_t j = 0; j < 77 * 64; ++j) {
+      k[j] = at(t.k, 77 * 64 + j);  // KV head 1 serves head 3.
+      v[j] = at(t.v, 77 * 64 + j);
+    }
+    ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
+    for (int64_t c = 0; c < 64; ++c) {
+      EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
+    }
+  }
+  EXPECT_EQ(source_->Finds(), 1);
+  EXPECT_EQ(gpu_.module_loads, 1);
+  EXPECT_EQ(gpu_.attention_launches, 300);
+  const Problem longer = Decode(301);
+  Tensors t(longer);
+  absl::Status s =
+      runtime_->Run(*plan, ContiguousCall(longer, t.q, t.k, t.v, t.o), nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), testing::HasSubstr("problem.seq_k"));
+  EXPECT_EQ(gpu_.attention_launches, 300);
+}
+
+// A run allocates nothing: a kernel that needs scratch runs on the caller's,
+// refused without it (naming it); under stream capture too.
+TEST_F(RuntimeFakeGpuTest, ARunTakesThePlansScratchFromTheCaller) {
+  source_->workspace_per_key = 16;
+  absl::StatusOr<AttentionPlan> plan = runtime_->Plan(Decode(64), nullptr);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->workspace_floats(), 16 * 64);
+  const Problem p = Decode(40);
+  Tensors t(p);
+  AttentionCall call = ContiguousCall(p, t.q, t.k, t.v, t.o);
+  absl::Status s = runtime_->Run(*plan, call, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), testing::HasSubstr("workspace"));
+  std::vector<float> workspace(plan->workspace_floats());
+  call.workspace = workspace.data();
+  gpu_.capturing = true;
+  EXPECT_TRUE(runtime_->Run(*plan, call, nullptr).ok());
+  EXPECT_EQ(gpu_.allocations, 0);
+  EXPECT_EQ(gpu_.attention_launches, 1);
+}
+
 // A bundle holds what it holds: another length is its own question.
 TEST_F(RuntimeFakeGpuTest, ABundleIsAskedForEveryLength) {
   ASSERT_TRUE(Launch(Decode(1)).ok());

@@ -28,12 +28,14 @@
 #include "core/problem.h"
 #include "core/trial.h"
 #include "evotune/attention_call.h"
+#include "evotune/attention_plan.h"
 #include "evotune/v1/evotune.pb.h"
 
 namespace evotune {
 
 struct CudaDriver;      // launch/cuda_driver.h
 struct LaunchGeometry;  // kernel_templates/kernel_template.h
+struct LoadedKernel;    // launch/launcher.h
 
 // Where kernels come from. Implementations must be thread-safe.
 class KernelSource {
@@ -103,6 +105,21 @@ class Runtime {
   // first use), e.g. to size scratch the caller provides.
   absl::StatusOr<v1::Kernel> KernelFor(const Problem& problem, CUstream stream);
 
+  // A plan of the kernel that serves `problem` in the stream's context
+  // (loaded now; errors as Attention's): what Run launches, on streams of
+  // that context. A plan made while a new length is served by its class's
+  // kernel keeps that kernel.
+  absl::StatusOr<AttentionPlan> Plan(const Problem& problem, CUstream stream);
+
+  // Launches the plan's kernel for `call` on `stream` (of the plan's
+  // context): no lookup, lock, allocation or host sync, so also under stream
+  // capture. call.problem is within the plan's (CheckWithinPlan); call's
+  // scratch is the plan's size (the runtime has none to give). Errors:
+  // INVALID_ARGUMENT naming the field (CheckAttentionCall's,
+  // CheckWithinPlan's, "workspace", "counters"); INTERNAL for a driver error.
+  absl::Status Run(const AttentionPlan& plan, const AttentionCall& call,
+                   CUstream stream) const;
+
  private:
   struct Module;   // One cubin loaded in one context.
   struct Loaded;   // A problem's kernel: its module, geometry and message.
@@ -130,6 +147,10 @@ class Runtime {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<DeviceInfo> ContextDevice(const CudaDriver& d, CUcontext ctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Launches `kernel` for `call` in `ctx` with the scratch given.
+  static absl::Status Launch(const CudaDriver& d, const LoadedKernel& kernel,
+                             CUcontext ctx, const AttentionCall& call,
+                             float* workspace, int* counters, CUstream stream);
   absl::StatusOr<Scratch*> ScratchFor(const CudaDriver& d,
                                       const LaunchGeometry& g, CUcontext ctx,
                                       CUstream stream);

@@ -39,7 +39,7 @@ typedef struct {
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 3
+#define EVOTUNE_RUNTIME_API_VERSION 4
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
@@ -101,6 +101,38 @@ int evotune_runtime_attention_lengths(
     const evotune_tensor* q, const evotune_tensor* k, const evotune_tensor* v,
     const evotune_tensor* o, const evotune_lengths* lengths, float scale,
     float* workspace, int32_t* counters, void* stream);
+
+/* Plans (evotune/attention_plan.h): the kernel for a problem chosen and
+ * loaded once, then run any number of times with no lookup, lock,
+ * allocation or host sync (so also under CUDA-graph capture). A plan keeps
+ * its kernel (plan again to pick up one tuned since); free every plan before
+ * closing its runtime. */
+typedef struct evotune_plan evotune_plan;
+
+/* Makes `*plan` the plan of the kernel for `problem` in the context of
+ * `stream` (loaded now; a daemon may take a while to answer). The codes of
+ * evotune_runtime_attention; `*plan` is NULL unless it returns 0. */
+int evotune_runtime_plan(evotune_runtime* runtime,
+                         const evotune_problem* problem, void* stream,
+                         evotune_plan** plan);
+void evotune_plan_free(evotune_plan* plan);
+/* The scratch every run must pass: fp32 values and zero-initialised ints
+ * (left zero by every run). */
+void evotune_plan_scratch(const evotune_plan* plan, int64_t* workspace_floats,
+                          int64_t* counters);
+/* As evotune_runtime_describe, of the plan's kernel. */
+int evotune_plan_describe(const evotune_plan* plan, char* out, int64_t size);
+/* Launches the plan's kernel on `stream` (of the plan's context) for
+ * `problem`: the plan's, or one with a smaller seq_q or seq_k (a bucket's
+ * plan runs every problem within it); anything else is refused with
+ * INVALID_ARGUMENT naming the field ("problem.seq_k"). Tensors and lengths
+ * as for evotune_runtime_attention_lengths; workspace and counters of
+ * evotune_plan_scratch's sizes, required where those are not 0. */
+int evotune_plan_run(const evotune_plan* plan, const evotune_problem* problem,
+                     const evotune_tensor* q, const evotune_tensor* k,
+                     const evotune_tensor* v, const evotune_tensor* o,
+                     const evotune_lengths* lengths, float scale,
+                     float* workspace, int32_t* counters, void* stream);
 
 const char* evotune_last_error(void);
 
