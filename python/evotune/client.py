@@ -137,7 +137,8 @@ class Client:
 
     def submit(self, template_name, problem, max_trials=50, max_seconds=3600,
                strategy="", seed=0, device="", strategy_options=None):
-        """Starts a search; returns its job id."""
+        """Starts a search; returns its job id. template_name "" tunes the
+        template the daemon ranks first for the problem."""
         req = evotune_pb2.SubmitSearchRequest(
             template_name=template_name, problem=problem,
             budget=evotune_pb2.Budget(max_trials=max_trials,

@@ -201,7 +201,11 @@ TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
     std::string field;
   };
   const std::vector<Case> cases = {
-      {"no template", [](auto& r) { r.clear_template_name(); },
+      {"no template, and none serves the problem",
+       [](auto& r) {
+         r.clear_template_name();
+         r.mutable_problem()->set_head_dim(96);
+       },
        grpc::INVALID_ARGUMENT, "template_name:"},
       {"unknown template", [](auto& r) { r.set_template_name("flash9"); },
        grpc::INVALID_ARGUMENT, "template_name:"},
@@ -779,6 +783,27 @@ TEST_F(GrpcApiTest, JobRunsWatchReplaysAndBestIsRanked) {
 // A bucket with lengths on the device is a problem of its own: searched,
 // stored and ranked apart from the dense problem of the same sizes, which a
 // query answers by transfer (never as if tuned).
+// A search that names no template tunes the one serving ranks first for
+// the problem among those the device runs: decode_fwd for a decode step,
+// flash_fwd_tma for the seed problem.
+TEST_F(GrpcApiTest, ASearchWithoutATemplateTunesTheOneRankedFirst) {
+  Daemon d(db_, "", &evaluations_);
+  for (const auto& [seq_q, want] :
+       {std::pair<int, std::string>{1, "decode_fwd"}, {512, "flash_fwd_tma"}}) {
+    v1::SubmitSearchRequest req = SeedRequest(4);
+    req.clear_template_name();
+    req.mutable_problem()->set_seq_q(seq_q);
+    grpc::ClientContext ctx;
+    v1::SubmitSearchResponse submitted;
+    grpc::Status s = d.stub()->SubmitSearch(&ctx, req, &submitted);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    std::vector<v1::JobUpdate> updates = WatchAll(d, submitted.job_id());
+    ASSERT_FALSE(updates.empty());
+    EXPECT_EQ(updates.back().job().template_name(), want) << seq_q;
+    EXPECT_EQ(updates.back().job().state(), v1::JOB_STATE_SUCCEEDED);
+  }
+}
+
 TEST_F(GrpcApiTest, AVarlenBucketIsSearchedAndStoredApartFromDense) {
   Daemon d(db_, "", &evaluations_);
   v1::SubmitSearchRequest req = SeedRequest(6);

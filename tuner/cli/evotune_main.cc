@@ -38,7 +38,8 @@ ABSL_FLAG(bool, json, false, "print JSON instead of tables");
 ABSL_FLAG(double, timeout_s, 30, "deadline of unary calls, in seconds");
 // Problem (submit, best). Defaults are the seed problem.
 ABSL_FLAG(std::string, template_name, "",
-          "kernel template (submit: required; best: empty means all)");
+          "kernel template (submit: empty means the one ranked first for "
+          "the problem; best: empty means all)");
 ABSL_FLAG(int, batch, 1, "batch size");
 ABSL_FLAG(int, heads, 8, "query heads");
 ABSL_FLAG(int, kv_heads, 0, "key/value heads (0: same as --heads)");
@@ -533,7 +534,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"templates", "", "", "list the daemon's kernel templates", RunTemplates},
-    {"submit", "", "--template_name=T [problem] [--max_trials=N] [--watch]",
+    {"submit", "", "[--template_name=T] [problem] [--max_trials=N] [--watch]",
      "start a search; prints its job id", RunSubmit},
     {"watch", "JOB", "", "follow a job until it ends (exit 0 if it succeeded)",
      RunWatch},

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernel_templates/serving_defaults.h"
 #include "tuner/search/strategy_registry.h"
 
 namespace evotune {
@@ -80,11 +81,43 @@ absl::StatusOr<DeviceInfo> TuningService::LocalDevice(
   return jobs_->Device(device_name);
 }
 
+absl::StatusOr<const KernelTemplate*> TuningService::ChooseTemplate(
+    const Problem& problem, const DeviceInfo& device) {
+  if (absl::Status s = ValidateProblem(problem); !s.ok()) return s;
+  std::vector<const KernelTemplate*> all;
+  for (const KernelTemplate& t : templates_->templates()) all.push_back(&t);
+  // Ranked as serving ranks them (ties in the registry's order), so that a
+  // lower-ranked one tunes where those above cannot.
+  std::stable_sort(all.begin(), all.end(),
+                   [&](const KernelTemplate* a, const KernelTemplate* b) {
+                     return DefaultRank(*a, problem) > DefaultRank(*b, problem);
+                   });
+  for (const KernelTemplate* t : all) {
+    if (CheckSupports(*t, problem).ok() &&
+        CheckDevice(*t, device.limits).ok() &&
+        jobs_->CanEvaluate(device, *t).ok() &&
+        !FeasibleConfigs(*t, problem, device.limits).empty() &&
+        !jobs_->SearchableConfigs(*t, problem, device).empty()) {
+      return t;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "template_name: no template (", TemplateNames(*templates_), ") serves ",
+      ProblemKey(problem), " on ", device.name, "; name one to see why"));
+}
+
 absl::Status TuningService::ValidateSearch(const SearchRequest& r,
                                            const KernelTemplate** t,
                                            DeviceInfo* device_out) {
-  absl::StatusOr<const KernelTemplate*> tmpl =
-      ValidateTemplate(r.template_name, r.problem);
+  absl::StatusOr<const KernelTemplate*> tmpl;
+  if (r.template_name.empty()) {
+    if (absl::Status s = ValidateProblem(r.problem); !s.ok()) return s;
+    absl::StatusOr<DeviceInfo> device = LocalDevice(r.device);
+    if (!device.ok()) return device.status();
+    tmpl = ChooseTemplate(r.problem, *device);
+  } else {
+    tmpl = ValidateTemplate(r.template_name, r.problem);
+  }
   if (!tmpl.ok()) return tmpl.status();
   *t = *tmpl;
   if (r.max_trials < 1 || r.max_trials > kMaxTrialsLimit) {
@@ -113,14 +146,14 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
   if (absl::Status s = jobs_->CanEvaluate(*device, **t); !s.ok()) return s;
   if (FeasibleConfigs(**t, r.problem, device->limits).empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("problem: no config of template ", r.template_name,
+        absl::StrCat("problem: no config of template ", (*t)->name,
                      " fits this problem on ", device->name));
   }
   if (jobs_->SearchableConfigs(**t, r.problem, *device).empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "problem: this daemon replays a recorded landscape (--simulate) that "
         "holds no trial of ",
-        r.template_name, " for ", ProblemKey(r.problem), "; it holds ",
+        (*t)->name, " for ", ProblemKey(r.problem), "; it holds ",
         absl::StrJoin(jobs_->RecordedProblems(), ", ")));
   }
   *device_out = *device;

@@ -110,6 +110,12 @@ class TuningService {
   // template_name, the problem and whether the template supports it.
   absl::StatusOr<const KernelTemplate*> ValidateTemplate(
       const std::string& template_name, const Problem& problem);
+  // The template a search that names none tunes: of those ranked first for
+  // the problem (as the daemon serves what nothing tuned), the first the
+  // device can evaluate with a config that fits; INVALID_ARGUMENT naming
+  // template_name where none can.
+  absl::StatusOr<const KernelTemplate*> ChooseTemplate(
+      const Problem& problem, const DeviceInfo& device);
   // The device named `device_name` (empty: the default one) that trials can
   // run on.
   absl::StatusOr<DeviceInfo> LocalDevice(const std::string& device_name);
