@@ -107,6 +107,41 @@ absl::Status CheckServable(const v1::Kernel& kernel,
   return absl::OkStatus();
 }
 
+// The geometry of `kernel`'s config on another problem (a length of its
+// class, a problem within its bucket), computed by the template it was
+// compiled from; INVALID_ARGUMENT where this build lacks that template or
+// the config does not run on the problem.
+absl::StatusOr<LaunchGeometry> GeometryOn(const v1::Kernel& kernel,
+                                          const Problem& problem,
+                                          const DeviceLimits& limits) {
+  const KernelTemplate* t =
+      TemplateRegistry::Builtin().Find(kernel.template_name());
+  if (t == nullptr || t->hash != kernel.template_hash()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("this runtime lacks the version of template ",
+                     kernel.template_name(), " the kernel was compiled from"));
+  }
+  absl::StatusOr<Config> config = ConfigFromProto(kernel.config());
+  if (!config.ok()) return config.status();
+  if (absl::Status s = CheckConfig(*t, *config, problem, limits); !s.ok()) {
+    return s;
+  }
+  return t->geometry(*config, problem);
+}
+
+// `kernel` (for another problem) as served for `problem`: its geometry there.
+absl::Status Rebase(const Problem& problem, const DeviceLimits& limits,
+                    v1::Kernel* kernel) {
+  absl::StatusOr<LaunchGeometry> g = GeometryOn(*kernel, problem, limits);
+  if (!g.ok()) return g.status();
+  *kernel->mutable_source_problem() = kernel->problem();
+  *kernel->mutable_problem() = ProblemToProto(problem);
+  *kernel->mutable_geometry() = GeometryToProto(*g);
+  kernel->set_transferred(true);
+  kernel->set_defaults(false);
+  return absl::OkStatus();
+}
+
 bool Capturing(const CudaDriver& d, CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return d.cuStreamIsCapturing == nullptr ||
@@ -121,26 +156,50 @@ absl::StatusOr<std::unique_ptr<BundleSource>> BundleSource::Open(
   absl::StatusOr<v1::KernelBundle> bundle = ReadKernelBundle(path);
   if (!bundle.ok()) return bundle.status();
   std::map<std::string, v1::Kernel> kernels;
+  std::map<std::string, Problem> problems;
   for (v1::Kernel& k : *bundle->mutable_kernels()) {
     absl::StatusOr<Problem> p = ProblemFromProto(k.problem());
     if (!p.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": a kernel's ", p.status().message()));
     }
-    kernels[BundleKey(ProblemKey(*p), k.arch())] = std::move(k);
+    const std::string key = BundleKey(ProblemKey(*p), k.arch());
+    problems[key] = *p;
+    kernels[key] = std::move(k);
   }
+  std::vector<std::pair<Problem, std::string>> listed;
+  for (const auto& [key, k] : kernels)
+    listed.push_back({problems[key], k.arch()});
   return std::unique_ptr<BundleSource>(
-      new BundleSource(path, std::move(kernels)));
+      new BundleSource(path, std::move(kernels), std::move(listed)));
+}
+
+std::string BundleSource::BucketKey(const Problem& problem,
+                                    const std::string& arch) const {
+  const Problem* best = nullptr;
+  auto size = [](const Problem& p) { return p.batch * p.seq_q * p.seq_k; };
+  for (const auto& [p, a] : problems_) {
+    const bool holds = a == arch && p.heads == problem.heads &&
+                       p.kv_heads == problem.kv_heads &&
+                       p.head_dim == problem.head_dim &&
+                       p.causal == problem.causal && p.dtype == problem.dtype &&
+                       p.layout == problem.layout && p.batch >= problem.batch &&
+                       p.seq_q >= problem.seq_q && p.seq_k >= problem.seq_k;
+    if (holds && (best == nullptr || size(p) < size(*best))) best = &p;
+  }
+  return best == nullptr ? "" : BundleKey(ProblemKey(*best), arch);
 }
 
 absl::StatusOr<v1::Kernel> BundleSource::Find(const Problem& problem,
                                               const std::string& device,
                                               const std::string& arch) {
   auto it = kernels_.find(BundleKey(ProblemKey(problem), arch));
+  if (it == kernels_.end()) it = kernels_.find(BucketKey(problem, arch));
   if (it == kernels_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        path_, " has no kernel for ", ProblemKey(problem), " on ", arch, " (",
-        kernels_.size(), " kernels; evotune export adds problems)"));
+    return absl::NotFoundError(
+        absl::StrCat(path_, " has no kernel for ", ProblemKey(problem), " on ",
+                     arch, " nor for a problem holding it (", kernels_.size(),
+                     " kernels; evotune export adds problems)"));
   }
   return it->second;
 }
@@ -275,6 +334,15 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
   if (absl::Status s = CheckServable(*kernel, problem_key, arch); !s.ok()) {
     return s;
   }
+  absl::StatusOr<Problem> served = ProblemFromProto(kernel->problem());
+  if (served.ok() && *served != problem) {
+    // A bucket's kernel (a bundle's for a problem holding this one).
+    if (absl::Status s = Rebase(problem, device.limits, &*kernel); !s.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat("the kernel for ", ProblemKey(*served),
+                       " does not serve ", problem_key, ": ", s.message()));
+    }
+  }
   absl::MutexLock lock(&mu_);
   auto it = loaded_.find({ctx, problem_key});
   if (it != loaded_.end()) return it->second.get();  // Another thread's.
@@ -328,26 +396,15 @@ std::unique_ptr<Runtime::Loaded> Runtime::Provisional(const CudaDriver& d,
                                                       CUcontext ctx) {
   // The geometry is the template's for this problem: only where this build
   // has the template the kernel was compiled from.
-  const KernelTemplate* t =
-      TemplateRegistry::Builtin().Find(sibling.kernel.template_name());
-  if (t == nullptr || t->hash != sibling.kernel.template_hash()) return nullptr;
-  absl::StatusOr<Config> config = ConfigFromProto(sibling.kernel.config());
-  if (!config.ok() || !CheckConfig(*t, *config, problem, device.limits).ok()) {
-    return nullptr;
-  }
   auto loaded = std::make_unique<Loaded>();
+  loaded->kernel = sibling.kernel;
+  if (!Rebase(problem, device.limits, &loaded->kernel).ok()) return nullptr;
   loaded->problem_key = ProblemKey(problem);
   loaded->module = sibling.module;
   loaded->ctx = ctx;
   loaded->provisional = true;
   loaded->launch = sibling.launch;
-  loaded->launch.geometry = t->geometry(*config, problem);
-  loaded->kernel = sibling.kernel;
-  *loaded->kernel.mutable_source_problem() = sibling.kernel.problem();
-  *loaded->kernel.mutable_problem() = ProblemToProto(problem);
-  *loaded->kernel.mutable_geometry() = GeometryToProto(loaded->launch.geometry);
-  loaded->kernel.set_transferred(true);
-  loaded->kernel.set_defaults(false);
+  loaded->launch.geometry = GeometryFromProto(loaded->kernel.geometry());
   if (const int64_t smem = loaded->launch.geometry.smem_bytes;
       smem > sibling.module->smem_limit) {
     ScopedContext current(d, ctx);

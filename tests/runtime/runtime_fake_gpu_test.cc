@@ -4,6 +4,8 @@
 // reach the kernel with the call's tensors.
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -30,11 +32,16 @@ class OneKernelSource : public KernelSource {
     if (hold != nullptr && problem.seq_k != 1) hold->WaitForNotification();
     absl::MutexLock lock(&mu);
     ++finds;
+    if (bucket.has_value()) return KernelOf(*bucket, arch);
+    return KernelOf(problem, arch);
+  }
+  v1::Kernel KernelOf(const Problem& problem, const std::string& arch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
     v1::Kernel k;
     *k.mutable_problem() = ProblemToProto(problem);
     k.set_template_name(t.name);
-    k.set_template_hash(t.hash);
+    k.set_template_hash(template_hash.empty() ? t.hash : template_hash);
     *k.mutable_config() = ConfigToProto(t.defaults.front());
     k.set_arch(arch);
     k.set_kernel_name(t.kernel_name);
@@ -56,6 +63,10 @@ class OneKernelSource : public KernelSource {
   int finds ABSL_GUARDED_BY(mu) = 0;
   bool every_problem = false;
   absl::Notification* hold = nullptr;  // Answers wait for it (but seq_k 1).
+  // Answers with this problem's kernel whatever is asked, as a bundle of
+  // buckets answers for a problem within one.
+  std::optional<Problem> bucket;
+  std::string template_hash;  // When set, the kernel's (not this build's).
 };
 
 // Device-sized host buffers (the fake's memory is the host's).
@@ -370,6 +381,39 @@ TEST_F(RuntimeFakeGpuTest, ARunTakesThePlansScratchFromTheCaller) {
   EXPECT_TRUE(runtime_->Run(*plan, call, nullptr).ok());
   EXPECT_EQ(gpu_.allocations, 0);
   EXPECT_EQ(gpu_.attention_launches, 1);
+}
+
+// A bucket's kernel serves a problem within it with the launch computed
+// for that problem; a kernel of a template version this build lacks cannot
+// be rebased and is not served.
+TEST_F(RuntimeFakeGpuTest, ABucketsKernelServesAProblemWithinIt) {
+  source_->bucket = Decode(1024);
+  const Problem p = Decode(77);
+  Tensors t(p);
+  ASSERT_TRUE(
+      runtime_->Attention(ContiguousCall(p, t.q, t.k, t.v, t.o), nullptr).ok());
+  absl::StatusOr<v1::Kernel> served = runtime_->KernelFor(p, nullptr);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_TRUE(served->transferred());
+  EXPECT_EQ(served->problem().seq_k(), 77);
+  EXPECT_EQ(served->source_problem().seq_k(), 1024);
+  std::vector<float> q(64), k(77 * 64), v(77 * 64), want(64);
+  auto at = [](void* base, int64_t i) {
+    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
+  };
+  for (int64_t c = 0; c < 64; ++c) q[c] = at(t.q, 3 * 64 + c);
+  for (int64_t j = 0; j < 77 * 64; ++j) {
+    k[j] = at(t.k, 77 * 64 + j);  // KV head 1 serves head 3.
+    v[j] = at(t.v, 77 * 64 + j);
+  }
+  ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
+  for (int64_t c = 0; c < 64; ++c) {
+    EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
+  }
+  source_->template_hash = "another version";
+  absl::Status s = Launch(Decode(78));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), testing::HasSubstr("does not serve"));
 }
 
 // A bundle holds what it holds: another length is its own question.

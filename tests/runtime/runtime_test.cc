@@ -82,6 +82,41 @@ TEST(BundleSourceTest, FindsABucketsKernelByItsLayout) {
       HasSubstr("no kernel for b1_h8_kv8_q512_k512_d64_full_fp16_bhsd"));
 }
 
+// A problem the bundle lacks finds the kernel of the smallest problem there
+// that holds it: the same form with at least its batch and lengths.
+TEST(BundleSourceTest, AProblemWithinABucketFindsTheSmallestHoldingIt) {
+  auto bucket = [](int64_t batch, int64_t seq_q, int64_t seq_k) {
+    Problem p = Seed();
+    p.batch = batch;
+    p.seq_q = seq_q;
+    p.seq_k = seq_k;
+    p.layout = Layout::kVarlen;
+    return p;
+  };
+  absl::StatusOr<std::unique_ptr<BundleSource>> source =
+      BundleSource::Open(BundleOf({{bucket(4, 16, 2048), "sm_90a"},
+                                   {bucket(4, 16, 1024), "sm_90a"},
+                                   {bucket(8, 16, 1024), "sm_90a"},
+                                   {bucket(4, 16, 512), "sm_89"}}));
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto found = [&](const Problem& p) {
+    absl::StatusOr<v1::Kernel> k = (*source)->Find(p, "", "sm_90a");
+    return k.ok() ? ProblemKey(*ProblemFromProto(k->problem()))
+                  : std::string(k.status().message());
+  };
+  EXPECT_EQ(found(bucket(3, 5, 700)), ProblemKey(bucket(4, 16, 1024)));
+  EXPECT_EQ(found(bucket(4, 16, 1025)), ProblemKey(bucket(4, 16, 2048)));
+  EXPECT_EQ(found(bucket(5, 1, 1)), ProblemKey(bucket(8, 16, 1024)));
+  EXPECT_THAT(found(bucket(4, 16, 4096)), HasSubstr("nor for a problem"));
+  EXPECT_THAT(found(bucket(16, 1, 1)), HasSubstr("nor for a problem"));
+  Problem other_heads = bucket(1, 1, 1);
+  other_heads.heads = 16;
+  EXPECT_THAT(found(other_heads), HasSubstr("nor for a problem"));
+  Problem dense = bucket(1, 1, 1);
+  dense.layout = Layout::kDense;
+  EXPECT_THAT(found(dense), HasSubstr("nor for a problem"));
+}
+
 TEST(GeometryTest, SurvivesTheWire) {
   LaunchGeometry g;
   g.grid[0] = 132;

@@ -55,6 +55,11 @@ class KernelSource {
 
 // The kernels of a bundle file, by problem and architecture (the GPU name
 // does not matter: the bundle was exported for the GPUs it is deployed on).
+// A problem the bundle lacks is served by the kernel of its smallest bucket
+// there: a problem of the same heads, KV heads, head_dim, mask, dtype and
+// layout with at least its batch, seq_q and seq_k (the runtime computes the
+// launch for the problem itself), so that a bundle of buckets serves every
+// shape within them.
 class BundleSource : public KernelSource {
  public:
   // Errors as ReadKernelBundle's (tuner/wire/kernel_bundle.h).
@@ -66,11 +71,19 @@ class BundleSource : public KernelSource {
                                   const std::string& arch) override;
 
  private:
-  BundleSource(std::string path, std::map<std::string, v1::Kernel> kernels)
-      : path_(std::move(path)), kernels_(std::move(kernels)) {}
+  BundleSource(std::string path, std::map<std::string, v1::Kernel> kernels,
+               std::vector<std::pair<Problem, std::string>> problems)
+      : path_(std::move(path)),
+        kernels_(std::move(kernels)),
+        problems_(std::move(problems)) {}
+  // The key in kernels_ of the smallest bucket holding `problem`, or "".
+  std::string BucketKey(const Problem& problem, const std::string& arch) const;
+
   const std::string path_;
   // By "<problem key> <arch>".
   const std::map<std::string, v1::Kernel> kernels_;
+  // Each kernel's problem and arch, in kernels_' order.
+  const std::vector<std::pair<Problem, std::string>> problems_;
 };
 
 // Thread-safe: a launch of a problem already served never waits for the
