@@ -142,6 +142,16 @@ absl::Status Rebase(const Problem& problem, const DeviceLimits& limits,
   return absl::OkStatus();
 }
 
+// Whether two answers are one compiled kernel (the config of one template
+// version for one architecture).
+bool SameKernel(const v1::Kernel& a, const v1::Kernel& b) {
+  absl::StatusOr<Config> x = ConfigFromProto(a.config());
+  absl::StatusOr<Config> y = ConfigFromProto(b.config());
+  return a.template_name() == b.template_name() &&
+         a.template_hash() == b.template_hash() && a.arch() == b.arch() &&
+         x.ok() && y.ok() && *x == *y;
+}
+
 bool Capturing(const CudaDriver& d, CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return d.cuStreamIsCapturing == nullptr ||
@@ -218,6 +228,12 @@ struct Runtime::Loaded {
   CUcontext ctx = nullptr;
   // Served by its class's kernel until its own is fetched.
   bool provisional = false;
+  uint64_t used_round = 0;  // The refresh round it was last launched in.
+  bool asked = false;       // A refresh of it is queued or in flight.
+  // Whether its kernel is the one tuned for it (no refresh needed).
+  bool Settled() const {
+    return !provisional && !kernel.defaults() && !kernel.transferred();
+  }
 };
 
 struct Runtime::Fetch {
@@ -305,7 +321,10 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
     auto it = loaded_.find({ctx, problem_key});
     if (it != loaded_.end()) {
       Loaded* current = it->second.get();
-      return current->provisional ? TakeOver(d, current, stream) : current;
+      current->used_round = round_;
+      return current->provisional || !fetched_.empty()
+                 ? TakeOver(d, current, stream)
+                 : current;
     }
     absl::StatusOr<DeviceInfo> found = ContextDevice(d, ctx);
     if (!found.ok()) return found.status();
@@ -317,10 +336,9 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
       if (now != nullptr) {
         fetches_.push_back(
             std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
-        if (!fetcher_.joinable()) {
-          fetcher_ = std::thread([this] { FetchInBackground(); });
-        }
+        StartFetcher();
         Loaded* out = now.get();
+        out->used_round = round_;
         loaded_[{ctx, problem_key}] = std::move(now);
         return out;
       }
@@ -351,9 +369,38 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
   if (!loaded.ok()) return loaded.status();
   Loaded* out = loaded->get();
   out->problem_key = problem_key;
+  out->used_round = round_;
   loaded_[{ctx, problem_key}] = *std::move(loaded);
   latest_by_class_[{ctx, ClassKey(problem)}] = out;
+  if (source_->RefreshInterval() < absl::InfiniteDuration()) StartFetcher();
   return out;
+}
+
+void Runtime::StartFetcher() {
+  if (!fetcher_.joinable()) {
+    fetcher_ = std::thread([this] { FetchInBackground(); });
+  }
+}
+
+void Runtime::QueueRefreshes() {
+  // Bounded per round: a program of many lengths asks for its busiest.
+  constexpr size_t kMostPerRound = 64;
+  size_t queued = 0;
+  for (auto& [key, loaded] : loaded_) {
+    Loaded& l = *loaded;
+    if (queued == kMostPerRound) break;
+    if (l.Settled() || l.provisional || l.asked || l.used_round != round_) {
+      continue;
+    }
+    absl::StatusOr<Problem> problem = ProblemFromProto(l.kernel.problem());
+    auto device = devices_.find(key.first);
+    if (!problem.ok() || device == devices_.end()) continue;
+    l.asked = true;
+    fetches_.push_back(std::make_unique<Fetch>(
+        Fetch{key.first, *problem, device->second, {}}));
+    ++queued;
+  }
+  ++round_;
 }
 
 absl::StatusOr<std::unique_ptr<Runtime::Loaded>> Runtime::Make(
@@ -445,11 +492,19 @@ Runtime::Loaded* Runtime::TakeOver(const CudaDriver& d, Loaded* current,
 
 void Runtime::FetchInBackground() {
   absl::MutexLock lock(&mu_);
+  const absl::Duration every = source_->RefreshInterval();
+  absl::Time next_round = absl::Now() + every;
   while (true) {
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || !fetches_.empty();
     };
-    mu_.Await(absl::Condition(&ready));
+    if (every == absl::InfiniteDuration()) {
+      mu_.Await(absl::Condition(&ready));
+    } else if (!mu_.AwaitWithDeadline(absl::Condition(&ready), next_round)) {
+      QueueRefreshes();
+      next_round = absl::Now() + every;
+      continue;
+    }
     if (stopping_) return;
     std::unique_ptr<Fetch> f = std::move(fetches_.front());
     fetches_.pop_front();
@@ -461,9 +516,17 @@ void Runtime::FetchInBackground() {
     mu_.Lock();
     auto current = loaded_.find({f->ctx, key});
     if (current == loaded_.end()) continue;
+    Loaded& now = *current->second;
+    now.asked = false;
     if (!kernel.ok() || !CheckServable(*kernel, key, arch).ok()) {
       // Nothing launchable of its own: it stays on its class's kernel.
-      current->second->provisional = false;
+      now.provisional = false;
+      continue;
+    }
+    if (!now.provisional && SameKernel(*kernel, now.kernel)) {
+      // A refresh with the same kernel: it may be the problem's own now.
+      now.kernel.set_defaults(kernel->defaults());
+      now.kernel.set_transferred(kernel->transferred());
       continue;
     }
     f->kernel = *std::move(kernel);

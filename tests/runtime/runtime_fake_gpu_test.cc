@@ -42,17 +42,22 @@ class OneKernelSource : public KernelSource {
     *k.mutable_problem() = ProblemToProto(problem);
     k.set_template_name(t.name);
     k.set_template_hash(template_hash.empty() ? t.hash : template_hash);
-    *k.mutable_config() = ConfigToProto(t.defaults.front());
+    // A tuned answer is another config (two warps instead of four).
+    Config config = t.defaults.front();
+    if (tuned) config["WARPS"] = 2;
+    *k.mutable_config() = ConfigToProto(config);
     k.set_arch(arch);
     k.set_kernel_name(t.kernel_name);
     k.set_cubin(cubin);
-    LaunchGeometry g = t.geometry(t.defaults.front(), problem);
+    LaunchGeometry g = t.geometry(config, problem);
     g.workspace_floats = workspace_per_key * problem.seq_k;  // Rising needs.
     *k.mutable_geometry() = GeometryToProto(g);
     k.set_param_layout_version(kParamLayoutVersion);
+    k.set_defaults(!tuned);
     return k;
   }
   bool AnswersEveryProblem() const override { return every_problem; }
+  absl::Duration RefreshInterval() const override { return refresh; }
   int Finds() {
     absl::MutexLock lock(&mu);
     return finds;
@@ -67,6 +72,8 @@ class OneKernelSource : public KernelSource {
   // buckets answers for a problem within one.
   std::optional<Problem> bucket;
   std::string template_hash;  // When set, the kernel's (not this build's).
+  absl::Duration refresh = absl::InfiniteDuration();
+  bool tuned = false;  // Answers are defaults until set.
 };
 
 // Device-sized host buffers (the fake's memory is the host's).
@@ -414,6 +421,37 @@ TEST_F(RuntimeFakeGpuTest, ABucketsKernelServesAProblemWithinIt) {
   absl::Status s = Launch(Decode(78));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), testing::HasSubstr("does not serve"));
+}
+
+// With a source whose answers change (a daemon tuning), the problems
+// launched since the last round whose kernel was not tuned are asked again
+// each round; a new kernel takes over at a later launch, and a problem
+// whose kernel is tuned is not asked again.
+TEST_F(RuntimeFakeGpuTest, KernelsTunedSinceTakeOverAtALaterLaunch) {
+  source_->every_problem = true;
+  source_->refresh = absl::Milliseconds(5);
+  ASSERT_TRUE(Launch(Decode(5)).ok());
+  EXPECT_TRUE(runtime_->KernelFor(Decode(5), nullptr)->defaults());
+  {
+    absl::MutexLock lock(&source_->mu);
+    source_->cubin = "the kernel tuned since";
+    source_->tuned = true;
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (runtime_->KernelFor(Decode(5), nullptr)->defaults() &&
+         absl::Now() < give_up) {
+    ASSERT_TRUE(Launch(Decode(5)).ok());
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_FALSE(runtime_->KernelFor(Decode(5), nullptr)->defaults());
+  EXPECT_EQ(gpu_.module_loads, 2);
+  // Settled: launches go on without questions.
+  const int finds = source_->Finds();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Launch(Decode(5)).ok());
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(source_->Finds(), finds);
 }
 
 // A bundle holds what it holds: another length is its own question.

@@ -48,6 +48,9 @@ class DaemonSource : public KernelSource {
                                   const std::string& arch) override;
   // The daemon tunes, transfers or defaults any problem a template takes.
   bool AnswersEveryProblem() const override { return true; }
+  // kRefreshInterval: kernels tuned since reach a running program.
+  absl::Duration RefreshInterval() const override { return kRefreshInterval; }
+  static constexpr absl::Duration kRefreshInterval = absl::Seconds(30);
 
  private:
   class Stub;  // The gRPC stub, out of this header.

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/problem.h"
 #include "core/trial.h"
 #include "evotune/attention_call.h"
@@ -51,6 +52,14 @@ class KernelSource {
   // once with the kernel of its class and asks for its own in the
   // background. A bundle answers for what it holds only.
   virtual bool AnswersEveryProblem() const { return false; }
+  // How often the runtime asks again for the problems launched since it
+  // last asked whose kernel was not tuned (defaults or a transfer): a daemon
+  // tunes problems while the program runs. A new answer takes over at a
+  // later launch outside stream capture (if it needs no more scratch).
+  // Infinite: never (a bundle's answers do not change).
+  virtual absl::Duration RefreshInterval() const {
+    return absl::InfiniteDuration();
+  }
 };
 
 // The kernels of a bundle file, by problem and architecture (the GPU name
@@ -155,6 +164,11 @@ class Runtime {
   Loaded* TakeOver(const CudaDriver& d, Loaded* current, CUstream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchInBackground();
+  // Queues fetches of the problems launched in the round that ended whose
+  // kernel was not tuned (KernelSource::RefreshInterval), and starts the
+  // next round.
+  void QueueRefreshes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartFetcher() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Module*> LoadModule(const CudaDriver& d,
                                      const v1::Kernel& kernel, CUcontext ctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -190,7 +204,8 @@ class Runtime {
   std::vector<std::unique_ptr<Loaded>> replaced_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread fetcher_;  // Started with the first fetch.
+  uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;  // Refresh rounds begun.
+  std::thread fetcher_;                      // Started with the first fetch.
 };
 
 }  // namespace evotune
