@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,16 +16,21 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/config.h"
+#include "core/envelope.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
 #include "tuner/cli/comparison.h"
 #include "tuner/cli/export.h"
+#include "tuner/cli/model_config.h"
 #include "tuner/cli/report.h"
+#include "tuner/cli/tune_model.h"
 #include "tuner/common/help.h"
 #include "tuner/search/strategy_registry.h"
 #include "tuner/wire/client_flags.h"
@@ -73,13 +79,33 @@ ABSL_FLAG(std::string, state, "", "jobs: only jobs in this state");
 ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
 ABSL_FLAG(std::string, output, "",
           "report: the HTML file to write (default: evotune-JOB.html); "
-          "export: the bundle to write (default: evotune-kernels.evtb)");
+          "export: the bundle to write (default: evotune-kernels.evtb); "
+          "tune-model: the bundle to write (default: evotune-model.evtb)");
 ABSL_FLAG(std::string, problems, "",
           "export: problem keys, comma-separated, or a file of one per line "
           "(default: the problem flags' one)");
 ABSL_FLAG(std::string, compare, "",
           "report: a comparison run (bench/sdpa_compare.py --json) whose rows "
           "for the job's problem are shown beside PyTorch SDPA");
+ABSL_FLAG(std::string, model_config, "",
+          "tune-model: the model's config.json (Hugging Face)");
+ABSL_FLAG(int, max_batch, 256,
+          "tune-model: sequences of a decode step, at most");
+ABSL_FLAG(int, max_context, 8192,
+          "tune-model: keys a sequence attends to, at most");
+ABSL_FLAG(int, prefill_chunk, 2048,
+          "tune-model: queries of a prefill chunk against a prefix (0: none)");
+ABSL_FLAG(int, max_prefill_tokens, 8192,
+          "tune-model: tokens of one whole-prompt prefill call, at most");
+ABSL_FLAG(std::string, decode_queries, "1,4",
+          "tune-model: queries per sequence of a decode step (above 1: "
+          "speculative decoding)");
+ABSL_FLAG(int, bucket_trials, 12, "tune-model: trial budget of each bucket");
+ABSL_FLAG(bool, dry_run, false,
+          "tune-model: print the buckets (problem keys) and stop");
+ABSL_FLAG(absl::Duration, budget, absl::Minutes(10),
+          "tune-model: time for the searches (e.g. 10m); then unfinished ones "
+          "are cancelled and the bundle is written");
 ABSL_FLAG(double, reconnect_s, 120,
           "watch: keep reconnecting this long when the daemon is unreachable");
 
@@ -476,26 +502,19 @@ int RunReport(Client& client, const Args& args) {
 
 // GetKernel for every problem, then one bundle file; nothing is written
 // unless every problem got a kernel.
-int RunExport(Client& client, const Args&) {
-  std::vector<Problem> problems;
-  if (const std::string spec = absl::GetFlag(FLAGS_problems); !spec.empty()) {
-    absl::StatusOr<std::vector<Problem>> parsed = ParseProblemList(spec);
-    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
-    problems = *std::move(parsed);
-  } else {
-    v1::Problem p;
-    std::string error;
-    if (!FillProblem(&p, &error)) return Fail(error);
-    absl::StatusOr<Problem> problem = ProblemFromProto(p);
-    if (!problem.ok()) return Fail(std::string(problem.status().message()));
-    problems.push_back(*problem);
-  }
+// Writes the kernels the daemon serves for `problems` (of `template_name`,
+// empty: any) as one bundle at `path` (empty: evotune-kernels.evtb) and
+// prints its name; the exit code.
+int ExportBundle(Client& client, const std::vector<Problem>& problems,
+                 const std::string& template_name, const std::string& about,
+                 std::string path) {
   v1::KernelBundle bundle;
   bundle.set_created_unix_s(absl::ToUnixSeconds(absl::Now()));
+  bundle.set_about(about);
   for (size_t i = 0; i < problems.size(); ++i) {
     v1::GetKernelRequest req;
     *req.mutable_problem() = ProblemToProto(problems[i]);
-    req.set_template_name(absl::GetFlag(FLAGS_template_name));
+    req.set_template_name(template_name);
     req.set_device(absl::GetFlag(FLAGS_device));
     v1::Kernel* kernel = bundle.add_kernels();
     // A kernel compiles on its first request: allow minutes.
@@ -514,13 +533,200 @@ int RunExport(Client& client, const Args&) {
     std::cerr << "[" << i + 1 << "/" << problems.size() << "] "
               << FormatExportedKernel(*kernel) << "\n";
   }
-  std::string path = absl::GetFlag(FLAGS_output);
   if (path.empty()) path = "evotune-kernels.evtb";
   if (absl::Status s = WriteKernelBundle(path, std::move(bundle)); !s.ok()) {
     return Fail(absl::StrCat("--output: ", s.message()));
   }
   std::cout << path << "\n";
   return 0;
+}
+
+int RunExport(Client& client, const Args&) {
+  std::vector<Problem> problems;
+  if (const std::string spec = absl::GetFlag(FLAGS_problems); !spec.empty()) {
+    absl::StatusOr<std::vector<Problem>> parsed = ParseProblemList(spec);
+    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    problems = *std::move(parsed);
+  } else {
+    v1::Problem p;
+    std::string error;
+    if (!FillProblem(&p, &error)) return Fail(error);
+    absl::StatusOr<Problem> problem = ProblemFromProto(p);
+    if (!problem.ok()) return Fail(std::string(problem.status().message()));
+    problems.push_back(*problem);
+  }
+  return ExportBundle(client, problems, absl::GetFlag(FLAGS_template_name), "",
+                      absl::GetFlag(FLAGS_output));
+}
+
+// The envelope of the tune-model flags; INVALID_ARGUMENT naming the flag.
+absl::StatusOr<Envelope> EnvelopeFromFlags() {
+  Envelope e;
+  e.max_batch = absl::GetFlag(FLAGS_max_batch);
+  e.max_context = absl::GetFlag(FLAGS_max_context);
+  e.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  e.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  e.decode_queries.clear();
+  for (absl::string_view q :
+       absl::StrSplit(absl::GetFlag(FLAGS_decode_queries), ',')) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(q, &n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--decode_queries: \"", q, "\" is not a number"));
+    }
+    e.decode_queries.push_back(n);
+  }
+  if (absl::Status s = ValidateEnvelope(e); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  }
+  return e;
+}
+
+// The buckets tune-model tunes, each a problem evotune takes; `about` says
+// what for. INVALID_ARGUMENT naming the flag or config field.
+absl::StatusOr<std::vector<Problem>> ModelBuckets(std::string* about) {
+  const std::string path = absl::GetFlag(FLAGS_model_config);
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "--model_config: required (the model's config.json)");
+  }
+  absl::StatusOr<Envelope> e = EnvelopeFromFlags();
+  if (!e.ok()) return e.status();
+  absl::StatusOr<ModelAttention> m = ReadModelConfig(path, e->max_context);
+  if (!m.ok()) return m.status();
+  std::vector<Problem> buckets =
+      EnvelopeBuckets(*e, m->heads, m->kv_heads, m->head_dim, m->dtype);
+  for (const Problem& p : buckets) {
+    if (absl::Status s = ValidateProblem(p); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max_batch, --max_context: bucket ", ProblemKey(p),
+                       " is out of range: ", s.message()));
+    }
+  }
+  *about = absl::StrCat(
+      "tune-model ", m->name.empty() ? path : m->name, ": ", m->heads,
+      " heads on ", m->kv_heads, ", head_dim ", m->head_dim, ", ",
+      DTypeName(m->dtype), "; batch up to ", e->max_batch, ", context up to ",
+      e->max_context, ", prefill chunks of ", e->prefill_chunk,
+      ", prompts up to ", e->max_prefill_tokens, " tokens, decode queries ",
+      absl::GetFlag(FLAGS_decode_queries));
+  return buckets;
+}
+
+// Every job of the daemon; false (and a message) when it cannot be asked.
+bool ListAllJobs(Client& client, std::vector<v1::Job>* jobs) {
+  v1::ListJobsResponse resp;
+  grpc::Status s = client.stub()->ListJobs(client.Context(true).get(),
+                                           v1::ListJobsRequest(), &resp);
+  if (!s.ok()) {
+    FailRpc(client, s);
+    return false;
+  }
+  jobs->assign(resp.jobs().begin(), resp.jobs().end());
+  return true;
+}
+
+// Starts the searches of the buckets `steps` still needs; their job ids go
+// into the steps. The exit code (0: all started).
+int SubmitBuckets(Client& client, std::vector<BucketStep>* steps) {
+  int submitted = 0;
+  for (BucketStep& step : *steps) {
+    if (step.kind != BucketStep::kSubmit) continue;
+    v1::SubmitSearchRequest req;  // No template: the one ranked first.
+    *req.mutable_problem() = ProblemToProto(step.problem);
+    req.mutable_budget()->set_max_trials(absl::GetFlag(FLAGS_bucket_trials));
+    req.mutable_budget()->set_max_seconds(
+        absl::ToDoubleSeconds(absl::GetFlag(FLAGS_budget)));
+    req.set_device(absl::GetFlag(FLAGS_device));
+    v1::SubmitSearchResponse resp;
+    grpc::Status s =
+        client.stub()->SubmitSearch(client.Context(true).get(), req, &resp);
+    if (!s.ok()) {
+      if (submitted == 0) return FailRpc(client, s);
+      return Fail(absl::StrCat(ProblemKey(step.problem), ": ",
+                               s.error_message(), " (", submitted,
+                               " buckets submitted; run again to resume)"));
+    }
+    step.kind = BucketStep::kTrack;
+    step.job_id = resp.job_id();
+    ++submitted;
+  }
+  return 0;
+}
+
+// Follows the tracked jobs until all end or the budget is spent (then
+// cancels those left); progress on stderr. The exit code.
+int FollowBuckets(Client& client, const std::vector<BucketStep>& steps) {
+  const absl::Time start = absl::Now();
+  const absl::Duration budget = absl::GetFlag(FLAGS_budget);
+  std::set<std::string> ids;
+  for (const BucketStep& step : steps) {
+    if (step.kind == BucketStep::kTrack) ids.insert(step.job_id);
+  }
+  std::vector<std::string> open;
+  const bool tty = isatty(STDERR_FILENO);
+  std::string shown;
+  while (true) {
+    std::vector<v1::Job> jobs;
+    if (!ListAllJobs(client, &jobs)) return 1;
+    int64_t trials = 0;
+    open.clear();
+    for (const v1::Job& job : jobs) {
+      if (ids.count(job.job_id()) == 0) continue;
+      trials += job.trials_done();
+      if (job.state() == v1::JOB_STATE_QUEUED ||
+          job.state() == v1::JOB_STATE_RUNNING) {
+        open.push_back(job.job_id());
+      }
+    }
+    const int done = static_cast<int>(steps.size() - open.size());
+    const std::string line =
+        FormatModelProgress(done, static_cast<int>(steps.size()), trials,
+                            absl::Now() - start, budget);
+    // A line per change where stderr is no terminal (a log).
+    if (tty) {
+      std::cerr << "\r" << line << std::flush;
+    } else if (line.substr(0, line.rfind(',')) !=
+               shown.substr(0, shown.rfind(','))) {
+      std::cerr << line << "\n";
+    }
+    shown = line;
+    if (open.empty() || absl::Now() - start >= budget) break;
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  if (tty) std::cerr << "\n";
+  for (const std::string& id : open) {
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    (void)client.stub()->CancelJob(client.Context(true).get(), req, &job);
+  }
+  if (!open.empty()) {
+    std::cerr << "tune-model: the budget is spent; " << open.size()
+              << " searches cancelled (their trials are kept; run again to "
+                 "go on)\n";
+  }
+  return 0;
+}
+
+int RunTuneModel(Client& client, const Args&) {
+  std::string about;
+  absl::StatusOr<std::vector<Problem>> buckets = ModelBuckets(&about);
+  if (!buckets.ok()) return Fail(std::string(buckets.status().message()));
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    for (const Problem& p : *buckets) std::cout << ProblemKey(p) << "\n";
+    std::cerr << about << ": " << buckets->size() << " buckets\n";
+    return 0;
+  }
+  std::vector<v1::Job> jobs;
+  if (!ListAllJobs(client, &jobs)) return 1;
+  std::vector<BucketStep> steps = PlanBuckets(*buckets, jobs);
+  std::cerr << about << ": " << steps.size() << " buckets\n";
+  if (int rc = SubmitBuckets(client, &steps); rc != 0) return rc;
+  if (int rc = FollowBuckets(client, steps); rc != 0) return rc;
+  std::string path = absl::GetFlag(FLAGS_output);
+  if (path.empty()) path = "evotune-model.evtb";
+  return ExportBundle(client, *buckets, "", about, path);
 }
 
 // The commands: usage and help come from this table.
@@ -552,6 +758,12 @@ constexpr Command kCommands[] = {
      "compile the best kernels of problems into one bundle for the runtime "
      "(prints the file name)",
      RunExport},
+    {"tune-model", "",
+     "--model_config=config.json [--max_batch=256] [--max_context=8192] "
+     "[--budget=10m] [--output=MODEL.evtb]",
+     "tune the buckets that cover a model's serving envelope and export "
+     "them as one bundle (run again to resume)",
+     RunTuneModel},
 };
 
 std::string Usage() {

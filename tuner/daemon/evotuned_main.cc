@@ -87,6 +87,9 @@ ABSL_FLAG(int, compile_threads, 0,
           "CPU cores)");
 ABSL_FLAG(int, synthetic_delay_ms, 0,
           "synthetic evaluator: milliseconds per evaluation");
+ABSL_FLAG(std::string, synthetic_cc, "",
+          "synthetic evaluator: the compute capability it reports, MAJOR.MINOR "
+          "(e.g. 9.0: kernels exported for it compile for sm_90a)");
 ABSL_FLAG(std::string, synthetic_log, "",
           "synthetic evaluator: append one line per evaluation to this file");
 ABSL_FLAG(double, trial_slack_s, 20,
@@ -151,6 +154,9 @@ std::vector<std::string> WorkerFlags(int port, bool loopback) {
   }
   if (int ms = absl::GetFlag(FLAGS_synthetic_delay_ms); ms > 0) {
     flags.push_back(absl::StrCat("--synthetic_delay_ms=", ms));
+  }
+  if (const std::string cc = absl::GetFlag(FLAGS_synthetic_cc); !cc.empty()) {
+    flags.push_back(absl::StrCat("--synthetic_cc=", cc));
   }
   if (const std::string log = absl::GetFlag(FLAGS_synthetic_log);
       !log.empty()) {

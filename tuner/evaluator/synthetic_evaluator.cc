@@ -44,8 +44,8 @@ bool Holds(const Config& config, const Config& fault) {
 SyntheticEvaluator::SyntheticEvaluator(Options options)
     : options_(std::move(options)) {
   device_.name = kDeviceName;
-  device_.cc_major = 0;
-  device_.cc_minor = 0;
+  device_.cc_major = options_.cc_major;
+  device_.cc_minor = options_.cc_minor;
   device_.driver_version = "synthetic";
   device_.nvrtc_version = "synthetic";
   device_.limits.smem_per_block_bytes = 100 * 1024;

@@ -34,6 +34,10 @@ class SyntheticEvaluator : public Evaluator {
     Config hang_on;
     Config flaky_on;
     std::string fault_dir;
+    // The compute capability it reports (0.0: none): what kernels exported
+    // for its device compile for (it still runs none).
+    int cc_major = 0;
+    int cc_minor = 0;
   };
 
   static inline constexpr char kDeviceName[] = "synthetic (not a GPU)";

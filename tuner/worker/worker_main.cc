@@ -18,7 +18,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "kernel_templates/template_registry.h"
 #include "launch/cuda_driver.h"
@@ -53,6 +55,9 @@ ABSL_FLAG(bool, describe, false,
           "print the device of --gpu (its compute capability, multiprocessors "
           "and shared memory per block, as a landscape recording's header "
           "holds them) and exit");
+ABSL_FLAG(std::string, synthetic_cc, "",
+          "synthetic evaluator: the compute capability it reports, MAJOR.MINOR "
+          "(e.g. 9.0: kernels exported for it compile for sm_90a)");
 ABSL_FLAG(int, synthetic_delay_ms, 0,
           "synthetic evaluator: milliseconds per evaluation");
 ABSL_FLAG(std::string, synthetic_log, "",
@@ -88,6 +93,15 @@ absl::StatusOr<std::unique_ptr<Evaluator>> MakeEvaluator() {
     options.delay = absl::Milliseconds(absl::GetFlag(FLAGS_synthetic_delay_ms));
     options.log_path = absl::GetFlag(FLAGS_synthetic_log);
     options.fault_dir = absl::GetFlag(FLAGS_synthetic_fault_dir);
+    if (const std::string cc = absl::GetFlag(FLAGS_synthetic_cc); !cc.empty()) {
+      std::pair<std::string, std::string> parts = absl::StrSplit(cc, '.');
+      if (!absl::SimpleAtoi(parts.first, &options.cc_major) ||
+          !absl::SimpleAtoi(parts.second, &options.cc_minor) ||
+          options.cc_major < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--synthetic_cc: MAJOR.MINOR, e.g. 9.0; got \"", cc, "\""));
+      }
+    }
     const std::pair<const char*, Config*> faults[] = {
         {"synthetic_crash", &options.crash_on},
         {"synthetic_hang", &options.hang_on},

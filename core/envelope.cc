@@ -1,0 +1,112 @@
+#include "core/envelope.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace evotune {
+namespace {
+
+constexpr int64_t kShortest = 128;  // The shortest length bucket.
+
+int64_t CeilPow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Powers of two from `from` up to CeilPow2(to).
+std::vector<int64_t> Pow2s(int64_t from, int64_t to) {
+  std::vector<int64_t> out;
+  for (int64_t p = CeilPow2(from); p <= CeilPow2(to); p *= 2) {
+    out.push_back(p);
+  }
+  return out;
+}
+
+// The fewest of a quantity a call in the bucket of `bucket` has: one more
+// than half of it (a call of half or less falls in the bucket below), one
+// in the first bucket.
+int64_t Least(int64_t bucket, int64_t first) {
+  return bucket == first ? 1 : bucket / 2 + 1;
+}
+
+absl::Status OutOfRange(const char* field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": must be in [", lo, ", ", hi, "], got ", value));
+}
+
+}  // namespace
+
+absl::Status ValidateEnvelope(const Envelope& e) {
+  if (e.max_batch < 1 || e.max_batch > kMaxBatch) {
+    return OutOfRange("max_batch", e.max_batch, 1, kMaxBatch);
+  }
+  if (e.max_context < 1 || e.max_context > kMaxSeqLen / 2) {
+    return OutOfRange("max_context", e.max_context, 1, kMaxSeqLen / 2);
+  }
+  if (e.prefill_chunk < 0 || e.prefill_chunk > e.max_context) {
+    return OutOfRange("prefill_chunk", e.prefill_chunk, 0, e.max_context);
+  }
+  if (e.max_prefill_tokens < 1 || e.max_prefill_tokens > kMaxSeqLen) {
+    return OutOfRange("max_prefill_tokens", e.max_prefill_tokens, 1,
+                      kMaxSeqLen);
+  }
+  if (e.decode_queries.empty()) {
+    return absl::InvalidArgumentError(
+        "decode_queries: at least one (1 for plain decode)");
+  }
+  for (int64_t q : e.decode_queries) {
+    if (q < 1 || q > 64) return OutOfRange("decode_queries", q, 1, 64);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
+                                     int64_t kv_heads, int64_t head_dim,
+                                     DType dtype) {
+  std::vector<Problem> out;
+  std::set<std::string> seen;
+  auto add = [&](int64_t batch, int64_t seq_q, int64_t seq_k, bool causal) {
+    Problem p;
+    p.batch = batch;
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.seq_q = seq_q;
+    p.seq_k = seq_k;
+    p.head_dim = head_dim;
+    p.causal = causal;
+    p.dtype = dtype;
+    if (seen.insert(ProblemKey(p)).second) out.push_back(p);
+  };
+  const int64_t longest = std::max(kShortest, e.max_context);
+  for (int64_t q : e.decode_queries) {
+    for (int64_t batch : Pow2s(1, e.max_batch)) {
+      for (int64_t keys : Pow2s(kShortest, longest)) {
+        add(batch, CeilPow2(q), keys, q > 1);
+      }
+    }
+  }
+  for (int64_t batch : Pow2s(1, e.max_batch)) {
+    for (int64_t len : Pow2s(kShortest, longest)) {
+      // Where a call of at most max_prefill_tokens can fall.
+      if (Least(batch, 1) * Least(len, kShortest) <= e.max_prefill_tokens) {
+        add(batch, len, len, true);
+      }
+    }
+  }
+  if (e.prefill_chunk > 0) {
+    const int64_t chunk = CeilPow2(e.prefill_chunk);
+    for (int64_t batch : Pow2s(1, e.max_batch)) {
+      // A chunk has queries as many as its tokens allow, up to the chunk.
+      if (Least(batch, 1) > e.max_prefill_tokens) break;
+      for (int64_t keys : Pow2s(chunk, longest)) add(batch, chunk, keys, true);
+    }
+  }
+  return out;
+}
+
+}  // namespace evotune

@@ -1,0 +1,52 @@
+// What a model serves, as attention problems: the buckets that cover every
+// call within a serving envelope (batch sizes, context lengths, prefill
+// chunks, decode and speculative query counts), for `evotune tune-model`.
+// A bundle of them serves every call within the envelope with no miss (the
+// runtime serves a problem with the kernel of the smallest bucket holding
+// it, evotune/runtime.h).
+#ifndef EVOTUNE_CORE_ENVELOPE_H_
+#define EVOTUNE_CORE_ENVELOPE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/problem.h"
+
+namespace evotune {
+
+struct Envelope {
+  int64_t max_batch = 256;     // Sequences per decode step.
+  int64_t max_context = 8192;  // Keys a sequence attends to, at most.
+  // Queries of one prefill chunk against a longer prefix (0: none).
+  int64_t prefill_chunk = 2048;
+  // Tokens of one whole-prompt prefill call (batch x prompt length).
+  int64_t max_prefill_tokens = 8192;
+  // Queries per sequence of a decode step: 1, and more for speculative
+  // decoding (each causal over the step's own keys).
+  std::vector<int64_t> decode_queries = {1, 4};
+};
+
+// INVALID_ARGUMENT naming the field ("max_batch: ...") for an envelope
+// outside the problems evotune takes.
+absl::Status ValidateEnvelope(const Envelope& envelope);
+
+// The buckets of the envelope for attention of `heads` query heads on
+// `kv_heads`, head_dim and dtype (dense layout). Batch sizes and lengths go
+// by powers of two, lengths from 128 up to the first power of two at or
+// above the envelope's bound, so that every call within it falls in one:
+//   decode: each decode query count q (causal where q > 1), batch 1 ..
+//     max_batch, q queries on 128 .. max_context keys;
+//   prompts (causal): the batches (up to max_batch) and lengths a call of
+//     at most max_prefill_tokens tokens falls in, queries as many as keys;
+//   chunks (causal): up to prefill_chunk queries on prefill_chunk ..
+//     max_context keys, the batches (up to max_batch) a call of at most
+//     max_prefill_tokens queries falls in.
+// In that order, each list by batch then length; none twice.
+std::vector<Problem> EnvelopeBuckets(const Envelope& envelope, int64_t heads,
+                                     int64_t kv_heads, int64_t head_dim,
+                                     DType dtype);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_CORE_ENVELOPE_H_

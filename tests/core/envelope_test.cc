@@ -1,0 +1,109 @@
+#include "core/envelope.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Whether `bucket` holds `call`, as the runtime's bundle lookup takes it: the
+// same form with at least its batch and lengths.
+bool Holds(const Problem& bucket, const Problem& call) {
+  return bucket.heads == call.heads && bucket.kv_heads == call.kv_heads &&
+         bucket.head_dim == call.head_dim && bucket.causal == call.causal &&
+         bucket.dtype == call.dtype && bucket.layout == call.layout &&
+         bucket.batch >= call.batch && bucket.seq_q >= call.seq_q &&
+         bucket.seq_k >= call.seq_k;
+}
+
+std::vector<Problem> Llama3Buckets(const Envelope& e) {
+  return EnvelopeBuckets(e, 32, 8, 128, DType::kBf16);
+}
+
+TEST(EnvelopeTest, TheDefaultEnvelopeIsAFewHundredBucketsAtMostNoneTwice) {
+  const std::vector<Problem> buckets = Llama3Buckets(Envelope());
+  std::set<std::string> keys;
+  for (const Problem& p : buckets) {
+    EXPECT_TRUE(keys.insert(ProblemKey(p)).second) << ProblemKey(p);
+    EXPECT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
+  }
+  // Decode: 2 query counts x 9 batches x 7 lengths; prompts and chunks.
+  EXPECT_GT(buckets.size(), 126u);
+  EXPECT_LT(buckets.size(), 200u);
+}
+
+// Every call within the envelope, drawn at random, falls in a bucket.
+TEST(EnvelopeTest, EveryCallWithinTheEnvelopeFallsInABucket) {
+  Envelope e;
+  e.max_batch = 200;
+  e.max_context = 5000;
+  e.prefill_chunk = 1000;
+  e.max_prefill_tokens = 6000;
+  e.decode_queries = {1, 3};
+  const std::vector<Problem> buckets = Llama3Buckets(e);
+  std::mt19937 rng(7);
+  auto upto = [&](int64_t n) {
+    return std::uniform_int_distribution<int64_t>(1, n)(rng);
+  };
+  for (int i = 0; i < 3000; ++i) {
+    Problem call = buckets.front();
+    switch (i % 3) {
+      case 0:  // A decode step.
+        call.batch = upto(e.max_batch);
+        call.seq_q = e.decode_queries[upto(2) - 1];
+        call.seq_k = std::max(call.seq_q, upto(e.max_context));
+        call.causal = call.seq_q > 1;
+        break;
+      case 1:  // Whole prompts of at most max_prefill_tokens.
+        call.seq_q = call.seq_k = upto(e.max_context);
+        call.batch = upto(std::clamp<int64_t>(e.max_prefill_tokens / call.seq_q,
+                                              1, e.max_batch));
+        call.causal = true;
+        break;
+      default:  // Chunks against their prefixes, as many queries at most.
+        call.seq_q = upto(e.prefill_chunk);
+        call.seq_k = call.seq_q + upto(e.max_context - call.seq_q);
+        call.batch = upto(std::clamp<int64_t>(e.max_prefill_tokens / call.seq_q,
+                                              1, e.max_batch));
+        call.causal = true;
+    }
+    bool held = false;
+    for (const Problem& b : buckets) held |= Holds(b, call);
+    EXPECT_TRUE(held) << ProblemKey(call);
+  }
+}
+
+TEST(EnvelopeTest, AnEnvelopeOutOfRangeNamesTheField) {
+  struct Case {
+    const char* field;
+    void (*change)(Envelope*);
+  };
+  const Case cases[] = {
+      {"max_batch", [](Envelope* e) { e->max_batch = 0; }},
+      {"max_context", [](Envelope* e) { e->max_context = 0; }},
+      {"prefill_chunk", [](Envelope* e) { e->prefill_chunk = 9000; }},
+      {"max_prefill_tokens", [](Envelope* e) { e->max_prefill_tokens = 0; }},
+      {"decode_queries", [](Envelope* e) { e->decode_queries.clear(); }},
+      {"decode_queries",
+       [](Envelope* e) {
+         e->decode_queries = {1, 65};
+       }},
+  };
+  EXPECT_TRUE(ValidateEnvelope(Envelope()).ok());
+  for (const Case& c : cases) {
+    Envelope e;
+    c.change(&e);
+    absl::Status s = ValidateEnvelope(e);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(s.message(), HasSubstr(c.field));
+  }
+}
+
+}  // namespace
+}  // namespace evotune

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# `evotune tune-model` end to end against evotuned with the synthetic
+# evaluator (reporting compute capability 9.0, so that the bundle's kernels
+# compile for sm_90a): a bad config.json or envelope is refused naming the
+# field with nothing submitted; a small Llama-like envelope is tuned, one
+# search per bucket with the template ranked first, and exported as one
+# bundle of every bucket; a second run resumes with nothing to do; a run
+# killed with -9 mid-way is finished by the next.
+#
+#   tune_model_test.sh EVOTUNED EVOTUNE
+set -euo pipefail
+evotuned=$1
+evotune=$2
+work=$(mktemp -d)
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -5 "$work/daemon.log" >&2 || true; exit 1; }
+
+"$evotuned" --db="$work/evotune.db" --listen=127.0.0.1:0 \
+  --port_file="$work/port" --evaluator=synthetic --synthetic_cc=9.0 \
+  --synthetic_delay_ms=20 2>"$work/daemon.log" &
+pid=$!
+for _ in $(seq 600); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || fail "evotuned did not start"
+cli() { "$evotune" --address=127.0.0.1:"$(cat "$work/port")" "$@"; }
+jobs_of() {  # jobs_of STATE: how many jobs in that state ("" for all)
+  cli jobs --json ${1:+--state=$1} | grep -o '"job_id"' | wc -l
+}
+
+cat >"$work/config.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "torch_dtype": "bfloat16"}
+JSON
+envelope=(--max_batch=2 --max_context=256 --prefill_chunk=128
+  --max_prefill_tokens=256 --decode_queries=1,4 --bucket_trials=2)
+
+# Refusals name the field; nothing is submitted.
+sed 's/"num_key_value_heads": 8/"num_key_value_heads": 5/' "$work/config.json" \
+  >"$work/bad.json"
+for args in "--model_config=$work/bad.json|num_key_value_heads: 5 must divide" \
+  "--model_config=$work/none.json|none.json: cannot be read" \
+  "--model_config=$work/config.json --max_context=0|--max_context: must be in" \
+  "--model_config=$work/config.json --decode_queries=1,x|--decode_queries:" \
+  "|--model_config: required"; do
+  flags=${args%%|*}
+  want=${args#*|}
+  if cli tune-model $flags >/dev/null 2>"$work/err"; then
+    fail "tune-model $flags was accepted"
+  fi
+  grep -q -- "$want" "$work/err" || fail "tune-model $flags: $(cat "$work/err")"
+done
+[ "$(jobs_of)" -eq 0 ] || fail "a refused tune-model submitted jobs"
+
+# The buckets: listed by a dry run.
+cli tune-model --model_config="$work/config.json" "${envelope[@]}" --dry_run \
+  >"$work/buckets" 2>/dev/null || fail "dry run"
+n=$(wc -l <"$work/buckets")
+[ "$n" -eq 13 ] || fail "expected 13 buckets, got $n: $(cat "$work/buckets")"
+grep -qx "b2_h32_kv8_q4_k256_d128_causal_bf16_bhsd" "$work/buckets" ||
+  fail "no speculative decode bucket: $(cat "$work/buckets")"
+[ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
+
+# Killed with -9 mid-way; the next run finishes the searches and exports.
+cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
+  --output="$work/model.evtb" >/dev/null 2>"$work/first.err" &
+cli_pid=$!
+for _ in $(seq 100); do
+  [ "$(jobs_of succeeded)" -ge 1 ] && break
+  sleep 0.05
+done
+kill -9 "$cli_pid"
+wait "$cli_pid" 2>/dev/null || true
+[ ! -e "$work/model.evtb" ] || fail "the killed run wrote the bundle"
+cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
+  --output="$work/model.evtb" >"$work/out" 2>"$work/second.err" ||
+  fail "resumed run: $(cat "$work/second.err")"
+[ "$(cat "$work/out")" = "$work/model.evtb" ] || fail "output: $(cat "$work/out")"
+[ -s "$work/model.evtb" ] || fail "no bundle"
+[ "$(jobs_of succeeded)" -eq 13 ] ||
+  fail "expected 13 searches done, got $(jobs_of succeeded)"
+[ "$(jobs_of)" -eq 13 ] || fail "a bucket was searched twice: $(jobs_of) jobs"
+grep -q "^\[13/13\] .*decode_fwd\|^\[13/13\] .*flash_fwd" "$work/second.err" ||
+  fail "export progress: $(cat "$work/second.err")"
+grep -q "^\[1/13\] B=1 H=32 KV=8 Sq=1 Sk=128 D=128 non-causal bf16: decode_fwd .*(tuned" \
+  "$work/second.err" || fail "the decode bucket: $(cat "$work/second.err")"
+
+# Once more: nothing left to search; the same bundle again.
+cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
+  --output="$work/again.evtb" >/dev/null 2>"$work/third.err" ||
+  fail "third run: $(cat "$work/third.err")"
+[ "$(jobs_of)" -eq 13 ] || fail "a finished run searched again"
+[ "$(wc -c <"$work/again.evtb")" = "$(wc -c <"$work/model.evtb")" ] ||
+  fail "the bundles differ in size"
+echo "PASS"

@@ -1,0 +1,41 @@
+// The attention of a model, read from its Hugging Face config.json: what
+// `evotune tune-model` tunes for.
+#ifndef EVOTUNE_TUNER_CLI_MODEL_CONFIG_H_
+#define EVOTUNE_TUNER_CLI_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/problem.h"
+
+namespace evotune {
+
+// Every layer's attention: query heads on KV heads of head_dim, in dtype.
+struct ModelAttention {
+  std::string name;  // "model_type" (or "" when absent).
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kBf16;
+};
+
+// Reads a config.json's text (`max_context` bounds the lengths served):
+// num_attention_heads, num_key_value_heads (default: the heads),
+// head_dim (default: hidden_size / num_attention_heads), torch_dtype or
+// dtype ("bfloat16", "float16"; absent: bfloat16), from the object itself or
+// its "text_config" (multimodal models). INVALID_ARGUMENT naming the field
+// for a value that is missing, of the wrong type or inconsistent, a dtype
+// evotune does not tune, and for attention variants no template serves yet
+// (a sliding_window below max_context, attn_logit_softcapping).
+absl::StatusOr<ModelAttention> ParseModelConfig(const std::string& json,
+                                                int64_t max_context);
+
+// ParseModelConfig of the file at `path`; NOT_FOUND when it cannot be read,
+// and errors prefixed with the path.
+absl::StatusOr<ModelAttention> ReadModelConfig(const std::string& path,
+                                               int64_t max_context);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_CLI_MODEL_CONFIG_H_
