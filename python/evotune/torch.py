@@ -273,5 +273,8 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
     return (kernel, why) if reason else kernel
 
 
-# Variable-length batches (evotune/varlen.py), after the names it uses.
-from .varlen import VarlenPlan, varlen_attention  # noqa: E402,F401
+# Variable-length batches and KV caches (evotune/varlen.py, kvcache.py),
+# after the names they use.
+from .varlen import (VarlenPlan, flash_attn_varlen_func,  # noqa: E402,F401
+                     varlen_attention)
+from .kvcache import flash_attn_with_kvcache  # noqa: E402,F401

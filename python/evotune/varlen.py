@@ -269,3 +269,30 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
         int(max_seqlen_k), bool(causal),
         None if softmax_scale is None else float(softmax_scale), seqused_k)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                           max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                           causal=False, window_size=(-1, -1), softcap=0.0,
+                           alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None,
+                           seqused_k=None):
+    """FlashAttention's flash_attn_varlen_func, forward: varlen_attention
+    under FlashAttention's argument names, so that a caller swaps the
+    import. Dropout, sliding windows, softcapping, ALiBi, attention
+    probabilities and paged caches (block_table) are not served: asking for
+    them raises AttentionArgumentError naming the argument; `deterministic`
+    is accepted (the forward pass is)."""
+    unserved = [("dropout_p", dropout_p != 0),
+                ("window_size", tuple(window_size) != (-1, -1)),
+                ("softcap", softcap != 0), ("alibi_slopes",
+                                            alibi_slopes is not None),
+                ("return_attn_probs", bool(return_attn_probs)),
+                ("block_table", block_table is not None)]
+    for name, asked in unserved:
+        if asked:
+            raise AttentionArgumentError(
+                f"evotune.flash_attn_varlen_func: {name} is not served yet")
+    return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                            max_seqlen_q, max_seqlen_k, causal=causal,
+                            softmax_scale=softmax_scale, seqused_k=seqused_k)

@@ -1,0 +1,264 @@
+"""Attention over a KV cache (evotune.torch.flash_attn_with_kvcache): decode
+and speculative steps whose per-sequence cache lengths live in device
+memory, with the forward semantics of FlashAttention's
+flash_attn_with_kvcache, so that a caller swaps the import.
+
+    o = et.flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
+                                   cache_seqlens=lengths, causal=True)
+
+q is [batch, seqlen_q, heads, head_dim]; k_cache and v_cache are
+[batch, seqlen_cache, kv_heads, head_dim] (any strides with unit stride
+along head_dim); cache_seqlens (int32 [batch] on q's device, or an int for
+all) says how many slots of each sequence hold keys (default: all). With k
+and v ([batch, seqlen_new, kv_heads, head_dim]) the new keys and values are
+first written into the caches after each sequence's cache_seqlens slots, in
+place, and attended to. Sequence b's queries see its first
+cache_seqlens[b] (+ seqlen_new) keys; causal aligns the mask to each
+sequence's bottom-right corner. One kernel serves every length up to the
+cache's size, launched with no host sync and no allocation but the output,
+so a decode step can be captured in a CUDA graph and replayed as the
+lengths grow. Paged caches (block_table), rotary embedding, sliding windows,
+softcapping, ALiBi and the softmax's LSE are not served: asking for them
+raises AttentionArgumentError naming the argument. Calls evotune cannot
+serve run SDPA per sequence (this syncs).
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from . import runtime as _rt
+from . import torch as _et
+from .checks import AttentionArgumentError
+
+_UNSERVED = (
+    ("rotary_cos", None), ("rotary_sin", None), ("cache_batch_idx", None),
+    ("cache_leftpad", None), ("block_table", None), ("alibi_slopes", None),
+    ("window_size", (-1, -1)), ("softcap", 0.0), ("return_softmax_lse", False))
+
+
+def _fail(message):
+    raise AttentionArgumentError(f"evotune.flash_attn_with_kvcache: {message}")
+
+
+def _check(q, k_cache, v_cache, k, v, cache_seqlens):
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+                    ("k", k), ("v", v)):
+        if t is not None and t.dim() != 4:
+            _fail(f"{name} must be 4-D [batch, seq, heads, head_dim], got "
+                  f"{t.dim()}-D of shape {tuple(t.shape)}")
+    if (k is None) != (v is None):
+        _fail("k and v come together (the new keys and their values)")
+    named = [(n, t) for n, t in (("k_cache", k_cache), ("v_cache", v_cache),
+                                 ("k", k), ("v", v)) if t is not None]
+    for name, t in named:
+        if t.dtype != q.dtype or t.device != q.device:
+            _fail(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on "
+                  f"{q.device}: one dtype and device")
+        if t.shape[0] != q.shape[0] or t.shape[3] != q.shape[3]:
+            _fail(f"{name}.shape {tuple(t.shape)} must have q's batch "
+                  f"({q.shape[0]}) and head_dim ({q.shape[3]})")
+        if t.shape[2] != k_cache.shape[2]:
+            _fail(f"{name} has {t.shape[2]} KV heads, k_cache "
+                  f"{k_cache.shape[2]}")
+    if v_cache.shape[1] != k_cache.shape[1]:
+        _fail(f"v_cache holds {v_cache.shape[1]} slots, k_cache "
+              f"{k_cache.shape[1]}")
+    if k is not None and v.shape[1] != k.shape[1]:
+        _fail(f"v has {v.shape[1]} new rows, k {k.shape[1]}")
+    if k_cache.shape[2] == 0 or q.shape[2] % k_cache.shape[2]:
+        _fail(f"KV heads ({k_cache.shape[2]}) must divide q's heads "
+              f"({q.shape[2]})")
+    if isinstance(cache_seqlens, torch.Tensor) and (
+            cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1
+            or cache_seqlens.shape[0] != q.shape[0]
+            or cache_seqlens.device != q.device):
+        _fail(f"cache_seqlens must be an int32 [batch] tensor on q's device, "
+              f"got {cache_seqlens.dtype} {tuple(cache_seqlens.shape)} on "
+              f"{cache_seqlens.device}")
+
+
+def _lengths(q, k_cache, k, v_cache, v, cache_seqlens):
+    """Writes the new keys and values (if any) into the caches after each
+    sequence's filled slots; the int32 [batch] lengths attended to."""
+    batch = q.shape[0]
+    if cache_seqlens is None:
+        used = torch.full((batch,), k_cache.shape[1], dtype=torch.int32,
+                          device=q.device)
+        if k is not None:
+            _fail("k and v need cache_seqlens (where to write them)")
+        return used
+    if not isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = torch.full((batch,), int(cache_seqlens),
+                                   dtype=torch.int32, device=q.device)
+    if k is None:
+        return cache_seqlens
+    slots = cache_seqlens.long()[:, None] + torch.arange(
+        k.shape[1], device=q.device)
+    rows = torch.arange(batch, device=q.device)[:, None]
+    k_cache[rows, slots] = k
+    v_cache[rows, slots] = v
+    return cache_seqlens + k.shape[1]
+
+
+def _tensor(t):
+    """A [batch, seq, heads, head_dim] tensor as the runtime's
+    [batch, heads, seq, head_dim] view of the same memory."""
+    b, s, h, d = t.shape
+    strides = [t.stride(0), t.stride(2), t.stride(1)]
+    for i, n in enumerate((b, h, s)):
+        if n == 1:  # Never stepped along: any aligned stride.
+            strides[i] = -(-d // 8) * 8
+    return _rt.Tensor(t.data_ptr(), *strides, b, h, s, d)
+
+
+class _Plan:
+    """The runtime's plan of one signature (shapes, strides, dtype, device,
+    mask, scale, stream) and its tensor structs: a launch fills in the data
+    pointers only."""
+
+    def __init__(self, plan, problem, q, k_cache, v_cache, o, scale):
+        self.plan, self.problem, self.scale = plan, problem, scale
+        self.tensors = [_tensor(t) for t in (q, k_cache, v_cache, o)]
+        self.lengths = _rt.Lengths()
+
+    def __call__(self, q, k_cache, v_cache, o, used, scratch, stream_id):
+        t = self.tensors
+        t[0].data, t[1].data, t[2].data, t[3].data = (
+            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+            o.data_ptr())
+        self.lengths.seqused_k = used.data_ptr()
+        rc = self.plan.run(self.plan.run_args(
+            self.problem, *t, self.lengths, self.scale, *scratch, stream_id))
+        if rc != 0:
+            raise RuntimeError(f"evotune: {self.plan.runtime.last_error()}")
+
+
+_plans = {}  # Signature: a _Plan, or why SDPA answers.
+
+
+def _signature(q, k_cache, v_cache, causal, scale, stream_id):
+    return (_et._State.generation, tuple(q.shape), tuple(q.stride()),
+            tuple(k_cache.shape), tuple(k_cache.stride()),
+            tuple(v_cache.stride()), q.dtype, q.device, causal, scale,
+            stream_id)
+
+
+def _plan_for(q, k_cache, v_cache, o, causal, scale, stream_id):
+    """The _Plan of the call's signature, or why SDPA answers it."""
+    key = _signature(q, k_cache, v_cache, causal, scale, stream_id)
+    entry = _plans.get(key)
+    if entry is not None:
+        return entry
+    entry = _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id)
+    if len(_plans) >= 4096:
+        _plans.clear()
+    _plans[key] = entry
+    return entry
+
+
+def _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id):
+    runtime = _et._State.runtime
+    if runtime is None:
+        return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
+    b, seq_q, heads, d = q.shape
+    problem = _rt.Problem(b, heads, k_cache.shape[2], seq_q, k_cache.shape[1],
+                          d, int(causal), int(q.dtype == torch.bfloat16),
+                          _rt.LAYOUT_KV_CACHE)
+    if problem.key() in _et._State.missing:
+        return _et._State.missing[problem.key()]
+    rc, plan = runtime.plan(problem, stream_id)
+    if rc != 0:
+        why = _et._no_kernel(problem, rc)
+        if why is None:
+            raise RuntimeError(f"evotune: {runtime.last_error()}")
+        return why
+    return _Plan(plan, problem, q, k_cache, v_cache, o, scale or 0.0)
+
+
+def _served_reason(q, k_cache, v_cache, scale):
+    """Why evotune's kernels cannot serve a call that passed the checks,
+    or None."""
+    if not q.is_cuda:
+        return f"q is on {q.device}: evotune kernels run on CUDA devices"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"dtype {q.dtype}: evotune kernels take float16 and bfloat16"
+    if scale is not None and not scale > 0:
+        return f"scale {scale}: evotune kernels take positive scales"
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.numel() == 0:
+            return f"{name} is empty (shape {tuple(t.shape)})"
+        if t.stride(3) != 1 or t.data_ptr() % 16 or any(
+                t.stride(i) % 8 for i in range(3) if t.shape[i] > 1):
+            return (f"{name}'s data or strides are off 16-byte boundaries "
+                    "or its head_dim is not contiguous")
+    return None
+
+
+def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale):
+    """The reference semantics, one SDPA call per sequence (syncs)."""
+    o = torch.zeros_like(q)
+    group = q.shape[2] // k_cache.shape[2]
+    for b, n in enumerate(used.tolist()):
+        if n == 0:
+            continue
+        qs = q[b].transpose(0, 1)[None]
+        ks, vs = (t[b, :n].transpose(0, 1)[None] for t in (k_cache, v_cache))
+        mask = causal_lower_right(q.shape[1], n) if causal else None
+        out = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=group > 1)
+        o[b] = torch.nan_to_num(out[0].transpose(0, 1))
+    return o
+
+
+@torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
+def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             used: torch.Tensor, causal: bool,
+             scale: Optional[float]) -> torch.Tensor:
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if _served_reason(q, k_cache, v_cache, scale) is None:
+        stream_id = _et._stream_id(q.device)
+        plan = _plan_for(q, k_cache, v_cache, o, causal, scale, stream_id)
+        if not isinstance(plan, str):
+            scratch = [t.data_ptr() if t is not None else None
+                       for t in _et._stream_scratch(q.device, stream_id).fit(
+                           plan.plan.workspace_floats, plan.plan.counters,
+                           q.device)]
+            plan(q, k_cache, v_cache, o, used, scratch, stream_id)
+            return o
+    return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale)
+
+
+@_kvcache.register_fake
+def _(q, k_cache, v_cache, used, causal, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
+                            rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None,
+                            num_splits=0, return_softmax_lse=False):
+    """FlashAttention's flash_attn_with_kvcache, forward (see the module
+    docstring); num_splits and rotary_interleaved are accepted and left to
+    the kernel. Raises AttentionArgumentError naming the argument for
+    tensors that do not fit together or a feature not served."""
+    given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                 cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                 block_table=block_table, alibi_slopes=alibi_slopes,
+                 window_size=tuple(window_size), softcap=softcap,
+                 return_softmax_lse=return_softmax_lse)
+    for name, default in _UNSERVED:
+        value = given[name]
+        if (value is not None) if default is None else value != default:
+            _fail(f"{name} is not served yet (evotune serves dense caches "
+                  "without rotary, windows, softcapping, ALiBi or LSE)")
+    _check(q, k_cache, v_cache, k, v, cache_seqlens)
+    used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens)
+    return torch.ops.evotune.kvcache_attention(
+        q, k_cache, v_cache, used, bool(causal),
+        None if softmax_scale is None else float(softmax_scale))
