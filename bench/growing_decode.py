@@ -13,7 +13,9 @@ the second pass, and every 16th of the first, is checked against SDPA's.
 
 Each step is one call on [batch, heads, 1, head_dim] queries against keys and
 values of the step's length (views of one preallocated cache, as an engine
-holds it); a pass's time is wall time with a synchronize at its end.
+holds it; with --kvcache, flash_attn_with_kvcache on the whole cache with
+the length in a device tensor); a pass's time is wall time with a
+synchronize at its end.
 """
 import argparse
 import cProfile
@@ -81,6 +83,10 @@ def main():
     ap.add_argument("--head_dim", type=int, default=128)
     ap.add_argument("--lengths", type=int, default=0,
                     help="then this many more distinct lengths, for memory")
+    ap.add_argument("--kvcache", action="store_true",
+                    help="through flash_attn_with_kvcache over the whole "
+                    "cache (one problem) instead of attention on each "
+                    "length's view")
     ap.add_argument("--profile", type=int, default=0,
                     help="then profile (cProfile) a pass over this many new "
                     "lengths and a pass over them again")
@@ -99,6 +105,16 @@ def main():
     cache_v = torch.randn(b, kvh, most, d, device="cuda", dtype=torch.bfloat16)
     lengths = range(args.start, args.start + args.steps)
     op = lambda q, k, v: et.attention(q, k, v)
+    if args.kvcache:
+        # The same memory as FlashAttention's [batch, seq, kv_heads,
+        # head_dim] cache, the step's length in a device tensor.
+        lens = torch.empty(b, dtype=torch.int32, device="cuda")
+        kc, vc = cache_k.transpose(1, 2), cache_v.transpose(1, 2)
+
+        def op(q, k, v):
+            lens.fill_(k.shape[2])
+            return et.flash_attn_with_kvcache(
+                q.transpose(1, 2), kc, vc, cache_seqlens=lens).transpose(1, 2)
     before = used_bytes()
     first_outputs = {}  # The first pass's, checked after the timing.
     first = run_pass(op, q, cache_k, cache_v, lengths, first_outputs)
