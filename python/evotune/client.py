@@ -147,6 +147,28 @@ class Client:
             strategy_options=strategy_options or {})
         return self._call(self._stub.SubmitSearch, req).job_id
 
+    def tune_model(self, heads, kv_heads, head_dim, dtype="bf16",
+                   max_batch=256, max_context=8192, prefill_chunk=2048,
+                   max_prefill_tokens=8192, decode_queries=(1, 4),
+                   max_trials=12, max_seconds=600, device="", dry_run=False):
+        """One search per bucket of a model's serving envelope that needs
+        one (Tuner.TuneModel; `evotune tune-model` reads the fields from a
+        config.json): returns the buckets (problem, job_id, state,
+        submitted). Asked again, it resumes; dry_run submits nothing."""
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
+        req = evotune_pb2.TuneModelRequest(
+            heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+            dtype=_DTYPES[dtype], envelope=evotune_pb2.Envelope(
+                max_batch=max_batch, max_context=max_context,
+                prefill_chunk=prefill_chunk,
+                max_prefill_tokens=max_prefill_tokens,
+                decode_queries=list(decode_queries)),
+            budget=evotune_pb2.Budget(max_trials=max_trials,
+                                      max_seconds=max_seconds),
+            device=device, dry_run=dry_run)
+        return list(self._call(self._stub.TuneModel, req).buckets)
+
     def job(self, job_id):
         return self._call(self._stub.GetJob,
                           evotune_pb2.GetJobRequest(job_id=job_id))

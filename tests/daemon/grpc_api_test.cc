@@ -804,6 +804,75 @@ TEST_F(GrpcApiTest, ASearchWithoutATemplateTunesTheOneRankedFirst) {
   }
 }
 
+// TuneModel submits one search per bucket of the envelope; asked again it
+// submits nothing and answers with the same jobs; a dry run submits nothing;
+// a bad request names the field and submits nothing.
+TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
+  Daemon d(db_, "", &evaluations_);
+  v1::TuneModelRequest req;
+  req.set_heads(8);
+  req.set_kv_heads(2);
+  req.set_head_dim(64);
+  req.set_dtype(v1::DTYPE_FP16);
+  v1::Envelope* e = req.mutable_envelope();
+  e->set_max_batch(2);
+  e->set_max_context(256);
+  e->set_prefill_chunk(0);
+  e->set_max_prefill_tokens(128);
+  e->add_decode_queries(1);
+  req.mutable_budget()->set_max_trials(2);
+  req.mutable_budget()->set_max_seconds(60);
+  auto call = [&](const v1::TuneModelRequest& r, v1::TuneModelResponse* out) {
+    grpc::ClientContext ctx;
+    return d.stub()->TuneModel(&ctx, r, out);
+  };
+  auto jobs = [&] {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse resp;
+    EXPECT_TRUE(d.stub()->ListJobs(&ctx, {}, &resp).ok());
+    return resp.jobs_size();
+  };
+  v1::TuneModelRequest bad = req;
+  bad.set_kv_heads(3);
+  v1::TuneModelResponse resp;
+  grpc::Status s = call(bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("kv_heads:"));
+  bad = req;
+  bad.mutable_envelope()->set_max_batch(0);
+  EXPECT_THAT(call(bad, &resp).error_message(),
+              StartsWith("envelope.max_batch:"));
+  v1::TuneModelRequest dry = req;
+  dry.set_dry_run(true);
+  ASSERT_TRUE(call(dry, &resp).ok());
+  // Decode at batches 1, 2 on 128 and 256 keys; prompts of up to 128
+  // tokens (one or two sequences of up to 128).
+  EXPECT_EQ(resp.buckets_size(), 6);
+  EXPECT_EQ(jobs(), 0);
+
+  ASSERT_TRUE(call(req, &resp).ok());
+  ASSERT_EQ(resp.buckets_size(), 6);
+  std::vector<std::string> ids;
+  for (const v1::ModelBucket& b : resp.buckets()) {
+    EXPECT_TRUE(b.submitted());
+    ids.push_back(b.job_id());
+  }
+  EXPECT_EQ(jobs(), 6);
+  for (const std::string& id : ids) {
+    std::vector<v1::JobUpdate> updates = WatchAll(d, id);
+    ASSERT_FALSE(updates.empty());
+    EXPECT_EQ(updates.back().job().state(), v1::JOB_STATE_SUCCEEDED);
+  }
+  EXPECT_EQ(resp.buckets(0).problem().seq_q(), 1u);
+  ASSERT_TRUE(call(req, &resp).ok());
+  for (int i = 0; i < resp.buckets_size(); ++i) {
+    EXPECT_FALSE(resp.buckets(i).submitted());
+    EXPECT_EQ(resp.buckets(i).job_id(), ids[i]);
+    EXPECT_EQ(resp.buckets(i).state(), v1::JOB_STATE_SUCCEEDED);
+  }
+  EXPECT_EQ(jobs(), 6);
+}
+
 TEST_F(GrpcApiTest, AVarlenBucketIsSearchedAndStoredApartFromDense) {
   Daemon d(db_, "", &evaluations_);
   v1::SubmitSearchRequest req = SeedRequest(6);

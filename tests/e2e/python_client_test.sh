@@ -66,6 +66,18 @@ long_job = c.submit("naive", evotune.problem(seq_q=256), max_trials=1000)
 assert c.cancel(long_job).state in (evotune_pb2.JOB_STATE_CANCELLED,
                                     evotune_pb2.JOB_STATE_RUNNING)
 
+buckets = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
+                       prefill_chunk=0, max_prefill_tokens=128,
+                       decode_queries=[1], max_trials=2)
+assert len(buckets) == 6 and all(b.submitted for b in buckets), buckets
+for b in buckets:
+    assert c.watch(b.job_id).state == evotune_pb2.JOB_STATE_SUCCEEDED, b
+again = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
+                     prefill_chunk=0, max_prefill_tokens=128,
+                     decode_queries=[1], max_trials=2)
+assert [b.job_id for b in again] == [b.job_id for b in buckets], again
+assert not any(b.submitted for b in again), again
+
 def refused(code, prefix, call):
     try:
         call()
@@ -77,6 +89,8 @@ def refused(code, prefix, call):
 
 refused(grpc.StatusCode.INVALID_ARGUMENT, "problem.kv_heads",
         lambda: c.submit("naive", evotune.problem(kv_heads=3)))
+refused(grpc.StatusCode.INVALID_ARGUMENT, "envelope.max_batch",
+        lambda: c.tune_model(8, 2, 64, max_batch=0))
 refused(grpc.StatusCode.INVALID_ARGUMENT, "template_name",
         lambda: c.best(seed, template_name="nope"))
 refused(grpc.StatusCode.NOT_FOUND, "", lambda: c.job("j-none"))

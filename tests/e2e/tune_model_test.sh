@@ -44,7 +44,7 @@ sed 's/"num_key_value_heads": 8/"num_key_value_heads": 5/' "$work/config.json" \
   >"$work/bad.json"
 for args in "--model_config=$work/bad.json|num_key_value_heads: 5 must divide" \
   "--model_config=$work/none.json|none.json: cannot be read" \
-  "--model_config=$work/config.json --max_context=0|--max_context: must be in" \
+  "--model_config=$work/config.json --max_context=0|max_context: must be in" \
   "--model_config=$work/config.json --decode_queries=1,x|--decode_queries:" \
   "|--model_config: required"; do
   flags=${args%%|*}

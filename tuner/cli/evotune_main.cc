@@ -22,7 +22,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/config.h"
-#include "core/envelope.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
@@ -559,119 +558,71 @@ int RunExport(Client& client, const Args&) {
                       absl::GetFlag(FLAGS_output));
 }
 
-// The envelope of the tune-model flags; INVALID_ARGUMENT naming the flag.
-absl::StatusOr<Envelope> EnvelopeFromFlags() {
-  Envelope e;
-  e.max_batch = absl::GetFlag(FLAGS_max_batch);
-  e.max_context = absl::GetFlag(FLAGS_max_context);
-  e.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  e.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
-  e.decode_queries.clear();
-  for (absl::string_view q :
-       absl::StrSplit(absl::GetFlag(FLAGS_decode_queries), ',')) {
-    int64_t n = 0;
-    if (!absl::SimpleAtoi(q, &n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--decode_queries: \"", q, "\" is not a number"));
-    }
-    e.decode_queries.push_back(n);
-  }
-  if (absl::Status s = ValidateEnvelope(e); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
-  }
-  return e;
-}
-
-// The buckets tune-model tunes, each a problem evotune takes; `about` says
-// what for. INVALID_ARGUMENT naming the flag or config field.
-absl::StatusOr<std::vector<Problem>> ModelBuckets(std::string* about) {
+// The TuneModel request of the tune-model flags and the model's config;
+// `about` says what for. INVALID_ARGUMENT naming the flag or config field.
+absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   const std::string path = absl::GetFlag(FLAGS_model_config);
   if (path.empty()) {
     return absl::InvalidArgumentError(
         "--model_config: required (the model's config.json)");
   }
-  absl::StatusOr<Envelope> e = EnvelopeFromFlags();
-  if (!e.ok()) return e.status();
-  absl::StatusOr<ModelAttention> m = ReadModelConfig(path, e->max_context);
+  absl::StatusOr<ModelAttention> m =
+      ReadModelConfig(path, absl::GetFlag(FLAGS_max_context));
   if (!m.ok()) return m.status();
-  std::vector<Problem> buckets =
-      EnvelopeBuckets(*e, m->heads, m->kv_heads, m->head_dim, m->dtype);
-  for (const Problem& p : buckets) {
-    if (absl::Status s = ValidateProblem(p); !s.ok()) {
+  v1::TuneModelRequest req;
+  req.set_heads(m->heads);
+  req.set_kv_heads(m->kv_heads);
+  req.set_head_dim(m->head_dim);
+  req.set_dtype(m->dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  v1::Envelope* e = req.mutable_envelope();
+  e->set_max_batch(std::max(0, absl::GetFlag(FLAGS_max_batch)));
+  e->set_max_context(std::max(0, absl::GetFlag(FLAGS_max_context)));
+  e->set_prefill_chunk(std::max(0, absl::GetFlag(FLAGS_prefill_chunk)));
+  e->set_max_prefill_tokens(
+      std::max(0, absl::GetFlag(FLAGS_max_prefill_tokens)));
+  for (absl::string_view q :
+       absl::StrSplit(absl::GetFlag(FLAGS_decode_queries), ',')) {
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(q, &n)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--max_batch, --max_context: bucket ", ProblemKey(p),
-                       " is out of range: ", s.message()));
+          absl::StrCat("--decode_queries: \"", q, "\" is not a count"));
     }
+    e->add_decode_queries(n);
   }
+  req.mutable_budget()->set_max_trials(
+      std::max(0, absl::GetFlag(FLAGS_bucket_trials)));
+  req.mutable_budget()->set_max_seconds(
+      absl::ToDoubleSeconds(absl::GetFlag(FLAGS_budget)));
+  req.set_device(absl::GetFlag(FLAGS_device));
+  req.set_dry_run(absl::GetFlag(FLAGS_dry_run));
   *about = absl::StrCat(
       "tune-model ", m->name.empty() ? path : m->name, ": ", m->heads,
       " heads on ", m->kv_heads, ", head_dim ", m->head_dim, ", ",
-      DTypeName(m->dtype), "; batch up to ", e->max_batch, ", context up to ",
-      e->max_context, ", prefill chunks of ", e->prefill_chunk,
-      ", prompts up to ", e->max_prefill_tokens, " tokens, decode queries ",
+      DTypeName(m->dtype), "; batch up to ", e->max_batch(), ", context up to ",
+      e->max_context(), ", prefill chunks of ", e->prefill_chunk(),
+      ", prompts up to ", e->max_prefill_tokens(), " tokens, decode queries ",
       absl::GetFlag(FLAGS_decode_queries));
-  return buckets;
+  return req;
 }
 
-// Every job of the daemon; false (and a message) when it cannot be asked.
-bool ListAllJobs(Client& client, std::vector<v1::Job>* jobs) {
-  v1::ListJobsResponse resp;
-  grpc::Status s = client.stub()->ListJobs(client.Context(true).get(),
-                                           v1::ListJobsRequest(), &resp);
-  if (!s.ok()) {
-    FailRpc(client, s);
-    return false;
-  }
-  jobs->assign(resp.jobs().begin(), resp.jobs().end());
-  return true;
-}
-
-// Starts the searches of the buckets `steps` still needs; their job ids go
-// into the steps. The exit code (0: all started).
-int SubmitBuckets(Client& client, std::vector<BucketStep>* steps) {
-  int submitted = 0;
-  for (BucketStep& step : *steps) {
-    if (step.kind != BucketStep::kSubmit) continue;
-    v1::SubmitSearchRequest req;  // No template: the one ranked first.
-    *req.mutable_problem() = ProblemToProto(step.problem);
-    req.mutable_budget()->set_max_trials(absl::GetFlag(FLAGS_bucket_trials));
-    req.mutable_budget()->set_max_seconds(
-        absl::ToDoubleSeconds(absl::GetFlag(FLAGS_budget)));
-    req.set_device(absl::GetFlag(FLAGS_device));
-    v1::SubmitSearchResponse resp;
-    grpc::Status s =
-        client.stub()->SubmitSearch(client.Context(true).get(), req, &resp);
-    if (!s.ok()) {
-      if (submitted == 0) return FailRpc(client, s);
-      return Fail(absl::StrCat(ProblemKey(step.problem), ": ",
-                               s.error_message(), " (", submitted,
-                               " buckets submitted; run again to resume)"));
-    }
-    step.kind = BucketStep::kTrack;
-    step.job_id = resp.job_id();
-    ++submitted;
-  }
-  return 0;
-}
-
-// Follows the tracked jobs until all end or the budget is spent (then
+// Follows the buckets' jobs until all end or the budget is spent (then
 // cancels those left); progress on stderr. The exit code.
-int FollowBuckets(Client& client, const std::vector<BucketStep>& steps) {
+int FollowBuckets(Client& client, const v1::TuneModelResponse& buckets) {
   const absl::Time start = absl::Now();
   const absl::Duration budget = absl::GetFlag(FLAGS_budget);
   std::set<std::string> ids;
-  for (const BucketStep& step : steps) {
-    if (step.kind == BucketStep::kTrack) ids.insert(step.job_id);
-  }
+  for (const v1::ModelBucket& b : buckets.buckets()) ids.insert(b.job_id());
   std::vector<std::string> open;
   const bool tty = isatty(STDERR_FILENO);
   std::string shown;
   while (true) {
-    std::vector<v1::Job> jobs;
-    if (!ListAllJobs(client, &jobs)) return 1;
+    v1::ListJobsResponse jobs;
+    grpc::Status s = client.stub()->ListJobs(client.Context(true).get(),
+                                             v1::ListJobsRequest(), &jobs);
+    if (!s.ok()) return FailRpc(client, s);
     int64_t trials = 0;
     open.clear();
-    for (const v1::Job& job : jobs) {
+    for (const v1::Job& job : jobs.jobs()) {
       if (ids.count(job.job_id()) == 0) continue;
       trials += job.trials_done();
       if (job.state() == v1::JOB_STATE_QUEUED ||
@@ -679,10 +630,10 @@ int FollowBuckets(Client& client, const std::vector<BucketStep>& steps) {
         open.push_back(job.job_id());
       }
     }
-    const int done = static_cast<int>(steps.size() - open.size());
+    const int total = buckets.buckets_size();
     const std::string line =
-        FormatModelProgress(done, static_cast<int>(steps.size()), trials,
-                            absl::Now() - start, budget);
+        FormatModelProgress(total - static_cast<int>(open.size()), total,
+                            trials, absl::Now() - start, budget);
     // A line per change where stderr is no terminal (a log).
     if (tty) {
       std::cerr << "\r" << line << std::flush;
@@ -711,22 +662,25 @@ int FollowBuckets(Client& client, const std::vector<BucketStep>& steps) {
 
 int RunTuneModel(Client& client, const Args&) {
   std::string about;
-  absl::StatusOr<std::vector<Problem>> buckets = ModelBuckets(&about);
-  if (!buckets.ok()) return Fail(std::string(buckets.status().message()));
-  if (absl::GetFlag(FLAGS_dry_run)) {
-    for (const Problem& p : *buckets) std::cout << ProblemKey(p) << "\n";
-    std::cerr << about << ": " << buckets->size() << " buckets\n";
+  absl::StatusOr<v1::TuneModelRequest> req = ModelRequest(&about);
+  if (!req.ok()) return Fail(std::string(req.status().message()));
+  v1::TuneModelResponse buckets;
+  grpc::Status s =
+      client.stub()->TuneModel(client.Context(true).get(), *req, &buckets);
+  if (!s.ok()) return FailRpc(client, s);
+  std::cerr << about << ": " << buckets.buckets_size() << " buckets\n";
+  std::vector<Problem> problems;
+  for (const v1::ModelBucket& b : buckets.buckets()) {
+    problems.push_back(*ProblemFromProto(b.problem()));
+  }
+  if (req->dry_run()) {
+    for (const Problem& p : problems) std::cout << ProblemKey(p) << "\n";
     return 0;
   }
-  std::vector<v1::Job> jobs;
-  if (!ListAllJobs(client, &jobs)) return 1;
-  std::vector<BucketStep> steps = PlanBuckets(*buckets, jobs);
-  std::cerr << about << ": " << steps.size() << " buckets\n";
-  if (int rc = SubmitBuckets(client, &steps); rc != 0) return rc;
-  if (int rc = FollowBuckets(client, steps); rc != 0) return rc;
+  if (int rc = FollowBuckets(client, buckets); rc != 0) return rc;
   std::string path = absl::GetFlag(FLAGS_output);
   if (path.empty()) path = "evotune-model.evtb";
-  return ExportBundle(client, *buckets, "", about, path);
+  return ExportBundle(client, problems, "", about, path);
 }
 
 // The commands: usage and help come from this table.

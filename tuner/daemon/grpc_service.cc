@@ -14,6 +14,19 @@ grpc::Status GrpcTuner::Authorize(const grpc::ServerContextBase* ctx) const {
   return evotune::Authorize(ctx, tokens_, Role::kClient);
 }
 
+grpc::Status GrpcTuner::TuneModel(grpc::ServerContext* ctx,
+                                  const v1::TuneModelRequest* req,
+                                  v1::TuneModelResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  absl::StatusOr<ModelTuneRequest> request = ModelTuneFromProto(*req);
+  if (!request.ok()) return ToGrpcStatus(request.status());
+  absl::StatusOr<std::vector<ModelBucket>> buckets =
+      service_->TuneModel(*request);
+  if (!buckets.ok()) return ToGrpcStatus(buckets.status());
+  *resp = ModelBucketsToProto(*buckets);
+  return grpc::Status::OK;
+}
+
 grpc::Status GrpcTuner::SubmitSearch(grpc::ServerContext* ctx,
                                      const v1::SubmitSearchRequest* req,
                                      v1::SubmitSearchResponse* resp) {

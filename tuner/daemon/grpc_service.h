@@ -22,6 +22,9 @@ class GrpcTuner final : public v1::Tuner::Service {
   GrpcTuner(TuningService* service, AccessTokens tokens,
             KernelService* kernels = nullptr);
 
+  grpc::Status TuneModel(grpc::ServerContext* ctx,
+                         const v1::TuneModelRequest* req,
+                         v1::TuneModelResponse* resp) override;
   grpc::Status SubmitSearch(grpc::ServerContext* ctx,
                             const v1::SubmitSearchRequest* req,
                             v1::SubmitSearchResponse* resp) override;

@@ -93,6 +93,49 @@ v1::QueryBestResponse BestToProto(const BestAnswer& answer) {
   return out;
 }
 
+absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
+    const v1::TuneModelRequest& r) {
+  ModelTuneRequest out;
+  out.heads = r.heads();
+  out.kv_heads = r.kv_heads() == 0 ? r.heads() : r.kv_heads();
+  out.head_dim = r.head_dim();
+  if (r.dtype() == v1::DTYPE_FP16) {
+    out.dtype = DType::kFp16;
+  } else if (r.dtype() == v1::DTYPE_BF16) {
+    out.dtype = DType::kBf16;
+  } else {
+    return absl::InvalidArgumentError(
+        "dtype: DTYPE_FP16 or DTYPE_BF16 required");
+  }
+  const v1::Envelope& e = r.envelope();
+  out.envelope.max_batch = e.max_batch();
+  out.envelope.max_context = e.max_context();
+  out.envelope.prefill_chunk = e.prefill_chunk();
+  out.envelope.max_prefill_tokens = e.max_prefill_tokens();
+  out.envelope.decode_queries.assign(e.decode_queries().begin(),
+                                     e.decode_queries().end());
+  out.max_trials = r.budget().max_trials();
+  out.max_seconds = r.budget().max_seconds();
+  out.device = r.device();
+  out.dry_run = r.dry_run();
+  return out;
+}
+
+v1::TuneModelResponse ModelBucketsToProto(
+    const std::vector<ModelBucket>& buckets) {
+  v1::TuneModelResponse out;
+  for (const ModelBucket& b : buckets) {
+    v1::ModelBucket* m = out.add_buckets();
+    *m->mutable_problem() = ProblemToProto(b.problem);
+    m->set_job_id(b.job_id);
+    if (b.state.has_value()) {
+      m->set_state(static_cast<v1::JobState>(static_cast<int>(*b.state)));
+    }
+    m->set_submitted(b.submitted);
+  }
+  return out;
+}
+
 absl::StatusOr<SearchRequest> SearchFromProto(
     const v1::SubmitSearchRequest& r) {
   SearchRequest out;

@@ -29,6 +29,12 @@ v1::EvaluateConfigResponse EvaluateToProto(const EvaluateAnswer& answer);
 // A GetKernel request as the query it answers (k = 1).
 absl::StatusOr<BestQuery> KernelQueryFromProto(const v1::GetKernelRequest& r);
 v1::Kernel KernelToProto(const ServedKernel& kernel);
+// INVALID_ARGUMENT naming the field ("dtype") for values that do not
+// convert; ValidateModelTune checks the rest.
+absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
+    const v1::TuneModelRequest& r);
+v1::TuneModelResponse ModelBucketsToProto(
+    const std::vector<ModelBucket>& buckets);
 // INVALID_ARGUMENT naming "state" for a value outside the enum.
 absl::StatusOr<std::optional<JobState>> StateFilterFromProto(int state);
 

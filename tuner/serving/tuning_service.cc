@@ -187,6 +187,38 @@ absl::StatusOr<JobRecord> TuningService::SubmitSearch(
   }
 }
 
+absl::StatusOr<std::vector<ModelBucket>> TuningService::TuneModel(
+    const ModelTuneRequest& request) {
+  if (absl::Status s = ValidateModelTune(request); !s.ok()) return s;
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(std::nullopt);
+  if (!jobs.ok()) return jobs.status();
+  std::vector<ModelBucket> buckets = PlanModelBuckets(request, *jobs);
+  if (request.dry_run) return buckets;
+  int submitted = 0;
+  for (ModelBucket& b : buckets) {
+    if (b.state.has_value()) continue;
+    SearchRequest search;  // No template: the one ranked first.
+    search.problem = b.problem;
+    search.max_trials = request.max_trials;
+    search.max_seconds = request.max_seconds;
+    search.device = request.device;
+    search.seed = 1;
+    absl::StatusOr<JobRecord> job = SubmitSearch(search);
+    if (!job.ok()) {
+      if (submitted == 0) return job.status();
+      return absl::Status(
+          job.status().code(),
+          absl::StrCat(ProblemKey(b.problem), ": ", job.status().message(),
+                       " (", submitted, " buckets before it were submitted)"));
+    }
+    b.job_id = job->job_id;
+    b.state = job->state;
+    b.submitted = true;
+    ++submitted;
+  }
+  return buckets;
+}
+
 absl::StatusOr<JobView> TuningService::GetJob(const std::string& job_id) {
   if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
   absl::StatusOr<JobRecord> job = store_->GetJob(job_id);

@@ -23,6 +23,7 @@
 #include "tuner/jobs/job_manager.h"
 #include "tuner/search/strategy_registry.h"
 #include "tuner/serving/best_answers.h"
+#include "tuner/serving/model_buckets.h"
 
 namespace evotune {
 
@@ -91,6 +92,13 @@ class TuningService {
   // evaluated and comes back as resource_rejected.
   absl::StatusOr<EvaluateAnswer> EvaluateConfig(const EvaluateRequest& request);
   const TemplateRegistry& templates() const { return *templates_; }
+
+  // One search per bucket of a model's envelope that needs one (the
+  // template ranked first for it), or none in a dry run; the buckets with
+  // their jobs (tuner/serving/model_buckets.h). Errors: ValidateModelTune's,
+  // and SubmitSearch's of the first bucket (nothing submitted then).
+  absl::StatusOr<std::vector<ModelBucket>> TuneModel(
+      const ModelTuneRequest& request);
 
   // Streams a snapshot, then every event with sequence > from_sequence as it
   // happens, then the final job; returns when the job is final and all was

@@ -1,0 +1,88 @@
+#include "tuner/serving/model_buckets.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace evotune {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Llama 3 8B's attention on an envelope of 4 decode buckets.
+ModelTuneRequest Llama3() {
+  ModelTuneRequest r;
+  r.heads = 32;
+  r.kv_heads = 8;
+  r.head_dim = 128;
+  r.envelope.max_batch = 1;
+  r.envelope.max_context = 1024;
+  r.envelope.prefill_chunk = 0;
+  r.envelope.max_prefill_tokens = 1;
+  r.envelope.decode_queries = {1};
+  return r;
+}
+
+JobRecord Job(const std::string& id, const Problem& p, JobState state) {
+  JobRecord job;
+  job.job_id = id;
+  job.problem = p;
+  job.state = state;
+  return job;
+}
+
+// A resumed run: a bucket searched before is done, one being searched is
+// followed, one whose search failed or was cancelled (or never ran) is to
+// be searched; jobs of other problems do not matter.
+TEST(ModelBucketsTest, ARunResumesWhereTheLastOneStopped) {
+  const std::vector<ModelBucket> fresh = PlanModelBuckets(Llama3(), {});
+  // Decode on 128 .. 1024 keys, and prompts of one token (128 at most).
+  ASSERT_EQ(fresh.size(), 4u + 1u);
+  std::vector<Problem> p;
+  for (const ModelBucket& b : fresh) p.push_back(b.problem);
+  EXPECT_EQ(ProblemKey(p[0]), "b1_h32_kv8_q1_k128_d128_full_bf16_bhsd");
+  const std::vector<JobRecord> jobs = {
+      Job("a", p[0], JobState::kCancelled),
+      Job("b", p[0], JobState::kSucceeded),
+      Job("c", p[0], JobState::kRunning),
+      Job("d", p[1], JobState::kQueued),
+      Job("e", p[2], JobState::kFailed),
+  };
+  const std::vector<ModelBucket> plan = PlanModelBuckets(Llama3(), jobs);
+  EXPECT_EQ(plan[0].job_id, "b");
+  EXPECT_EQ(plan[0].state, JobState::kSucceeded);
+  EXPECT_EQ(plan[1].job_id, "d");
+  EXPECT_EQ(plan[1].state, JobState::kQueued);
+  EXPECT_FALSE(plan[2].state.has_value());
+  EXPECT_FALSE(plan[3].state.has_value());
+  for (const ModelBucket& b : plan) EXPECT_FALSE(b.submitted);
+}
+
+TEST(ModelBucketsTest, ARequestOutOfRangeNamesTheField) {
+  EXPECT_TRUE(ValidateModelTune(Llama3()).ok());
+  struct Case {
+    const char* field;
+    void (*change)(ModelTuneRequest*);
+  };
+  const Case cases[] = {
+      {"heads: must be in", [](ModelTuneRequest* r) { r->heads = 0; }},
+      {"kv_heads: must divide", [](ModelTuneRequest* r) { r->kv_heads = 5; }},
+      {"head_dim", [](ModelTuneRequest* r) { r->head_dim = 0; }},
+      {"envelope.max_batch",
+       [](ModelTuneRequest* r) { r->envelope.max_batch = 0; }},
+      {"envelope: bucket b",
+       [](ModelTuneRequest* r) {
+         r->envelope.max_batch = 4096;
+         r->envelope.max_context = 65536;
+       }},
+  };
+  for (const Case& c : cases) {
+    ModelTuneRequest r = Llama3();
+    c.change(&r);
+    absl::Status s = ValidateModelTune(r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(s.message(), HasSubstr(c.field));
+  }
+}
+
+}  // namespace
+}  // namespace evotune

@@ -1,0 +1,59 @@
+#include "tuner/serving/model_buckets.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+
+namespace evotune {
+namespace {
+
+std::vector<Problem> Buckets(const ModelTuneRequest& r) {
+  return EnvelopeBuckets(r.envelope, r.heads, r.kv_heads, r.head_dim, r.dtype);
+}
+
+}  // namespace
+
+absl::Status ValidateModelTune(const ModelTuneRequest& r) {
+  Problem form;
+  form.heads = r.heads;
+  form.kv_heads = r.kv_heads;
+  form.head_dim = r.head_dim;
+  form.dtype = r.dtype;
+  // "problem.heads: ..." as "heads: ...": the request names no problem.
+  if (absl::Status s = ValidateProblem(form, ""); !s.ok()) {
+    return absl::InvalidArgumentError(s.message().substr(1));
+  }
+  if (absl::Status s = ValidateEnvelope(r.envelope); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("envelope.", s.message()));
+  }
+  for (const Problem& p : Buckets(r)) {
+    if (absl::Status s = ValidateProblem(p); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("envelope: bucket ", ProblemKey(p),
+                       " is out of range: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ModelBucket> PlanModelBuckets(const ModelTuneRequest& request,
+                                          const std::vector<JobRecord>& jobs) {
+  std::map<std::string, ModelBucket> known;  // By problem key.
+  for (const JobRecord& job : jobs) {
+    const bool done = job.state == JobState::kSucceeded;
+    if (!done && IsFinal(job.state)) continue;
+    ModelBucket& have = known[ProblemKey(job.problem)];
+    if (have.state != JobState::kSucceeded) {
+      have = {job.problem, job.job_id, job.state, false};
+    }
+  }
+  std::vector<ModelBucket> out;
+  for (const Problem& p : Buckets(request)) {
+    auto it = known.find(ProblemKey(p));
+    out.push_back(it == known.end() ? ModelBucket{p, "", std::nullopt, false}
+                                    : it->second);
+  }
+  return out;
+}
+
+}  // namespace evotune

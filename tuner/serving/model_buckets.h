@@ -1,0 +1,51 @@
+// Tuning a model: the buckets of its serving envelope (core/envelope.h) and
+// what each still needs given the jobs in the store, so that asking again
+// resumes where a run stopped.
+#ifndef EVOTUNE_TUNER_SERVING_MODEL_BUCKETS_H_
+#define EVOTUNE_TUNER_SERVING_MODEL_BUCKETS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/envelope.h"
+#include "core/problem.h"
+#include "storage/result_store.h"
+
+namespace evotune {
+
+// Every layer's attention of a model, and what to tune it for.
+struct ModelTuneRequest {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kBf16;
+  Envelope envelope;
+  int64_t max_trials = 12;    // Of each bucket's search.
+  double max_seconds = 3600;  // Of each bucket's search.
+  std::string device;         // Empty: the default one.
+  bool dry_run = false;
+};
+
+struct ModelBucket {
+  Problem problem;
+  std::string job_id;             // Its search, if any.
+  std::optional<JobState> state;  // That search's.
+  bool submitted = false;         // By this request.
+};
+
+// INVALID_ARGUMENT naming the field ("heads", "envelope.max_batch") for a
+// request whose attention or envelope evotune does not take, or whose
+// buckets are out of range.
+absl::Status ValidateModelTune(const ModelTuneRequest& request);
+
+// The request's buckets (EnvelopeBuckets), each with the job that decides
+// it: a succeeded one (searched before), else the last queued or running
+// one listed (being searched); none where only failed or cancelled ones
+// are (searched again). Jobs of any template and origin count.
+std::vector<ModelBucket> PlanModelBuckets(const ModelTuneRequest& request,
+                                          const std::vector<JobRecord>& jobs);
+
+}  // namespace evotune
+
+#endif  // EVOTUNE_TUNER_SERVING_MODEL_BUCKETS_H_
