@@ -492,13 +492,20 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
   for (const auto& [name, c] : cases) {
     const KernelTemplate& t = *registry.Find(name);
     if (!CheckDevice(t, evaluator_->device().limits).ok()) continue;
-    Problem p;
-    p.heads = 2;
-    p.kv_heads = 1;
-    p.seq_q = 100;
-    p.seq_k = 450;  // Seven tiles of 64, the last one partial.
-    p.causal = true;
-    ExpectOk(t, c, p);
+    // Dense, and batches of mixed lengths on the device (packed, and a KV
+    // cache), whose lengths memcheck sees the kernels keep inside the
+    // tensors.
+    for (Layout layout : {Layout::kDense, Layout::kVarlen, Layout::kKvCache}) {
+      Problem p;
+      p.batch = layout == Layout::kDense ? 1 : 3;
+      p.heads = 2;
+      p.kv_heads = 1;
+      p.seq_q = 100;
+      p.seq_k = 450;  // Seven tiles of 64, the last one partial.
+      p.causal = true;
+      p.layout = layout;
+      if (CheckSupports(t, p).ok()) ExpectOk(t, c, p);
+    }
   }
 }
 
