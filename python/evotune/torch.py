@@ -29,6 +29,7 @@ from torch.nn.attention.bias import causal_lower_right
 from . import checks
 from . import runtime as _rt
 from .checks import AttentionArgumentError  # noqa: F401 (the op's refusal)
+from .varlen_checks import check_bounds
 
 # Runtime codes that mean "no kernel for this problem here": the call falls
 # back to SDPA. INVALID_ARGUMENT: outside the problems evotune takes;
@@ -47,14 +48,20 @@ class _State:
     scratch = {}
     lock = threading.Lock()
     generation = 0  # Bumped by use(): prepared calls of before are stale.
+    length_buckets = None  # The varlen bucket bounds (None: powers of two).
 
 
 def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
-        tls_cert=None, tls_key=None):
+        tls_cert=None, tls_key=None, length_buckets=None):
     """Serves kernels from a bundle file (`evotune export`) or a daemon
-    (over TLS with tls_ca, and tls_cert/tls_key for mutual TLS)."""
+    (over TLS with tls_ca, and tls_cert/tls_key for mutual TLS).
+    length_buckets: increasing bounds of the varlen buckets' maximum
+    lengths (varlen_attention rounds max_seqlen_q and max_seqlen_k up to
+    the first at or above; past the last, and by default, to the next power
+    of two, at least 16)."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
+    bounds = check_bounds(length_buckets)
     with _State.lock:
         if bundle is not None:
             runtime = _rt.Runtime.open_bundle(bundle, library)
@@ -64,6 +71,7 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         # The runtime before closes once no prepared call holds it.
         _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}
+        _State.length_buckets = bounds
         _State.generation += 1
 
 

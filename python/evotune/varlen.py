@@ -13,7 +13,7 @@ bottom-right corner. seqused_k (int32 [batch]) makes sequence b use only
 its first seqused_k[b] keys. The kernel is the one the runtime serves for
 the bucket of the maxima (each rounded up to a power of two, at least 16):
 one kernel for every batch within it, no host sync, capturable in CUDA
-graphs. Calls evotune cannot serve run SDPA per sequence (this syncs).
+graphs (use(length_buckets=...) sets other bounds). Calls evotune cannot serve run SDPA per sequence (this syncs).
 """
 from typing import Optional
 
@@ -24,13 +24,14 @@ from torch.nn.attention.bias import causal_lower_right
 from . import runtime as _rt
 from . import torch as _et
 from .checks import AttentionArgumentError
-from .varlen_checks import check_varlen_call, varlen_fallback_reason
+from .varlen_checks import (bucket_bound, check_varlen_call,
+                            varlen_fallback_reason)
 
 
 def bucket(n):
-    """The bucket bound of a maximum length: the next power of two, at
-    least 16."""
-    return max(16, 1 << (int(n) - 1).bit_length())
+    """The bucket bound of a maximum length under the policy of use()
+    (length_buckets; by default the next power of two, at least 16)."""
+    return bucket_bound(n, _et._State.length_buckets)
 
 
 def _tensor(t):

@@ -6,6 +6,8 @@
         attention could serve
     varlen_fallback_reason(q, k, v, scale)
         why evotune's kernels cannot serve a call that passed, or None
+    bucket_bound(n, bounds=None), check_bounds(bounds)
+        the bucket policy: the bound of a maximum length
 
 Like evotune.checks they read shapes, strides, dtypes, devices and data
 pointers only (no torch import), so the tests run them on stand-ins.
@@ -86,3 +88,30 @@ def varlen_fallback_reason(q, k, v, scale=None):
     if scale is not None and not scale > 0:
         return f"scale {scale}: evotune kernels take positive scales"
     return None
+
+
+def check_bounds(bounds):
+    """Raises ValueError naming `length_buckets` unless `bounds` is None or
+    increasing positive ints up to MAX_SEQ_LEN; the bounds as a tuple."""
+    if bounds is None:
+        return None
+    bounds = tuple(bounds)
+    if not bounds or any(not isinstance(b, int) or not 1 <= b <= MAX_SEQ_LEN
+                         for b in bounds) or list(bounds) != sorted(
+                             set(bounds)):
+        raise ValueError("length_buckets: increasing lengths in [1, "
+                         f"{MAX_SEQ_LEN}], got {bounds!r}")
+    return bounds
+
+
+def bucket_bound(n, bounds=None):
+    """The bucket bound of a maximum length `n`: the first of `bounds` at or
+    above it, else (and by default) the next power of two, at least 16. One
+    kernel serves every batch whose maxima fall in its bucket: fewer,
+    larger buckets mean fewer kernels and more idle rows."""
+    n = int(n)
+    if bounds:
+        for b in bounds:
+            if b >= n:
+                return b
+    return max(16, 1 << (n - 1).bit_length())

@@ -1,6 +1,6 @@
 """evotune.varlen_checks without PyTorch: varlen calls on stand-in tensors
 (checks_test.FakeTensor), refused naming the argument or sent to the SDPA
-fallback with the reason.
+fallback with the reason; the bucket policy.
 
     PYTHONPATH=python:tests/python python3 tests/python/varlen_checks_test.py
 """
@@ -8,7 +8,8 @@ import unittest
 
 from checks_test import FakeTensor as T
 from evotune.checks import AttentionArgumentError
-from evotune.varlen_checks import check_varlen_call, varlen_fallback_reason
+from evotune.varlen_checks import (bucket_bound, check_bounds,
+                                   check_varlen_call, varlen_fallback_reason)
 
 
 def good():
@@ -16,6 +17,23 @@ def good():
     return dict(q=T((40, 8, 64)), k=T((900, 2, 64)), v=T((900, 2, 64)),
                 cu_seqlens_q=T((4,), "int32"), cu_seqlens_k=T((4,), "int32"),
                 max_seqlen_q=32, max_seqlen_k=512)
+
+
+class BucketPolicyTest(unittest.TestCase):
+    def test_powers_of_two_by_default(self):
+        self.assertEqual([bucket_bound(n) for n in (1, 16, 17, 512, 513)],
+                         [16, 16, 32, 512, 1024])
+
+    def test_bounds_given_come_first(self):
+        bounds = check_bounds([64, 1000, 4096])
+        self.assertEqual([bucket_bound(n, bounds) for n in
+                          (1, 64, 65, 1000, 4096, 4097)],
+                         [64, 64, 1000, 1000, 4096, 8192])
+
+    def test_bad_bounds_name_the_argument(self):
+        for bad in ([], [0, 16], [64, 32], [16, 16], [1.5], [1 << 21]):
+            with self.assertRaisesRegex(ValueError, "length_buckets"):
+                check_bounds(bad)
 
 
 class VarlenChecksTest(unittest.TestCase):
