@@ -151,4 +151,25 @@ if out=$(python3 "$src/bench/landscape_plan.py" "$bin" "$decode" \
 fi
 grep -q "b1_h1_kv1_q1_k1_d64_full_fp16_bhsd has no ok configs" <<<"$out" ||
   fail "landscape_plan.py refused a problem without naming it: $out"
+# Plans of random shapes: served by a daemon, and drawn from a model's
+# envelope (every shape within it).
+python3 "$src/bench/serving_shapes.py" --daemon=127.0.0.1:1 >"$work/serve.json" ||
+  fail "serving_shapes.py exited $?"
+python3 "$src/bench/model_shapes.py" --bundle=m.evtb --heads=32 --kv_heads=8 \
+  --head_dim=128 --max_batch=64 --max_context=4096 --prefill_chunk=512 \
+  --max_prefill_tokens=4096 --count=300 >"$work/model.json" ||
+  fail "model_shapes.py exited $?"
+python3 -c '
+import json, re, sys
+serve, model = (json.load(open(f)) for f in sys.argv[1:3])
+assert len(serve) == 62 and all(e["daemon"] for e in serve), len(serve)
+assert len(model) == 300 and all(e["bundle"] == "m.evtb" for e in model)
+key = re.compile(r"b(\d+)_h32_kv8_q(\d+)_k(\d+)_d128_(causal|full)_bf16_bhsd$")
+for e in model:
+    b, q, k, mask = key.match(e["problem"]).groups()
+    b, q, k = int(b), int(q), int(k)
+    assert 1 <= b <= 64 and 1 <= q <= k <= 4096, e
+    assert q in (1, 4) or b * q <= 4096, e  # Prefill: the token bound.
+    assert (mask == "causal") == (q > 1), e
+' "$work/serve.json" "$work/model.json" || fail "shape plans"
 echo "PASS"

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A plan for bench/sdpa_compare.py of random shapes drawn from a model's
+serving envelope, each served from the bundle `evotune tune-model` wrote
+(the runtime serves a shape with the kernel of the smallest bucket holding
+it), so that every shape is timed beside SDPA's backends in one run: decode
+steps (and speculative ones), whole prompts and prefill chunks, as the
+envelope bounds them. The same seed draws the same shapes.
+
+  python3 bench/model_shapes.py --bundle MODEL.evtb --heads 32 --kv_heads 8 \\
+      --head_dim 128 [--max_batch 256 --max_context 8192 --prefill_chunk 2048
+      --max_prefill_tokens 8192 --decode_queries 1,4] [--count 200] > PLAN.json
+  python3 bench/sdpa_compare.py PLAN.json --interleave --json OUT.json
+"""
+import argparse
+import json
+import math
+import random
+import sys
+
+
+def log_uniform(rng, lo, hi):
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def draw(rng, a):
+    """(kind, batch, seq_q, seq_k, causal) of one call within the envelope."""
+    kind = rng.choice(("decode", "decode", "prompt", "chunk"))
+    if kind == "chunk" and a.prefill_chunk == 0:
+        kind = "prompt"
+    if kind == "decode":
+        q = rng.choice(a.decode_queries)
+        return (kind, log_uniform(rng, 1, a.max_batch), q,
+                log_uniform(rng, max(q, 16), a.max_context), q > 1)
+    if kind == "prompt":
+        seq = log_uniform(rng, 16, a.max_context)
+        most = max(1, min(a.max_batch, a.max_prefill_tokens // seq))
+        return kind, rng.randint(1, most), seq, seq, True
+    q = rng.randint(1, a.prefill_chunk)
+    most = max(1, min(a.max_batch, a.max_prefill_tokens // q))
+    return kind, rng.randint(1, most), q, q + log_uniform(
+        rng, 1, max(1, a.max_context - q)), True
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bundle", required=True)
+    ap.add_argument("--heads", type=int, required=True)
+    ap.add_argument("--kv_heads", type=int, required=True)
+    ap.add_argument("--head_dim", type=int, required=True)
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--max_batch", type=int, default=256)
+    ap.add_argument("--max_context", type=int, default=8192)
+    ap.add_argument("--prefill_chunk", type=int, default=2048)
+    ap.add_argument("--max_prefill_tokens", type=int, default=8192)
+    ap.add_argument("--decode_queries", default="1,4")
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    a.decode_queries = [int(q) for q in a.decode_queries.split(",")]
+    rng = random.Random(a.seed)
+    plan = []
+    for i in range(a.count):
+        kind, batch, seq_q, seq_k, causal = draw(rng, a)
+        key = (f"b{batch}_h{a.heads}_kv{a.kv_heads}_q{seq_q}_k{seq_k}"
+               f"_d{a.head_dim}_{'causal' if causal else 'full'}_{a.dtype}"
+               "_bhsd")
+        plan.append({"name": f"{i} {kind}", "bundle": a.bundle,
+                     "problem": key})
+    json.dump(plan, sys.stdout, indent=1)
+
+
+if __name__ == "__main__":
+    main()
