@@ -178,8 +178,9 @@ absl::StatusOr<std::unique_ptr<BundleSource>> BundleSource::Open(
     kernels[key] = std::move(k);
   }
   std::vector<std::pair<Problem, std::string>> listed;
-  for (const auto& [key, k] : kernels)
+  for (const auto& [key, k] : kernels) {
     listed.push_back({problems[key], k.arch()});
+  }
   return std::unique_ptr<BundleSource>(
       new BundleSource(path, std::move(kernels), std::move(listed)));
 }

@@ -17,6 +17,11 @@ for) is answered by torch.nn.functional.scaled_dot_product_attention with
 the same semantics (causal aligned bottom-right when seq_q != seq_k, grouped
 KV heads); kernel_for(..., reason=True) says why. It is registered as
 torch.ops.evotune.attention, so torch.compile keeps it.
+
+Batches of sequences of different lengths, with the lengths in device
+memory, have their own entry points (docs/serving.md): varlen_attention and
+VarlenPlan (evotune/varlen.py), flash_attn_varlen_func and
+flash_attn_with_kvcache under FlashAttention's names (evotune/kvcache.py).
 """
 import threading
 import warnings
