@@ -873,6 +873,46 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
   EXPECT_EQ(jobs(), 6);
 }
 
+// Two TuneModel calls at once (a run and its resumption while the first
+// still submits) search each bucket once between them.
+TEST_F(GrpcApiTest, TuneModelCallsAtOnceSearchEachBucketOnce) {
+  Daemon d(db_, "", &evaluations_);
+  v1::TuneModelRequest req;
+  req.set_heads(8);
+  req.set_head_dim(64);
+  req.set_dtype(v1::DTYPE_FP16);
+  req.mutable_envelope()->set_max_batch(8);
+  req.mutable_envelope()->set_max_context(2048);
+  req.mutable_envelope()->set_max_prefill_tokens(2048);
+  req.mutable_envelope()->set_prefill_chunk(256);
+  req.mutable_envelope()->add_decode_queries(1);
+  req.mutable_envelope()->add_decode_queries(4);
+  req.mutable_budget()->set_max_trials(1);
+  req.mutable_budget()->set_max_seconds(60);
+  std::vector<v1::TuneModelResponse> answers(4);
+  std::vector<std::thread> calls;
+  for (v1::TuneModelResponse& answer : answers) {
+    calls.emplace_back([&] {
+      grpc::ClientContext ctx;
+      EXPECT_TRUE(d.stub()->TuneModel(&ctx, req, &answer).ok());
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  int submitted = 0;
+  for (const v1::TuneModelResponse& answer : answers) {
+    ASSERT_EQ(answer.buckets_size(), answers[0].buckets_size());
+    for (int i = 0; i < answer.buckets_size(); ++i) {
+      submitted += answer.buckets(i).submitted();
+      EXPECT_EQ(answer.buckets(i).job_id(), answers[0].buckets(i).job_id());
+    }
+  }
+  EXPECT_EQ(submitted, answers[0].buckets_size());
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(d.stub()->ListJobs(&ctx, {}, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), answers[0].buckets_size());
+}
+
 TEST_F(GrpcApiTest, AVarlenBucketIsSearchedAndStoredApartFromDense) {
   Daemon d(db_, "", &evaluations_);
   v1::SubmitSearchRequest req = SeedRequest(6);

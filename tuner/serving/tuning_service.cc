@@ -190,6 +190,7 @@ absl::StatusOr<JobRecord> TuningService::SubmitSearch(
 absl::StatusOr<std::vector<ModelBucket>> TuningService::TuneModel(
     const ModelTuneRequest& request) {
   if (absl::Status s = ValidateModelTune(request); !s.ok()) return s;
+  absl::MutexLock lock(&tune_model_mu_);
   absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(std::nullopt);
   if (!jobs.ok()) return jobs.status();
   std::vector<ModelBucket> buckets = PlanModelBuckets(request, *jobs);

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernel_templates/template_registry.h"
 #include "storage/result_store.h"
 #include "tuner/jobs/cost_models.h"
@@ -128,6 +129,9 @@ class TuningService {
   // run on.
   absl::StatusOr<DeviceInfo> LocalDevice(const std::string& device_name);
 
+  // TuneModel plans and submits under it, so that two calls at once (a
+  // run and its resumption) never submit a bucket twice.
+  absl::Mutex tune_model_mu_;
   ResultStore* const store_;
   const TemplateRegistry* const templates_;
   JobManager* const jobs_;
