@@ -288,14 +288,9 @@ absl::StatusOr<const CudaDriver*> Runtime::Driver() const {
 
 absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
                                               CUstream stream) {
-  if (absl::Status s = ValidateProblem(problem); !s.ok()) return s;
-  absl::StatusOr<const CudaDriver*> d = Driver();
-  if (!d.ok()) return d.status();
-  absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
-  if (!ctx.ok()) return ctx.status();
-  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx, stream);
-  if (!k.ok()) return k.status();
-  return (*k)->kernel;
+  absl::StatusOr<AttentionPlan> plan = Plan(problem, stream);
+  if (!plan.ok()) return plan.status();
+  return plan->kernel();
 }
 
 absl::StatusOr<DeviceInfo> Runtime::ContextDevice(const CudaDriver& d,

@@ -59,6 +59,21 @@ class VarlenTest(unittest.TestCase):
         self.assertLess(rel_err(got, want), 2e-2 if dtype == torch.bfloat16
                         else 4e-3, (q_lens, k_lens, causal, dtype))
 
+    def check_replays(self, graph, out, q, k, v, cu_q, cu_k):
+        """Replays a graph of a causal call on the batch of 3 sequences
+        (202 queries, 1,050 keys) with new lengths written into cu_q and
+        cu_k; each output against the reference."""
+        for q_lens, k_lens in (([100, 1, 101], [300, 700, 50]),
+                               ([1, 1, 200], [1, 849, 200])):
+            cu_q.copy_(torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)),
+                                    dtype=torch.int32))
+            cu_k.copy_(torch.tensor([0] + list(torch.tensor(k_lens).cumsum(0)),
+                                    dtype=torch.int32))
+            graph.replay()
+            want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
+                                     cu_k, True, None)
+            self.assertLess(rel_err(out, want), 2e-2, (q_lens, k_lens))
+
     def test_mixed_batches_match_the_reference(self):
         self.check([1, 7, 300, 1], [900, 7, 500, 33], 8, 2, 128,
                    torch.bfloat16, True)
@@ -108,16 +123,7 @@ class VarlenTest(unittest.TestCase):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = call()
-        for q_lens, k_lens in (([100, 1, 101], [300, 700, 50]),
-                               ([1, 1, 200], [1, 849, 200])):
-            cu_q.copy_(torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)),
-                                    dtype=torch.int32))
-            cu_k.copy_(torch.tensor([0] + list(torch.tensor(k_lens).cumsum(0)),
-                                    dtype=torch.int32))
-            graph.replay()
-            want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
-                                     cu_k, True, None)
-            self.assertLess(rel_err(out, want), 2e-2, (q_lens, k_lens))
+        self.check_replays(graph, out, q, k, v, cu_q, cu_k)
 
     def test_a_plan_runs_batches_of_its_bucket_into_out(self):
         plan = et.VarlenPlan(3, 8, 2, 128, 256, 1024, causal=True,
@@ -159,16 +165,7 @@ class VarlenTest(unittest.TestCase):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             plan.run(q, k, v, cu_q, cu_k, out=out)
-        for q_lens, k_lens in (([100, 1, 101], [300, 700, 50]),
-                               ([1, 1, 200], [1, 849, 200])):
-            cu_q.copy_(torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)),
-                                    dtype=torch.int32))
-            cu_k.copy_(torch.tensor([0] + list(torch.tensor(k_lens).cumsum(0)),
-                                    dtype=torch.int32))
-            graph.replay()
-            want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
-                                     cu_k, True, None)
-            self.assertLess(rel_err(out, want), 2e-2, (q_lens, k_lens))
+        self.check_replays(graph, out, q, k, v, cu_q, cu_k)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,26 @@ struct Tensors {
   void *q, *k, *v, *o;
 };
 
+// The output row 0 of head 3 (of 4, on 2 KV heads) of a dense decode
+// problem `p` in `t` against the host reference (the fake's kernel writes
+// the reference of what it was given).
+void ExpectHead3Row0(const Problem& p, const Tensors& t) {
+  const int64_t n = p.seq_k;
+  std::vector<float> q(64), k(n * 64), v(n * 64), want(64);
+  auto at = [](void* base, int64_t i) {
+    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
+  };
+  for (int64_t c = 0; c < 64; ++c) q[c] = at(t.q, 3 * 64 + c);
+  for (int64_t j = 0; j < n * 64; ++j) {
+    k[j] = at(t.k, n * 64 + j);  // KV head 1 serves head 3.
+    v[j] = at(t.v, n * 64 + j);
+  }
+  ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
+  for (int64_t c = 0; c < 64; ++c) {
+    EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
+  }
+}
+
 class RuntimeFakeGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -177,20 +197,7 @@ TEST_F(RuntimeFakeGpuTest, TheKernelSeesTheCallsTensors) {
   ASSERT_TRUE(
       runtime_->Attention(ContiguousCall(p, t.q, t.k, t.v, t.o), nullptr).ok());
   // The fake writes the reference of what it was given: row 0 of head 3.
-  std::vector<float> q(64), k(77 * 64), v(77 * 64), want(64);
-  auto at = [](void* base, int64_t i) {
-    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
-  };
-  const int64_t kv_head = 1;  // Head 3 of 4 on 2 KV heads.
-  for (int64_t c = 0; c < 64; ++c) q[c] = at(t.q, 3 * 64 + c);
-  for (int64_t j = 0; j < 77 * 64; ++j) {
-    k[j] = at(t.k, kv_head * 77 * 64 + j);
-    v[j] = at(t.v, kv_head * 77 * 64 + j);
-  }
-  ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
-  for (int64_t c = 0; c < 64; ++c) {
-    EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
-  }
+  ExpectHead3Row0(p, t);
 }
 
 // A packed varlen call reaches the kernel as one batch of all its rows with
@@ -343,19 +350,7 @@ TEST_F(RuntimeFakeGpuTest, APlanRunsEveryLengthWithinIt) {
             .ok())
         << keys;
     if (keys != 77) continue;
-    std::vector<float> q(64), k(77 * 64), v(77 * 64), want(64);
-    auto at = [](void* base, int64_t i) {
-      return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
-    };
-    for (int64_t c = 0; c < 64; ++c) q[c] = at(t.q, 3 * 64 + c);
-    for (int64_t j = 0; j < 77 * 64; ++j) {
-      k[j] = at(t.k, 77 * 64 + j);  // KV head 1 serves head 3.
-      v[j] = at(t.v, 77 * 64 + j);
-    }
-    ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
-    for (int64_t c = 0; c < 64; ++c) {
-      EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
-    }
+    ExpectHead3Row0(p, t);
   }
   EXPECT_EQ(source_->Finds(), 1);
   EXPECT_EQ(gpu_.module_loads, 1);
@@ -404,19 +399,7 @@ TEST_F(RuntimeFakeGpuTest, ABucketsKernelServesAProblemWithinIt) {
   EXPECT_TRUE(served->transferred());
   EXPECT_EQ(served->problem().seq_k(), 77);
   EXPECT_EQ(served->source_problem().seq_k(), 1024);
-  std::vector<float> q(64), k(77 * 64), v(77 * 64), want(64);
-  auto at = [](void* base, int64_t i) {
-    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
-  };
-  for (int64_t c = 0; c < 64; ++c) q[c] = at(t.q, 3 * 64 + c);
-  for (int64_t j = 0; j < 77 * 64; ++j) {
-    k[j] = at(t.k, 77 * 64 + j);  // KV head 1 serves head 3.
-    v[j] = at(t.v, 77 * 64 + j);
-  }
-  ReferenceRow(p, 0, q.data(), k.data(), v.data(), want.data());
-  for (int64_t c = 0; c < 64; ++c) {
-    EXPECT_NEAR(at(t.o, 3 * 64 + c), want[c], 2e-3) << c;
-  }
+  ExpectHead3Row0(p, t);
   source_->template_hash = "another version";
   absl::Status s = Launch(Decode(78));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
