@@ -4,7 +4,8 @@ evotune.torch.attention (bundle or daemon mode) beside SDPA's eager loop,
 in one process: the time of the op's first pass (every length new to it),
 its second pass (every length seen), SDPA's loop after a pass of its own
 (its backends set up per shape too), and the GPU memory in use before and
-after, and over many more distinct lengths with --lengths. Every output of
+after the first pass and, with --lengths, after that many more distinct
+lengths (run before any SDPA call: the op's memory alone). Every output of
 the second pass, and every 16th of the first, is checked against SDPA's.
 
   PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
@@ -120,6 +121,11 @@ def main():
     first = run_pass(op, q, cache_k, cache_v, lengths, first_outputs)
     after_first = used_bytes()
     second = run_pass(op, q, cache_k, cache_v, lengths)
+    more = {}
+    if args.lengths:  # Before SDPA runs: the op's memory alone.
+        span = range(args.start + args.steps, args.start + args.lengths)
+        more = {"lengths_s": run_pass(op, q, cache_k, cache_v, span),
+                "after_lengths": used_bytes(), "distinct_lengths": args.lengths}
     run_pass(sdpa, q, cache_k, cache_v, lengths)  # SDPA's own setup.
     sdpa_s = run_pass(sdpa, q, cache_k, cache_v, lengths)
     worst = 0.0
@@ -142,11 +148,11 @@ def main():
            "served_last": list(served_last),
            "memory_bytes": {"before": before, "after_first": after_first},
            "served": list(served)}
-    if args.lengths:
-        more = range(args.start + args.steps, args.start + args.lengths)
-        row["lengths_s"] = run_pass(op, q, cache_k, cache_v, more)
-        row["memory_bytes"]["after_lengths"] = used_bytes()
-        row["distinct_lengths"] = args.lengths
+    if more:
+        row["memory_bytes"]["after_lengths"] = more.pop("after_lengths")
+        row.update(more)
+        row["lengths_over_first_memory"] = (
+            row["memory_bytes"]["after_lengths"] / after_first)
     mem = row["memory_bytes"]
     print(f"{args.steps} steps from {args.start} keys, B={b} H={h} KV={kvh} "
           f"D={d} bf16; served: {served}")

@@ -519,8 +519,12 @@ void Runtime::FetchInBackground() {
       now.provisional = false;
       continue;
     }
-    if (!now.provisional && SameKernel(*kernel, now.kernel)) {
-      // A refresh with the same kernel: it may be the problem's own now.
+    if (SameKernel(*kernel, now.kernel) &&
+        kernel->geometry().SerializeAsString() ==
+            now.kernel.geometry().SerializeAsString()) {
+      // The kernel and launch it runs already (its class's, or a refresh's
+      // answer): its own now, with no module to load.
+      now.provisional = false;
       now.kernel.set_defaults(kernel->defaults());
       now.kernel.set_transferred(kernel->transferred());
       continue;

@@ -122,6 +122,7 @@ class _Plan:
         self.plan, self.problem, self.scale = plan, problem, scale
         self.tensors = [_tensor(t) for t in (q, k_cache, v_cache, o)]
         self.lengths = _rt.Lengths()
+        self.scratch = self.args = None  # The run's arguments, by scratch.
 
     def __call__(self, q, k_cache, v_cache, o, used, scratch, stream_id):
         t = self.tensors
@@ -129,8 +130,11 @@ class _Plan:
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             o.data_ptr())
         self.lengths.seqused_k = used.data_ptr()
-        rc = self.plan.run(self.plan.run_args(
-            self.problem, *t, self.lengths, self.scale, *scratch, stream_id))
+        if scratch != self.scratch:  # The structs are passed by reference.
+            self.scratch = scratch
+            self.args = self.plan.run_args(self.problem, *t, self.lengths,
+                                           self.scale, *scratch, stream_id)
+        rc = self.plan.run(self.args)
         if rc != 0:
             raise RuntimeError(f"evotune: {self.plan.runtime.last_error()}")
 
@@ -212,10 +216,7 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale):
     return o
 
 
-@torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
-def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             used: torch.Tensor, causal: bool,
-             scale: Optional[float]) -> torch.Tensor:
+def _kvcache_impl(q, k_cache, v_cache, used, causal, scale):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     if _served_reason(q, k_cache, v_cache, scale) is None:
         stream_id = _et._stream_id(q.device)
@@ -228,6 +229,13 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             plan(q, k_cache, v_cache, o, used, scratch, stream_id)
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale)
+
+
+@torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
+def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             used: torch.Tensor, causal: bool,
+             scale: Optional[float]) -> torch.Tensor:
+    return _kvcache_impl(q, k_cache, v_cache, used, causal, scale)
 
 
 @_kvcache.register_fake
@@ -259,6 +267,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
                   "without rotary, windows, softcapping, ALiBi or LSE)")
     _check(q, k_cache, v_cache, k, v, cache_seqlens)
     used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens)
-    return torch.ops.evotune.kvcache_attention(
-        q, k_cache, v_cache, used, bool(causal),
-        None if softmax_scale is None else float(softmax_scale))
+    args = (q, k_cache, v_cache, used, bool(causal),
+            None if softmax_scale is None else float(softmax_scale))
+    if _et.eager(q, k_cache, v_cache, used):
+        return _kvcache_impl(*args)
+    return torch.ops.evotune.kvcache_attention(*args)

@@ -16,7 +16,9 @@ scale that is not positive, a problem the bundle or daemon has no kernel
 for) is answered by torch.nn.functional.scaled_dot_product_attention with
 the same semantics (causal aligned bottom-right when seq_q != seq_k, grouped
 KV heads); kernel_for(..., reason=True) says why. It is registered as
-torch.ops.evotune.attention, so torch.compile keeps it.
+torch.ops.evotune.attention, so torch.compile, tracing and autograd see it;
+an eager call on plain tensors runs its implementation directly (eager()),
+without the dispatch's cost.
 
 Batches of sequences of different lengths, with the lengths in device
 memory, have their own entry points (docs/serving.md): varlen_attention and
@@ -242,12 +244,37 @@ def _sdpa(q, k, v, causal, scale):
         scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
-@torch.library.custom_op("evotune::attention", mutates_args=())
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               causal: bool, scale: Optional[float]) -> torch.Tensor:
+# How many dispatch modes (tracing, fake tensors) are active, where this
+# PyTorch says.
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+
+
+def eager(*tensors):
+    """Whether a call on `tensors` may run the op's implementation directly:
+    plain tensors, no compilation, tracing or dispatch mode active, and no
+    gradient to record. There the custom op's dispatch does nothing but
+    cost tens of microseconds a call (a decode step's kernel takes five);
+    everywhere else the entry points call the registered op."""
+    if _dispatch_modes is None or _dispatch_modes() or \
+            torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return True
+
+
+def _attention_impl(q, k, v, causal, scale):
     entry = _lookup(q, k, v, causal, scale)
     o = None if isinstance(entry, str) else entry(q, k, v)
     return o if o is not None else _sdpa(q, k, v, causal, scale)
+
+
+@torch.library.custom_op("evotune::attention", mutates_args=())
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               causal: bool, scale: Optional[float]) -> torch.Tensor:
+    return _attention_impl(q, k, v, causal, scale)
 
 
 @_attention.register_fake
@@ -264,8 +291,10 @@ def attention(q, k, v, causal=False, scale=None):
     1/sqrt(head_dim). Raises AttentionArgumentError (a ValueError and a
     RuntimeError) naming the argument for tensors that do not fit
     together, as SDPA refuses them."""
-    return torch.ops.evotune.attention(
-        q, k, v, causal, None if scale is None else float(scale))
+    scale = None if scale is None else float(scale)
+    if eager(q, k, v):
+        return _attention_impl(q, k, v, bool(causal), scale)
+    return torch.ops.evotune.attention(q, k, v, causal, scale)
 
 
 def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):

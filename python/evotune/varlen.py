@@ -235,12 +235,8 @@ def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None):
     return o
 
 
-@torch.library.custom_op("evotune::varlen_attention", mutates_args=())
-def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-            cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
-            max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-            scale: Optional[float],
-            seqused_k: Optional[torch.Tensor]) -> torch.Tensor:
+def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                 max_seqlen_k, causal, scale, seqused_k):
     if varlen_fallback_reason(q, k, v, scale) is None:
         plan = _op_plan(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
                         causal, scale)
@@ -250,6 +246,16 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             return o
     return sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                              scale, seqused_k)
+
+
+@torch.library.custom_op("evotune::varlen_attention", mutates_args=())
+def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+            max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+            scale: Optional[float],
+            seqused_k: Optional[torch.Tensor]) -> torch.Tensor:
+    return _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, causal, scale, seqused_k)
 
 
 @_varlen.register_fake
@@ -266,10 +272,15 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     together."""
     check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, seqused_k)
-    return torch.ops.evotune.varlen_attention(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-        int(max_seqlen_k), bool(causal),
-        None if softmax_scale is None else float(softmax_scale), seqused_k)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+            int(max_seqlen_k), bool(causal),
+            None if softmax_scale is None else float(softmax_scale),
+            seqused_k)
+    lengths = (cu_seqlens_q, cu_seqlens_k) + (
+        () if seqused_k is None else (seqused_k,))
+    if _et.eager(q, k, v, *lengths):
+        return _varlen_impl(*args)
+    return torch.ops.evotune.varlen_attention(*args)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

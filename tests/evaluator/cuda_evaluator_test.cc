@@ -252,7 +252,7 @@ TEST_F(CudaEvaluatorTest, ConfigsAtTheDefaultSharedMemoryLimitLaunch) {
        "BLOCK_M=128,BLOCK_N=64,KV_SPLITS=2,MIN_BLOCKS=1,NUM_WARPS=4,"
        "Q_IN_REGS=0,STAGES=2"},
       {b,
-       "BLOCK_M=64,BLOCK_N=32,KV_SPLITS=2,MIN_BLOCKS=1,NUM_WARPS=2,"
+       "BLOCK_M=64,BLOCK_N=32,KV_SPLITS=2,MIN_BLOCKS=1,NUM_WARPS=4,"
        "Q_IN_REGS=0,STAGES=2"},
   };
   for (const auto& [p, key] : cases) {

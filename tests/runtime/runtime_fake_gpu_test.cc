@@ -299,6 +299,7 @@ TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
   {
     absl::MutexLock lock(&source_->mu);
     source_->cubin = "the daemon's own kernel";
+    source_->tuned = true;  // Another config: another compiled kernel.
   }
   hold.Notify();
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
@@ -315,6 +316,32 @@ TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
   served = runtime_->KernelFor(Decode(7), nullptr);
   EXPECT_FALSE(served->transferred());
   EXPECT_EQ(gpu_.module_loads, 2);  // The daemon's kernel, loaded once.
+}
+
+// A length served provisionally whose answer is the kernel it runs already
+// (the same template version, config and architecture) is settled in
+// place: no module is loaded and the launches go on as they were.
+TEST_F(RuntimeFakeGpuTest, AnAnswerOfTheKernelServingALengthSettlesIt) {
+  source_->every_problem = true;
+  for (int64_t keys = 1; keys <= 5; ++keys) {
+    ASSERT_TRUE(Launch(Decode(keys)).ok()) << keys;
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 5 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // The last answer taken in.
+  for (int64_t keys = 1; keys <= 5; ++keys) {
+    ASSERT_TRUE(Launch(Decode(keys)).ok()) << keys;
+    absl::StatusOr<v1::Kernel> served =
+        runtime_->KernelFor(Decode(keys), nullptr);
+    ASSERT_TRUE(served.ok());
+    EXPECT_FALSE(served->transferred()) << keys;  // The daemon's own answer.
+    EXPECT_EQ(served->problem().seq_k(), keys);
+  }
+  EXPECT_EQ(source_->Finds(), 5);
+  EXPECT_EQ(gpu_.module_loads, 1);
+  EXPECT_EQ(gpu_.attention_launches, 10);
 }
 
 // A fetched kernel that needs more scratch than the caller sized for the

@@ -298,10 +298,18 @@ TEST_F(RuntimeGpuTest, KernelsForAnotherArchitectureAreRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("parameter layout"), absl::string_view::npos);
 
-  Problem other = p;
-  other.seq_q = 77;
-  call.problem = other;
+  // A problem within the refused kernel's is refused alike (the bundle
+  // serves it with that kernel); one the bundle holds nothing for is not
+  // found.
+  Problem within = p;
+  within.seq_q = 77;
+  call.problem = within;
   call.q.seq = call.o.seq = 77;  // The first 77 of the uploaded rows.
+  s = runtime.Attention(call, stream_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  Problem other = within;
+  other.causal = !p.causal;
+  call.problem = other;
   s = runtime.Attention(call, stream_);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
 }
