@@ -8,6 +8,7 @@
                                      as the checks see it without its data
     misaligned(*pointers)            whether data is off 16 bytes
     runtime_strides(t)               the strides handed to the runtime
+    launchable_strides(t)            those, where the kernels read them
 
 They read shapes, strides, dtypes, devices and data pointers only (no
 torch import, no device work), so they run on anything that has those:
@@ -116,6 +117,21 @@ def runtime_strides(t):
     return tuple(t.stride(i) if t.shape[i] > 1 else unused for i in range(3))
 
 
+def launchable_strides(t):
+    """runtime_strides(t) where the kernels can read t's layout (what
+    fallback_reason asks of strides: unit stride along head_dim, the others
+    positive 16-byte multiples, rows apart), else None. For tensors whose
+    strides change from call to call under one signature (a cache grown by
+    concatenation), checked per call."""
+    if t.stride(3) != 1:
+        return None
+    strides = runtime_strides(t)
+    if any(s <= 0 or s % _ALIGN_ELEMENTS for s in strides) or (
+            t.shape[2] > 1 and strides[2] < t.shape[3]):
+        return None
+    return strides
+
+
 def meta(t):
     """What the checks read of a tensor but its data pointer, hashable:
     a call's signature."""
@@ -123,10 +139,17 @@ def meta(t):
 
 
 class _ShapeOnly:
-    """A tensor's meta() as a tensor whose data is aligned."""
+    """A tensor's meta() as a tensor whose data is aligned (and with
+    `contiguous`, whose strides are a contiguous tensor's)."""
 
-    def __init__(self, t):
+    def __init__(self, t, contiguous=False):
         self.shape, self._strides, self.dtype, self.device = meta(t)
+        if contiguous:
+            strides, step = [], 1
+            for n in reversed(self.shape):
+                strides.insert(0, step)
+                step *= max(n, 1)
+            self._strides = tuple(strides)
 
     def dim(self):
         return len(self.shape)
@@ -138,11 +161,12 @@ class _ShapeOnly:
         return 0
 
 
-def shape_only(t):
+def shape_only(t, contiguous=False):
     """`t` with its data pointer left out of the checks: fallback_reason of
     these holds for every call of the same signature whose data is
-    aligned (misaligned says whether it is)."""
-    return _ShapeOnly(t)
+    aligned (misaligned says whether it is). With `contiguous`, its strides
+    too (launchable_strides checks them per call)."""
+    return _ShapeOnly(t, contiguous)
 
 
 def misaligned(*pointers):

@@ -26,6 +26,7 @@ VarlenPlan (evotune/varlen.py), flash_attn_varlen_func and
 flash_attn_with_kvcache under FlashAttention's names (evotune/kvcache.py).
 """
 import threading
+import time
 import warnings
 from typing import Optional
 
@@ -36,7 +37,7 @@ from torch.nn.attention.bias import causal_lower_right
 from . import checks
 from . import runtime as _rt
 from .checks import AttentionArgumentError  # noqa: F401 (the op's refusal)
-from .varlen_checks import check_bounds
+from .varlen_checks import bucket_bound, check_bounds
 
 # Runtime codes that mean "no kernel for this problem here": the call falls
 # back to SDPA. INVALID_ARGUMENT: outside the problems evotune takes;
@@ -82,9 +83,9 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         _State.generation += 1
 
 
-def _problem(q, k, causal):
+def _problem(q, kv_heads, seq_k, causal):
     b, h, sq, d = q.shape
-    return _rt.Problem(b, h, k.shape[1], sq, k.shape[2], d, int(causal),
+    return _rt.Problem(b, h, kv_heads, sq, seq_k, d, int(causal),
                        int(q.dtype == torch.bfloat16))
 
 
@@ -150,44 +151,78 @@ def _stream_scratch(device, stream_id):
     return stream
 
 
-def _scratch(p, q, stream_id):
-    """The scratch tensors for problem `p` on the stream (those of the
-    stream, grown to fit), or None when the runtime has no kernel for it."""
-    rc, floats, counters = _State.runtime.scratch(p, stream_id)
+def key_bucket(seq_q, seq_k):
+    """The key length a dense call is planned for: its own where the
+    queries are as many as the keys or more (self-attention: a tuned shape
+    runs its own kernel), else the bucket of seq_k under the policy of
+    use() (length_buckets), so that decode steps and chunks against a
+    growing cache run one plan for every length of a bucket."""
+    if seq_q >= seq_k:
+        return seq_k
+    return bucket_bound(seq_k, _State.length_buckets)
+
+
+def _plan(p, q, stream_id):
+    """(plan, scratch pointers) of the runtime for problem `p` (its
+    stream's scratch, grown to fit), or None when the runtime has no kernel
+    for it."""
+    rc, plan = _State.runtime.plan(p, stream_id)
     if rc != 0:
         if _no_kernel(p, rc):
             return None
         raise RuntimeError(f"evotune: {_State.runtime.last_error()}")
-    return _stream_scratch(q.device, stream_id).fit(floats, counters,
-                                                    q.device)
+    scratch = _stream_scratch(q.device, stream_id).fit(
+        plan.workspace_floats, plan.counters, q.device)
+    return plan, [t.data_ptr() if t is not None else None for t in scratch]
+
+
+# Seconds a prepared call keeps its plan before planning again (outside
+# graph capture), so that kernels the daemon has tuned since take over.
+_REPLAN_S = 30.0
 
 
 class _Launch:
-    """A call signature (shapes, strides, dtype, device, causal, scale,
-    stream) made ready: a launch fills in the data pointers only. Kept per
-    thread, since the runtime reads the structs while the GIL is released."""
+    """A call signature (shapes but the key length, q's strides, dtype,
+    device, causal, scale, stream) made ready: the plan of its key bucket's kernel
+    (its scratch is the stream's, which keeps every buffer it outgrew), so
+    that a launch fills in the data pointers and the key length only. Kept
+    per thread, since the runtime reads the structs while the GIL is
+    released."""
 
-    def __init__(self, q, k, v, p, scratch, scale, stream_id):
-        self.problem, self.stream_id = p, stream_id
-        self.tensors = [_tensor(t) for t in (q, k, v, torch.empty_like(q))]
-        self.scratch = scratch  # Alive while the pointers are used.
-        self.runtime = _State.runtime
-        self.args = self.runtime.attention_args(
-            p, *self.tensors, 0.0 if scale is None else scale,
-            *(t.data_ptr() if t is not None else None for t in scratch),
-            stream_id)
+    def __init__(self, q, k, v, p, plan, scratch, scale, stream_id):
+        self.plan = plan
+        self.problem = _rt.Problem(*p.key())  # The call's: its own seq_k.
+        self.tensors = [_tensor(t) for t in (q, k, v, q)]
+        self.args = plan.run_args(self.problem, *self.tensors, None,
+                                  0.0 if scale is None else scale, *scratch,
+                                  stream_id)
+        self.replan_at = time.monotonic() + _REPLAN_S
+
+    def serves(self, q, k, v):
+        """Whether the call's data and key/value strides (not part of the
+        signature) are ones the kernels read; sets them if so."""
+        k_strides = checks.launchable_strides(k)
+        v_strides = checks.launchable_strides(v)
+        if k_strides is None or v_strides is None or checks.misaligned(
+                q.data_ptr(), k.data_ptr(), v.data_ptr()):
+            return False
+        t = self.tensors
+        t[1].batch_stride, t[1].head_stride, t[1].row_stride = k_strides
+        t[2].batch_stride, t[2].head_stride, t[2].row_stride = v_strides
+        return True
 
     def __call__(self, q, k, v):
-        """The output, or None when the data is misaligned (SDPA serves)."""
-        pointers = q.data_ptr(), k.data_ptr(), v.data_ptr()
-        if checks.misaligned(*pointers):
+        """The output, or None where SDPA serves the call (serves())."""
+        if not self.serves(q, k, v):
             return None
         o = torch.empty_like(q)
         t = self.tensors
-        t[0].data, t[1].data, t[2].data = pointers
+        t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),
+                                           v.data_ptr())
         t[3].data = o.data_ptr()
-        if self.runtime.launch(self.args) != 0:
-            raise RuntimeError(f"evotune: {self.runtime.last_error()}")
+        t[1].seq = t[2].seq = self.problem.seq_k = k.shape[2]
+        if self.plan.run(self.args) != 0:
+            raise RuntimeError(f"evotune: {self.plan.runtime.last_error()}")
         return o
 
 
@@ -195,34 +230,56 @@ def _prepare(q, k, v, causal, scale, stream_id):
     """A _Launch for the call, or why SDPA answers it. Raises
     AttentionArgumentError for tensors that do not fit together."""
     checks.check_call(q, k, v, scale)
-    reason = checks.fallback_reason(*map(checks.shape_only, (q, k, v)), scale)
+    # k's and v's strides are each call's own (_Launch.serves).
+    reason = checks.fallback_reason(checks.shape_only(q),
+                                    checks.shape_only(k, contiguous=True),
+                                    checks.shape_only(v, contiguous=True),
+                                    scale)
     if reason is None and _State.runtime is None:
         reason = "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
     if reason is not None:
         return reason
-    p = _problem(q, k, causal)
-    if p.key() in _State.missing:
-        return _State.missing[p.key()]
-    scratch = _scratch(p, q, stream_id)
-    if scratch is None:
-        return _State.missing[p.key()]
-    return _Launch(q, k, v, p, scratch, scale, stream_id)
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    # The bucket's plan, or where that is past evotune's limits the call's.
+    for n in dict.fromkeys((key_bucket(seq_q, seq_k), seq_k)):
+        p = _problem(q, k.shape[1], n, causal)
+        if p.key() in _State.missing:
+            continue
+        planned = _plan(p, q, stream_id)
+        if planned is not None:
+            return _Launch(q, k, v, p, *planned, scale, stream_id)
+    return _State.missing[p.key()]
 
 
 _local = threading.local()
 _MAX_PREPARED = 4096  # Signatures remembered per thread.
 
 
+def _signature(q, k, v, causal, scale, stream_id):
+    """What a prepared call depends on: the tensors' shapes, dtype and
+    device with the key length as its bucket (and whether it is 0 or 1,
+    which the checks treat apart), q's strides."""
+    n = k.shape[2]
+    keys = (key_bucket(q.shape[2], n), min(n, 2), k.shape[0], k.shape[1],
+            k.shape[3], v.shape[0], v.shape[1], v.shape[3])
+    return checks.meta(q), keys, k.dtype, k.device, v.dtype, v.device, \
+        causal, scale, stream_id
+
+
 def _lookup(q, k, v, causal, scale):
     """_prepare's answer for the call's signature, remembered per thread
-    until the next use()."""
+    until the next use() (a plan for _REPLAN_S seconds)."""
     if getattr(_local, "generation", None) != _State.generation:
         _local.generation, _local.calls = _State.generation, {}
     stream_id = _stream_id(q.device) if q.is_cuda else None
-    signature = (checks.meta(q), checks.meta(k), checks.meta(v), causal,
-                 scale, stream_id)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or \
+            k.shape[2] != v.shape[2]:
+        return _prepare(q, k, v, causal, scale, stream_id)  # It raises.
+    signature = _signature(q, k, v, causal, scale, stream_id)
     entry = _local.calls.get(signature)
-    if entry is None:
+    if entry is None or (not isinstance(entry, str) and
+                         time.monotonic() > entry.replan_at and
+                         not torch.cuda.is_current_stream_capturing()):
         entry = _prepare(q, k, v, causal, scale, stream_id)
         if len(_local.calls) >= _MAX_PREPARED:
             _local.calls.clear()  # Lengths that only grow (decode).
@@ -255,8 +312,9 @@ def eager(*tensors):
     gradient to record. There the custom op's dispatch does nothing but
     cost tens of microseconds a call (a decode step's kernel takes five);
     everywhere else the entry points call the registered op."""
-    if _dispatch_modes is None or _dispatch_modes() or \
-            torch.compiler.is_compiling():
+    # is_compiling() first: Dynamo folds it to True and traces no further.
+    if torch.compiler.is_compiling() or _dispatch_modes is None or \
+            _dispatch_modes():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
@@ -306,12 +364,10 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
     v = k if v is None else v
     entry = _lookup(q, k, v, causal, scale)
     kernel, why = None, entry if isinstance(entry, str) else None
-    if why is None and checks.misaligned(q.data_ptr(), k.data_ptr(),
-                                         v.data_ptr()):
+    if why is None and not entry.serves(q, k, v):
         why = checks.fallback_reason(q, k, v, scale)
     if why is None:
-        rc, kernel = entry.runtime.describe(entry.problem, entry.stream_id)
-        why = None if rc == 0 else entry.runtime.last_error()
+        kernel = entry.plan.kernel
     return (kernel, why) if reason else kernel
 
 

@@ -104,6 +104,20 @@ class ChecksTest(unittest.TestCase):
         t = FakeTensor((2, 8, 1, 40), strides=(320, 40, 7, 1))
         self.assertEqual(checks.runtime_strides(t), (320, 40, 40))
 
+    def test_strides_the_kernels_cannot_read_are_refused_per_call(self):
+        good = FakeTensor((2, 8, 300, 64), strides=(8 * 4096 * 64, 64, 512, 1))
+        self.assertEqual(checks.launchable_strides(good), (8 * 4096 * 64, 64,
+                                                           512))
+        for strides in ((8 * 300 * 64, 300 * 64, 64, 2),  # head_dim strided
+                        (8 * 300 * 12, 300 * 12, 12, 1),  # rows 12 apart
+                        (8 * 300 * 64, 0, 64, 1),         # heads broadcast
+                        (8 * 300 * 32, 300 * 32, 32, 1)):  # rows overlap
+            t = FakeTensor((2, 8, 300, 64), strides=strides)
+            self.assertIsNone(checks.launchable_strides(t), strides)
+            self.assertIsNotNone(checks.fallback_reason(t, t, t), strides)
+        one = FakeTensor((1, 8, 1, 64), strides=(3, 64, 5, 1))
+        self.assertEqual(checks.launchable_strides(one), (64, 64, 64))
+
     def test_a_good_call_passes(self):
         q, k, v = (FakeTensor(bad_calls.SEED) for _ in range(3))
         checks.check_call(q, k, v, 0.125)

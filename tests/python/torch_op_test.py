@@ -78,6 +78,8 @@ def main():
     failures += not fallback_ok
     print(f"fallback: rel err {err:.1e} {'ok' if fallback_ok else 'FAIL'}")
 
+    failures += not growing_keys(keys)
+
     # CUDA graph: capture one call, replay on new inputs.
     p = parse(keys[0])
     q, k, v = inputs(p, seed=1)
@@ -105,6 +107,32 @@ def main():
     print(f"torch.compile: rel err {err:.1e} {'ok' if err < 1e-2 else 'FAIL'}")
     failures += not readme_block(keys)
     sys.exit(1 if failures else 0)
+
+
+def growing_keys(keys):
+    """A decode problem of the bundle at key lengths up to its own, as an
+    engine's loop makes them: views of one cache, and fresh tensors each
+    step (a cache grown by concatenation: other strides every call under
+    one plan), and keys broadcast over heads mid-loop (SDPA answers)."""
+    p = next(parse(key) for key in keys if parse(key)["sq"] < parse(key)["sk"])
+    q, cache_k, cache_v = inputs(p, seed=3)
+    ok = True
+    for n in sorted({1, 2, 17, 1000, p["sk"] // 2, p["sk"] // 2 + 1,
+                     p["sk"] - 1, p["sk"]}):
+        fresh = (cache_k[:, :, :n].clone(), cache_v[:, :, :n].clone())
+        for k, v in ((cache_k[:, :, :n], cache_v[:, :, :n]), fresh):
+            o = et.attention(q, k, v, causal=p["causal"])
+            err = rel_err(o, reference(q, k, v, p["causal"]))
+            kernel = et.kernel_for(q, k, p["causal"], v=v)
+            ok &= kernel is not None and err < 1e-2
+        if n == 1000:  # Broadcast keys: strides the kernels cannot read.
+            k = cache_k[:, :1, :n].expand(-1, p["kv"], -1, -1)
+            o = et.attention(q, k, cache_v[:, :, :n], causal=p["causal"])
+            err = rel_err(o, reference(q, k, cache_v[:, :, :n], p["causal"]))
+            ok &= err < 1e-2 and et.kernel_for(q, k, p["causal"]) is None
+    print(f"growing keys ({p['b']}x{p['h']}/{p['kv']} heads, up to "
+          f"{p['sk']}): {'ok' if ok else 'FAIL'}")
+    return ok
 
 
 def readme_block(keys):
