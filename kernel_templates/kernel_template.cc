@@ -145,6 +145,8 @@ std::vector<std::string> CompileDefines(const Config& config,
   out.push_back(absl::StrCat("-DHEAD_DIM=", problem.head_dim));
   out.push_back(
       absl::StrCat("-DEVT_BF16=", problem.dtype == DType::kBf16 ? 1 : 0));
+  out.push_back(absl::StrCat("-DEVT_DEVICE_LENGTHS=",
+                             problem.layout == Layout::kDense ? 0 : 1));
   return out;
 }
 

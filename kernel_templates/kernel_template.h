@@ -173,7 +173,8 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const DeviceLimits& limits);
 
 // The NVRTC options that instantiate the template: -D for each parameter,
-// HEAD_DIM and EVT_BF16.
+// HEAD_DIM, EVT_BF16 and EVT_DEVICE_LENGTHS (0 for a dense problem: its
+// kernel reads no lengths from the device; common/sequence.cuh).
 std::vector<std::string> CompileDefines(const Config& config,
                                         const Problem& problem);
 

@@ -6,6 +6,25 @@
 
 #include "attention_params.cuh"
 
+// EVT_DEVICE_LENGTHS, a compile define: 1 where the problem's layout keeps
+// lengths on the device, 0 for a dense problem's kernel, which then has no
+// per-sequence loads or checks (the length arrays are never read).
+#ifndef EVT_DEVICE_LENGTHS
+#define EVT_DEVICE_LENGTHS 1
+#endif
+constexpr bool kDeviceLengths = EVT_DEVICE_LENGTHS != 0;
+
+// The length arrays of a launch, null in a dense problem's kernel.
+__device__ __forceinline__ const int* CuSeqlensQ(const AttentionParams& p) {
+  return kDeviceLengths ? p.cu_seqlens_q : nullptr;
+}
+__device__ __forceinline__ const int* CuSeqlensK(const AttentionParams& p) {
+  return kDeviceLengths ? p.cu_seqlens_k : nullptr;
+}
+__device__ __forceinline__ const int* SequsedK(const AttentionParams& p) {
+  return kDeviceLengths ? p.seqused_k : nullptr;
+}
+
 // Sequence b of a launch: its lengths and where its rows start (the rules
 // of common/attention_params.cuh). With lengths on the device these are
 // loads of four ints; without, the problem's fixed lengths.
@@ -21,6 +40,13 @@ __device__ __forceinline__ Sequence SequenceOf(const AttentionParams& p,
   s.q_start = s.k_start = 0;
   s.seq_q = p.seq_q;
   s.seq_k = p.seq_k;
+  if (!kDeviceLengths) {
+    s.q = b * p.q_batch_stride;
+    s.o = b * p.o_batch_stride;
+    s.k = b * p.k_batch_stride;
+    s.v = b * p.v_batch_stride;
+    return s;
+  }
   if (p.cu_seqlens_q != nullptr) {
     s.q_start = __ldg(p.cu_seqlens_q + b);
     s.seq_q = __ldg(p.cu_seqlens_q + b + 1) - s.q_start;

@@ -204,8 +204,8 @@ __device__ __forceinline__ int MapBatch(const int* cu_seqlens, int b) {
 __device__ __forceinline__ bool TailNeedsClearing(const AttentionParams& p,
                                                   const BlockPlan& w, int kv0) {
   if (kv0 + kN <= w.seq_k) return false;
-  if (p.seqused_k != nullptr) return true;
-  if (p.cu_seqlens_k == nullptr) return false;
+  if (SequsedK(p) != nullptr) return true;
+  if (CuSeqlensK(p) == nullptr) return false;
   const int total = __ldg(p.cu_seqlens_k + p.batch);
   return w.k_start + kv0 + kN > total && p.rows_k > total;
 }
@@ -302,11 +302,11 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
 #pragma unroll
       for (int db = 0; db < kD / 64; ++db) {
         TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db,
-                w.q_start + w.q0, w.h, MapBatch(p.cu_seqlens_q, w.b));
+                w.q_start + w.q0, w.h, MapBatch(CuSeqlensQ(p), w.b));
       }
     }
     const int kv_head = w.h / (p.heads / p.kv_heads);
-    const int batch = MapBatch(p.cu_seqlens_k, w.b);
+    const int batch = MapBatch(CuSeqlensK(p), w.b);
     const int row0 = w.k_start + w.block0 * kN;
     // Only a sequence's last key tile can reach past its keys: it is
     // loaded after the loop (inside, its values would stay live).
@@ -644,7 +644,7 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
   NamedBarrierSync(1 + consumer, 128);
   const int row0 = w.q0 + consumer * 64;
   if (row0 >= w.seq_q) return;
-  if (p.cu_seqlens_q != nullptr && row0 + 64 > w.seq_q) {
+  if (CuSeqlensQ(p) != nullptr && row0 + 64 > w.seq_q) {
     // A packed sequence's last rows: the copy engine would run on into the
     // next sequence's, so the warpgroup stores just its own.
     StoreRowsDirect(w, p.o_row_stride, s.tiles + (o_rows - s.q), row0, thread);
@@ -654,7 +654,7 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
 #pragma unroll
     for (int db = 0; db < kD / 64; ++db) {
       TmaStore(maps.o, o_rows + db * kM * kRowBytes, 64 * db, w.q_start + row0,
-               w.h, MapBatch(p.cu_seqlens_q, w.b));
+               w.h, MapBatch(CuSeqlensQ(p), w.b));
     }
     TmaStoreCommit();
   }

@@ -347,9 +347,11 @@ TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
   p.dtype = DType::kBf16;
   std::vector<std::string> defines =
       CompileDefines({{"KV_TILE", 64}, {"WARPS", 4}}, p);
-  EXPECT_EQ(defines,
-            (std::vector<std::string>{"-DKV_TILE=64", "-DWARPS=4",
-                                      "-DHEAD_DIM=64", "-DEVT_BF16=1"}));
+  EXPECT_EQ(defines, (std::vector<std::string>{"-DKV_TILE=64", "-DWARPS=4",
+                                               "-DHEAD_DIM=64", "-DEVT_BF16=1",
+                                               "-DEVT_DEVICE_LENGTHS=0"}));
+  p.layout = Layout::kVarlen;
+  EXPECT_EQ(CompileDefines({}, p).back(), "-DEVT_DEVICE_LENGTHS=1");
 }
 
 }  // namespace

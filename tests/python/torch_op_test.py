@@ -114,11 +114,13 @@ def growing_keys(keys):
     engine's loop makes them: views of one cache, and fresh tensors each
     step (a cache grown by concatenation: other strides every call under
     one plan), and keys broadcast over heads mid-loop (SDPA answers)."""
-    p = next(parse(key) for key in keys if parse(key)["sq"] < parse(key)["sk"])
+    p = min((parse(key) for key in keys), key=lambda p: p["sq"] - p["sk"])
     q, cache_k, cache_v = inputs(p, seed=3)
     ok = True
-    for n in sorted({1, 2, 17, 1000, p["sk"] // 2, p["sk"] // 2 + 1,
-                     p["sk"] - 1, p["sk"]}):
+    # At least as many keys as queries: a causal row that sees no key is
+    # NaN in the reference.
+    for n in sorted({p["sq"], p["sq"] + 1, p["sq"] + 16, 1000, p["sk"] // 2,
+                     p["sk"] // 2 + 1, p["sk"] - 1, p["sk"]}):
         fresh = (cache_k[:, :, :n].clone(), cache_v[:, :, :n].clone())
         for k, v in ((cache_k[:, :, :n], cache_v[:, :, :n]), fresh):
             o = et.attention(q, k, v, causal=p["causal"])

@@ -37,8 +37,11 @@ std::string NvrtcVersion() {
 std::string CompileKey(const KernelTemplate& t, const Config& config,
                        const Problem& problem, const std::string& arch) {
   static const std::string* const nvrtc = new std::string(NvrtcVersion());
+  // What CompileDefines reads of the problem: head_dim, dtype and whether
+  // its lengths live on the device.
   return absl::StrCat(t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d",
-                      problem.head_dim, "-", DTypeName(problem.dtype), "-",
+                      problem.head_dim, "-", DTypeName(problem.dtype),
+                      problem.layout == Layout::kDense ? "-" : "-lengths-",
                       ConfigKey(config));
 }
 
