@@ -174,7 +174,9 @@ def misaligned(*pointers):
 
 
 def unaligned_layout(t):
-    """Whether `t`'s data or strides are off 16-byte boundaries."""
+    """Whether `t`'s data or strides are off 16-byte boundaries, or a
+    dimension is broadcast (stride 0): layouts handed to SDPA as copies."""
     return t.data_ptr() % _ALIGN_BYTES or any(
-        s % _ALIGN_ELEMENTS for n, s in zip(t.shape[:-1], t.stride()[:-1])
-        if n > 1) or t.stride(-1) != 1
+        s % _ALIGN_ELEMENTS or s == 0
+        for n, s in zip(t.shape[:-1], t.stride()[:-1]) if n > 1) or \
+        t.stride(-1) != 1
