@@ -192,7 +192,9 @@ class _Launch:
     def __init__(self, q, k, v, p, plan, scratch, scale, stream_id):
         self.plan = plan
         self.problem = _rt.Problem(*p.key())  # The call's: its own seq_k.
-        self.tensors = [_tensor(t) for t in (q, k, v, q)]
+        # o's struct from an output like every call's (empty_like keeps q's
+        # strides only where q is dense).
+        self.tensors = [_tensor(t) for t in (q, k, v, torch.empty_like(q))]
         self.args = plan.run_args(self.problem, *self.tensors, None,
                                   0.0 if scale is None else scale, *scratch,
                                   stream_id)
