@@ -170,7 +170,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()
-    et.use(daemon=args.daemon) if args.daemon else et.use(bundle=args.bundle)
+    et.use(daemon=args.daemon, wait=True) if args.daemon else et.use(
+        bundle=args.bundle)
     rng = random.Random(0)
     torch.manual_seed(0)
     dtype = torch.bfloat16

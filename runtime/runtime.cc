@@ -288,7 +288,7 @@ absl::StatusOr<const CudaDriver*> Runtime::Driver() const {
 
 absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
                                               CUstream stream) {
-  absl::StatusOr<AttentionPlan> plan = Plan(problem, stream);
+  absl::StatusOr<AttentionPlan> plan = Plan(problem, stream, /*wait=*/true);
   if (!plan.ok()) return plan.status();
   return plan->kernel();
 }
@@ -309,7 +309,8 @@ absl::StatusOr<DeviceInfo> Runtime::ContextDevice(const CudaDriver& d,
 
 absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
                                                const Problem& problem,
-                                               CUcontext ctx, CUstream stream) {
+                                               CUcontext ctx, CUstream stream,
+                                               bool wait) {
   const std::string problem_key = ProblemKey(problem);
   DeviceInfo device;
   {
@@ -330,21 +331,38 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
       std::unique_ptr<Loaded> now =
           Provisional(d, *sibling->second, problem, device, ctx);
       if (now != nullptr) {
-        fetches_.push_back(
-            std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
-        StartFetcher();
+        // Its own kernel: asked for now, unless a fetch of it is on its way.
+        if (pending_.count({ctx, problem_key}) == 0) {
+          fetches_.push_back(
+              std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
+          StartFetcher();
+        }
         Loaded* out = now.get();
         out->used_round = round_;
         loaded_[{ctx, problem_key}] = std::move(now);
         return out;
       }
     }
+    if (source_->AnswersEveryProblem() && !wait && !wait_for_new_classes_) {
+      return Unwaited(d, problem, device, ctx, stream);
+    }
   }
   // Asked without the lock: launches of problems already served go on
   // while the source answers (a daemon may take seconds to compile).
   const std::string arch = ArchName(device.cc_major, device.cc_minor);
   absl::StatusOr<v1::Kernel> kernel = source_->Find(problem, device.name, arch);
+  absl::MutexLock lock(&mu_);
+  auto it = loaded_.find({ctx, problem_key});
+  if (it != loaded_.end()) return it->second.get();  // Another thread's.
+  return Install(d, problem, device, ctx, std::move(kernel));
+}
+
+absl::StatusOr<Runtime::Loaded*> Runtime::Install(
+    const CudaDriver& d, const Problem& problem, const DeviceInfo& device,
+    CUcontext ctx, absl::StatusOr<v1::Kernel> kernel) {
   if (!kernel.ok()) return kernel.status();
+  const std::string problem_key = ProblemKey(problem);
+  const std::string arch = ArchName(device.cc_major, device.cc_minor);
   if (absl::Status s = CheckServable(*kernel, problem_key, arch); !s.ok()) {
     return s;
   }
@@ -357,9 +375,6 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
                        " does not serve ", problem_key, ": ", s.message()));
     }
   }
-  absl::MutexLock lock(&mu_);
-  auto it = loaded_.find({ctx, problem_key});
-  if (it != loaded_.end()) return it->second.get();  // Another thread's.
   absl::StatusOr<std::unique_ptr<Loaded>> loaded =
       Make(d, *std::move(kernel), device, ctx);
   if (!loaded.ok()) return loaded.status();
@@ -370,6 +385,34 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
   latest_by_class_[{ctx, ClassKey(problem)}] = out;
   if (source_->RefreshInterval() < absl::InfiniteDuration()) StartFetcher();
   return out;
+}
+
+absl::StatusOr<Runtime::Loaded*> Runtime::Unwaited(const CudaDriver& d,
+                                                   const Problem& problem,
+                                                   const DeviceInfo& device,
+                                                   CUcontext ctx,
+                                                   CUstream stream) {
+  const std::pair<CUcontext, std::string> key{ctx, ProblemKey(problem)};
+  auto arrived = arrived_.find(key);
+  // Loaded outside capture only (a module load would break it).
+  if (arrived != arrived_.end() && !Capturing(d, stream)) {
+    absl::StatusOr<v1::Kernel> kernel = std::move(arrived->second);
+    arrived_.erase(arrived);
+    return Install(d, problem, device, ctx, std::move(kernel));
+  }
+  if (arrived == arrived_.end() && pending_.insert(key).second) {
+    fetches_.push_back(
+        std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
+    StartFetcher();
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the kernel for ", key.second,
+      " is being fetched: serve this call another way and ask again"));
+}
+
+void Runtime::WaitForNewClasses(bool wait) {
+  absl::MutexLock lock(&mu_);
+  wait_for_new_classes_ = wait;
 }
 
 void Runtime::StartFetcher() {
@@ -510,8 +553,13 @@ void Runtime::FetchInBackground() {
     absl::StatusOr<v1::Kernel> kernel =
         source_->Find(f->problem, f->device.name, arch);
     mu_.Lock();
+    const bool pending = pending_.erase({f->ctx, key}) > 0;
     auto current = loaded_.find({f->ctx, key});
-    if (current == loaded_.end()) continue;
+    if (current == loaded_.end()) {
+      // A new class's first problem: loaded at its next launch.
+      if (pending) arrived_.insert_or_assign({f->ctx, key}, std::move(kernel));
+      continue;
+    }
     Loaded& now = *current->second;
     now.asked = false;
     if (!kernel.ok() || !CheckServable(*kernel, key, arch).ok()) {
@@ -625,7 +673,8 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
   absl::StatusOr<CUcontext> context = StreamContext(d, stream);
   if (!context.ok()) return context.status();
   const CUcontext ctx = *context;
-  absl::StatusOr<Loaded*> kernel = Load(d, call.problem, ctx, stream);
+  absl::StatusOr<Loaded*> kernel =
+      Load(d, call.problem, ctx, stream, /*wait=*/false);
   if (!kernel.ok()) return kernel.status();
   const LaunchGeometry& g = (*kernel)->launch.geometry;
   float* workspace = call.workspace;
@@ -643,12 +692,17 @@ absl::Status Runtime::Attention(const AttentionCall& call, CUstream stream) {
 
 absl::StatusOr<AttentionPlan> Runtime::Plan(const Problem& problem,
                                             CUstream stream) {
+  return Plan(problem, stream, /*wait=*/false);
+}
+
+absl::StatusOr<AttentionPlan> Runtime::Plan(const Problem& problem,
+                                            CUstream stream, bool wait) {
   if (absl::Status s = ValidateProblem(problem); !s.ok()) return s;
   absl::StatusOr<const CudaDriver*> d = Driver();
   if (!d.ok()) return d.status();
   absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
   if (!ctx.ok()) return ctx.status();
-  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx, stream);
+  absl::StatusOr<Loaded*> k = Load(**d, problem, *ctx, stream, wait);
   if (!k.ok()) return k.status();
   return AttentionPlan(problem, (*k)->kernel, &(*k)->launch, *ctx);
 }

@@ -142,6 +142,10 @@ evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
 
 void evotune_runtime_close(evotune_runtime* runtime) { delete runtime; }
 
+void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime, int wait) {
+  runtime->runtime->WaitForNewClasses(wait != 0);
+}
+
 int evotune_runtime_scratch(evotune_runtime* runtime,
                             const evotune_problem* problem, void* stream,
                             int64_t* workspace_floats, int64_t* counters) {

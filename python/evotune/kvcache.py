@@ -153,7 +153,8 @@ def _plan_for(q, k_cache, v_cache, o, causal, scale, stream_id):
     """The _Plan of the call's signature, or why SDPA answers it."""
     key = _signature(q, k_cache, v_cache, causal, scale, stream_id)
     entry = _plans.get(key)
-    if entry is not None:
+    if entry is not None and not (isinstance(entry, _et._Pending) and
+                                  entry.due()):
         return entry
     entry = _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id)
     if len(_plans) >= 4096:
@@ -172,11 +173,8 @@ def _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id):
                           _rt.LAYOUT_KV_CACHE)
     if problem.key() in _et._State.missing:
         return _et._State.missing[problem.key()]
-    rc, plan = runtime.plan(problem, stream_id)
-    if rc != 0:
-        why = _et._no_kernel(problem, rc)
-        if why is None:
-            raise RuntimeError(f"evotune: {runtime.last_error()}")
+    plan, why = _et.plan_problem(problem, stream_id)
+    if plan is None:
         return why
     return _Plan(plan, problem, q, k_cache, v_cache, o, scale or 0.0)
 

@@ -10,14 +10,16 @@ its source. evotune.torch builds its op on it; bench/ times kernels with it.
 The library is found through `library=`, $EVOTUNE_RUNTIME_LIBRARY or the
 loader's path, and refused when its API version is not this module's.
 Calls answer the runtime's status codes (absl's: 0 OK, 3 INVALID_ARGUMENT,
-5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL); last_error() says why.
+5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL, 14 UNAVAILABLE);
+last_error() says why.
 """
 import ctypes
 import os
 import threading
 
-API_VERSION = 4  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 5  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
+UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
 LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE = 0, 1, 2
 
@@ -55,6 +57,8 @@ def _declare(lib):
     lib.evotune_runtime_open_daemon_tls.restype = ctypes.c_void_p
     lib.evotune_runtime_open_daemon_tls.argtypes = [ctypes.c_char_p] * 5
     lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
+    lib.evotune_runtime_wait_for_new_classes.argtypes = [ctypes.c_void_p,
+                                                         ctypes.c_int]
     lib.evotune_runtime_scratch.argtypes = [
         ctypes.c_void_p, p(Problem), ctypes.c_void_p, p(ctypes.c_int64),
         p(ctypes.c_int64)]
@@ -145,6 +149,13 @@ class Runtime:
 
     def __del__(self):
         self.close()
+
+    def wait_for_new_classes(self, wait):
+        """Whether launches and plans of a problem of a class the runtime
+        serves nothing of yet wait for the daemon (True, the default) or
+        answer UNAVAILABLE at once while its kernel is fetched
+        (evotune_runtime_wait_for_new_classes)."""
+        self.lib.evotune_runtime_wait_for_new_classes(self.handle, int(wait))
 
     def last_error(self):
         """The message of this thread's last failed call."""

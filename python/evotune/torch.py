@@ -13,7 +13,9 @@ do not fit together raise AttentionArgumentError naming the argument. A call
 evotune cannot serve but SDPA can (no runtime loaded, a CPU tensor, another
 dtype, empty or misaligned tensors, a value head_dim unlike the query's, a
 scale that is not positive, a problem the bundle or daemon has no kernel
-for) is answered by torch.nn.functional.scaled_dot_product_attention with
+for, and in daemon mode the first calls of a new kind of problem while the
+daemon's answer is on its way: a launch never waits on the network) is
+answered by torch.nn.functional.scaled_dot_product_attention with
 the same semantics (causal aligned bottom-right when seq_q != seq_k, grouped
 KV heads); kernel_for(..., reason=True) says why. It is registered as
 torch.ops.evotune.attention, so torch.compile, tracing and autograd see it;
@@ -32,6 +34,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from . import checks
@@ -60,13 +63,17 @@ class _State:
 
 
 def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
-        tls_cert=None, tls_key=None, length_buckets=None):
+        tls_cert=None, tls_key=None, length_buckets=None, wait=False):
     """Serves kernels from a bundle file (`evotune export`) or a daemon
     (over TLS with tls_ca, and tls_cert/tls_key for mutual TLS).
     length_buckets: increasing bounds of the varlen buckets' maximum
     lengths (varlen_attention rounds max_seqlen_q and max_seqlen_k up to
     the first at or above; past the last, and by default, to the next power
-    of two, at least 16)."""
+    of two, at least 16). wait: in daemon mode, whether the first call of a
+    new kind of problem (all but the key length alike) waits for the
+    daemon's kernel (which may compile it first); by default it is answered
+    by SDPA while the kernel is fetched in the background, and a later call
+    runs it. kernel_for() and VarlenPlan always wait."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     bounds = check_bounds(length_buckets)
@@ -76,6 +83,7 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         else:
             runtime = _rt.Runtime.open_daemon(daemon, token, tls_ca, tls_cert,
                                               tls_key, library)
+            runtime.wait_for_new_classes(bool(wait))
         # The runtime before closes once no prepared call holds it.
         _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}
@@ -101,6 +109,43 @@ def _stream_id(device):
     if _raw_stream is not None:
         return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
+
+
+# Seconds between questions for a kernel on its way (_Pending).
+_RETRY_S = 0.002
+
+
+class _Pending(str):
+    """Why SDPA answers while the daemon's kernel for a new kind of problem
+    is on its way: the runtime is asked again once due()."""
+
+    def __new__(cls, why):
+        self = super().__new__(cls, why)
+        self.retry_at = time.monotonic() + _RETRY_S
+        return self
+
+    def due(self):
+        return time.monotonic() >= self.retry_at
+
+
+def plan_problem(p, stream_id, wait=False):
+    """(plan, None) of the runtime's kernel for problem `p`, or (None, why
+    SDPA answers): a _Pending while a daemon's answer is on its way, unless
+    `wait`. Raises RuntimeError for a runtime error."""
+    runtime = _State.runtime
+    rc, plan = runtime.plan(p, stream_id)
+    if rc == _rt.UNAVAILABLE and not wait:
+        return None, _Pending(f"no evotune kernel yet: {runtime.last_error()}")
+    if rc == _rt.UNAVAILABLE:
+        rc, _ = runtime.describe(p, stream_id)  # Waits for the answer.
+        if rc == 0:
+            rc, plan = runtime.plan(p, stream_id)
+    if rc == 0:
+        return plan, None
+    why = _no_kernel(p, rc)
+    if why is None:
+        raise RuntimeError(f"evotune: {runtime.last_error()}")
+    return None, why
 
 
 def _no_kernel(p, rc):
@@ -162,15 +207,12 @@ def key_bucket(seq_q, seq_k):
     return bucket_bound(seq_k, _State.length_buckets)
 
 
-def _plan(p, q, stream_id):
+def _plan(p, q, stream_id, wait):
     """(plan, scratch pointers) of the runtime for problem `p` (its
-    stream's scratch, grown to fit), or None when the runtime has no kernel
-    for it."""
-    rc, plan = _State.runtime.plan(p, stream_id)
-    if rc != 0:
-        if _no_kernel(p, rc):
-            return None
-        raise RuntimeError(f"evotune: {_State.runtime.last_error()}")
+    stream's scratch, grown to fit), or why SDPA answers (plan_problem)."""
+    plan, why = plan_problem(p, stream_id, wait)
+    if plan is None:
+        return why
     scratch = _stream_scratch(q.device, stream_id).fit(
         plan.workspace_floats, plan.counters, q.device)
     return plan, [t.data_ptr() if t is not None else None for t in scratch]
@@ -228,8 +270,9 @@ class _Launch:
         return o
 
 
-def _prepare(q, k, v, causal, scale, stream_id):
-    """A _Launch for the call, or why SDPA answers it. Raises
+def _prepare(q, k, v, causal, scale, stream_id, wait=False):
+    """A _Launch for the call, or why SDPA answers it (a _Pending while a
+    daemon's kernel is on its way, unless `wait`). Raises
     AttentionArgumentError for tensors that do not fit together."""
     checks.check_call(q, k, v, scale)
     # k's and v's strides are each call's own (_Launch.serves).
@@ -247,8 +290,10 @@ def _prepare(q, k, v, causal, scale, stream_id):
         p = _problem(q, k.shape[1], n, causal)
         if p.key() in _State.missing:
             continue
-        planned = _plan(p, q, stream_id)
-        if planned is not None:
+        planned = _plan(p, q, stream_id, wait)
+        if isinstance(planned, _Pending):
+            return planned
+        if not isinstance(planned, str):
             return _Launch(q, k, v, p, *planned, scale, stream_id)
     return _State.missing[p.key()]
 
@@ -268,9 +313,19 @@ def _signature(q, k, v, causal, scale, stream_id):
         causal, scale, stream_id
 
 
-def _lookup(q, k, v, causal, scale):
+def _stale(entry):
+    """Whether a remembered answer is to be prepared again: a plan after
+    _REPLAN_S seconds (outside graph capture), a _Pending once due."""
+    if isinstance(entry, _Pending):
+        return entry.due()
+    return not isinstance(entry, str) and time.monotonic() > entry.replan_at \
+        and not torch.cuda.is_current_stream_capturing()
+
+
+def _lookup(q, k, v, causal, scale, wait=False):
     """_prepare's answer for the call's signature, remembered per thread
-    until the next use() (a plan for _REPLAN_S seconds)."""
+    until the next use() (a plan for _REPLAN_S seconds, a kernel on its way
+    until due)."""
     if getattr(_local, "generation", None) != _State.generation:
         _local.generation, _local.calls = _State.generation, {}
     stream_id = _stream_id(q.device) if q.is_cuda else None
@@ -279,17 +334,26 @@ def _lookup(q, k, v, causal, scale):
         return _prepare(q, k, v, causal, scale, stream_id)  # It raises.
     signature = _signature(q, k, v, causal, scale, stream_id)
     entry = _local.calls.get(signature)
-    if entry is None or (not isinstance(entry, str) and
-                         time.monotonic() > entry.replan_at and
-                         not torch.cuda.is_current_stream_capturing()):
-        entry = _prepare(q, k, v, causal, scale, stream_id)
+    if entry is None or _stale(entry) or (
+            wait and isinstance(entry, _Pending)):
+        entry = _prepare(q, k, v, causal, scale, stream_id, wait)
         if len(_local.calls) >= _MAX_PREPARED:
             _local.calls.clear()  # Lengths that only grow (decode).
         _local.calls[signature] = entry
     return entry
 
 
-def _sdpa(q, k, v, causal, scale):
+# SDPA's backends that set up nothing per shape (cuDNN builds a plan for
+# each new one, tens of milliseconds): those that answer while a kernel is
+# on its way, whose calls are each of a new length in a decode loop.
+_SETUP_FREE = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+               SDPBackend.MATH]
+
+
+def _sdpa(q, k, v, causal, scale, setup_free=False):
+    if setup_free:
+        with sdpa_kernel(_SETUP_FREE):
+            return _sdpa(q, k, v, causal, scale)
     # PyTorch 2.11's SDPA answered wrongly for CUDA tensors whose data or
     # rows were not 16-byte aligned: hand it aligned copies then.
     q, k, v = (t.clone(memory_format=torch.contiguous_format)
@@ -328,7 +392,9 @@ def eager(*tensors):
 def _attention_impl(q, k, v, causal, scale):
     entry = _lookup(q, k, v, causal, scale)
     o = None if isinstance(entry, str) else entry(q, k, v)
-    return o if o is not None else _sdpa(q, k, v, causal, scale)
+    if o is not None:
+        return o
+    return _sdpa(q, k, v, causal, scale, isinstance(entry, _Pending))
 
 
 @torch.library.custom_op("evotune::attention", mutates_args=())
@@ -361,10 +427,11 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
     """Which kernel serves attention(q, k, v, causal, scale): "template
     CONFIG arch (tuned|transferred|default)", or None when the call falls
     back to SDPA. With reason=True, a pair (kernel, why) where `why` says
-    why SDPA answers (None when a kernel serves). v defaults to k. Raises
-    as attention() does for tensors that do not fit together."""
+    why SDPA answers (None when a kernel serves). v defaults to k. In
+    daemon mode it waits for the daemon's answer, which later calls then
+    run. Raises as attention() does for tensors that do not fit together."""
     v = k if v is None else v
-    entry = _lookup(q, k, v, causal, scale)
+    entry = _lookup(q, k, v, causal, scale, wait=True)
     kernel, why = None, entry if isinstance(entry, str) else None
     if why is None and not entry.serves(q, k, v):
         why = checks.fallback_reason(q, k, v, scale)

@@ -105,13 +105,12 @@ class VarlenPlan:
 
     def _make(self):
         """Plans the kernel and its scratch; why SDPA answers, or None."""
-        runtime = _et._State.runtime
+        # The op's plans never wait for a daemon (SDPA answers meanwhile).
         with torch.cuda.device(self.device):
-            rc, plan = runtime.plan(self.problem, _et._stream_id(self.device))
-        if rc != 0:
-            why = _et._no_kernel(self.problem, rc)
-            if why is None:
-                raise RuntimeError(f"evotune: {runtime.last_error()}")
+            plan, why = _et.plan_problem(self.problem,
+                                         _et._stream_id(self.device),
+                                         wait=not self._stream_scratch)
+        if plan is None:
             return why
         self._plan, self.kernel = plan, plan.kernel
         if self._stream_scratch:
@@ -203,7 +202,8 @@ def _op_plan(q, k, cu_q, max_q, max_k, causal, scale):
            q.shape[2], bucket(max_q), bucket(max_k), causal, q.dtype,
            q.device, stream, scale)
     plan = _plans.get(key)
-    if plan is None:
+    if plan is None or (isinstance(plan.reason, _et._Pending) and
+                        plan.reason.due()):
         if len(_plans) >= 4096:
             _plans.clear()
         plan = _plans[key] = VarlenPlan(

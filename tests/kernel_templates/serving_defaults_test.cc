@@ -286,6 +286,27 @@ TEST(ServingDefaultsTest, TmaFitsConsumersAndSplitsToTheGrid) {
   EXPECT_EQ(first(prefill(4, 8, 256, 3000)), "C2 K2 P0 PP1");
 }
 
+// With a causal mask, persistent blocks only where their last round of
+// tiles is at least half full (or full).
+TEST(ServingDefaultsTest, TmaCausalPersistsWithoutARaggedLastRound) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  auto persistent = [&](int64_t batch, int64_t heads, int64_t seq,
+                        bool causal) {
+    Problem p = Decode(batch, heads, heads, seq);
+    p.seq_q = seq;
+    p.causal = causal;
+    return Served(t, p).at("PERSISTENT");
+  };
+  // 1,064 tiles of 128 rows on 132 multiprocessors: a last round of 8.
+  EXPECT_EQ(persistent(4, 14, 2413, true), 0);
+  EXPECT_EQ(persistent(4, 14, 2413, false), 1);  // Tiles of one length.
+  // 448 tiles: 52 in the last round.
+  EXPECT_EQ(persistent(2, 32, 805, true), 0);
+  // 1,024 tiles: 100 in the last; 1,056: eight full rounds.
+  EXPECT_EQ(persistent(4, 16, 2048, true), 1);
+  EXPECT_EQ(persistent(2, 33, 2048, true), 1);
+}
+
 // The decode template ranks first for up to 16 queries, and for up to 64
 // queries on keys at least 64 times as many; a prefill template otherwise.
 TEST(ServingDefaultsTest, DecodeRanksFirstForFewQueriesOrLongKeys) {

@@ -44,7 +44,7 @@ def reference(q, k_cache, v_cache, used, causal):
 class KvCacheTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        et.use(daemon=DAEMON)
+        et.use(daemon=DAEMON, wait=True)  # Kernels, not SDPA meanwhile.
 
     def step(self, batch, seq_q, heads, kv_heads, d, slots, dtype, causal):
         q = rand(batch, seq_q, heads, d, dtype=dtype, seed=1)

@@ -45,3 +45,6 @@ EVOTUNE_README="$src/docs/serving.md" \
 # KV caches (flash_attn_with_kvcache), through the daemon.
 "$python" "$src/tests/python/kvcache_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"
+# New kinds of problems answered at once while the daemon's kernel comes.
+"$python" "$src/tests/python/unwaited_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")"

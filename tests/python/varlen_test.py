@@ -43,7 +43,7 @@ def rel_err(got, want):
 class VarlenTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        et.use(daemon=DAEMON)
+        et.use(daemon=DAEMON, wait=True)  # Kernels, not SDPA meanwhile.
 
     def check(self, q_lens, k_lens, heads, kv_heads, d, dtype, causal,
               used=None):

@@ -32,6 +32,7 @@ class OneKernelSource : public KernelSource {
     if (hold != nullptr && problem.seq_k != 1) hold->WaitForNotification();
     absl::MutexLock lock(&mu);
     ++finds;
+    if (!refusal.ok()) return refusal;
     if (bucket.has_value()) return KernelOf(*bucket, arch);
     return KernelOf(problem, arch);
   }
@@ -73,7 +74,8 @@ class OneKernelSource : public KernelSource {
   std::optional<Problem> bucket;
   std::string template_hash;  // When set, the kernel's (not this build's).
   absl::Duration refresh = absl::InfiniteDuration();
-  bool tuned = false;  // Answers are defaults until set.
+  bool tuned = false;                        // Answers are defaults until set.
+  absl::Status refusal ABSL_GUARDED_BY(mu);  // When not OK, every answer.
 };
 
 // Device-sized host buffers (the fake's memory is the host's).
@@ -316,6 +318,64 @@ TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
   served = runtime_->KernelFor(Decode(7), nullptr);
   EXPECT_FALSE(served->transferred());
   EXPECT_EQ(gpu_.module_loads, 2);  // The daemon's kernel, loaded once.
+}
+
+// Told not to wait, the first problem of a class is refused at once while
+// its kernel is fetched (once) in the background; a launch after the answer
+// came loads it, but not under capture.
+TEST_F(RuntimeFakeGpuTest, ANewClassNeverWaitsWhenToldNotTo) {
+  absl::Notification hold;
+  source_->every_problem = true;
+  source_->hold = &hold;
+  runtime_->WaitForNewClasses(false);
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(runtime_->Plan(Decode(5), nullptr).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(gpu_.attention_launches, 0);
+  hold.Notify();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // The answer taken in.
+  gpu_.capturing = true;
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(gpu_.module_loads, 0);
+  gpu_.capturing = false;
+  ASSERT_TRUE(Launch(Decode(5)).ok());
+  EXPECT_EQ(source_->Finds(), 1);  // Asked once for all those calls.
+  EXPECT_EQ(gpu_.module_loads, 1);
+  ASSERT_TRUE(Launch(Decode(6)).ok());  // Its class's kernel, at once.
+  EXPECT_EQ(gpu_.attention_launches, 2);
+}
+
+// Told not to wait, a source's refusal of a new class's problem is the
+// call's after it came; KernelFor waits for the answer.
+TEST_F(RuntimeFakeGpuTest, AnUnwaitedRefusalComesOnceAndKernelForWaits) {
+  source_->every_problem = true;
+  {
+    absl::MutexLock lock(&source_->mu);
+    source_->refusal = absl::NotFoundError("no kernel for it");
+  }
+  runtime_->WaitForNewClasses(false);
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(runtime_->KernelFor(Decode(5), nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  {
+    absl::MutexLock lock(&source_->mu);
+    source_->refusal = absl::OkStatus();
+  }
+  absl::StatusOr<v1::Kernel> kernel = runtime_->KernelFor(Decode(5), nullptr);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  EXPECT_EQ(source_->Finds(), 3);
+  ASSERT_TRUE(Launch(Decode(5)).ok());
 }
 
 // A length served provisionally whose answer is the kernel it runs already

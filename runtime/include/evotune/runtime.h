@@ -17,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -100,9 +101,11 @@ class BundleSource : public KernelSource {
 // a problem whose class (all but seq_k) was served before is served at once
 // by that kernel, its geometry computed here, while its own kernel is
 // fetched in the background and is loaded and takes over at a later launch
-// outside stream capture (if it needs no more scratch). Destroying it unloads
-// its modules and frees its scratch; the contexts it used must still exist
-// then.
+// outside stream capture (if it needs no more scratch). The first problem
+// of a class waits for the source's answer, or with WaitForNewClasses(false)
+// never does (the caller serves it another way meanwhile). Destroying it
+// unloads its modules and frees its scratch; the contexts it used must still
+// exist then.
 class Runtime {
  public:
   // `driver`: the driver API it calls; null: the machine's
@@ -113,6 +116,15 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
+  // Whether Attention and Plan wait for the source's answer for a problem
+  // of a class the runtime serves nothing of yet (true, the default). With
+  // false and a source that answers every problem (a daemon), such a call
+  // is refused at once with UNAVAILABLE while the kernel is fetched in the
+  // background; a call after it came (outside stream capture, where no
+  // module is loaded) is served by it, or gets the source's error once.
+  // KernelFor always waits.
+  void WaitForNewClasses(bool wait);
+
   // Launches the kernel for call.problem on `stream` (in the stream's
   // context; 0 is the current context's legacy stream). Errors:
   // INVALID_ARGUMENT naming the field ("problem.kv_heads", "q.data",
@@ -120,11 +132,12 @@ class Runtime {
   // driver call); NOT_FOUND when the source has no kernel for the
   // problem; FAILED_PRECONDITION when there is no CUDA context or device,
   // or the kernel is for another architecture or parameter layout;
-  // INTERNAL for a driver error.
+  // INTERNAL for a driver error; UNAVAILABLE as WaitForNewClasses says.
   absl::Status Attention(const AttentionCall& call, CUstream stream);
 
   // The kernel that serves `problem` in the stream's context (loaded on
-  // first use), e.g. to size scratch the caller provides.
+  // first use, waiting for the source), e.g. to size scratch the caller
+  // provides.
   absl::StatusOr<v1::Kernel> KernelFor(const Problem& problem, CUstream stream);
 
   // A plan of the kernel that serves `problem` in the stream's context
@@ -149,7 +162,20 @@ class Runtime {
   absl::StatusOr<const CudaDriver*> Driver() const;
   struct Fetch;  // A problem's own kernel, asked for in the background.
   absl::StatusOr<Loaded*> Load(const CudaDriver& d, const Problem& problem,
-                               CUcontext ctx, CUstream stream);
+                               CUcontext ctx, CUstream stream, bool wait);
+  absl::StatusOr<AttentionPlan> Plan(const Problem& problem, CUstream stream,
+                                     bool wait);
+  // The source's answer for a problem of a new class made its Loaded.
+  absl::StatusOr<Loaded*> Install(const CudaDriver& d, const Problem& problem,
+                                  const DeviceInfo& device, CUcontext ctx,
+                                  absl::StatusOr<v1::Kernel> kernel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE for a problem of a new class, its kernel asked for in the
+  // background (once), or what the answer that came makes of it.
+  absl::StatusOr<Loaded*> Unwaited(const CudaDriver& d, const Problem& problem,
+                                   const DeviceInfo& device, CUcontext ctx,
+                                   CUstream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::unique_ptr<Loaded>> Make(const CudaDriver& d,
                                                v1::Kernel kernel,
                                                const DeviceInfo& device,
@@ -202,6 +228,12 @@ class Runtime {
   std::map<std::pair<CUcontext, std::string>, std::unique_ptr<Fetch>> fetched_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Loaded>> replaced_ ABSL_GUARDED_BY(mu_);
+  // Problems of new classes asked for in the background, and the answers
+  // that came for them (WaitForNewClasses(false)).
+  std::set<std::pair<CUcontext, std::string>> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<CUcontext, std::string>, absl::StatusOr<v1::Kernel>>
+      arrived_ ABSL_GUARDED_BY(mu_);
+  bool wait_for_new_classes_ ABSL_GUARDED_BY(mu_) = true;
   std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;  // Refresh rounds begun.

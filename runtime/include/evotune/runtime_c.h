@@ -2,7 +2,8 @@
  * languages that cannot link C++ (the Python package loads it with ctypes).
  * The same runtime as evotune/runtime.h: one per process is enough; every
  * function is thread-safe. Status codes are absl::StatusCode's values (0 OK,
- * 3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL);
+ * 3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL,
+ * 14 UNAVAILABLE);
  * evotune_last_error() gives the message of this thread's last failure. */
 #ifndef EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_C_H_
 #define EVOTUNE_RUNTIME_INCLUDE_EVOTUNE_RUNTIME_C_H_
@@ -39,7 +40,7 @@ typedef struct {
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 4
+#define EVOTUNE_RUNTIME_API_VERSION 5
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
@@ -70,6 +71,16 @@ evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
                                                  const char* tls_cert,
                                                  const char* tls_key);
 void evotune_runtime_close(evotune_runtime* runtime);
+
+/* wait 1 (the default): a call for a problem of a class the runtime serves
+ * nothing of yet (all but seq_k alike) waits for the daemon's answer.
+ * wait 0: such a call of evotune_runtime_attention(_lengths) or
+ * evotune_runtime_plan answers 14 UNAVAILABLE at once while the kernel is
+ * fetched in the background; serve it another way and call again (a call
+ * after the answer came, outside stream capture, is served by it or gets
+ * its error once). _scratch and _describe always wait. A bundle's runtime
+ * never waits on the network and ignores it. */
+void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime, int wait);
 
 /* The scratch the kernel for `problem` needs (in the context of `stream`, a
  * CUstream): fp32 values and zero-initialised ints. Loads the kernel. */
