@@ -35,17 +35,31 @@ def sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
-def run_pass(fn, q, cache_k, cache_v, lengths, keep=None):
+def run_pass(fn, q, cache_k, cache_v, lengths, keep=None, steps=None):
     """Wall time of one call of fn per length, in seconds. With `keep` (a
-    dict), every 16th step's output is kept there by length."""
+    dict), every 16th step's output is kept there by length; with `steps`
+    (a list), each call's host time is appended to it, in seconds."""
     torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = last = time.perf_counter()
     for i, n in enumerate(lengths):
         o = fn(q, cache_k[:, :, :n], cache_v[:, :, :n])
         if keep is not None and i % 16 == 0:
             keep[n] = o
+        if steps is not None:
+            now = time.perf_counter()
+            steps.append(now - last)
+            last = now
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def slowest(steps, lengths, count=8):
+    """The `count` slowest calls of a pass ([length, µs]) and the host time
+    all calls took beyond the median call's, in µs."""
+    median = sorted(steps)[len(steps) // 2]
+    top = sorted(range(len(steps)), key=lambda i: -steps[i])[:count]
+    return ([[lengths[i], round(steps[i] * 1e6, 1)] for i in top],
+            round(sum(max(0.0, t - median) for t in steps) * 1e6, 1))
 
 
 def worst_error(outputs, q, cache_k, cache_v):
@@ -135,9 +149,12 @@ def main():
     warm_clocks()
     before = used_bytes()
     first_outputs = {}  # The first pass's, checked after the timing.
-    first = run_pass(op, q, cache_k, cache_v, lengths, first_outputs)
+    first_steps = []
+    first = run_pass(op, q, cache_k, cache_v, lengths, first_outputs,
+                     first_steps)
     after_first = used_bytes()
-    second = run_pass(op, q, cache_k, cache_v, lengths)
+    second_steps = []
+    second = run_pass(op, q, cache_k, cache_v, lengths, steps=second_steps)
     more = {}
     if args.lengths:  # Before SDPA runs: the op's memory alone.
         span = range(args.start + args.steps, args.start + args.lengths)
@@ -157,6 +174,8 @@ def main():
     served_last = et.kernel_for(q, cache_k[:, :, :lengths[-1]], reason=True)
     row = {"first_s": first, "second_s": second, "sdpa_s": sdpa_s,
            "sdpa_first_s": sdpa_first,
+           "first_slowest_us": slowest(first_steps, lengths),
+           "second_slowest_us": slowest(second_steps, lengths),
            "first_over_second": first / second,
            "second_over_sdpa": second / sdpa_s,
            "per_step_us": {"first": first / args.steps * 1e6,
@@ -181,6 +200,10 @@ def main():
           f"(second / SDPA {row['second_over_sdpa']:.2f}x); worst rel err "
           f"against SDPA {worst:.1e} (first pass, every 16th step: "
           f"{first_worst:.1e}); the last length served by {served_last}")
+    for name in ("first", "second"):
+        top, excess = row[f"{name}_slowest_us"]
+        print(f"{name} pass: {excess:.0f} us beyond the median call; slowest "
+              "calls (keys, us): " + ", ".join(f"{n} {t}" for n, t in top))
     print("GPU memory in use: " + ", ".join(
         f"{k} {v / 2**20:.1f} MiB" for k, v in mem.items()))
     if args.profile:

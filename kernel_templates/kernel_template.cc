@@ -105,17 +105,32 @@ absl::Status CheckGeometry(const LaunchGeometry& g,
   return absl::OkStatus();
 }
 
-absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
-                         const Problem& problem, const DeviceLimits& limits) {
+namespace {
+
+absl::Status CheckConstraints(const KernelTemplate& t, const Config& config,
+                              const Problem& problem,
+                              const DeviceLimits& limits, bool waste_too) {
   if (absl::Status s = CheckDevice(t, limits); !s.ok()) return s;
   if (absl::Status s = t.space.Contains(config); !s.ok()) return s;
   for (const Constraint& c : t.constraints) {
-    if (!c.holds(config, problem)) {
+    if ((waste_too || !c.waste_only) && !c.holds(config, problem)) {
       return absl::InvalidArgumentError(
           absl::StrCat("constraint violated: ", c.expression));
     }
   }
   return CheckGeometry(t.geometry(config, problem), limits);
+}
+
+}  // namespace
+
+absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
+                         const Problem& problem, const DeviceLimits& limits) {
+  return CheckConstraints(t, config, problem, limits, /*waste_too=*/true);
+}
+
+absl::Status CheckServes(const KernelTemplate& t, const Config& config,
+                         const Problem& problem, const DeviceLimits& limits) {
+  return CheckConstraints(t, config, problem, limits, /*waste_too=*/false);
 }
 
 bool RunsOn(const KernelTemplate& t, const Config& config,

@@ -70,6 +70,11 @@ inline constexpr int kMaxTmaBoxRows = 256;
 struct Constraint {
   std::string expression;
   std::function<bool(const Config&, const Problem&)> holds;
+  // Broken only by configs that run correctly but waste the GPU on the
+  // problem (idle rows, splits without keys): a kernel compiled for a larger
+  // problem still serves it (CheckServes), as a bucket's kernel serves the
+  // lengths within it.
+  bool waste_only = false;
 };
 
 struct KernelTemplate {
@@ -158,6 +163,12 @@ absl::Status CheckGeometry(const LaunchGeometry& g, const DeviceLimits& limits);
 // config outside the space or breaking a constraint and RESOURCE_EXHAUSTED
 // for device limits; the message says which.
 absl::Status CheckConfig(const KernelTemplate& t, const Config& config,
+                         const Problem& problem, const DeviceLimits& limits);
+
+// CheckConfig without the waste_only constraints: OK when a kernel of
+// `config`, compiled for a problem holding `problem` (its bucket, or its
+// class served provisionally), runs correctly on it.
+absl::Status CheckServes(const KernelTemplate& t, const Config& config,
                          const Problem& problem, const DeviceLimits& limits);
 
 // Whether `config` of `t` can serve `problem` on a device of `limits`: the

@@ -123,7 +123,7 @@ absl::StatusOr<LaunchGeometry> GeometryOn(const v1::Kernel& kernel,
   }
   absl::StatusOr<Config> config = ConfigFromProto(kernel.config());
   if (!config.ok()) return config.status();
-  if (absl::Status s = CheckConfig(*t, *config, problem, limits); !s.ok()) {
+  if (absl::Status s = CheckServes(*t, *config, problem, limits); !s.ok()) {
     return s;
   }
   return t->geometry(*config, problem);

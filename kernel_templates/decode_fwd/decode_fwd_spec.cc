@@ -172,13 +172,15 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
       {"ROWS == 16 || 2 * PACKED_ROWS > ROWS",
        [](const Config& c, const Problem& p) {
          return c.at("ROWS") == 16 || 2 * PackedRows(p) > c.at("ROWS");
-       }},
+       },
+       /*waste_only=*/true},
       // At least half of the splits get a key tile.
       {"KV_SPLITS == 1 || KV_SPLITS / 2 * TILE_N < SEQ_K",
        [](const Config& c, const Problem& p) {
          return c.at("KV_SPLITS") == 1 ||
                 c.at("KV_SPLITS") / 2 * c.at("TILE_N") < p.seq_k;
-       }},
+       },
+       /*waste_only=*/true},
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
   };

@@ -34,7 +34,6 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from . import checks
@@ -343,17 +342,19 @@ def _lookup(q, k, v, causal, scale, wait=False):
     return entry
 
 
-# SDPA's backends that set up nothing per shape (cuDNN builds a plan for
-# each new one, tens of milliseconds): those that answer while a kernel is
-# on its way, whose calls are each of a new length in a decode loop.
-_SETUP_FREE = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-               SDPBackend.MATH]
-
-
 def _sdpa(q, k, v, causal, scale, setup_free=False):
-    if setup_free:
-        with sdpa_kernel(_SETUP_FREE):
+    """SDPA with the op's semantics. setup_free: without its cuDNN backend,
+    which builds a plan for every new shape (65 ms a call on the H200 for
+    decode steps of new lengths): the calls answered while a kernel is on
+    its way are each of a new length in a decode loop. (A switch, not
+    sdpa_kernel(), whose context costs tens of microseconds a call; SDPA
+    calls of other threads meanwhile may take another backend.)"""
+    if setup_free and torch.backends.cuda.cudnn_sdp_enabled():
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        try:
             return _sdpa(q, k, v, causal, scale)
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(True)
     # PyTorch 2.11's SDPA answered wrongly for CUDA tensors whose data or
     # rows were not 16-byte aligned: hand it aligned copies then.
     q, k, v = (t.clone(memory_format=torch.contiguous_format)

@@ -138,6 +138,12 @@ TEST(KernelTemplateTest, RunsOnNeedsSupportAndTheGates) {
   Problem few_keys = p;  // Half the splits would get no key tile.
   few_keys.seq_k = 40;
   EXPECT_FALSE(RunsOn(t, c, few_keys, h100));
+  // But a kernel of it compiled for more keys serves them: the constraint
+  // is one of waste only.
+  EXPECT_TRUE(CheckServes(t, c, few_keys, h100).ok());
+  Problem one_key = few_keys;
+  one_key.seq_k = 1;
+  EXPECT_TRUE(CheckServes(t, c, one_key, h100).ok());
   DeviceLimits small = h100;
   small.smem_per_block_bytes = 48 * 1024;  // The rings do not fit.
   EXPECT_FALSE(RunsOn(t, c, p, small));
