@@ -53,6 +53,7 @@ absl::StatusOr<const CudaDriver*> Load() {
   EVOTUNE_RESOLVE(cuCtxPopCurrent);
   EVOTUNE_RESOLVE(cuStreamGetCtx);
   EVOTUNE_RESOLVE(cuStreamIsCapturing);
+  EVOTUNE_RESOLVE(cuThreadExchangeStreamCaptureMode);
   EVOTUNE_RESOLVE(cuMemsetD32Async);
   EVOTUNE_RESOLVE(cuModuleLoadData);
   EVOTUNE_RESOLVE(cuModuleUnload);

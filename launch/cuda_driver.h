@@ -33,6 +33,7 @@ struct CudaDriver {
   EVOTUNE_CU_FN(cuCtxPopCurrent);
   EVOTUNE_CU_FN(cuStreamGetCtx);
   EVOTUNE_CU_FN(cuStreamIsCapturing);
+  EVOTUNE_CU_FN(cuThreadExchangeStreamCaptureMode);
   EVOTUNE_CU_FN(cuMemsetD32Async);
   EVOTUNE_CU_FN(cuModuleLoadData);
   EVOTUNE_CU_FN(cuModuleUnload);

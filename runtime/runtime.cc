@@ -152,6 +152,13 @@ bool SameKernel(const v1::Kernel& a, const v1::Kernel& b) {
          x.ok() && y.ok() && *x == *y;
 }
 
+// A cubin serves every problem of its head_dim and dtype: one module for
+// all of them, known by the kernel's name and the cubin's bytes.
+std::string ModuleIdentity(const v1::Kernel& kernel) {
+  return absl::StrCat(kernel.kernel_name(), " ", kernel.cubin().size(), " ",
+                      absl::Hash<std::string>()(kernel.cubin()));
+}
+
 bool Capturing(const CudaDriver& d, CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return d.cuStreamIsCapturing == nullptr ||
@@ -508,8 +515,8 @@ Runtime::Loaded* Runtime::TakeOver(const CudaDriver& d, Loaded* current,
                                    CUstream stream) {
   auto fetched = fetched_.find({current->ctx, current->problem_key});
   if (fetched == fetched_.end() || Capturing(d, stream)) return current;
-  // Loaded here, on the launching thread outside capture: loading a module
-  // while another thread captures in global mode would break its capture.
+  // Taken over here, on the launching thread outside capture (its module was
+  // loaded in the background, or is loaded now).
   std::unique_ptr<Fetch> f = std::move(fetched->second);
   fetched_.erase(fetched);
   absl::StatusOr<std::unique_ptr<Loaded>> own =
@@ -552,6 +559,10 @@ void Runtime::FetchInBackground() {
     mu_.Unlock();
     absl::StatusOr<v1::Kernel> kernel =
         source_->Find(f->problem, f->device.name, arch);
+    // Its module loaded here, so that the launch taking it over does not.
+    if (kernel.ok() && CheckServable(*kernel, key, arch).ok()) {
+      Preload(*kernel, f->ctx);
+    }
     mu_.Lock();
     const bool pending = pending_.erase({f->ctx, key}) > 0;
     auto current = loaded_.find({f->ctx, key});
@@ -582,23 +593,14 @@ void Runtime::FetchInBackground() {
   }
 }
 
-absl::StatusOr<Runtime::Module*> Runtime::LoadModule(const CudaDriver& d,
-                                                     const v1::Kernel& kernel,
-                                                     CUcontext ctx) {
-  // A cubin serves every problem of its head_dim and dtype: one module for
-  // all of them, known by the kernel's name and the cubin's bytes.
-  const std::string identity =
-      absl::StrCat(kernel.kernel_name(), " ", kernel.cubin().size(), " ",
-                   absl::Hash<std::string>()(kernel.cubin()));
-  std::unique_ptr<Module>& module = modules_[{ctx, identity}];
-  if (module != nullptr) return module.get();
+absl::StatusOr<std::unique_ptr<Runtime::Module>> Runtime::NewModule(
+    const CudaDriver& d, const v1::Kernel& kernel, CUcontext ctx) {
   ScopedContext current(d, ctx);
   auto fresh = std::make_unique<Module>();
   if (absl::Status s =
           d.Check(d.cuModuleLoadData(&fresh->module, kernel.cubin().data()),
                   "cuModuleLoadData");
       !s.ok()) {
-    modules_.erase({ctx, identity});
     return s;
   }
   if (absl::Status s =
@@ -607,11 +609,48 @@ absl::StatusOr<Runtime::Module*> Runtime::LoadModule(const CudaDriver& d,
                   "cuModuleGetFunction");
       !s.ok()) {
     d.cuModuleUnload(fresh->module);
-    modules_.erase({ctx, identity});
     return s;
   }
-  module = std::move(fresh);
+  return fresh;
+}
+
+absl::StatusOr<Runtime::Module*> Runtime::LoadModule(const CudaDriver& d,
+                                                     const v1::Kernel& kernel,
+                                                     CUcontext ctx) {
+  std::unique_ptr<Module>& module = modules_[{ctx, ModuleIdentity(kernel)}];
+  if (module != nullptr) return module.get();
+  absl::StatusOr<std::unique_ptr<Module>> fresh = NewModule(d, kernel, ctx);
+  if (!fresh.ok()) {
+    modules_.erase({ctx, ModuleIdentity(kernel)});
+    return fresh.status();
+  }
+  module = *std::move(fresh);
   return module.get();
+}
+
+void Runtime::Preload(const v1::Kernel& kernel, CUcontext ctx) {
+  absl::StatusOr<const CudaDriver*> d = Driver();
+  if (!d.ok() || (*d)->cuThreadExchangeStreamCaptureMode == nullptr) return;
+  const std::pair<CUcontext, std::string> key{ctx, ModuleIdentity(kernel)};
+  {
+    absl::MutexLock lock(&mu_);
+    if (modules_.count(key) > 0) return;
+  }
+  // Relaxed, so that loading never breaks another thread's capture in
+  // global mode; a failure is left to the launching thread to report.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  (*d)->cuThreadExchangeStreamCaptureMode(&mode);
+  absl::StatusOr<std::unique_ptr<Module>> fresh = NewModule(**d, kernel, ctx);
+  (*d)->cuThreadExchangeStreamCaptureMode(&mode);
+  if (!fresh.ok()) return;
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<Module>& module = modules_[key];
+  if (module == nullptr) {
+    module = *std::move(fresh);
+  } else {  // Another thread's came first.
+    ScopedContext current(**d, ctx);
+    (*d)->cuModuleUnload((*fresh)->module);
+  }
 }
 
 absl::StatusOr<Runtime::Scratch*> Runtime::ScratchFor(const CudaDriver& d,

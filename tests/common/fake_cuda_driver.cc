@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "kernel_templates/common/attention_params.cuh"
@@ -134,9 +135,17 @@ CUresult MemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
   std::memcpy(dst, At<void>(src), bytes);
   return State().faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
+thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+CUresult ThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  std::swap(*mode, capture_mode);
+  return CUDA_SUCCESS;
+}
 CUresult ModuleLoadData(CUmodule* m, const void*) {
   *m = reinterpret_cast<CUmodule>(new int(0));
   ++State().module_loads;
+  if (capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) {
+    ++State().relaxed_module_loads;
+  }
   return CUDA_SUCCESS;
 }
 CUresult ModuleUnload(CUmodule m) {
@@ -318,6 +327,7 @@ const CudaDriver* FakeCudaDriver::Install() {
     d->cuCtxPopCurrent = CtxPopCurrent;
     d->cuStreamGetCtx = StreamGetCtx;
     d->cuStreamIsCapturing = StreamIsCapturing;
+    d->cuThreadExchangeStreamCaptureMode = ThreadExchangeStreamCaptureMode;
     d->cuCtxGetDevice = CtxGetDevice;
     d->cuCtxSynchronize = CtxSynchronize;
     d->cuMemAlloc = MemAlloc;

@@ -43,6 +43,9 @@ struct FakeGpuState {
   // Counters of what the evaluator did.
   int attention_launches = 0;
   int module_loads = 0;
+  // Of those, loaded by a thread in relaxed capture mode
+  // (cuThreadExchangeStreamCaptureMode).
+  int relaxed_module_loads = 0;
   int allocations = 0;
   int fills = 0;
   int scrubs = 0;

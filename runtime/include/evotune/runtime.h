@@ -198,6 +198,12 @@ class Runtime {
   absl::StatusOr<Module*> LoadModule(const CudaDriver& d,
                                      const v1::Kernel& kernel, CUcontext ctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::StatusOr<std::unique_ptr<Module>> NewModule(
+      const CudaDriver& d, const v1::Kernel& kernel, CUcontext ctx);
+  // Loads the module of a fetched kernel on the fetcher's thread, unless
+  // loaded, so that the launch taking it over finds it.
+  void Preload(const v1::Kernel& kernel, CUcontext ctx)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<DeviceInfo> ContextDevice(const CudaDriver& d, CUcontext ctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches `kernel` for `call` in `ctx` with the scratch given.
