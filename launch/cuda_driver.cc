@@ -75,6 +75,8 @@ absl::StatusOr<const CudaDriver*> Load() {
   EVOTUNE_RESOLVE(cuEventSynchronize);
   EVOTUNE_RESOLVE(cuEventElapsedTime);
   EVOTUNE_RESOLVE(cuTensorMapEncodeTiled);
+  d->cuFuncLoad = reinterpret_cast<decltype(d->cuFuncLoad)>(
+      dlsym(lib, EVOTUNE_EXPANDED_SYMBOL(cuFuncLoad)));
 #undef EVOTUNE_RESOLVE
 #undef EVOTUNE_EXPANDED_SYMBOL
 #undef EVOTUNE_SYMBOL

@@ -55,6 +55,9 @@ struct CudaDriver {
   EVOTUNE_CU_FN(cuEventSynchronize);
   EVOTUNE_CU_FN(cuEventElapsedTime);
   EVOTUNE_CU_FN(cuTensorMapEncodeTiled);
+  // Optional (drivers of CUDA 12.4 on; null before): loads a function its
+  // module left to load lazily.
+  EVOTUNE_CU_FN(cuFuncLoad);
 #undef EVOTUNE_CU_FN
 
   // Loads the driver and calls cuInit(0) once per process. UNAVAILABLE with a

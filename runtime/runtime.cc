@@ -638,9 +638,15 @@ void Runtime::Preload(const v1::Kernel& kernel, CUcontext ctx) {
   }
   // Relaxed, so that loading never breaks another thread's capture in
   // global mode; a failure is left to the launching thread to report.
+  // Its function loaded too: a module loads lazily, at the first launch or
+  // attribute set otherwise (milliseconds).
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   (*d)->cuThreadExchangeStreamCaptureMode(&mode);
   absl::StatusOr<std::unique_ptr<Module>> fresh = NewModule(**d, kernel, ctx);
+  if (fresh.ok() && (*d)->cuFuncLoad != nullptr) {
+    ScopedContext current(**d, ctx);
+    (*d)->cuFuncLoad((*fresh)->function);
+  }
   (*d)->cuThreadExchangeStreamCaptureMode(&mode);
   if (!fresh.ok()) return;
   absl::MutexLock lock(&mu_);

@@ -148,6 +148,10 @@ CUresult ModuleLoadData(CUmodule* m, const void*) {
   }
   return CUDA_SUCCESS;
 }
+CUresult FuncLoad(CUfunction) {
+  ++State().function_loads;
+  return CUDA_SUCCESS;
+}
 CUresult ModuleUnload(CUmodule m) {
   delete reinterpret_cast<int*>(m);
   return CUDA_SUCCESS;
@@ -337,6 +341,7 @@ const CudaDriver* FakeCudaDriver::Install() {
     d->cuMemcpyDtoH = MemcpyDtoH;
     d->cuMemcpyHtoD = MemcpyHtoD;
     d->cuModuleLoadData = ModuleLoadData;
+    d->cuFuncLoad = FuncLoad;
     d->cuModuleUnload = ModuleUnload;
     d->cuModuleGetFunction = ModuleGetFunction;
     d->cuFuncGetAttribute = FuncGetAttribute;

@@ -343,6 +343,7 @@ TEST_F(RuntimeFakeGpuTest, ANewClassNeverWaitsWhenToldNotTo) {
   // Its module loaded in the background, never breaking a capture.
   EXPECT_EQ(gpu_.module_loads, 1);
   EXPECT_EQ(gpu_.relaxed_module_loads, 1);
+  EXPECT_EQ(gpu_.function_loads, 1);  // Not left to the first launch.
   gpu_.capturing = true;
   EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
   gpu_.capturing = false;
