@@ -117,15 +117,17 @@ def main():
     ap.add_argument("--profile", type=int, default=0,
                     help="then profile (cProfile) a pass over this many new "
                     "lengths and a pass over them again")
-    ap.add_argument("--wait", action="store_true",
-                    help="daemon mode: the first call of a new kind of "
-                    "problem waits for the daemon's kernel (by default SDPA "
-                    "answers meanwhile)")
+    ap.add_argument("--wait", type=float,
+                    help="daemon mode: seconds the first call of a new kind "
+                    "of problem waits for the daemon's kernel before SDPA "
+                    "answers meanwhile (the op's default if not given; inf: "
+                    "until it comes)")
     ap.add_argument("--json")
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()
     if args.daemon:
-        et.use(daemon=args.daemon, wait=args.wait)
+        et.use(daemon=args.daemon, **({} if args.wait is None else
+                                       {"wait": args.wait}))
     else:
         et.use(bundle=args.bundle)
     most = args.start + max(args.steps, args.lengths) + args.profile

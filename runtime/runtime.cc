@@ -350,7 +350,8 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
         return out;
       }
     }
-    if (source_->AnswersEveryProblem() && !wait && !wait_for_new_classes_) {
+    if (source_->AnswersEveryProblem() && !wait &&
+        new_class_wait_ < absl::InfiniteDuration()) {
       return Unwaited(d, problem, device, ctx, stream);
     }
   }
@@ -400,26 +401,33 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Unwaited(const CudaDriver& d,
                                                    CUcontext ctx,
                                                    CUstream stream) {
   const std::pair<CUcontext, std::string> key{ctx, ProblemKey(problem)};
-  auto arrived = arrived_.find(key);
-  // Loaded outside capture only (a module load would break it).
-  if (arrived != arrived_.end() && !Capturing(d, stream)) {
-    absl::StatusOr<v1::Kernel> kernel = std::move(arrived->second);
-    arrived_.erase(arrived);
-    return Install(d, problem, device, ctx, std::move(kernel));
-  }
-  if (arrived == arrived_.end() && pending_.insert(key).second) {
+  // Installed outside capture only (a fetched kernel never changes there).
+  const bool capturing = Capturing(d, stream);
+  if (arrived_.count(key) == 0 && pending_.insert(key).second) {
     fetches_.push_back(
         std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
     StartFetcher();
+  }
+  if (!capturing && new_class_wait_ > absl::ZeroDuration()) {
+    auto came = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return arrived_.count(key) > 0 || stopping_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&came), new_class_wait_);
+  }
+  auto arrived = arrived_.find(key);
+  if (arrived != arrived_.end() && !capturing) {
+    absl::StatusOr<v1::Kernel> kernel = std::move(arrived->second);
+    arrived_.erase(arrived);
+    return Install(d, problem, device, ctx, std::move(kernel));
   }
   return absl::UnavailableError(absl::StrCat(
       "the kernel for ", key.second,
       " is being fetched: serve this call another way and ask again"));
 }
 
-void Runtime::WaitForNewClasses(bool wait) {
+void Runtime::WaitForNewClasses(absl::Duration most) {
   absl::MutexLock lock(&mu_);
-  wait_for_new_classes_ = wait;
+  new_class_wait_ = std::max(most, absl::ZeroDuration());
 }
 
 void Runtime::StartFetcher() {

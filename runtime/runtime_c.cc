@@ -142,8 +142,10 @@ evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
 
 void evotune_runtime_close(evotune_runtime* runtime) { delete runtime; }
 
-void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime, int wait) {
-  runtime->runtime->WaitForNewClasses(wait != 0);
+void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime,
+                                          int64_t max_us) {
+  runtime->runtime->WaitForNewClasses(max_us < 0 ? absl::InfiniteDuration()
+                                                 : absl::Microseconds(max_us));
 }
 
 int evotune_runtime_scratch(evotune_runtime* runtime,

@@ -58,7 +58,7 @@ def _declare(lib):
     lib.evotune_runtime_open_daemon_tls.argtypes = [ctypes.c_char_p] * 5
     lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
     lib.evotune_runtime_wait_for_new_classes.argtypes = [ctypes.c_void_p,
-                                                         ctypes.c_int]
+                                                         ctypes.c_int64]
     lib.evotune_runtime_scratch.argtypes = [
         ctypes.c_void_p, p(Problem), ctypes.c_void_p, p(ctypes.c_int64),
         p(ctypes.c_int64)]
@@ -150,12 +150,14 @@ class Runtime:
     def __del__(self):
         self.close()
 
-    def wait_for_new_classes(self, wait):
-        """Whether launches and plans of a problem of a class the runtime
-        serves nothing of yet wait for the daemon (True, the default) or
-        answer UNAVAILABLE at once while its kernel is fetched
-        (evotune_runtime_wait_for_new_classes)."""
-        self.lib.evotune_runtime_wait_for_new_classes(self.handle, int(wait))
+    def wait_for_new_classes(self, seconds):
+        """How long launches and plans of a problem of a class the runtime
+        serves nothing of yet wait for the daemon: None until its answer
+        comes (the default), else at most `seconds`, then UNAVAILABLE while
+        its kernel is fetched (evotune_runtime_wait_for_new_classes)."""
+        forever = seconds is None or seconds == float("inf")
+        us = -1 if forever else max(0, int(seconds * 1e6))
+        self.lib.evotune_runtime_wait_for_new_classes(self.handle, us)
 
     def last_error(self):
         """The message of this thread's last failed call."""

@@ -62,17 +62,19 @@ class _State:
 
 
 def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
-        tls_cert=None, tls_key=None, length_buckets=None, wait=False):
+        tls_cert=None, tls_key=None, length_buckets=None, wait=0.005):
     """Serves kernels from a bundle file (`evotune export`) or a daemon
     (over TLS with tls_ca, and tls_cert/tls_key for mutual TLS).
     length_buckets: increasing bounds of the varlen buckets' maximum
     lengths (varlen_attention rounds max_seqlen_q and max_seqlen_k up to
     the first at or above; past the last, and by default, to the next power
-    of two, at least 16). wait: in daemon mode, whether the first call of a
-    new kind of problem (all but the key length alike) waits for the
-    daemon's kernel (which may compile it first); by default it is answered
-    by SDPA while the kernel is fetched in the background, and a later call
-    runs it. kernel_for() and VarlenPlan always wait."""
+    of two, at least 16). wait: in daemon mode, the seconds the first call
+    of a new kind of problem (all but the key length alike) waits for the
+    daemon's kernel (which may compile it first, about a second) before
+    SDPA answers it while the kernel is fetched in the background (a later
+    call runs it): 5 ms by default, time for a daemon's answer from its
+    store; True: until it comes; False: not at all. kernel_for() and
+    VarlenPlan always wait."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     bounds = check_bounds(length_buckets)
@@ -82,7 +84,8 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         else:
             runtime = _rt.Runtime.open_daemon(daemon, token, tls_ca, tls_cert,
                                               tls_key, library)
-            runtime.wait_for_new_classes(bool(wait))
+            runtime.wait_for_new_classes(
+                None if wait is True else float(wait))
         # The runtime before closes once no prepared call holds it.
         _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}

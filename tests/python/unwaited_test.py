@@ -44,7 +44,7 @@ def reference(q, k, v):
 
 class UnwaitedTest(unittest.TestCase):
     def setUp(self):
-        et.use(daemon=DAEMON)  # wait=False, the default.
+        et.use(daemon=DAEMON, wait=False)  # SDPA at once, not after 5 ms.
 
     def served_within(self, call, entry, seconds=120):
         """Calls `call` until `entry()` is a kernel's plan; each output is

@@ -328,7 +328,7 @@ TEST_F(RuntimeFakeGpuTest, ANewClassNeverWaitsWhenToldNotTo) {
   absl::Notification hold;
   source_->every_problem = true;
   source_->hold = &hold;
-  runtime_->WaitForNewClasses(false);
+  runtime_->WaitForNewClasses(absl::ZeroDuration());
   EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(runtime_->Plan(Decode(5), nullptr).status().code(),
@@ -354,6 +354,24 @@ TEST_F(RuntimeFakeGpuTest, ANewClassNeverWaitsWhenToldNotTo) {
   EXPECT_EQ(gpu_.attention_launches, 2);
 }
 
+// Told to wait a while, a new class's first problem is served when the
+// answer comes within it, and refused with UNAVAILABLE when it does not.
+TEST_F(RuntimeFakeGpuTest, ANewClassWaitsAsLongAsToldAndNoLonger) {
+  source_->every_problem = true;
+  runtime_->WaitForNewClasses(absl::Seconds(10));
+  ASSERT_TRUE(Launch(Decode(5)).ok());  // The answer came at once.
+  EXPECT_EQ(source_->Finds(), 1);
+  absl::Notification hold;
+  source_->hold = &hold;
+  runtime_->WaitForNewClasses(absl::Milliseconds(20));
+  Problem other = Decode(5);
+  other.heads = 8;  // Another class.
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Launch(other).code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  hold.Notify();
+}
+
 // Told not to wait, a source's refusal of a new class's problem is the
 // call's after it came; KernelFor waits for the answer.
 TEST_F(RuntimeFakeGpuTest, AnUnwaitedRefusalComesOnceAndKernelForWaits) {
@@ -362,7 +380,7 @@ TEST_F(RuntimeFakeGpuTest, AnUnwaitedRefusalComesOnceAndKernelForWaits) {
     absl::MutexLock lock(&source_->mu);
     source_->refusal = absl::NotFoundError("no kernel for it");
   }
-  runtime_->WaitForNewClasses(false);
+  runtime_->WaitForNewClasses(absl::ZeroDuration());
   EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   while (source_->Finds() < 1 && absl::Now() < give_up) {

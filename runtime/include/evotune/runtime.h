@@ -102,10 +102,10 @@ class BundleSource : public KernelSource {
 // by that kernel, its geometry computed here, while its own kernel is
 // fetched in the background and is loaded and takes over at a later launch
 // outside stream capture (if it needs no more scratch). The first problem
-// of a class waits for the source's answer, or with WaitForNewClasses(false)
-// never does (the caller serves it another way meanwhile). Destroying it
-// unloads its modules and frees its scratch; the contexts it used must still
-// exist then.
+// of a class waits for the source's answer, or as long as
+// WaitForNewClasses says (the caller serves it another way meanwhile).
+// Destroying it unloads its modules and frees its scratch; the contexts it used
+// must still exist then.
 class Runtime {
  public:
   // `driver`: the driver API it calls; null: the machine's
@@ -116,14 +116,14 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Whether Attention and Plan wait for the source's answer for a problem
-  // of a class the runtime serves nothing of yet (true, the default). With
-  // false and a source that answers every problem (a daemon), such a call
-  // is refused at once with UNAVAILABLE while the kernel is fetched in the
-  // background; a call after it came (outside stream capture, where no
-  // module is loaded) is served by it, or gets the source's error once.
-  // KernelFor always waits.
-  void WaitForNewClasses(bool wait);
+  // How long Attention and Plan wait for the source's answer for a problem
+  // of a class the runtime serves nothing of yet: until it comes (infinite,
+  // the default), or with a source that answers every problem (a daemon) at
+  // most `most` (zero: not at all), after which the call is refused with
+  // UNAVAILABLE while the kernel is fetched in the background; a call after
+  // it came (outside stream capture, where no kernel changes) is served by
+  // it, or gets the source's error once. KernelFor always waits.
+  void WaitForNewClasses(absl::Duration most);
 
   // Launches the kernel for call.problem on `stream` (in the stream's
   // context; 0 is the current context's legacy stream). Errors:
@@ -235,11 +235,12 @@ class Runtime {
       ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Loaded>> replaced_ ABSL_GUARDED_BY(mu_);
   // Problems of new classes asked for in the background, and the answers
-  // that came for them (WaitForNewClasses(false)).
+  // that came for them (WaitForNewClasses).
   std::set<std::pair<CUcontext, std::string>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<CUcontext, std::string>, absl::StatusOr<v1::Kernel>>
       arrived_ ABSL_GUARDED_BY(mu_);
-  bool wait_for_new_classes_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Duration new_class_wait_ ABSL_GUARDED_BY(mu_) =
+      absl::InfiniteDuration();
   std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;  // Refresh rounds begun.

@@ -72,15 +72,17 @@ evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
                                                  const char* tls_key);
 void evotune_runtime_close(evotune_runtime* runtime);
 
-/* wait 1 (the default): a call for a problem of a class the runtime serves
- * nothing of yet (all but seq_k alike) waits for the daemon's answer.
- * wait 0: such a call of evotune_runtime_attention(_lengths) or
- * evotune_runtime_plan answers 14 UNAVAILABLE at once while the kernel is
- * fetched in the background; serve it another way and call again (a call
- * after the answer came, outside stream capture, is served by it or gets
- * its error once). _scratch and _describe always wait. A bundle's runtime
- * never waits on the network and ignores it. */
-void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime, int wait);
+/* How long a call for a problem of a class the runtime serves nothing of
+ * yet (all but seq_k alike) waits for the daemon's answer: max_us < 0 (the
+ * default) until it comes; otherwise at most max_us microseconds (0: not
+ * at all), after which evotune_runtime_attention(_lengths) and
+ * evotune_runtime_plan answer 14 UNAVAILABLE while the kernel is fetched in
+ * the background: serve the call another way and call again (a call after
+ * the answer came, outside stream capture, is served by it or gets its
+ * error once). _scratch and _describe always wait. A bundle's runtime never
+ * waits on the network and ignores it. */
+void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime,
+                                          int64_t max_us);
 
 /* The scratch the kernel for `problem` needs (in the context of `stream`, a
  * CUstream): fp32 values and zero-initialised ints. Loads the kernel. */
