@@ -29,7 +29,6 @@ flash_attn_with_kvcache under FlashAttention's names (evotune/kvcache.py).
 """
 import threading
 import time
-import warnings
 from typing import Optional
 
 import torch
@@ -37,17 +36,10 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from . import checks
+from . import planning
 from . import runtime as _rt
 from .checks import AttentionArgumentError  # noqa: F401 (the op's refusal)
 from .varlen_checks import bucket_bound, check_bounds
-
-# Runtime codes that mean "no kernel for this problem here": the call falls
-# back to SDPA. INVALID_ARGUMENT: outside the problems evotune takes;
-# NOT_FOUND: the bundle or daemon has none; FAILED_PRECONDITION: the
-# bundle's kernel is for another parameter layout.
-_FALLBACK_CODES = {_rt.INVALID_ARGUMENT, _rt.NOT_FOUND,
-                   _rt.FAILED_PRECONDITION}
-
 
 class _State:
     runtime = None  # An evotune.runtime.Runtime.
@@ -113,53 +105,13 @@ def _stream_id(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
-# Seconds between questions for a kernel on its way (_Pending).
-_RETRY_S = 0.002
-
-
-class _Pending(str):
-    """Why SDPA answers while the daemon's kernel for a new kind of problem
-    is on its way: the runtime is asked again once due()."""
-
-    def __new__(cls, why):
-        self = super().__new__(cls, why)
-        self.retry_at = time.monotonic() + _RETRY_S
-        return self
-
-    def due(self):
-        return time.monotonic() >= self.retry_at
+_Pending = planning.Pending
 
 
 def plan_problem(p, stream_id, wait=False):
-    """(plan, None) of the runtime's kernel for problem `p`, or (None, why
-    SDPA answers): a _Pending while a daemon's answer is on its way, unless
-    `wait`. Raises RuntimeError for a runtime error."""
-    runtime = _State.runtime
-    rc, plan = runtime.plan(p, stream_id)
-    if rc == _rt.UNAVAILABLE and not wait:
-        return None, _Pending(f"no evotune kernel yet: {runtime.last_error()}")
-    if rc == _rt.UNAVAILABLE:
-        rc, _ = runtime.describe(p, stream_id)  # Waits for the answer.
-        if rc == 0:
-            rc, plan = runtime.plan(p, stream_id)
-    if rc == 0:
-        return plan, None
-    why = _no_kernel(p, rc)
-    if why is None:
-        raise RuntimeError(f"evotune: {runtime.last_error()}")
-    return None, why
-
-
-def _no_kernel(p, rc):
-    """Records that the source has no kernel for problem `p` (runtime code
-    `rc`) and returns why, or None when `rc` is an error to raise."""
-    if rc not in _FALLBACK_CODES:
-        return None
-    why = f"no evotune kernel: {_State.runtime.last_error()}"
-    _State.missing[p.key()] = why
-    if rc == _rt.FAILED_PRECONDITION:
-        warnings.warn(f"evotune: falls back to SDPA, {why}", RuntimeWarning)
-    return why
+    """planning.plan_problem on the runtime of use()."""
+    return planning.plan_problem(_State.runtime, _State.missing, p, stream_id,
+                                 wait)
 
 
 class _StreamScratch:
