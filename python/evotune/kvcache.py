@@ -179,9 +179,10 @@ def _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id):
     return _Plan(plan, problem, q, k_cache, v_cache, o, scale or 0.0)
 
 
-def _served_reason(q, k_cache, v_cache, scale):
+def _shape_reason(q, k_cache, v_cache, scale):
     """Why evotune's kernels cannot serve a call that passed the checks,
-    or None."""
+    from all but the data pointers (the same for every call of a
+    signature), or None."""
     if not q.is_cuda:
         return f"q is on {q.device}: evotune kernels run on CUDA devices"
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -191,10 +192,28 @@ def _served_reason(q, k_cache, v_cache, scale):
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.numel() == 0:
             return f"{name} is empty (shape {tuple(t.shape)})"
-        if t.stride(3) != 1 or t.data_ptr() % 16 or any(
-                t.stride(i) % 8 for i in range(3) if t.shape[i] > 1):
-            return (f"{name}'s data or strides are off 16-byte boundaries "
-                    "or its head_dim is not contiguous")
+        if t.stride(3) != 1 or any(t.stride(i) % 8 for i in range(3)
+                                   if t.shape[i] > 1):
+            return (f"{name}'s strides are off 16-byte boundaries or its "
+                    "head_dim is not contiguous")
+    return None
+
+
+_MISALIGNED = "the data of q, k_cache or v_cache is off 16-byte boundaries"
+
+
+_UNCHECKED = object()
+
+
+def _served_reason(q, k_cache, v_cache, scale, shape_reason=_UNCHECKED):
+    """Why evotune's kernels cannot serve a call that passed the checks,
+    or None; `shape_reason` is _shape_reason's, when known."""
+    if shape_reason is _UNCHECKED:
+        shape_reason = _shape_reason(q, k_cache, v_cache, scale)
+    if shape_reason is not None:
+        return shape_reason
+    if (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) % 16:
+        return _MISALIGNED
     return None
 
 
@@ -214,9 +233,10 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale):
     return o
 
 
-def _kvcache_impl(q, k_cache, v_cache, used, causal, scale):
+def _kvcache_impl(q, k_cache, v_cache, used, causal, scale,
+                  shape_reason=_UNCHECKED):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    if _served_reason(q, k_cache, v_cache, scale) is None:
+    if _served_reason(q, k_cache, v_cache, scale, shape_reason) is None:
         stream_id = _et._stream_id(q.device)
         plan = _plan_for(q, k_cache, v_cache, o, causal, scale, stream_id)
         if not isinstance(plan, str):
@@ -258,15 +278,50 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
                  block_table=block_table, alibi_slopes=alibi_slopes,
                  window_size=tuple(window_size), softcap=softcap,
                  return_softmax_lse=return_softmax_lse)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    causal = bool(causal)
+    # A decode step (no new keys, nothing unserved) of a signature checked
+    # before is not checked again: its checks see only the signature.
+    step = k is None and v is None and isinstance(
+        cache_seqlens, torch.Tensor) and all(
+            (given[n] is None) if d is None else given[n] == d
+            for n, d in _UNSERVED)
+    key = _step_signature(q, k_cache, v_cache, cache_seqlens, causal,
+                          scale) if step else None
+    shape_reason = _checked.get(key, _UNCHECKED)
+    if shape_reason is _UNCHECKED:
+        shape_reason = _check_call(q, k_cache, v_cache, k, v, cache_seqlens,
+                                   given, scale)
+        if key is not None:
+            if len(_checked) >= 4096:
+                _checked.clear()
+            _checked[key] = shape_reason
+    used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens)
+    args = (q, k_cache, v_cache, used, causal, scale)
+    if _et.eager(q, k_cache, v_cache, used):
+        return _kvcache_impl(*args, shape_reason)
+    return torch.ops.evotune.kvcache_attention(*args)
+
+
+_checked = {}  # A decode step's signature: its _shape_reason.
+
+
+def _step_signature(q, k_cache, v_cache, cache_seqlens, causal, scale):
+    """What a decode step's checks and _shape_reason depend on."""
+    return (_et._State.generation, q.shape, q.stride(), q.dtype, q.device,
+            k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
+            v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+            cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device,
+            causal, scale)
+
+
+def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, given, scale):
+    """Raises AttentionArgumentError for a call that does not fit together
+    or asks for what is not served; else the call's _shape_reason."""
     for name, default in _UNSERVED:
         value = given[name]
         if (value is not None) if default is None else value != default:
             _fail(f"{name} is not served yet (evotune serves dense caches "
                   "without rotary, windows, softcapping, ALiBi or LSE)")
     _check(q, k_cache, v_cache, k, v, cache_seqlens)
-    used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens)
-    args = (q, k_cache, v_cache, used, bool(causal),
-            None if softmax_scale is None else float(softmax_scale))
-    if _et.eager(q, k_cache, v_cache, used):
-        return _kvcache_impl(*args)
-    return torch.ops.evotune.kvcache_attention(*args)
+    return _shape_reason(q, k_cache, v_cache, scale)
