@@ -28,6 +28,30 @@ absl::Status CheckRange(absl::string_view prefix, absl::string_view field,
   return absl::OkStatus();
 }
 
+// A paged problem's page size: 16 to 256 keys, a multiple of 16, dividing
+// seq_k; none for every other layout.
+absl::Status CheckPages(const Problem& p, absl::string_view prefix) {
+  if (p.layout != Layout::kPaged) {
+    if (p.page_size == 0) return absl::OkStatus();
+    return FieldError(
+        prefix, "page_size",
+        absl::StrCat("must be 0 but for a paged layout, got ", p.page_size));
+  }
+  if (p.page_size < kMinPageSize || p.page_size > kMaxPageSize ||
+      p.page_size % kMinPageSize != 0) {
+    return FieldError(
+        prefix, "page_size",
+        absl::StrCat("must be a multiple of ", kMinPageSize, " in [",
+                     kMinPageSize, ", ", kMaxPageSize, "], got ", p.page_size));
+  }
+  if (p.seq_k % p.page_size != 0) {
+    return FieldError(prefix, "seq_k",
+                      absl::StrCat("must be a multiple of page_size (",
+                                   p.page_size, "), got ", p.seq_k));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view DTypeName(DType dtype) {
@@ -47,6 +71,8 @@ absl::string_view LayoutName(Layout layout) {
       return "thd";
     case Layout::kKvCache:
       return "cache";
+    case Layout::kPaged:
+      return "paged";
     case Layout::kDense:
       break;
   }
@@ -54,17 +80,19 @@ absl::string_view LayoutName(Layout layout) {
 }
 
 absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
-  for (Layout l : {Layout::kDense, Layout::kVarlen, Layout::kKvCache}) {
+  for (Layout l :
+       {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
     if (name == LayoutName(l)) return l;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown layout \"", name, "\" (bhsd, thd or cache)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown layout \"", name, "\" (bhsd, thd, cache or paged)"));
 }
 
 bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
-         causal == o.causal && dtype == o.dtype && layout == o.layout;
+         causal == o.causal && dtype == o.dtype && layout == o.layout &&
+         page_size == o.page_size;
 }
 
 absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
@@ -97,6 +125,7 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckPages(p, prefix); !s.ok()) return s;
   const int64_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
   const int64_t k_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
   if (q_elems > kMaxTensorElements) {
@@ -113,10 +142,11 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
 }
 
 std::string ProblemKey(const Problem& p) {
-  return absl::StrCat("b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q",
-                      p.seq_q, "_k", p.seq_k, "_d", p.head_dim, "_",
-                      p.causal ? "causal" : "full", "_", DTypeName(p.dtype),
-                      "_", LayoutName(p.layout));
+  return absl::StrCat(
+      "b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q", p.seq_q, "_k",
+      p.seq_k, "_d", p.head_dim, "_", p.causal ? "causal" : "full", "_",
+      DTypeName(p.dtype), "_", LayoutName(p.layout),
+      p.layout == Layout::kPaged ? absl::StrCat(p.page_size) : std::string());
 }
 
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
@@ -127,8 +157,17 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   };
   if (parts.size() != 9) return bad();
   Problem p;
-  absl::StatusOr<Layout> layout = ParseLayout(parts[8]);
-  if (!layout.ok()) return bad();
+  absl::string_view layout_name = parts[8];
+  if (absl::ConsumePrefix(&layout_name, LayoutName(Layout::kPaged))) {
+    if (!absl::SimpleAtoi(layout_name, &p.page_size) || p.page_size <= 0) {
+      return bad();
+    }
+    layout_name = LayoutName(Layout::kPaged);
+  }
+  absl::StatusOr<Layout> layout = ParseLayout(layout_name);
+  if (!layout.ok() || (p.page_size > 0) != (*layout == Layout::kPaged)) {
+    return bad();
+  }
   p.layout = *layout;
   const std::pair<absl::string_view, int64_t*> numeric[] = {
       {"b", &p.batch}, {"h", &p.heads}, {"kv", &p.kv_heads},
@@ -183,6 +222,10 @@ double ProblemFlops(const Problem& p) {
 double ProblemDistance(const Problem& p, const Problem& q) {
   double d =
       (p.dtype != q.dtype) + (p.causal != q.causal) + (p.layout != q.layout);
+  if (p.page_size > 0 && q.page_size > 0) {
+    const double x = std::log2(static_cast<double>(p.page_size) / q.page_size);
+    d += x * x;
+  }
   for (auto [a, b] : {std::pair{p.batch, q.batch},
                       {p.heads, q.heads},
                       {p.kv_heads, q.kv_heads},

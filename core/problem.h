@@ -33,9 +33,17 @@ enum class Layout {
   // head_dim] of which sequence b uses the first seqused_k[b] (int32 on the
   // device, at most seq_k).
   kKvCache,
+  // "paged<page_size>": decode against a paged KV cache, as
+  // flash_attn_with_kvcache with a block_table: Q and O as kKvCache; K and V
+  // [num_pages, page_size, kv_heads, head_dim] pages; sequence b's key j in
+  // slot j % page_size of page block_table[b][j / page_size] (int32
+  // [batch, seq_k / page_size] on the device), its first seqused_k[b] keys
+  // used. seq_k is a multiple of page_size.
+  kPaged,
 };
 
-// "bhsd", "thd" or "cache" (the key's last part).
+// "bhsd", "thd", "cache" or "paged" (the key's last part, with the page
+// size after "paged").
 absl::string_view LayoutName(Layout layout);
 absl::StatusOr<Layout> ParseLayout(absl::string_view name);
 
@@ -56,6 +64,9 @@ struct Problem {
   bool causal = false;
   DType dtype = DType::kFp16;
   Layout layout = Layout::kDense;
+  // Keys per page of a kPaged problem (16 to 256, a multiple of 16); 0 for
+  // every other layout.
+  int64_t page_size = 0;
 
   bool operator==(const Problem& o) const;
   bool operator!=(const Problem& o) const { return !(*this == o); }
@@ -66,6 +77,8 @@ inline constexpr int64_t kMaxBatch = 4096;
 inline constexpr int64_t kMaxHeads = 1024;
 inline constexpr int64_t kMaxSeqLen = 1 << 20;
 inline constexpr int64_t kMaxHeadDim = 256;
+inline constexpr int64_t kMinPageSize = 16;
+inline constexpr int64_t kMaxPageSize = 256;
 // Elements of one of Q, K, V or O, so that 32-bit element offsets suffice
 // within a head and the tensors fit a single GPU.
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
@@ -76,7 +89,7 @@ absl::Status ValidateProblem(const Problem& problem,
                              absl::string_view field_prefix = "problem");
 
 // The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the last
-// part is LayoutName). Two
+// part is LayoutName, "paged16" for a kPaged problem of 16-key pages). Two
 // problems have the same key exactly when they are equal.
 std::string ProblemKey(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
@@ -90,8 +103,8 @@ double ProblemFlops(const Problem& problem);
 
 // How far apart two problems are for transferring configs: the squared
 // distance in log2 of the sizes (batch, heads, kv_heads, seq_q, seq_k,
-// head_dim), plus 1 for another dtype, 1 for another causal flag and 1 for
-// another layout.
+// head_dim, and page_size where both are paged), plus 1 for another dtype,
+// 1 for another causal flag and 1 for another layout.
 double ProblemDistance(const Problem& p, const Problem& q);
 
 }  // namespace evotune

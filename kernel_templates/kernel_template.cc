@@ -162,6 +162,9 @@ std::vector<std::string> CompileDefines(const Config& config,
       absl::StrCat("-DEVT_BF16=", problem.dtype == DType::kBf16 ? 1 : 0));
   out.push_back(absl::StrCat("-DEVT_DEVICE_LENGTHS=",
                              problem.layout == Layout::kDense ? 0 : 1));
+  if (problem.layout == Layout::kPaged) {
+    out.push_back(absl::StrCat("-DEVT_PAGE_SIZE=", problem.page_size));
+  }
   return out;
 }
 

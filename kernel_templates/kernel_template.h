@@ -60,7 +60,7 @@ std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g, int multiprocessors);
 // AttentionTensorMaps of common/attention_params.cuh, and how LaunchGeometry
 // describes a launch). Raise it with every change there: served kernels
 // carry it, and loaders refuse a kernel of another version.
-inline constexpr int kParamLayoutVersion = 2;
+inline constexpr int kParamLayoutVersion = 3;
 
 // The most rows a tensor map's box may have.
 inline constexpr int kMaxTmaBoxRows = 256;
@@ -184,8 +184,9 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const DeviceLimits& limits);
 
 // The NVRTC options that instantiate the template: -D for each parameter,
-// HEAD_DIM, EVT_BF16 and EVT_DEVICE_LENGTHS (0 for a dense problem: its
-// kernel reads no lengths from the device; common/sequence.cuh).
+// HEAD_DIM, EVT_BF16, EVT_DEVICE_LENGTHS (0 for a dense problem: its
+// kernel reads no lengths from the device; common/sequence.cuh) and, for a
+// paged problem, EVT_PAGE_SIZE.
 std::vector<std::string> CompileDefines(const Config& config,
                                         const Problem& problem);
 

@@ -121,6 +121,10 @@ bool Overlap(const AttentionTensor& a, const AttentionTensor& b) {
 // The length arrays the layout needs, and none it does not.
 absl::Status CheckLengths(const AttentionCall& call) {
   const Layout layout = call.problem.layout;
+  if (layout == Layout::kPaged) {  // No block table in a call yet.
+    return Field("problem", "layout",
+                 "paged problems are not launched by the runtime yet");
+  }
   const bool varlen = layout == Layout::kVarlen;
   for (auto [field, ptr, needed, allowed] :
        {std::tuple{"cu_seqlens_q", call.cu_seqlens_q, varlen, varlen},

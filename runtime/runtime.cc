@@ -86,7 +86,7 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 std::string ClassKey(const Problem& p) {
   return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
                       p.head_dim, " ", p.causal, " ", static_cast<int>(p.dtype),
-                      " ", LayoutName(p.layout));
+                      " ", LayoutName(p.layout), p.page_size);
 }
 
 // OK when the runtime can launch `kernel` on a device of `arch`.
@@ -197,12 +197,13 @@ std::string BundleSource::BucketKey(const Problem& problem,
   const Problem* best = nullptr;
   auto size = [](const Problem& p) { return p.batch * p.seq_q * p.seq_k; };
   for (const auto& [p, a] : problems_) {
-    const bool holds = a == arch && p.heads == problem.heads &&
-                       p.kv_heads == problem.kv_heads &&
-                       p.head_dim == problem.head_dim &&
-                       p.causal == problem.causal && p.dtype == problem.dtype &&
-                       p.layout == problem.layout && p.batch >= problem.batch &&
-                       p.seq_q >= problem.seq_q && p.seq_k >= problem.seq_k;
+    const bool holds =
+        a == arch && p.heads == problem.heads &&
+        p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
+        p.causal == problem.causal && p.dtype == problem.dtype &&
+        p.layout == problem.layout && p.page_size == problem.page_size &&
+        p.batch >= problem.batch && p.seq_q >= problem.seq_q &&
+        p.seq_k >= problem.seq_k;
     if (holds && (best == nullptr || size(p) < size(*best))) best = &p;
   }
   return best == nullptr ? "" : BundleKey(ProblemKey(*best), arch);

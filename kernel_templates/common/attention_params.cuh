@@ -15,6 +15,13 @@
 // ([total, heads, head_dim], as flash_attn_varlen_func takes) have batch
 // stride 0 and rows_q / rows_k rows; the causal mask is aligned to each
 // sequence's own bottom-right corner.
+//
+// Paged K/V (a kernel compiled with EVT_PAGE_SIZE, common/sequence.cuh):
+// K and V are pages of EVT_PAGE_SIZE rows, [num_pages, page_size, kv_heads,
+// head_dim] at k_batch_stride per page; sequence b's key j is row
+// j % page_size of page block_table[b * block_table_stride + j /
+// page_size]; seqused_k gives each sequence's keys, seq_k bounds them (a
+// multiple of the page size), and rows_k is num_pages * page_size.
 #ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
 #define EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
 
@@ -33,6 +40,8 @@ struct AttentionParams {
   const int* cu_seqlens_q;  // [batch + 1], non-decreasing, from 0.
   const int* cu_seqlens_k;  // [batch + 1], non-decreasing, from 0.
   const int* seqused_k;     // [batch].
+  const int* block_table;   // [batch, block_table_stride] page ids.
+  int block_table_stride;
   // Rows of Q/O and of K/V along their row dimension: seq_q and seq_k for
   // unpacked tensors, the packed totals for packed ones (tensor maps are
   // bounded by them).

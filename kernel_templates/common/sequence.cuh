@@ -14,6 +14,15 @@
 #endif
 constexpr bool kDeviceLengths = EVT_DEVICE_LENGTHS != 0;
 
+// EVT_PAGE_SIZE, a compile define: the keys per page of a paged problem's
+// kernel (K and V read through the block table), 0 for every other.
+#ifndef EVT_PAGE_SIZE
+#define EVT_PAGE_SIZE 0
+#endif
+constexpr int kPageSize = EVT_PAGE_SIZE;
+static_assert(kPageSize == 0 || kDeviceLengths,
+              "a paged kernel reads its lengths from the device");
+
 // The length arrays of a launch, null in a dense problem's kernel.
 __device__ __forceinline__ const int* CuSeqlensQ(const AttentionParams& p) {
   return kDeviceLengths ? p.cu_seqlens_q : nullptr;
@@ -56,6 +65,14 @@ __device__ __forceinline__ Sequence SequenceOf(const AttentionParams& p,
     s.seq_k = __ldg(p.cu_seqlens_k + b + 1) - s.k_start;
   }
   if (p.seqused_k != nullptr) s.seq_k = __ldg(p.seqused_k + b);
+  if (kPageSize > 0) {  // Pages carry the rows (KeyRow): no offsets.
+    s.seq_q = max(0, min(s.seq_q, p.seq_q));
+    s.seq_k = max(0, min(s.seq_k, p.seq_k));
+    s.q = b * p.q_batch_stride;
+    s.o = b * p.o_batch_stride;
+    s.k = s.v = 0;
+    return s;
+  }
   // The host checks what it can; whatever the arrays hold, no access leaves
   // the tensors: lengths are cut to the maxima and to the rows left.
   s.q_start = min(max(s.q_start, 0), p.rows_q);
@@ -67,6 +84,24 @@ __device__ __forceinline__ Sequence SequenceOf(const AttentionParams& p,
   s.k = b * p.k_batch_stride + s.k_start * p.k_row_stride;
   s.v = b * p.v_batch_stride + s.k_start * p.v_row_stride;
   return s;
+}
+
+// The element offset of key row j of sequence b from its row 0 (Sequence's
+// k or v), for K or V of `page_stride` (its batch stride) and `row_stride`:
+// j * row_stride, or in a paged kernel the row of j's page. A page id
+// outside the rows_k / page_size pages is clamped to them: whatever the
+// block table holds, no access leaves the tensors. Rows [j, j + n) lie in
+// one page where n divides the page size and j is a multiple of n.
+__device__ __forceinline__ long long KeyRow(const AttentionParams& p, int b,
+                                            int j, long long page_stride,
+                                            long long row_stride) {
+  if (kPageSize == 0) return j * row_stride;
+  constexpr int kPage = kPageSize > 0 ? kPageSize : 1;
+  const int pages = p.rows_k / kPage;
+  const int page =
+      min(max(__ldg(p.block_table + b * p.block_table_stride + j / kPage), 0),
+          pages - 1);
+  return page * page_stride + (j % kPage) * row_stride;
 }
 
 #endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_SEQUENCE_CUH_

@@ -73,6 +73,7 @@ constexpr int kChunks = kD / 8;      // 16-byte chunks per row.
 constexpr int kTile = kN * kD;       // Elements of one K or V tile.
 static_assert(kRows % 16 == 0 && kMTiles >= 1, "ROWS");
 static_assert(kN % 16 == 0, "TILE_N");
+static_assert(kPageSize % kN == 0, "TILE_N: a paged kernel's tile in one page");
 static_assert(kD % 16 == 0, "HEAD_DIM");
 static_assert(kStages >= 2, "STAGES");
 static_assert(32 % kChunks == 0, "HEAD_DIM: at most 256");
@@ -200,15 +201,20 @@ struct TileCopy {
   }
 };
 
-// Keys [key0, key0 + kN) of K and V into one stage of a warp's ring (shared
-// byte addresses k_dst, v_dst); keys at or past kv_end are zero-filled (and
-// masked).
-__device__ __forceinline__ void LoadKv(
-    unsigned k_dst, const evt_elem* k, const TileCopy& k_copy, unsigned v_dst,
-    const evt_elem* v, const TileCopy& v_copy, long long k_stride,
-    long long v_stride, int key0, int kv_end, unsigned long long policy) {
-  const evt_elem* k_rows = k + key0 * k_stride;
-  const evt_elem* v_rows = v + key0 * v_stride;
+// Keys [key0, key0 + kN) of sequence b's K and V (its row 0 at k and v)
+// into one stage of a warp's ring (shared byte addresses k_dst, v_dst); keys
+// at or past kv_end are zero-filled (and masked). A paged kernel's tile lies
+// in one page (TILE_N divides the page size).
+__device__ __forceinline__ void LoadKv(const AttentionParams& p, int b,
+                                       unsigned k_dst, const evt_elem* k,
+                                       const TileCopy& k_copy, unsigned v_dst,
+                                       const evt_elem* v,
+                                       const TileCopy& v_copy, int key0,
+                                       int kv_end, unsigned long long policy) {
+  const evt_elem* k_rows =
+      k + KeyRow(p, b, key0, p.k_batch_stride, p.k_row_stride);
+  const evt_elem* v_rows =
+      v + KeyRow(p, b, key0, p.v_batch_stride, p.v_row_stride);
   const int valid = kv_end - key0;
   if (valid >= kN) {
     k_copy.Copy<true>(k_dst, k_rows, valid, policy);
@@ -320,8 +326,8 @@ __device__ __forceinline__ void StreamKeys(
   auto key0 = [&](int i) { return (w.tile0 + warp + i * kWarps) * kN; };
   auto load = [&](int i) {
     const unsigned stage = ring_base + (i % kStages) * 2 * kTile * 2;
-    LoadKv(stage, k, k_copy, stage + kTile * 2, v, v_copy, p.k_row_stride,
-           p.v_row_stride, key0(i), w.kv_end, policy);
+    LoadKv(p, w.b, stage, k, k_copy, stage + kTile * 2, v, v_copy, key0(i),
+           w.kv_end, policy);
   };
   // Q's copy group (committed by the caller) completes before the first
   // tile's; the caller's barrier after this prologue publishes it.

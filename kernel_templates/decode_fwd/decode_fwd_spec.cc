@@ -58,6 +58,18 @@ Config FitRows(const Problem& p, int64_t sms, int64_t rows) {
   return DecodeConfig(rows, n, warps, 3, splits, rows == 16 ? 1 : 0);
 }
 
+// `configs` with 16-key tiles where their tiles do not divide `page_size`
+// (a tile lies in one page), none twice.
+std::vector<Config> InPages(const std::vector<Config>& configs,
+                            int64_t page_size) {
+  std::vector<Config> out;
+  for (Config c : configs) {
+    if (page_size % c.at("TILE_N") != 0) c["TILE_N"] = 16;
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
 // Configs fitted to the problem: FitRows of blocks of 16 packed rows, or of
 // 32 where 16-row blocks alone fill the GPU or where a KV head has 128 packed
 // rows or more (fewer blocks re-reading each K/V tile, the splits making up
@@ -101,6 +113,7 @@ std::vector<Config> FittedDefaults(const Problem& p,
   add(DecodeConfig(rows, 16, 8, 2, splits, q_in_regs));
   add(DecodeConfig(rows, 32, 2, 2, splits, 0));
   add(DecodeConfig(rows, 16, 4, 2, splits, q_in_regs));
+  if (p.layout == Layout::kPaged) return InPages(fitted, p.page_size);
   return fitted;
 }
 
@@ -156,7 +169,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
-  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
+               Layout::kPaged};
   t.constraints = {
       // Output accumulators and scores in registers: at most 128 and 64
       // floats per thread.
@@ -181,6 +195,11 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
                 c.at("KV_SPLITS") / 2 * c.at("TILE_N") < p.seq_k;
        },
        /*waste_only=*/true},
+      // A key tile lies in one page.
+      {"PAGE_SIZE % TILE_N == 0",
+       [](const Config& c, const Problem& p) {
+         return p.layout != Layout::kPaged || p.page_size % c.at("TILE_N") == 0;
+       }},
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
   };

@@ -70,8 +70,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const int d = idx % HEAD_DIM;
       const int key = start + j;
       const bool in = key < seq.seq_k;
-      k_tile[idx] = in ? k[key * p.k_row_stride + d] : evt_elem(0);
-      v_tile[idx] = in ? v[key * p.v_row_stride + d] : evt_elem(0);
+      k_tile[idx] =
+          in ? k[KeyRow(p, b, key, p.k_batch_stride, p.k_row_stride) + d]
+             : evt_elem(0);
+      v_tile[idx] =
+          in ? v[KeyRow(p, b, key, p.v_batch_stride, p.v_row_stride) + d]
+             : evt_elem(0);
     }
     __syncthreads();
     if (!active) continue;

@@ -20,7 +20,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(naive)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
-  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
+               Layout::kPaged};
   t.constraints = {
       {"HEAD_DIM % 32 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 32 == 0; }},

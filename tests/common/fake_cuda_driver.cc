@@ -240,13 +240,19 @@ void Attention(void** args) {
     for (int64_t h = 0; h < a.heads; ++h) {
       const int64_t kvh = h / (a.heads / a.kv_heads);
       for (int64_t j = 0; j < p.seq_k; ++j) {
+        // A paged key's page and row there, as common/sequence.cuh's KeyRow
+        // (a page is k_batch_stride / k_row_stride rows).
+        int64_t at = b, row = seq.k_start + j;
+        if (a.block_table != nullptr) {
+          const int64_t page = a.k_batch_stride / a.k_row_stride;
+          at = a.block_table[b * a.block_table_stride + j / page];
+          row = j % page;
+        }
         for (int64_t c = 0; c < d; ++c) {
-          k[j * d + c] =
-              Element(a.k, a.k_batch_stride, a.k_head_stride, a.k_row_stride, b,
-                      kvh, seq.k_start + j, c, p.dtype);
-          v[j * d + c] =
-              Element(a.v, a.v_batch_stride, a.v_head_stride, a.v_row_stride, b,
-                      kvh, seq.k_start + j, c, p.dtype);
+          k[j * d + c] = Element(a.k, a.k_batch_stride, a.k_head_stride,
+                                 a.k_row_stride, at, kvh, row, c, p.dtype);
+          v[j * d + c] = Element(a.v, a.v_batch_stride, a.v_head_stride,
+                                 a.v_row_stride, at, kvh, row, c, p.dtype);
         }
       }
       for (int64_t r = 0; r < p.seq_q; ++r) {

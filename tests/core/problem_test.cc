@@ -25,7 +25,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(10, p);
+  std::vector<Problem> variants(12, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -36,6 +36,10 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[7].dtype = DType::kBf16;
   variants[8].layout = Layout::kVarlen;
   variants[9].layout = Layout::kKvCache;
+  variants[10].layout = Layout::kPaged;
+  variants[10].page_size = 16;
+  variants[11] = variants[10];
+  variants[11].page_size = 256;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -53,10 +57,23 @@ TEST(ProblemTest, LayoutsNameTheKeysLastPart) {
   p.layout = Layout::kKvCache;
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_cache");
   EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp16_bshd").ok());
-  EXPECT_THAT(ParseLayout("paged").status().message(),
-              HasSubstr("bhsd, thd or cache"));
+  EXPECT_THAT(ParseLayout("blocked").status().message(),
+              HasSubstr("bhsd, thd, cache or paged"));
   Problem dense = Seed();
   EXPECT_DOUBLE_EQ(ProblemDistance(dense, p), 1.0);
+  Problem paged = p;
+  paged.layout = Layout::kPaged;
+  paged.page_size = 64;
+  EXPECT_EQ(ProblemKey(paged), "b1_h8_kv8_q512_k512_d64_full_fp16_paged64");
+  Problem pages16 = paged;
+  pages16.page_size = 16;
+  EXPECT_DOUBLE_EQ(ProblemDistance(paged, pages16), 4.0);  // log2(4)^2.
+  for (const char* key : {"b1_h8_kv8_q512_k512_d64_full_fp16_paged",
+                          "b1_h8_kv8_q512_k512_d64_full_fp16_paged0",
+                          "b1_h8_kv8_q512_k512_d64_full_fp16_pagedx",
+                          "b1_h8_kv8_q512_k512_d64_full_fp16_cache16"}) {
+    EXPECT_FALSE(ParseProblemKey(key).ok()) << key;
+  }
 }
 
 TEST(ProblemTest, ValidationNamesTheField) {
@@ -77,6 +94,23 @@ TEST(ProblemTest, ValidationNamesTheField) {
          p.seq_q = 1 << 20;
        },
        "problem.seq_q"},
+      {[](Problem& p) { p.page_size = 16; }, "problem.page_size"},
+      {[](Problem& p) { p.layout = Layout::kPaged; }, "problem.page_size"},
+      {[](Problem& p) {
+         p.layout = Layout::kPaged;
+         p.page_size = 24;
+       },
+       "problem.page_size"},
+      {[](Problem& p) {
+         p.layout = Layout::kPaged;
+         p.page_size = 512;
+       },
+       "problem.page_size"},
+      {[](Problem& p) {
+         p.layout = Layout::kPaged;
+         p.page_size = 48;  // 512 keys are not whole pages of 48.
+       },
+       "problem.seq_k"},
   };
   for (const Case& c : cases) {
     Problem p = Seed();
@@ -86,6 +120,10 @@ TEST(ProblemTest, ValidationNamesTheField) {
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.field + ":"));
   }
   EXPECT_TRUE(ValidateProblem(Seed()).ok());
+  Problem paged = Seed();
+  paged.layout = Layout::kPaged;
+  paged.page_size = 128;
+  EXPECT_TRUE(ValidateProblem(paged).ok());
 }
 
 TEST(ProblemTest, FlopsCountOnlyVisiblePairsWhenCausal) {

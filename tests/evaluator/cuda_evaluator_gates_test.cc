@@ -77,8 +77,9 @@ TEST_F(CudaEvaluatorGatesTest, LengthsOnTheDeviceAreCheckedPerSequence) {
   problem_.batch = 6;
   problem_.seq_q = 8;
   problem_.seq_k = 16;  // Few keys: one dropped shows.
-  for (Layout layout : {Layout::kVarlen, Layout::kKvCache}) {
+  for (Layout layout : {Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
     problem_.layout = layout;
+    problem_.page_size = layout == Layout::kPaged ? 16 : 0;
     for (bool causal : {false, true}) {
       problem_.causal = causal;
       gpu_.kernel = FakeKernel::kCorrect;
@@ -90,11 +91,14 @@ TEST_F(CudaEvaluatorGatesTest, LengthsOnTheDeviceAreCheckedPerSequence) {
       EXPECT_THAT(r.error, HasSubstr("max abs error"));
     }
   }
-  problem_.layout = Layout::kKvCache;
-  gpu_.kernel = FakeKernel::kIgnoresSequsedK;
-  const TrialResult r = Evaluate();
-  EXPECT_EQ(r.status, TrialStatus::kIncorrect);
-  EXPECT_THAT(r.error, HasSubstr("NaN"));
+  for (Layout layout : {Layout::kKvCache, Layout::kPaged}) {
+    problem_.layout = layout;
+    problem_.page_size = layout == Layout::kPaged ? 16 : 0;
+    gpu_.kernel = FakeKernel::kIgnoresSequsedK;
+    const TrialResult r = Evaluate();
+    EXPECT_EQ(r.status, TrialStatus::kIncorrect) << ProblemKey(problem_);
+    EXPECT_THAT(r.error, HasSubstr("NaN"));
+  }
 }
 
 TEST_F(CudaEvaluatorGatesTest, ALaunchTheDriverRefusesIsResourceRejected) {

@@ -139,11 +139,12 @@ TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
   }
 }
 
-// Lengths on the device: packed varlen batches and KV caches, with mixed
-// lengths per sequence (core/batch_lengths.h), the cache slots past each
-// sequence's length and the rows after a packed K/V poisoned with NaN (so a
-// kernel that lets them into its output fails). Several random configs of
-// each template, persistent and split-KV ones among them.
+// Lengths on the device: packed varlen batches, KV caches and paged KV
+// caches (shuffled pages), with mixed lengths per sequence
+// (core/batch_lengths.h), the cache slots past each sequence's length, the
+// pages no block table names and the rows after a packed K/V poisoned with
+// NaN (so a kernel that lets them into its output fails). Several random
+// configs of each template, persistent and split-KV ones among them.
 class LengthsOnTheDeviceTest
     : public CudaEvaluatorTest,
       public ::testing::WithParamInterface<const char*> {};
@@ -154,7 +155,7 @@ TEST_P(LengthsOnTheDeviceTest, IsCorrect) {
   std::mt19937 gen(7);
   const std::vector<std::pair<int64_t, int64_t>> lengths = {
       {1, 300}, {4, 1000}, {129, 700}, {700, 300}, {1000, 2048}};
-  for (Layout layout : {Layout::kVarlen, Layout::kKvCache}) {
+  for (Layout layout : {Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
     for (int64_t d : {64, 128}) {
       for (bool causal : {false, true}) {
         for (auto [sq, sk] : lengths) {
@@ -169,6 +170,10 @@ TEST_P(LengthsOnTheDeviceTest, IsCorrect) {
           // Both dtypes, over the cases rather than within each.
           p.dtype = (d == 64) == causal ? DType::kFp16 : DType::kBf16;
           p.layout = layout;
+          if (layout == Layout::kPaged) {  // Whole pages of 16 or 64 keys.
+            p.page_size = causal ? 16 : 64;
+            p.seq_k = (sk + p.page_size - 1) / p.page_size * p.page_size;
+          }
           if (!CheckSupports(t, p).ok()) continue;
           std::vector<Config> feasible =
               FeasibleConfigs(t, p, evaluator_->device().limits);

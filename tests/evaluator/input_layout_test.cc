@@ -102,5 +102,49 @@ TEST(InputLayoutTest, KvCacheMarksTheSlotsPastEachLength) {
   ExpectRowsDistinctAndInside(l);
 }
 
+// Pages of 16 keys in a shuffled order: the block table names each page
+// once, the params address K as the pool of pages, and the unused ranges are
+// the slots past each sequence's length and the spare pages, none of them a
+// row in use.
+TEST(InputLayoutTest, PagedSpreadsEachSequenceOverPagesOfTheTable) {
+  Problem problem = Small(Layout::kPaged);
+  problem.seq_k = 112;  // 7 pages of 16 per sequence.
+  problem.page_size = 16;
+  const InputLayout l(problem);
+  const std::vector<int32_t>& a = l.LengthArrays();
+  ASSERT_EQ(a.size(), 3u + 3 * 7);
+  std::set<int32_t> pages(a.begin() + 3, a.end());
+  EXPECT_EQ(pages.size(), 21u);
+  EXPECT_EQ(*pages.rbegin(), 21 + InputLayout::kSparePages - 1);
+  AttentionParams p = l.Params();
+  l.SetLengthPointers(a.data(), &p);
+  EXPECT_EQ(p.seqused_k, a.data());
+  EXPECT_EQ(p.block_table, a.data() + 3);
+  EXPECT_EQ(p.block_table_stride, 7);
+  EXPECT_EQ(p.k_row_stride, 2 * 64);
+  EXPECT_EQ(p.k_head_stride, 64);
+  EXPECT_EQ(p.k_batch_stride, 16 * 2 * 64);  // A page.
+  EXPECT_EQ(p.rows_k, (21 + InputLayout::kSparePages) * 16);
+  EXPECT_EQ(l.kv_elems(), p.rows_k * 2 * 64);
+  // Key 17 of sequence 1: slot 1 of its second page.
+  EXPECT_EQ(l.KIndex(1, 1, 17), ((a[3 + 7 + 1] * 16 + 1) * 2 + 1) * 64);
+  ExpectRowsDistinctAndInside(l);
+  std::set<int64_t> used;
+  for (int64_t b = 0; b < 3; ++b) {
+    for (int64_t j = 0; j < l.lengths().k[b]; ++j)
+      used.insert(l.KIndex(b, 0, j));
+  }
+  int64_t unused = 0;
+  for (const InputLayout::Range& r : l.UnusedKv()) {
+    unused += r.count;
+    for (int64_t at = r.begin; at < r.begin + r.count; at += 2 * 64) {
+      EXPECT_EQ(used.count(at), 0u) << at;
+    }
+  }
+  int64_t want = InputLayout::kSparePages * 16 * 2 * 64;
+  for (int64_t b = 0; b < 3; ++b) want += (112 - a[b]) * 2 * 64;
+  EXPECT_EQ(unused, want);
+}
+
 }  // namespace
 }  // namespace evotune

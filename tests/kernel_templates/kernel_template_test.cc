@@ -358,6 +358,12 @@ TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
                                                "-DEVT_DEVICE_LENGTHS=0"}));
   p.layout = Layout::kVarlen;
   EXPECT_EQ(CompileDefines({}, p).back(), "-DEVT_DEVICE_LENGTHS=1");
+  p.layout = Layout::kPaged;
+  p.page_size = 32;
+  EXPECT_THAT(
+      CompileDefines({}, p),
+      testing::ElementsAre("-DHEAD_DIM=64", "-DEVT_BF16=1",
+                           "-DEVT_DEVICE_LENGTHS=1", "-DEVT_PAGE_SIZE=32"));
 }
 
 }  // namespace

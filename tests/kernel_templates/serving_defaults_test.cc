@@ -286,6 +286,25 @@ TEST(ServingDefaultsTest, TmaFitsConsumersAndSplitsToTheGrid) {
   EXPECT_EQ(first(prefill(4, 8, 256, 3000)), "C2 K2 P0 PP1");
 }
 
+// A paged decode step is served by decode_fwd with tiles that lie in one
+// page: 16-key tiles for pages of 16 (or 48) keys, its fitted 32 for pages
+// of 64; every fitted config runs there.
+TEST(ServingDefaultsTest, PagedDecodeTilesLieInOnePage) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  for (int64_t page : {16, 48, 64}) {
+    Problem p = Decode(8, 32, 8, 48 * 64);
+    p.layout = Layout::kPaged;
+    p.page_size = page;
+    ASSERT_TRUE(ValidateProblem(p).ok());
+    const std::vector<Config> fitted = t.fitted_defaults(p, H100Limits());
+    ASSERT_FALSE(fitted.empty());
+    for (const Config& c : fitted) {
+      EXPECT_TRUE(RunsOn(t, c, p, H100Limits())) << page << " " << ConfigKey(c);
+    }
+    EXPECT_EQ(Served(t, p).at("TILE_N"), page == 64 ? 32 : 16) << page;
+  }
+}
+
 // With a causal mask, persistent blocks only where their last round of
 // tiles is at least half full (or full).
 TEST(ServingDefaultsTest, TmaCausalPersistsWithoutARaggedLastRound) {

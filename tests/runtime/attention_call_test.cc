@@ -222,6 +222,11 @@ TEST(AttentionCallTest, BadLengthsAreRefusedNamingTheField) {
   cache.layout = Layout::kKvCache;
   EXPECT_THAT(std::string(CheckAttentionCall(Call(cache)).message()),
               StartsWith("seqused_k.data: required for layout cache"));
+  Problem paged = cache;  // Until calls carry a block table.
+  paged.layout = Layout::kPaged;
+  paged.page_size = 16;
+  EXPECT_THAT(std::string(CheckAttentionCall(Call(paged)).message()),
+              StartsWith("problem.layout: paged problems are not launched"));
 }
 
 }  // namespace

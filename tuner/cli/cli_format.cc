@@ -15,9 +15,12 @@ namespace evotune {
 std::string FormatProblem(const v1::Problem& p) {
   // kv_heads 0 in a request means kv_heads = heads.
   const uint32_t kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
-  const char* layout = p.layout() == v1::LAYOUT_VARLEN     ? " varlen"
-                       : p.layout() == v1::LAYOUT_KV_CACHE ? " kv-cache"
-                                                           : "";
+  const std::string layout =
+      p.layout() == v1::LAYOUT_VARLEN     ? " varlen"
+      : p.layout() == v1::LAYOUT_KV_CACHE ? " kv-cache"
+      : p.layout() == v1::LAYOUT_PAGED
+          ? absl::StrCat(" paged (", p.page_size(), "-key pages)")
+          : "";
   return absl::StrFormat("B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s", p.batch(),
                          p.heads(), kv_heads, p.seq_q(), p.seq_k(),
                          p.head_dim(), p.causal() ? "causal" : "non-causal",

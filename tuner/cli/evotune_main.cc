@@ -55,7 +55,9 @@ ABSL_FLAG(bool, causal, false, "causal mask (aligned bottom-right)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(std::string, layout, "bhsd",
           "bhsd (fixed lengths), thd (varlen: packed, cu_seqlens; seq_q and "
-          "seq_k bound a bucket) or cache (KV cache, seqused_k)");
+          "seq_k bound a bucket), cache (KV cache, seqused_k) or paged (a "
+          "paged KV cache: a block table of --page_size pages)");
+ABSL_FLAG(int, page_size, 0, "keys per page of --layout=paged (16 to 256)");
 ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
 // Search (submit).
 ABSL_FLAG(int, max_trials, 50, "submit: trial budget");
@@ -220,7 +222,14 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   }
   p->set_layout(*layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
                 : *layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
+                : *layout == Layout::kPaged   ? v1::LAYOUT_PAGED
                                               : v1::LAYOUT_DENSE);
+  const int page_size = absl::GetFlag(FLAGS_page_size);
+  if (page_size < 0) {
+    *error = absl::StrCat("--page_size: must be positive, got ", page_size);
+    return false;
+  }
+  p->set_page_size(static_cast<uint32_t>(page_size));
   return true;
 }
 

@@ -1,5 +1,9 @@
 #include "tuner/evaluator/input_layout.h"
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+
 #include "launch/tensor_maps.h"
 
 namespace evotune {
@@ -15,9 +19,26 @@ InputLayout::InputLayout(const Problem& problem)
   if (packed) {
     arrays_ = cu_q_;
     arrays_.insert(arrays_.end(), cu_k_.begin(), cu_k_.end());
-  } else if (problem.layout == Layout::kKvCache) {
+  } else if (problem.layout == Layout::kKvCache ||
+             problem.layout == Layout::kPaged) {
     arrays_.assign(lengths_.k.begin(), lengths_.k.end());
   }
+  if (problem.layout == Layout::kPaged) {
+    const int64_t named = problem.seq_k / problem.page_size * problem.batch;
+    std::vector<int32_t> pages(named + kSparePages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937(20261202));
+    block_table_.assign(pages.begin(), pages.begin() + named);
+    arrays_.insert(arrays_.end(), block_table_.begin(), block_table_.end());
+    rows_k_ = static_cast<int64_t>(pages.size()) * problem.page_size;
+  }
+}
+
+int64_t InputLayout::PagedRow(int64_t b, int64_t j) const {
+  const Problem& p = problem_;
+  const int64_t page =
+      block_table_[b * (p.seq_k / p.page_size) + j / p.page_size];
+  return page * p.page_size + j % p.page_size;
 }
 
 int64_t InputLayout::QIndex(int64_t b, int64_t h, int64_t i) const {
@@ -33,13 +54,26 @@ int64_t InputLayout::KIndex(int64_t b, int64_t kvh, int64_t j) const {
   if (p.layout == Layout::kVarlen) {
     return ((cu_k_[b] + j) * p.kv_heads + kvh) * p.head_dim;
   }
+  if (p.layout == Layout::kPaged) {
+    return (PagedRow(b, j) * p.kv_heads + kvh) * p.head_dim;
+  }
   return ((b * p.kv_heads + kvh) * p.seq_k + j) * p.head_dim;
 }
 
 AttentionParams InputLayout::Params() const {
   AttentionParams params = ContiguousParams(problem_);
-  if (problem_.layout != Layout::kVarlen) return params;
   const long long d = problem_.head_dim;
+  if (problem_.layout == Layout::kPaged) {
+    params.k_row_stride = params.v_row_stride = problem_.kv_heads * d;
+    params.k_head_stride = params.v_head_stride = d;
+    params.k_batch_stride = params.v_batch_stride =
+        problem_.page_size * problem_.kv_heads * d;
+    params.rows_k = static_cast<int>(rows_k_);
+    params.block_table_stride =
+        static_cast<int>(problem_.seq_k / problem_.page_size);
+    return params;
+  }
+  if (problem_.layout != Layout::kVarlen) return params;
   params.q_row_stride = params.o_row_stride = problem_.heads * d;
   params.q_head_stride = params.o_head_stride = d;
   params.k_row_stride = params.v_row_stride = problem_.kv_heads * d;
@@ -58,6 +92,8 @@ std::vector<InputLayout::Range> InputLayout::UnusedKv() const {
     const int64_t total = lengths_.TotalK();
     out.push_back(
         {KIndex(p.batch, 0, 0), (rows_k_ - total) * p.kv_heads * p.head_dim});
+  } else if (p.layout == Layout::kPaged) {
+    out = UnusedPages();
   } else if (p.layout == Layout::kKvCache) {
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t used = lengths_.k[b];
@@ -77,7 +113,35 @@ void InputLayout::SetLengthPointers(const int32_t* arrays,
     params->cu_seqlens_k = arrays + cu_q_.size();
   } else if (problem_.layout == Layout::kKvCache) {
     params->seqused_k = arrays;
+  } else if (problem_.layout == Layout::kPaged) {
+    params->seqused_k = arrays;
+    params->block_table = arrays + problem_.batch;
   }
+}
+
+std::vector<InputLayout::Range> InputLayout::UnusedPages() const {
+  const Problem& p = problem_;
+  const int64_t row = p.kv_heads * p.head_dim;  // Elements of a page's row.
+  std::vector<bool> named(rows_k_ / p.page_size, false);
+  std::vector<Range> out;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t j = 0; j < p.seq_k; j += p.page_size) {
+      const int64_t first = PagedRow(b, j);  // The page's row 0.
+      named[first / p.page_size] = true;
+      const int64_t used =
+          std::clamp<int64_t>(lengths_.k[b] - j, 0, p.page_size);
+      if (used < p.page_size) {
+        out.push_back({(first + used) * row, (p.page_size - used) * row});
+      }
+    }
+  }
+  for (size_t page = 0; page < named.size(); ++page) {
+    if (!named[page]) {
+      out.push_back(
+          {static_cast<int64_t>(page) * p.page_size * row, p.page_size * row});
+    }
+  }
+  return out;
 }
 
 }  // namespace evotune

@@ -37,26 +37,35 @@ class InputLayout {
   AttentionParams Params() const;
 
   // The int32 arrays the launch reads, concatenated: cu_seqlens_q then
-  // cu_seqlens_k (kVarlen), seqused_k (kKvCache); empty when dense. Point
-  // the params at them with SetLengthPointers.
+  // cu_seqlens_k (kVarlen), seqused_k (kKvCache), seqused_k then the block
+  // table (kPaged); empty when dense. Point the params at them with
+  // SetLengthPointers.
   const std::vector<int32_t>& LengthArrays() const { return arrays_; }
   void SetLengthPointers(const int32_t* device_arrays,
                          AttentionParams* params) const;
 
   // Element ranges of K and V that no launch may let into its output: the
-  // cache slots past each sequence's seqused_k, and kPadRows rows after a
-  // packed K/V's last sequence (inside the tensor as the launch sees it).
-  // The evaluator fills them with NaN.
+  // cache slots past each sequence's seqused_k (and the pages no block table
+  // names), and kPadRows rows after a packed K/V's last sequence (inside the
+  // tensor as the launch sees it). The evaluator fills them with NaN.
   struct Range {
     int64_t begin, count;
   };
   std::vector<Range> UnusedKv() const;
   static constexpr int64_t kPadRows = 256;
+  // A paged problem's pages beyond those its block table names (the table
+  // holds the others in a shuffled order).
+  static constexpr int64_t kSparePages = 3;
 
  private:
+  // Row of key j of sequence b in a paged problem's pool of pages.
+  int64_t PagedRow(int64_t b, int64_t j) const;
+  std::vector<Range> UnusedPages() const;
+
   Problem problem_;
   BatchLengths lengths_;
   std::vector<int32_t> cu_q_, cu_k_, arrays_;
+  std::vector<int32_t> block_table_;  // [batch, seq_k / page_size] (kPaged).
   int64_t rows_q_, rows_k_;  // Rows of a head (bhsd) or of the packed tensor.
 };
 

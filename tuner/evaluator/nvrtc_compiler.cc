@@ -37,11 +37,15 @@ std::string NvrtcVersion() {
 std::string CompileKey(const KernelTemplate& t, const Config& config,
                        const Problem& problem, const std::string& arch) {
   static const std::string* const nvrtc = new std::string(NvrtcVersion());
-  // What CompileDefines reads of the problem: head_dim, dtype and whether
-  // its lengths live on the device.
+  // What CompileDefines reads of the problem: head_dim, dtype, whether
+  // its lengths live on the device and a paged problem's page size.
+  const std::string lengths =
+      problem.layout == Layout::kDense ? "-"
+      : problem.layout == Layout::kPaged
+          ? absl::StrCat("-paged", problem.page_size, "-")
+          : "-lengths-";
   return absl::StrCat(t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d",
-                      problem.head_dim, "-", DTypeName(problem.dtype),
-                      problem.layout == Layout::kDense ? "-" : "-lengths-",
+                      problem.head_dim, "-", DTypeName(problem.dtype), lengths,
                       ConfigKey(config));
 }
 

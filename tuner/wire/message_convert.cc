@@ -26,12 +26,17 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
     case v1::LAYOUT_KV_CACHE:
       out.layout = Layout::kKvCache;
       break;
+    case v1::LAYOUT_PAGED:
+      out.layout = Layout::kPaged;
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          prefix,
-          ".layout: LAYOUT_DENSE, LAYOUT_VARLEN or LAYOUT_KV_CACHE (got ",
-          p.layout(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix,
+                       ".layout: LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE "
+                       "or LAYOUT_PAGED (got ",
+                       p.layout(), ")"));
   }
+  out.page_size = p.page_size();
   switch (p.dtype()) {
     case v1::DTYPE_FP16:
       out.dtype = DType::kFp16;
@@ -59,7 +64,9 @@ v1::Problem ProblemToProto(const Problem& p) {
   out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   out.set_layout(p.layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
                  : p.layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
+                 : p.layout == Layout::kPaged   ? v1::LAYOUT_PAGED
                                                 : v1::LAYOUT_DENSE);
+  out.set_page_size(static_cast<uint32_t>(p.page_size));
   return out;
 }
 
