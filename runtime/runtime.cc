@@ -361,16 +361,17 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
   const std::string arch = ArchName(device.cc_major, device.cc_minor);
   absl::StatusOr<v1::Kernel> kernel = source_->Find(problem, device.name, arch);
   absl::MutexLock lock(&mu_);
-  auto it = loaded_.find({ctx, problem_key});
-  if (it != loaded_.end()) return it->second.get();  // Another thread's.
   return Install(d, problem, device, ctx, std::move(kernel));
 }
 
 absl::StatusOr<Runtime::Loaded*> Runtime::Install(
     const CudaDriver& d, const Problem& problem, const DeviceInfo& device,
     CUcontext ctx, absl::StatusOr<v1::Kernel> kernel) {
-  if (!kernel.ok()) return kernel.status();
   const std::string problem_key = ProblemKey(problem);
+  // Another thread's, loaded while this one waited: launches may hold it.
+  auto it = loaded_.find({ctx, problem_key});
+  if (it != loaded_.end()) return it->second.get();
+  if (!kernel.ok()) return kernel.status();
   const std::string arch = ArchName(device.cc_major, device.cc_minor);
   if (absl::Status s = CheckServable(*kernel, problem_key, arch); !s.ok()) {
     return s;

@@ -165,7 +165,8 @@ class Runtime {
                                CUcontext ctx, CUstream stream, bool wait);
   absl::StatusOr<AttentionPlan> Plan(const Problem& problem, CUstream stream,
                                      bool wait);
-  // The source's answer for a problem of a new class made its Loaded.
+  // The source's answer for a problem of a new class made its Loaded (or
+  // the one another thread made of it meanwhile).
   absl::StatusOr<Loaded*> Install(const CudaDriver& d, const Problem& problem,
                                   const DeviceInfo& device, CUcontext ctx,
                                   absl::StatusOr<v1::Kernel> kernel)
