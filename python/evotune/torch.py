@@ -14,7 +14,8 @@ evotune cannot serve but SDPA can (no runtime loaded, a CPU tensor, another
 dtype, empty or misaligned tensors, a value head_dim unlike the query's, a
 scale that is not positive, a problem the bundle or daemon has no kernel
 for, and in daemon mode the first calls of a new kind of problem while the
-daemon's answer is on its way: a launch never waits on the network) is
+daemon's answer is on its way: a launch waits at most 5 ms on the network,
+see use()) is
 answered by torch.nn.functional.scaled_dot_product_attention with
 the same semantics (causal aligned bottom-right when seq_q != seq_k, grouped
 KV heads); kernel_for(..., reason=True) says why. It is registered as
@@ -65,8 +66,8 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
     daemon's kernel (which may compile it first, about a second) before
     SDPA answers it while the kernel is fetched in the background (a later
     call runs it): 5 ms by default, time for a daemon's answer from its
-    store; True: until it comes; False: not at all. kernel_for() and
-    VarlenPlan always wait."""
+    store; True or None: until it comes; False: not at all. kernel_for()
+    and VarlenPlan always wait."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     bounds = check_bounds(length_buckets)
@@ -77,7 +78,7 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
             runtime = _rt.Runtime.open_daemon(daemon, token, tls_ca, tls_cert,
                                               tls_key, library)
             runtime.wait_for_new_classes(
-                None if wait is True else float(wait))
+                None if wait is True or wait is None else float(wait))
         # The runtime before closes once no prepared call holds it.
         _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}
