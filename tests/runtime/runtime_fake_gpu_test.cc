@@ -370,6 +370,12 @@ TEST_F(RuntimeFakeGpuTest, ANewClassWaitsAsLongAsToldAndNoLonger) {
   EXPECT_EQ(Launch(other).code(), absl::StatusCode::kUnavailable);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
   hold.Notify();
+  // The held answer given before `hold` goes.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(source_->Finds(), 2);
 }
 
 // Told not to wait, a source's refusal of a new class's problem is the
