@@ -142,6 +142,9 @@ class RuntimeFakeGpuTest : public ::testing::Test {
     return runtime_->Attention(ContiguousCall(p, t.q, t.k, t.v, t.o), nullptr);
   }
 
+  // What a source's answers may wait for: it outlives the runtime, whose
+  // fetcher may still ask after a test's body.
+  absl::Notification hold_;
   const CudaDriver* driver_;
   OneKernelSource* source_;
   std::unique_ptr<Runtime> runtime_;
@@ -284,7 +287,7 @@ TEST_F(RuntimeFakeGpuTest, ACacheCallUsesEachSequencesSlots) {
 // that kernel (its geometry computed here) while its own kernel is fetched;
 // the fetched one takes over at a later launch, but not under capture.
 TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
-  absl::Notification hold;
+  absl::Notification& hold = hold_;
   source_->every_problem = true;
   source_->hold = &hold;
   ASSERT_TRUE(Launch(Decode(1)).ok());  // The class's first: asked.
@@ -325,7 +328,7 @@ TEST_F(RuntimeFakeGpuTest, ANewLengthNeverWaitsForTheDaemon) {
 // its kernel is fetched (once) in the background; a launch after the answer
 // came loads it, but not under capture.
 TEST_F(RuntimeFakeGpuTest, ANewClassNeverWaitsWhenToldNotTo) {
-  absl::Notification hold;
+  absl::Notification& hold = hold_;
   source_->every_problem = true;
   source_->hold = &hold;
   runtime_->WaitForNewClasses(absl::ZeroDuration());
@@ -361,7 +364,7 @@ TEST_F(RuntimeFakeGpuTest, ANewClassWaitsAsLongAsToldAndNoLonger) {
   runtime_->WaitForNewClasses(absl::Seconds(10));
   ASSERT_TRUE(Launch(Decode(5)).ok());  // The answer came at once.
   EXPECT_EQ(source_->Finds(), 1);
-  absl::Notification hold;
+  absl::Notification& hold = hold_;
   source_->hold = &hold;
   runtime_->WaitForNewClasses(absl::Milliseconds(20));
   Problem other = Decode(5);
