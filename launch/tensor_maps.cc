@@ -89,16 +89,21 @@ absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
     const LaunchGeometry::TmaBoxes& boxes) {
   const bool packed_q = params.cu_seqlens_q != nullptr;
   const bool packed_k = params.cu_seqlens_k != nullptr;
+  // Paged K/V: a batch of pages of page_size rows.
+  const bool paged = problem.layout == Layout::kPaged;
+  const int64_t kv_rows = paged ? problem.page_size : params.rows_k;
+  const int64_t kv_batch =
+      paged ? params.rows_k / problem.page_size : problem.batch;
   const TensorView views[4] = {
       View("q", params.q, packed_q, params.rows_q, problem.heads, problem.batch,
            params.q_row_stride, params.q_head_stride, params.q_batch_stride,
            boxes.q_rows),
-      View("k", params.k, packed_k, params.rows_k, problem.kv_heads,
-           problem.batch, params.k_row_stride, params.k_head_stride,
-           params.k_batch_stride, boxes.kv_rows),
-      View("v", params.v, packed_k, params.rows_k, problem.kv_heads,
-           problem.batch, params.v_row_stride, params.v_head_stride,
-           params.v_batch_stride, boxes.kv_rows),
+      View("k", params.k, packed_k, kv_rows, problem.kv_heads, kv_batch,
+           params.k_row_stride, params.k_head_stride, params.k_batch_stride,
+           boxes.kv_rows),
+      View("v", params.v, packed_k, kv_rows, problem.kv_heads, kv_batch,
+           params.v_row_stride, params.v_head_stride, params.v_batch_stride,
+           boxes.kv_rows),
       View("o", params.o, packed_q, params.rows_q, problem.heads, problem.batch,
            params.o_row_stride, params.o_head_stride, params.o_batch_stride,
            boxes.o_rows)};

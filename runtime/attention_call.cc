@@ -37,8 +37,32 @@ absl::Status Field(const char* tensor, const char* field,
       absl::StrCat(tensor, ".", field, ": ", message));
 }
 
+// A paged problem's K or V: pages of page_size rows, as many as the
+// caller has (their rows within the kernels' int32 row count).
+absl::Status CheckPages(const char* name, const AttentionTensor& t,
+                        const Problem& p) {
+  for (auto [field, got, want, what] :
+       {std::tuple{"heads", t.heads, p.kv_heads, "kv_heads"},
+        {"seq", t.seq, p.page_size, "page_size"},
+        {"head_dim", t.head_dim, p.head_dim, "head_dim"}}) {
+    if (got != want) {
+      return Field(name, field,
+                   absl::StrCat("must be the problem's ", what, " (", want,
+                                "), got ", got));
+    }
+  }
+  constexpr int64_t kMaxRows = int64_t{1} << 31;
+  if (t.batch < 1 || t.batch > kMaxRows / p.page_size - 1) {
+    return Field(name, "batch",
+                 absl::StrCat("the number of pages: from 1 to ",
+                              kMaxRows / p.page_size - 1, ", got ", t.batch));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckExtents(const char* name, const AttentionTensor& t,
                           const Problem& p, bool is_kv) {
+  if (is_kv && p.layout == Layout::kPaged) return CheckPages(name, t, p);
   const int64_t heads = is_kv ? p.kv_heads : p.heads;
   const bool packed = p.layout == Layout::kVarlen;
   // Packed tensors: one batch of any number of rows (at least one).
@@ -118,19 +142,36 @@ bool Overlap(const AttentionTensor& a, const AttentionTensor& b) {
   return begin(a) < end(b) && begin(b) < end(a);
 }
 
+// A paged call's block table: rows of at least seq_k / page_size ids.
+absl::Status CheckBlockTable(const AttentionCall& call) {
+  const Problem& p = call.problem;
+  const bool paged = p.layout == Layout::kPaged;
+  if (!paged) {
+    if (call.block_table_stride == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_table_stride: must be 0 for layout ", LayoutName(p.layout)));
+  }
+  const int64_t pages = p.seq_k / p.page_size;
+  if (call.block_table_stride < pages ||
+      call.block_table_stride > (int64_t{1} << 31) / p.batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_table_stride: must be at least seq_k / page_size (", pages,
+        ") and its table within 2^31 ids, got ", call.block_table_stride));
+  }
+  return absl::OkStatus();
+}
+
 // The length arrays the layout needs, and none it does not.
 absl::Status CheckLengths(const AttentionCall& call) {
   const Layout layout = call.problem.layout;
-  if (layout == Layout::kPaged) {  // No block table in a call yet.
-    return Field("problem", "layout",
-                 "paged problems are not launched by the runtime yet");
-  }
   const bool varlen = layout == Layout::kVarlen;
+  const bool paged = layout == Layout::kPaged;
   for (auto [field, ptr, needed, allowed] :
        {std::tuple{"cu_seqlens_q", call.cu_seqlens_q, varlen, varlen},
         {"cu_seqlens_k", call.cu_seqlens_k, varlen, varlen},
-        {"seqused_k", call.seqused_k, layout == Layout::kKvCache,
-         layout != Layout::kDense}}) {
+        {"seqused_k", call.seqused_k, layout == Layout::kKvCache || paged,
+         layout != Layout::kDense},
+        {"block_table", call.block_table, paged, paged}}) {
     const std::string layout_name(LayoutName(layout));
     if (ptr == nullptr && needed) {
       return Field(field, "data",
@@ -154,7 +195,12 @@ absl::Status CheckLengths(const AttentionCall& call) {
         "v", "seq",
         absl::StrCat("must be k's rows (", call.k.seq, "), got ", call.v.seq));
   }
-  return absl::OkStatus();
+  if (paged && call.k.batch != call.v.batch) {
+    return Field("v", "batch",
+                 absl::StrCat("must be k's pages (", call.k.batch, "), got ",
+                              call.v.batch));
+  }
+  return CheckBlockTable(call);
 }
 
 absl::Status CheckScale(float scale) {

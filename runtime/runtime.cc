@@ -62,6 +62,11 @@ AttentionParams CallParams(const AttentionCall& call) {
   p.seqused_k = call.seqused_k;
   p.rows_q = static_cast<int>(call.q.seq);
   p.rows_k = static_cast<int>(call.k.seq);
+  if (call.problem.layout == Layout::kPaged) {  // K and V are the pages.
+    p.rows_k = static_cast<int>(call.k.batch * call.k.seq);
+    p.block_table = call.block_table;
+    p.block_table_stride = static_cast<int>(call.block_table_stride);
+  }
   // Packed tensors are one batch whose rows start at cu_seqlens: the kernels
   // step no batch stride.
   if (call.problem.layout == Layout::kVarlen) {

@@ -39,15 +39,17 @@ evotune::Problem ToProblem(const evotune_problem& p) {
   // An unknown value is refused by ValidateLayout before any use.
   out.layout = p.layout == EVOTUNE_LAYOUT_VARLEN     ? evotune::Layout::kVarlen
                : p.layout == EVOTUNE_LAYOUT_KV_CACHE ? evotune::Layout::kKvCache
+               : p.layout == EVOTUNE_LAYOUT_PAGED    ? evotune::Layout::kPaged
                                                      : evotune::Layout::kDense;
+  out.page_size = p.page_size;  // ValidateProblem checks it with the layout.
   return out;
 }
 
 absl::Status ValidateLayout(const evotune_problem& p) {
-  if (p.layout < EVOTUNE_LAYOUT_DENSE || p.layout > EVOTUNE_LAYOUT_KV_CACHE) {
+  if (p.layout < EVOTUNE_LAYOUT_DENSE || p.layout > EVOTUNE_LAYOUT_PAGED) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "problem.layout: EVOTUNE_LAYOUT_DENSE, _VARLEN or _KV_CACHE (0-2), "
-        "got ",
+        "problem.layout: EVOTUNE_LAYOUT_DENSE, _VARLEN, _KV_CACHE or _PAGED "
+        "(0-3), got ",
         p.layout));
   }
   return absl::OkStatus();
@@ -88,6 +90,8 @@ evotune::AttentionCall ToCall(const evotune_problem& problem,
     call.cu_seqlens_q = lengths->cu_seqlens_q;
     call.cu_seqlens_k = lengths->cu_seqlens_k;
     call.seqused_k = lengths->seqused_k;
+    call.block_table = lengths->block_table;
+    call.block_table_stride = lengths->block_table_stride;
   }
   call.problem = ToProblem(problem);
   call.q = ToTensor(q);

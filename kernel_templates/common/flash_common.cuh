@@ -55,6 +55,30 @@ __device__ __forceinline__ void CopyRows(evt_elem* tile, const evt_elem* g,
   }
 }
 
+// Key rows [row0, row0 + kRows) of sequence b of K or V at `g` (its row 0,
+// as Sequence has it; `page_stride` its batch stride) into a tile as
+// CopyRows does; in a paged kernel each row comes from its page (KeyRow).
+template <int kRows, int kD, int kThreads, class Offset>
+__device__ __forceinline__ void CopyKeyRows(evt_elem* tile, const evt_elem* g,
+                                            const AttentionParams& p, int b,
+                                            long long page_stride,
+                                            long long stride, int row0,
+                                            int rows, Offset offset) {
+  if (kPageSize == 0) {
+    CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, offset);
+    return;
+  }
+  constexpr int kChunks = kD / 8;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool valid = row0 + r < rows;
+    const long long at =
+        valid ? KeyRow(p, b, row0 + r, page_stride, stride) : 0;
+    CpAsync16(SmemAddress(tile + offset(r, c)), g + at + c * 8, valid);
+  }
+}
+
 // The four 8x8 matrices of 16-bit elements whose rows lanes 0-7, 8-15,
 // 16-23 and 24-31 point at.
 __device__ __forceinline__ void LdMatrixX4(unsigned* r, unsigned addr) {

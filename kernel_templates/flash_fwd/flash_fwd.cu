@@ -79,6 +79,16 @@ __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
   CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, Swizzled);
 }
 
+// Key rows [row0, row0 + kN) of sequence b (K or V at `g`, pages
+// `page_stride` apart in a paged kernel) into a tile, as LoadTile.
+__device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
+                                         const AttentionParams& p, int b,
+                                         long long page_stride,
+                                         long long stride, int row0, int rows) {
+  CopyKeyRows<kN, kD, kThreads>(tile, g, p, b, page_stride, stride, row0, rows,
+                                Swizzled);
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
@@ -103,10 +113,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   LoadTile<kM>(q_tile, q, p.q_row_stride, q0, w.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_blocks) {
-      LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride, (block0 + s) * kN,
-                   w.seq_k);
-      LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride, (block0 + s) * kN,
-                   w.seq_k);
+      LoadKeys(k_tiles + s * kN * kD, k, p, w.b, p.k_batch_stride,
+               p.k_row_stride, (block0 + s) * kN, w.seq_k);
+      LoadKeys(v_tiles + s * kN * kD, v, p, w.b, p.v_batch_stride,
+               p.v_row_stride, (block0 + s) * kN, w.seq_k);
     }
     CpAsyncCommit();
   }
@@ -128,8 +138,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int j = 0; j < num_blocks; ++j) {
     const int stage = j % kStages;
     if (kStages == 1) {
-      LoadTile<kN>(k_tiles, k, p.k_row_stride, (block0 + j) * kN, w.seq_k);
-      LoadTile<kN>(v_tiles, v, p.v_row_stride, (block0 + j) * kN, w.seq_k);
+      LoadKeys(k_tiles, k, p, w.b, p.k_batch_stride, p.k_row_stride,
+               (block0 + j) * kN, w.seq_k);
+      LoadKeys(v_tiles, v, p, w.b, p.v_batch_stride, p.v_row_stride,
+               (block0 + j) * kN, w.seq_k);
       CpAsyncCommit();
     }
     CpAsyncWait<(kStages >= 2 ? kStages - 2 : 0)>();
@@ -139,10 +151,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       const int next = j + kStages - 1;
       if (next < num_blocks) {
         const int s = next % kStages;
-        LoadTile<kN>(k_tiles + s * kN * kD, k, p.k_row_stride,
-                     (block0 + next) * kN, w.seq_k);
-        LoadTile<kN>(v_tiles + s * kN * kD, v, p.v_row_stride,
-                     (block0 + next) * kN, w.seq_k);
+        LoadKeys(k_tiles + s * kN * kD, k, p, w.b, p.k_batch_stride,
+                 p.k_row_stride, (block0 + next) * kN, w.seq_k);
+        LoadKeys(v_tiles + s * kN * kD, v, p, w.b, p.v_batch_stride,
+                 p.v_row_stride, (block0 + next) * kN, w.seq_k);
       }
       CpAsyncCommit();
     }

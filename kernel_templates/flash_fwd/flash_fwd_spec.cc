@@ -141,7 +141,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
-  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
+               Layout::kPaged};
   t.constraints = {
       {"BLOCK_M % (16 * NUM_WARPS) == 0",
        [](const Config& c, const Problem&) {

@@ -85,6 +85,16 @@ static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
                   (kM + 2 * kStages * kN) * kD * 2,
               "partial rows fit where the tiles were");
 
+// Key rows [row0, row0 + kN) of sequence b (K or V at `g`, pages
+// `page_stride` apart in a paged kernel) into a tile, as LoadTile.
+__device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
+                                         const AttentionParams& p, int b,
+                                         long long page_stride,
+                                         long long stride, int row0, int rows) {
+  CopyKeyRows<kN, kD, kThreads>(tile, g, p, b, page_stride, stride, row0, rows,
+                                Swizzled<kN>);
+}
+
 }  // namespace
 
 extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
@@ -106,10 +116,10 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
   LoadTile<kM>(q_tile, w.q, p.q_row_stride, w.q0, w.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < w.num_blocks) {
-      LoadTile<kN>(k_tiles + s * kN * kD, w.k, p.k_row_stride,
-                   (w.block0 + s) * kN, w.seq_k);
-      LoadTile<kN>(v_tiles + s * kN * kD, w.v, p.v_row_stride,
-                   (w.block0 + s) * kN, w.seq_k);
+      LoadKeys(k_tiles + s * kN * kD, w.k, p, w.b, p.k_batch_stride,
+               p.k_row_stride, (w.block0 + s) * kN, w.seq_k);
+      LoadKeys(v_tiles + s * kN * kD, w.v, p, w.b, p.v_batch_stride,
+               p.v_row_stride, (w.block0 + s) * kN, w.seq_k);
     }
     CpAsyncCommit();
   }
@@ -135,10 +145,10 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
     const int next = j + kStages - 1;
     if (next < w.num_blocks) {
       const int s = next % kStages;
-      LoadTile<kN>(k_tiles + s * kN * kD, w.k, p.k_row_stride,
-                   (w.block0 + next) * kN, w.seq_k);
-      LoadTile<kN>(v_tiles + s * kN * kD, w.v, p.v_row_stride,
-                   (w.block0 + next) * kN, w.seq_k);
+      LoadKeys(k_tiles + s * kN * kD, w.k, p, w.b, p.k_batch_stride,
+               p.k_row_stride, (w.block0 + next) * kN, w.seq_k);
+      LoadKeys(v_tiles + s * kN * kD, w.v, p, w.b, p.v_batch_stride,
+               p.v_row_stride, (w.block0 + next) * kN, w.seq_k);
     }
     CpAsyncCommit();
     const unsigned k_stage = SmemAddress(k_tiles + stage * kN * kD);

@@ -26,7 +26,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_sm90)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
-  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
+               Layout::kPaged};
   t.constraints = {
       // The register cap 65536 / (threads * MIN_BLOCKS): above 255 (256
       // threads) the config duplicates MIN_BLOCKS == 1, below 128 (768) the

@@ -47,7 +47,10 @@
 // packed tensor is mapped as one batch of all its rows), a packed sequence's
 // partial last row block is stored by the threads (the copy engine would
 // write on into the next sequence), and the V rows of a last key tile that
-// may hold anything are cleared before P V (TailNeedsClearing).
+// may hold anything are cleared before P V (TailNeedsClearing). Paged K/V
+// (EVT_PAGE_SIZE): the K and V maps are the pages ([num_pages, page_size,
+// kv_heads, head_dim]), and each key tile is copied in parts of
+// gcd(BLOCK_N, page size) rows from the pages the block table names.
 //
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
@@ -60,7 +63,8 @@
 // 128 * (1 + CONSUMERS) threads; dynamic shared memory (BLOCK_M * (1 +
 // PERSISTENT) + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 + 1024 (alignment) + 256
 // (barriers) bytes. Second parameter: tensor maps with boxes of 64 columns by
-// BLOCK_M (Q), BLOCK_N (K, V) and 64 (O) rows.
+// BLOCK_M (Q), BLOCK_N (K, V; paged: gcd(BLOCK_N, page size)) and 64 (O)
+// rows.
 #include "hopper.cuh"
 
 namespace {
@@ -87,6 +91,13 @@ static_assert(kD % 64 == 0, "HEAD_DIM");
 static_assert(kStages >= 2, "STAGES");
 static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
 static_assert(kSplits == 1 || !kPersistent, "KV_SPLITS needs one tile a block");
+
+constexpr int Gcd(int a, int b) { return b == 0 ? a : Gcd(b, a % b); }
+// Rows of a K/V copy: the tile, or in a paged kernel the largest part of it
+// that lies in one page wherever the tile starts (a multiple of 16 rows, so
+// that every part starts on the 128-byte swizzle's 1024-byte period).
+constexpr int kKvBox = kPageSize > 0 ? Gcd(kN, kPageSize) : kN;
+static_assert(kKvBox % 16 == 0, "a page holds a multiple of 16 keys");
 // Split-KV partial rows go where Q and the K/V ring were.
 static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
                   kQBytes + 2 * kStages * kTileBytes,
@@ -232,14 +243,42 @@ __device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
   __syncwarp();
 }
 
+// The key tile at row `row` (of kv head kv_head, batch coordinate `batch`
+// in the map) into the shared tile at `tile`, completing on `bar`. In a
+// paged kernel `row` is the sequence's key and `batch` the sequence: each
+// kKvBox rows are copied from their page (the map's batch coordinate), the
+// page id clamped to the pool as KeyRow does.
+__device__ __forceinline__ void LoadTileRows(const AttentionParams& p,
+                                             const TensorMap& map,
+                                             unsigned tile, unsigned bar,
+                                             int row, int kv_head, int batch) {
+#pragma unroll
+  for (int part = 0; part < kN / kKvBox; ++part) {
+    int at = row + part * kKvBox, page = batch;
+    if (kPageSize > 0) {
+      const int* table = p.block_table + batch * p.block_table_stride;
+      page =
+          min(max(__ldg(table + at / kPageSize), 0), p.rows_k / kPageSize - 1);
+      at %= kPageSize;
+    }
+#pragma unroll
+    for (int db = 0; db < kD / 64; ++db) {
+      TmaLoad(tile + (db * kN + part * kKvBox) * kRowBytes, map, bar, 64 * db,
+              at, kv_head, page);
+    }
+  }
+}
+
 // The K and V of the key tile at row `row` (of kv head kv_head, batch
-// coordinate `batch` in the maps) into the stage of the block's it-th key
+// coordinate `batch` in the maps; in a paged kernel key `row` of sequence
+// `batch`) into the stage of the block's it-th key
 // tile, once the consumers have handed that stage back. With clear_from >=
 // 0 its V rows from clear_from on are cleared (TailNeedsClearing): `tails`
 // counts the tiles cleared so far (the phase of v_tail). Lane 0 of the
 // producer warp issues the copies; the warp clears a tail. The producer has
 // 24 registers: the arguments are what it keeps per tile.
-__device__ __forceinline__ void LoadKv(const AttentionTensorMaps& maps,
+__device__ __forceinline__ void LoadKv(const AttentionParams& p,
+                                       const AttentionTensorMaps& maps,
                                        const Smem& s, int it, int row,
                                        int kv_head, int batch, int clear_from,
                                        int& tails, int lane) {
@@ -249,22 +288,14 @@ __device__ __forceinline__ void LoadKv(const AttentionTensorMaps& maps,
   BarrierWait(s.k_empty(stage), parity);
   if (lane == 0) {
     BarrierExpectBytes(s.k_full(stage), kTileBytes);
-#pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
-      TmaLoad(s.k(stage) + db * kN * kRowBytes, maps.k, s.k_full(stage),
-              64 * db, row, kv_head, batch);
-    }
+    LoadTileRows(p, maps.k, s.k(stage), s.k_full(stage), row, kv_head, batch);
   }
   const bool clear = clear_from >= 0;
   const unsigned v_bar = clear ? s.v_tail() : s.v_full(stage);
   BarrierWait(s.v_empty(stage), parity);
   if (lane == 0) {
     BarrierExpectBytes(v_bar, kTileBytes);
-#pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
-      TmaLoad(s.v(stage) + db * kN * kRowBytes, maps.v, v_bar, 64 * db, row,
-              kv_head, batch);
-    }
+    LoadTileRows(p, maps.v, s.v(stage), v_bar, row, kv_head, batch);
   }
   if (clear) {
     BarrierWait(s.v_tail(), tails & 1);
@@ -315,11 +346,11 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
     const bool clear_last = last >= 0 && TailNeedsClearing(p, w, kv_last);
     const int plain = clear_last ? last : w.num_blocks;
     for (int j = 0, row = row0; j < plain; ++j, ++it, row += kN) {
-      LoadKv(maps, s, it, row, kv_head, batch, -1, tails, lane);
+      LoadKv(p, maps, s, it, row, kv_head, batch, -1, tails, lane);
     }
     if (clear_last) {
-      LoadKv(maps, s, it++, row0 + last * kN, kv_head, batch, w.seq_k - kv_last,
-             tails, lane);
+      LoadKv(p, maps, s, it++, row0 + last * kN, kv_head, batch,
+             w.seq_k - kv_last, tails, lane);
     }
     ++done;
   }

@@ -1,5 +1,7 @@
 // Parameter space and launch geometry of
 // kernel_templates/flash_fwd_tma/flash_fwd_tma.cu.
+#include <numeric>
+
 #include "kernel_templates/template_registry.h"
 
 namespace evotune {
@@ -121,7 +123,10 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
       block_m * (persistent ? 2 : 1) + 2 * c.at("STAGES") * c.at("BLOCK_N");
   g.smem_bytes = rows * p.head_dim * 2 + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
-  g.tma.kv_rows = static_cast<int>(c.at("BLOCK_N"));
+  // A paged kernel copies each tile in parts that lie in one page.
+  g.tma.kv_rows = static_cast<int>(p.layout == Layout::kPaged
+                                       ? std::gcd(c.at("BLOCK_N"), p.page_size)
+                                       : c.at("BLOCK_N"));
   g.tma.o_rows = 64;
   return g;
 }
@@ -161,7 +166,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
   t.head_dims = {64, 128};
   t.fits_every_form = true;  // NvrtcCompilerTest.FlashFwdTmaConfigsDoNotSpill
   t.dtypes = {DType::kFp16, DType::kBf16};
-  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache};
+  t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
+               Layout::kPaged};
   t.constraints = Constraints();
   // Hopper's fastest prefill template (bench/RESULTS.md).
   t.default_rank = [](const Problem&) { return 2; };

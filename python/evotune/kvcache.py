@@ -17,10 +17,18 @@ cache_seqlens[b] (+ seqlen_new) keys; causal aligns the mask to each
 sequence's bottom-right corner. One kernel serves every length up to the
 cache's size, launched with no host sync and no allocation but the output,
 so a decode step can be captured in a CUDA graph and replayed as the
-lengths grow. Paged caches (block_table), rotary embedding, sliding windows,
-softcapping, ALiBi and the softmax's LSE are not served: asking for them
-raises AttentionArgumentError naming the argument. Calls evotune cannot
-serve run SDPA per sequence (this syncs).
+lengths grow.
+
+A paged cache, as vLLM and SGLang keep it: k_cache and v_cache are
+[num_pages, page_size, kv_heads, head_dim] and block_table (int32
+[batch, max_pages] on q's device) names sequence b's pages in order, its
+key j in slot j % page_size of page block_table[b, j // page_size]; the
+new k and v are written through it. Pages of 16 to 256 keys (a multiple of
+16) are served by the kernels, any other size by SDPA.
+
+Rotary embedding, sliding windows, softcapping, ALiBi and the softmax's LSE
+are not served: asking for them raises AttentionArgumentError naming the
+argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
 """
 from typing import Optional
 
@@ -34,7 +42,7 @@ from .checks import AttentionArgumentError
 
 _UNSERVED = (
     ("rotary_cos", None), ("rotary_sin", None), ("cache_batch_idx", None),
-    ("cache_leftpad", None), ("block_table", None), ("alibi_slopes", None),
+    ("cache_leftpad", None), ("alibi_slopes", None),
     ("window_size", (-1, -1)), ("softcap", 0.0), ("return_softmax_lse", False))
 
 
@@ -42,7 +50,7 @@ def _fail(message):
     raise AttentionArgumentError(f"evotune.flash_attn_with_kvcache: {message}")
 
 
-def _check(q, k_cache, v_cache, k, v, cache_seqlens):
+def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table):
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
                     ("k", k), ("v", v)):
         if t is not None and t.dim() != 4:
@@ -52,13 +60,21 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens):
         _fail("k and v come together (the new keys and their values)")
     named = [(n, t) for n, t in (("k_cache", k_cache), ("v_cache", v_cache),
                                  ("k", k), ("v", v)) if t is not None]
+    paged = block_table is not None
+    if paged:
+        _check_pages(q, k_cache, block_table)
     for name, t in named:
         if t.dtype != q.dtype or t.device != q.device:
             _fail(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on "
                   f"{q.device}: one dtype and device")
-        if t.shape[0] != q.shape[0] or t.shape[3] != q.shape[3]:
+        in_pages = paged and name.endswith("_cache")  # Any number of pages.
+        if (t.shape[0] != q.shape[0] and not in_pages) or (
+                t.shape[3] != q.shape[3]):
             _fail(f"{name}.shape {tuple(t.shape)} must have q's batch "
                   f"({q.shape[0]}) and head_dim ({q.shape[3]})")
+    if paged and v_cache.shape[0] != k_cache.shape[0]:
+        _fail(f"v_cache holds {v_cache.shape[0]} pages, k_cache "
+              f"{k_cache.shape[0]}")
         if t.shape[2] != k_cache.shape[2]:
             _fail(f"{name} has {t.shape[2]} KV heads, k_cache "
                   f"{k_cache.shape[2]}")
@@ -79,13 +95,34 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens):
               f"{cache_seqlens.device}")
 
 
-def _lengths(q, k_cache, k, v_cache, v, cache_seqlens):
+def _check_pages(q, k_cache, block_table):
+    """A paged call's block table against q and the pages."""
+    if (block_table.dtype != torch.int32 or block_table.dim() != 2
+            or block_table.shape[0] != q.shape[0]
+            or block_table.shape[1] == 0 or block_table.device != q.device):
+        _fail(f"block_table must be an int32 [batch, max_pages] tensor on "
+              f"q's device (batch {q.shape[0]}), got {block_table.dtype} "
+              f"{tuple(block_table.shape)} on {block_table.device}")
+    if k_cache.shape[0] == 0 or k_cache.shape[1] == 0:
+        _fail(f"k_cache must hold pages [num_pages, page_size, kv_heads, "
+              f"head_dim], got shape {tuple(k_cache.shape)}")
+
+
+def _slots(cache, block_table):
+    """The number of key slots of each sequence: the cache's length, or in
+    a paged cache the block table's pages."""
+    if block_table is None:
+        return cache.shape[1]
+    return block_table.shape[1] * cache.shape[1]
+
+
+def _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table):
     """Writes the new keys and values (if any) into the caches after each
     sequence's filled slots; the int32 [batch] lengths attended to."""
     batch = q.shape[0]
     if cache_seqlens is None:
-        used = torch.full((batch,), k_cache.shape[1], dtype=torch.int32,
-                          device=q.device)
+        used = torch.full((batch,), _slots(k_cache, block_table),
+                          dtype=torch.int32, device=q.device)
         if k is not None:
             _fail("k and v need cache_seqlens (where to write them)")
         return used
@@ -97,8 +134,14 @@ def _lengths(q, k_cache, k, v_cache, v, cache_seqlens):
     slots = cache_seqlens.long()[:, None] + torch.arange(
         k.shape[1], device=q.device)
     rows = torch.arange(batch, device=q.device)[:, None]
-    k_cache[rows, slots] = k
-    v_cache[rows, slots] = v
+    if block_table is None:
+        k_cache[rows, slots] = k
+        v_cache[rows, slots] = v
+    else:  # Slot j of sequence b: page block_table[b, j // page_size].
+        page_size = k_cache.shape[1]
+        pages = block_table.long()[rows, slots // page_size]
+        k_cache[pages, slots % page_size] = k
+        v_cache[pages, slots % page_size] = v
     return cache_seqlens + k.shape[1]
 
 
@@ -124,12 +167,16 @@ class _Plan:
         self.lengths = _rt.Lengths()
         self.scratch = self.args = None  # The run's arguments, by scratch.
 
-    def __call__(self, q, k_cache, v_cache, o, used, scratch, stream_id):
+    def __call__(self, q, k_cache, v_cache, o, used, block_table, scratch,
+                 stream_id):
         t = self.tensors
         t[0].data, t[1].data, t[2].data, t[3].data = (
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             o.data_ptr())
         self.lengths.seqused_k = used.data_ptr()
+        if block_table is not None:
+            self.lengths.block_table = block_table.data_ptr()
+            self.lengths.block_table_stride = block_table.stride(0)
         if scratch != self.scratch:  # The structs are passed by reference.
             self.scratch = scratch
             self.args = self.plan.run_args(self.problem, *t, self.lengths,
@@ -142,35 +189,43 @@ class _Plan:
 _plans = {}  # Signature: a _Plan, or why SDPA answers.
 
 
-def _signature(q, k_cache, v_cache, causal, scale, stream_id):
+def _signature(q, k_cache, v_cache, block_table, causal, scale, stream_id):
+    table = None if block_table is None else tuple(block_table.shape)
     return (_et._State.generation, tuple(q.shape), tuple(q.stride()),
             tuple(k_cache.shape), tuple(k_cache.stride()),
-            tuple(v_cache.stride()), q.dtype, q.device, causal, scale,
+            tuple(v_cache.stride()), table, q.dtype, q.device, causal, scale,
             stream_id)
 
 
-def _plan_for(q, k_cache, v_cache, o, causal, scale, stream_id):
+def _plan_for(q, k_cache, v_cache, block_table, o, causal, scale,
+              stream_id):
     """The _Plan of the call's signature, or why SDPA answers it."""
-    key = _signature(q, k_cache, v_cache, causal, scale, stream_id)
+    key = _signature(q, k_cache, v_cache, block_table, causal, scale,
+                     stream_id)
     entry = _plans.get(key)
     if entry is not None and not (isinstance(entry, _et._Pending) and
                                   entry.due()):
         return entry
-    entry = _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id)
+    entry = _make_plan(q, k_cache, v_cache, block_table, o, causal, scale,
+                       stream_id)
     if len(_plans) >= 4096:
         _plans.clear()
     _plans[key] = entry
     return entry
 
 
-def _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id):
+def _make_plan(q, k_cache, v_cache, block_table, o, causal, scale,
+               stream_id):
     runtime = _et._State.runtime
     if runtime is None:
         return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
     b, seq_q, heads, d = q.shape
-    problem = _rt.Problem(b, heads, k_cache.shape[2], seq_q, k_cache.shape[1],
-                          d, int(causal), int(q.dtype == torch.bfloat16),
-                          _rt.LAYOUT_KV_CACHE)
+    paged = block_table is not None
+    problem = _rt.Problem(
+        b, heads, k_cache.shape[2], seq_q, _slots(k_cache, block_table), d,
+        int(causal), int(q.dtype == torch.bfloat16),
+        _rt.LAYOUT_PAGED if paged else _rt.LAYOUT_KV_CACHE,
+        k_cache.shape[1] if paged else 0)
     if problem.key() in _et._State.missing:
         return _et._State.missing[problem.key()]
     plan, why = _et.plan_problem(problem, stream_id)
@@ -179,10 +234,17 @@ def _make_plan(q, k_cache, v_cache, o, causal, scale, stream_id):
     return _Plan(plan, problem, q, k_cache, v_cache, o, scale or 0.0)
 
 
-def _shape_reason(q, k_cache, v_cache, scale):
+def _shape_reason(q, k_cache, v_cache, block_table, scale):
     """Why evotune's kernels cannot serve a call that passed the checks,
     from all but the data pointers (the same for every call of a
     signature), or None."""
+    if block_table is not None:
+        page_size = k_cache.shape[1]
+        if page_size % 16 or not 16 <= page_size <= 256:
+            return (f"page_size {page_size}: evotune kernels take pages of "
+                    "16 to 256 keys, a multiple of 16")
+        if block_table.stride(1) != 1:
+            return "block_table's pages of a sequence are not contiguous"
     if not q.is_cuda:
         return f"q is on {q.device}: evotune kernels run on CUDA devices"
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -205,11 +267,12 @@ _MISALIGNED = "the data of q, k_cache or v_cache is off 16-byte boundaries"
 _UNCHECKED = object()
 
 
-def _served_reason(q, k_cache, v_cache, scale, shape_reason=_UNCHECKED):
+def _served_reason(q, k_cache, v_cache, block_table, scale,
+                   shape_reason=_UNCHECKED):
     """Why evotune's kernels cannot serve a call that passed the checks,
     or None; `shape_reason` is _shape_reason's, when known."""
     if shape_reason is _UNCHECKED:
-        shape_reason = _shape_reason(q, k_cache, v_cache, scale)
+        shape_reason = _shape_reason(q, k_cache, v_cache, block_table, scale)
     if shape_reason is not None:
         return shape_reason
     if (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) % 16:
@@ -217,15 +280,22 @@ def _served_reason(q, k_cache, v_cache, scale, shape_reason=_UNCHECKED):
     return None
 
 
-def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale):
-    """The reference semantics, one SDPA call per sequence (syncs)."""
+def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
+                      block_table=None):
+    """The reference semantics, one SDPA call per sequence (syncs); a paged
+    cache's pages gathered through block_table."""
     o = torch.zeros_like(q)
     group = q.shape[2] // k_cache.shape[2]
     for b, n in enumerate(used.tolist()):
         if n == 0:
             continue
         qs = q[b].transpose(0, 1)[None]
-        ks, vs = (t[b, :n].transpose(0, 1)[None] for t in (k_cache, v_cache))
+        if block_table is None:
+            ks, vs = (t[b, :n] for t in (k_cache, v_cache))
+        else:  # Its pages, [pages * page_size, kv_heads, head_dim].
+            pages = block_table[b, :-(-n // k_cache.shape[1])].long()
+            ks, vs = (t[pages].flatten(0, 1)[:n] for t in (k_cache, v_cache))
+        ks, vs = (t.transpose(0, 1)[None] for t in (ks, vs))
         mask = causal_lower_right(q.shape[1], n) if causal else None
         out = F.scaled_dot_product_attention(
             qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=group > 1)
@@ -233,31 +303,36 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale):
     return o
 
 
-def _kvcache_impl(q, k_cache, v_cache, used, causal, scale,
+def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
                   shape_reason=_UNCHECKED):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    if _served_reason(q, k_cache, v_cache, scale, shape_reason) is None:
+    if _served_reason(q, k_cache, v_cache, block_table, scale,
+                      shape_reason) is None:
         stream_id = _et._stream_id(q.device)
-        plan = _plan_for(q, k_cache, v_cache, o, causal, scale, stream_id)
+        plan = _plan_for(q, k_cache, v_cache, block_table, o, causal, scale,
+                         stream_id)
         if not isinstance(plan, str):
             scratch = [t.data_ptr() if t is not None else None
                        for t in _et._stream_scratch(q.device, stream_id).fit(
                            plan.plan.workspace_floats, plan.plan.counters,
                            q.device)]
-            plan(q, k_cache, v_cache, o, used, scratch, stream_id)
+            plan(q, k_cache, v_cache, o, used, block_table, scratch,
+                 stream_id)
             return o
-    return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale)
+    return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
+                             block_table)
 
 
 @torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
 def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             used: torch.Tensor, causal: bool,
-             scale: Optional[float]) -> torch.Tensor:
-    return _kvcache_impl(q, k_cache, v_cache, used, causal, scale)
+             used: torch.Tensor, block_table: Optional[torch.Tensor],
+             causal: bool, scale: Optional[float]) -> torch.Tensor:
+    return _kvcache_impl(q, k_cache, v_cache, used, block_table, causal,
+                         scale)
 
 
 @_kvcache.register_fake
-def _(q, k_cache, v_cache, used, causal, scale):
+def _(q, k_cache, v_cache, used, block_table, causal, scale):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -275,7 +350,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
     tensors that do not fit together or a feature not served."""
     given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
-                 block_table=block_table, alibi_slopes=alibi_slopes,
+                 alibi_slopes=alibi_slopes,
                  window_size=tuple(window_size), softcap=softcap,
                  return_softmax_lse=return_softmax_lse)
     scale = None if softmax_scale is None else float(softmax_scale)
@@ -286,19 +361,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
         cache_seqlens, torch.Tensor) and all(
             (given[n] is None) if d is None else given[n] == d
             for n, d in _UNSERVED)
-    key = _step_signature(q, k_cache, v_cache, cache_seqlens, causal,
-                          scale) if step else None
+    key = _step_signature(q, k_cache, v_cache, cache_seqlens, block_table,
+                          causal, scale) if step else None
     shape_reason = _checked.get(key, _UNCHECKED)
     if shape_reason is _UNCHECKED:
         shape_reason = _check_call(q, k_cache, v_cache, k, v, cache_seqlens,
-                                   given, scale)
+                                   block_table, given, scale)
         if key is not None:
             if len(_checked) >= 4096:
                 _checked.clear()
             _checked[key] = shape_reason
-    used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens)
-    args = (q, k_cache, v_cache, used, causal, scale)
-    if _et.eager(q, k_cache, v_cache, used):
+    used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table)
+    args = (q, k_cache, v_cache, used, block_table, causal, scale)
+    if _et.eager(*(t for t in args[:5] if t is not None)):
         return _kvcache_impl(*args, shape_reason)
     return torch.ops.evotune.kvcache_attention(*args)
 
@@ -306,22 +381,28 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
 _checked = {}  # A decode step's signature: its _shape_reason.
 
 
-def _step_signature(q, k_cache, v_cache, cache_seqlens, causal, scale):
+def _step_signature(q, k_cache, v_cache, cache_seqlens, block_table, causal,
+                    scale):
     """What a decode step's checks and _shape_reason depend on."""
+    table = None if block_table is None else (
+        block_table.shape, block_table.stride(), block_table.dtype,
+        block_table.device)
     return (_et._State.generation, q.shape, q.stride(), q.dtype, q.device,
             k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
             v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
             cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device,
-            causal, scale)
+            table, causal, scale)
 
 
-def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, given, scale):
+def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, block_table, given,
+                scale):
     """Raises AttentionArgumentError for a call that does not fit together
     or asks for what is not served; else the call's _shape_reason."""
     for name, default in _UNSERVED:
         value = given[name]
         if (value is not None) if default is None else value != default:
-            _fail(f"{name} is not served yet (evotune serves dense caches "
-                  "without rotary, windows, softcapping, ALiBi or LSE)")
-    _check(q, k_cache, v_cache, k, v, cache_seqlens)
-    return _shape_reason(q, k_cache, v_cache, scale)
+            _fail(f"{name} is not served yet (evotune serves dense and "
+                  "paged caches without rotary, windows, softcapping, ALiBi "
+                  "or LSE)")
+    _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table)
+    return _shape_reason(q, k_cache, v_cache, block_table, scale)

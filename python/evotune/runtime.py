@@ -17,21 +17,22 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 5  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 6  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
-LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE = 0, 1, 2
+LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE, LAYOUT_PAGED = 0, 1, 2, 3
 
 
 class Problem(ctypes.Structure):
     """evotune_problem: causal is bottom-right aligned; bf16 0 means fp16;
     layout one of LAYOUT_* (with lengths on the device, seq_q and seq_k
-    bound every sequence's)."""
+    bound every sequence's); page_size the keys a page of LAYOUT_PAGED (seq_k
+    is then the block table's pages * page_size), else 0."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
             (n, ctypes.c_int32)
-            for n in ("causal", "bf16", "layout", "reserved")]
+            for n in ("causal", "bf16", "layout", "page_size")]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)
@@ -45,9 +46,11 @@ class Tensor(ctypes.Structure):
 
 
 class Lengths(ctypes.Structure):
-    """evotune_lengths: device pointers of int32 arrays (0 for none)."""
-    _fields_ = [(n, ctypes.c_void_p)
-                for n in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k")]
+    """evotune_lengths: device pointers of int32 arrays (0 for none), and
+    the block table's row stride (LAYOUT_PAGED)."""
+    _fields_ = [(n, ctypes.c_void_p) for n in (
+        "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")] + [
+            ("block_table_stride", ctypes.c_int64)]
 
 
 def _declare(lib):

@@ -140,7 +140,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateIsCorrectAcrossShapes) {
 }
 
 // Lengths on the device: packed varlen batches, KV caches and paged KV
-// caches (shuffled pages), with mixed lengths per sequence
+// caches (shuffled pages of several sizes), with mixed lengths per sequence
 // (core/batch_lengths.h), the cache slots past each sequence's length, the
 // pages no block table names and the rows after a packed K/V poisoned with
 // NaN (so a kernel that lets them into its output fails). Several random
@@ -155,6 +155,8 @@ TEST_P(LengthsOnTheDeviceTest, IsCorrect) {
   std::mt19937 gen(7);
   const std::vector<std::pair<int64_t, int64_t>> lengths = {
       {1, 300}, {4, 1000}, {129, 700}, {700, 300}, {1000, 2048}};
+  constexpr int64_t kPageSizes[3] = {16, 48, 128};
+  int case_index = 0;
   for (Layout layout : {Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
     for (int64_t d : {64, 128}) {
       for (bool causal : {false, true}) {
@@ -170,8 +172,10 @@ TEST_P(LengthsOnTheDeviceTest, IsCorrect) {
           // Both dtypes, over the cases rather than within each.
           p.dtype = (d == 64) == causal ? DType::kFp16 : DType::kBf16;
           p.layout = layout;
-          if (layout == Layout::kPaged) {  // Whole pages of 16 or 64 keys.
-            p.page_size = causal ? 16 : 64;
+          if (layout == Layout::kPaged) {
+            // Whole pages of 16, 48 or 128 keys: the TMA kernel's tiles in
+            // parts of one page (gcd 16 or 48) and whole in one (128).
+            p.page_size = kPageSizes[case_index++ % 3];
             p.seq_k = (sk + p.page_size - 1) / p.page_size * p.page_size;
           }
           if (!CheckSupports(t, p).ok()) continue;

@@ -70,6 +70,13 @@ std::vector<std::string> CompileAll(
   return failures;
 }
 
+// `p` against a paged KV cache of `page_size` keys a page.
+Problem Paged(Problem p, int64_t page_size) {
+  p.layout = Layout::kPaged;
+  p.page_size = page_size;
+  return p;
+}
+
 TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
   std::vector<Job> jobs;
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
@@ -82,6 +89,9 @@ TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
         p.seq_q = p.seq_k = 512;
         p.head_dim = t.head_dims[i];
         p.dtype = t.dtypes[i % t.dtypes.size()];
+        // The second form paged (pages of 32 keys) where the template
+        // serves paged caches.
+        if (i == 1 && CheckSupports(t, Paged(p, 32)).ok()) p = Paged(p, 32);
         std::vector<Config> configs = FeasibleConfigs(t, p, arch.limits);
         ASSERT_FALSE(configs.empty()) << t.name << " " << arch.name;
         const char* all = std::getenv("EVOTUNE_COMPILE_ALL");
@@ -107,18 +117,25 @@ TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
 // flash_fwd_tma's register constraint admits only configs whose consumers
 // fit their reallocated registers: none of them spills, at any head_dim or
 // dtype (which the template claims: fits_every_form). Registers do not
-// depend on STAGES, so one stage count covers the space.
+// depend on STAGES, so one stage count covers the space. Paged kernels
+// (pages of 16 keys, the most page lookups a tile; registers do not depend
+// on the dtype) are held to it too.
 TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
   ASSERT_TRUE(t.fits_every_form);
   const DeviceLimits h100{232448, 1024, 90};
   std::vector<Job> jobs;
   for (int64_t head_dim : t.head_dims) {
+    std::vector<Problem> forms;
     for (DType dtype : t.dtypes) {
       Problem p;
       p.seq_q = p.seq_k = 512;
       p.head_dim = head_dim;
       p.dtype = dtype;
+      forms.push_back(p);
+    }
+    forms.push_back(Paged(forms.back(), 16));  // Of the last dtype.
+    for (const Problem& p : forms) {
       for (const Config& c : FeasibleConfigs(t, p, h100)) {
         if (c.at("STAGES") == 2) jobs.push_back({&t, c, p, "sm_90a"});
       }

@@ -150,6 +150,28 @@ TEST_F(TensorMapsTest, PackedTensorsAreOneBatchOfAllTheirRows) {
   EXPECT_THAT(calls[1].dims, ElementsAre(128, 300, 2, 2));
 }
 
+// Paged K and V are a batch of pages, [num_pages, page_size, kv_heads,
+// head_dim]: the map's rows are a page's and its batches the pages.
+TEST_F(TensorMapsTest, PagedKeysAndValuesAreABatchOfPages) {
+  const int lengths[2] = {0, 0};  // Never read.
+  problem_.layout = Layout::kPaged;
+  problem_.page_size = 32;
+  params_.seqused_k = lengths;
+  params_.rows_k = 7 * 32;  // Seven pages.
+  params_.k_row_stride = params_.v_row_stride = 2 * 128;
+  params_.k_head_stride = params_.v_head_stride = 128;
+  params_.k_batch_stride = params_.v_batch_stride = 32 * 2 * 128;
+  boxes_.kv_rows = 32;
+  ASSERT_TRUE(EncodeTensorMaps(Record, params_, problem_, boxes_).ok());
+  ASSERT_EQ(calls.size(), 4u);
+  for (int i : {1, 2}) {
+    EXPECT_THAT(calls[i].dims, ElementsAre(128, 32, 2, 7));
+    EXPECT_THAT(calls[i].strides, ElementsAre(512, 256, 32 * 512));
+    EXPECT_THAT(calls[i].box, ElementsAre(64, 32, 1, 1));
+  }
+  EXPECT_THAT(calls[0].dims, ElementsAre(128, 100, 8, 2));  // Q as ever.
+}
+
 TEST_F(TensorMapsTest, Fp16IsEncodedAsFloat16) {
   problem_.dtype = DType::kFp16;
   ASSERT_TRUE(EncodeTensorMaps(Record, params_, problem_, boxes_).ok());

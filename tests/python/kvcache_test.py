@@ -3,7 +3,10 @@ decode and speculative steps over a cache of mixed lengths against an fp32
 reference per sequence (GQA, causal and not, fp16 and bf16, FlashAttention's
 [batch, seq, heads, head_dim] layout and a transposed view), new keys
 appended in place, a CUDA graph replayed as the lengths grow, features not
-served refused naming the argument; and flash_attn_varlen_func under
+served refused naming the argument; paged caches (pages in shuffled order,
+16 to 256 keys a page, decode, speculative and chunked-prefill steps, keys
+appended through the block table, a graph replayed) against the same
+reference on the cache they page; and flash_attn_varlen_func under
 FlashAttention's names.
 
     PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
@@ -22,6 +25,8 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import evotune.torch as et
+from evotune import kvcache
+from evotune import runtime as rt
 from evotune.kvcache import sdpa_per_sequence
 
 DAEMON = None
@@ -120,7 +125,8 @@ class KvCacheTest(unittest.TestCase):
         lens = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
         table = torch.zeros(2, 2, dtype=torch.int32, device="cuda")
         bad = [
-            (dict(block_table=table), "block_table"),
+            (dict(block_table=table.long()), "block_table must be an int32"),
+            (dict(block_table=table[:1]), "block_table must be an int32"),
             (dict(window_size=(16, 0)), "window_size"),
             (dict(softcap=30.0), "softcap"),
             (dict(k=kc[:, :1]), "k and v come together"),
@@ -132,6 +138,99 @@ class KvCacheTest(unittest.TestCase):
             args.update(change)
             with self.assertRaisesRegex(et.AttentionArgumentError, want):
                 et.flash_attn_with_kvcache(**args)
+
+    def paged_step(self, batch, seq_q, heads, kv_heads, d, slots, page_size,
+                   dtype, causal, seed):
+        """A step on a paged cache against the reference on the dense cache
+        it pages (every page in a shuffled order, spare pages of NaN); the
+        number of paged kernels planned so far."""
+        q = rand(batch, seq_q, heads, d, dtype=dtype, seed=seed)
+        dense = [rand(batch, slots, kv_heads, d, dtype=dtype, seed=seed + i)
+                 for i in (1, 2)]
+        per_seq = slots // page_size
+        order = torch.randperm(batch * per_seq + 3,
+                               generator=torch.Generator().manual_seed(seed))
+        table = order[:batch * per_seq].view(batch, per_seq).int().cuda()
+        pages = []
+        for t in dense:
+            pool = torch.full((batch * per_seq + 3, page_size, kv_heads, d),
+                              float("nan"), dtype=dtype, device="cuda")
+            pool[table.long()] = t.view(batch, per_seq, page_size, kv_heads,
+                                        d)
+            pages.append(pool)
+        used = torch.randint(seq_q, slots + 1, (batch,), dtype=torch.int32,
+                             device="cuda")
+        got = et.flash_attn_with_kvcache(q, pages[0], pages[1],
+                                         cache_seqlens=used,
+                                         block_table=table, causal=causal)
+        want = reference(q, dense[0], dense[1], used, causal)
+        case = (batch, seq_q, heads, kv_heads, d, slots, page_size, causal)
+        self.assertTrue(torch.isfinite(got).all().item(), case)
+        self.assertLess(rel_err(got, want),
+                        2e-2 if dtype == torch.bfloat16 else 4e-3, case)
+        return sum(isinstance(p, kvcache._Plan) and
+                   p.problem.layout == rt.LAYOUT_PAGED
+                   for p in kvcache._plans.values())
+
+    def test_paged_steps_match_the_reference_on_the_cache_they_page(self):
+        bf16, fp16 = torch.bfloat16, torch.float16
+        cases = [
+            (4, 1, 32, 8, 128, 1024, 16, bf16, False),   # Decode, GQA.
+            (3, 4, 8, 1, 128, 768, 64, bf16, True),      # Speculative, MQA.
+            (2, 1, 16, 16, 64, 512, 256, fp16, True),
+            (2, 200, 8, 2, 128, 1536, 64, bf16, True),   # Chunked prefill.
+            (2, 130, 4, 4, 64, 960, 48, fp16, True),
+        ]
+        planned = self.paged_step(*cases[0], seed=20)
+        self.assertGreaterEqual(planned, 1)
+        for i, case in enumerate(cases[1:]):
+            before, planned = planned, self.paged_step(*case, seed=23 + 3 * i)
+            self.assertEqual(planned, before + 1, case)  # A kernel, not SDPA.
+        # Pages of 8 keys: no kernel takes them; SDPA answers, right.
+        self.paged_step(2, 1, 8, 2, 64, 64, 8, fp16, False, seed=40)
+
+    def test_new_keys_are_written_through_the_block_table(self):
+        dtype = torch.bfloat16
+        q = rand(2, 3, 8, 128, dtype=dtype, seed=41)
+        k_pages = rand(10, 16, 2, 128, dtype=dtype, seed=42)
+        v_pages = rand(10, 16, 2, 128, dtype=dtype, seed=43)
+        k_new = rand(2, 3, 2, 128, dtype=dtype, seed=44)
+        v_new = rand(2, 3, 2, 128, dtype=dtype, seed=45)
+        table = torch.tensor([[7, 2, 9], [0, 4, 5]], dtype=torch.int32,
+                             device="cuda")
+        lens = torch.tensor([15, 20], dtype=torch.int32, device="cuda")
+        got = et.flash_attn_with_kvcache(q, k_pages, v_pages, k=k_new,
+                                         v=v_new, cache_seqlens=lens,
+                                         block_table=table, causal=True)
+        # Sequence 0's slots 15, 16, 17: page 7 slot 15, page 2 slots 0-1.
+        self.assertTrue(torch.equal(k_pages[7, 15], k_new[0, 0]))
+        self.assertTrue(torch.equal(k_pages[2, :2], k_new[0, 1:]))
+        self.assertTrue(torch.equal(v_pages[4, 4:7], v_new[1]))
+        dense = [t[table.long()].flatten(1, 2) for t in (k_pages, v_pages)]
+        want = reference(q, dense[0], dense[1], lens + 3, True)
+        self.assertLess(rel_err(got, want), 2e-2)
+
+    def test_a_paged_graph_replays_as_the_lengths_grow(self):
+        dtype = torch.bfloat16
+        q = rand(4, 1, 32, 128, dtype=dtype, seed=46)
+        k_pages = rand(4 * 32, 64, 8, 128, dtype=dtype, seed=47)
+        v_pages = rand(4 * 32, 64, 8, 128, dtype=dtype, seed=48)
+        table = torch.randperm(4 * 32, device="cuda").int().view(4, 32)
+        lens = torch.tensor([1, 500, 1000, 1500], dtype=torch.int32,
+                            device="cuda")
+        step = lambda: et.flash_attn_with_kvcache(  # noqa: E731
+            q, k_pages, v_pages, cache_seqlens=lens, block_table=table)
+        step()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        dense = [t[table.long()].flatten(1, 2) for t in (k_pages, v_pages)]
+        for _ in range(3):
+            lens += 137
+            graph.replay()
+            want = reference(q, dense[0], dense[1], lens, False)
+            self.assertLess(rel_err(out, want), 2e-2, lens.tolist())
 
     def test_flash_attn_varlen_func_takes_flash_attentions_names(self):
         g = torch.Generator(device="cuda").manual_seed(17)

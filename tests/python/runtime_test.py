@@ -116,6 +116,16 @@ class RuntimeTest(unittest.TestCase):
             # A KV cache needs seqused_k.
             (runtime.Problem(*seed, runtime.LAYOUT_KV_CACHE), dense,
              runtime.Lengths(), "seqused_k.data: required"),
+            # A paged cache needs its page size and block table, whose
+            # stride spans the problem's pages.
+            (runtime.Problem(*seed, runtime.LAYOUT_PAGED), dense,
+             runtime.Lengths(), "problem.page_size"),
+            (runtime.Problem(*seed, runtime.LAYOUT_PAGED, 64), dense,
+             runtime.Lengths(None, None, 0x5000000),
+             "block_table.data: required"),
+            (runtime.Problem(*seed, runtime.LAYOUT_PAGED, 64), dense,
+             runtime.Lengths(None, None, 0x5000000, 0x5001000, 7),
+             "block_table_stride: must be at least seq_k / page_size (8)"),
         ]
         for problem, make, lengths, want in cases:
             tensors = [make(8, 512, 0x1000000 * (i + 1)) for i in range(4)]

@@ -222,11 +222,78 @@ TEST(AttentionCallTest, BadLengthsAreRefusedNamingTheField) {
   cache.layout = Layout::kKvCache;
   EXPECT_THAT(std::string(CheckAttentionCall(Call(cache)).message()),
               StartsWith("seqused_k.data: required for layout cache"));
-  Problem paged = cache;  // Until calls carry a block table.
-  paged.layout = Layout::kPaged;
-  paged.page_size = 16;
-  EXPECT_THAT(std::string(CheckAttentionCall(Call(paged)).message()),
-              StartsWith("problem.layout: paged problems are not launched"));
+}
+
+// A paged call: Q and O as a cache's, K and V [num_pages, page_size,
+// kv_heads, head_dim] pages, seqused_k and a block table.
+AttentionCall PagedCall() {
+  Problem p = Seed();
+  p.batch = 3;
+  p.kv_heads = 2;
+  p.seq_q = 4;
+  p.seq_k = 1024;
+  p.layout = Layout::kPaged;
+  p.page_size = 64;
+  AttentionCall call = Call(p);
+  for (AttentionTensor* t : {&call.k, &call.v}) {
+    t->batch = 100;  // Pages, any number.
+    t->seq = 64;
+    Bshd(t);
+  }
+  call.v.data = At(0x3000000 + 100 * 64 * 2 * 64 * 2);  // After K.
+  call.seqused_k = reinterpret_cast<const int32_t*>(At(0x5002000));
+  call.block_table = reinterpret_cast<const int32_t*>(At(0x5003000));
+  call.block_table_stride = 16;  // seq_k / page_size.
+  return call;
+}
+
+TEST(AttentionCallTest, APagedCallPasses) {
+  AttentionCall call = PagedCall();
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  call.block_table_stride = 40;  // Wider rows than the problem reads.
+  call.k.batch = call.v.batch = 1;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+}
+
+TEST(AttentionCallTest, BadPagedCallsAreRefusedNamingTheField) {
+  const std::vector<std::pair<std::function<void(AttentionCall&)>, std::string>>
+      cases = {
+          {[](AttentionCall& c) { c.block_table = nullptr; },
+           "block_table.data: required for layout paged"},
+          {[](AttentionCall& c) { c.seqused_k = nullptr; },
+           "seqused_k.data: required for layout paged"},
+          {[](AttentionCall& c) { c.block_table_stride = 15; },
+           "block_table_stride: must be at least seq_k / page_size (16)"},
+          {[](AttentionCall& c) { c.block_table_stride = int64_t{1} << 31; },
+           "block_table_stride"},
+          {[](AttentionCall& c) { c.k.seq = 32; },
+           "k.seq: must be the problem's page_size (64)"},
+          {[](AttentionCall& c) { c.v.batch = 0; }, "v.batch"},
+          {[](AttentionCall& c) { c.v.batch = 99; },
+           "v.batch: must be k's pages (100)"},
+          {[](AttentionCall& c) { c.k.batch = c.v.batch = int64_t{1} << 26; },
+           "k.batch: the number of pages"},
+          {[](AttentionCall& c) { c.k.heads = 8; }, "k.heads"},
+          {[](AttentionCall& c) { c.problem.page_size = 48; }, "problem.seq_k"},
+          {[](AttentionCall& c) {
+             c.problem.layout = Layout::kKvCache;
+             c.problem.page_size = 0;
+           },
+           "block_table.data: must be null for layout cache"},
+          {[](AttentionCall& c) {
+             c.problem.layout = Layout::kKvCache;
+             c.problem.page_size = 0;
+             c.block_table = nullptr;
+           },
+           "block_table_stride: must be 0 for layout cache"},
+      };
+  for (const auto& [mutate, want] : cases) {
+    AttentionCall call = PagedCall();
+    mutate(call);
+    const absl::Status s = CheckAttentionCall(call);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << want;
+    EXPECT_THAT(std::string(s.message()), StartsWith(want));
+  }
 }
 
 }  // namespace

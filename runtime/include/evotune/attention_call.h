@@ -34,7 +34,10 @@ struct AttentionTensor {
 };
 
 // O = softmax(Q K^T * scale) V for `problem` (causal: bottom-right aligned
-// when seq_q != seq_k). Q and O have `heads` heads, K and V `kv_heads`.
+// when seq_q != seq_k). Q and O have `heads` heads, K and V `kv_heads`. A
+// paged problem's K and V are its pages, [num_pages, page_size, kv_heads,
+// head_dim]: as tensors, batch num_pages (any, at least 1) and seq the
+// problem's page_size.
 struct AttentionCall {
   Problem problem;
   AttentionTensor q, k, v, o;
@@ -53,12 +56,18 @@ struct AttentionCall {
   // cu_seqlens_k ([batch + 1], from 0, non-decreasing, each sequence within
   // seq_q and seq_k, the last at most the tensors' rows) and may have
   // seqused_k; kKvCache needs seqused_k ([batch], each at most seq_k);
-  // kDense has none. The runtime cannot read device memory without a sync,
-  // so these values are the caller's to guarantee; whatever they hold, the
-  // kernels stay inside the tensors.
+  // kPaged needs seqused_k and block_table ([batch] rows of
+  // block_table_stride page ids, of which sequence b's key j is in page
+  // block_table[b * block_table_stride + j / page_size]; the stride at least
+  // seq_k / page_size); kDense has none. The runtime cannot read device
+  // memory without a sync, so these values are the caller's to guarantee;
+  // whatever they hold, the kernels stay inside the tensors (a page id
+  // outside [0, num_pages) reads a page of the pool, never past it).
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   const int32_t* seqused_k = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
 };
 
 // A call on contiguous tensors (the layout `evotune` tunes).
@@ -67,8 +76,8 @@ AttentionCall ContiguousCall(const Problem& problem, const void* q,
 
 // Whether `call` may launch: INVALID_ARGUMENT naming the first field that
 // does not fit ("problem.kv_heads", "q.data", "v.seq", "o.head_stride",
-// "scale", "cu_seqlens_q"). Host arithmetic only: no driver call, no memory
-// read.
+// "scale", "cu_seqlens_q", "block_table_stride"). Host arithmetic only: no
+// driver call, no memory read.
 absl::Status CheckAttentionCall(const AttentionCall& call);
 
 }  // namespace evotune

@@ -23,12 +23,17 @@ typedef struct {
   /* Where the lengths live (evotune/attention_call.h): EVOTUNE_LAYOUT_*.
    * With lengths on the device seq_q and seq_k bound every sequence's. */
   int32_t layout;
-  int32_t reserved; /* 0 */
+  /* EVOTUNE_LAYOUT_PAGED: keys a page (16-256, a multiple of 16, dividing
+   * seq_k, which is the block table's pages * page_size); else 0. */
+  int32_t page_size;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
 #define EVOTUNE_LAYOUT_VARLEN 1   /* packed, cu_seqlens_q/_k */
 #define EVOTUNE_LAYOUT_KV_CACHE 2 /* dense cache, seqused_k */
+/* Paged cache: K and V [num_pages, page_size, kv_heads, head_dim] (as
+ * tensors: batch num_pages, seq page_size), seqused_k and block_table. */
+#define EVOTUNE_LAYOUT_PAGED 3
 
 /* Lengths on the device (int32 arrays in the stream's context), as the
  * problem's layout needs them; NULL where it has none. */
@@ -36,11 +41,16 @@ typedef struct {
   const int32_t* cu_seqlens_q; /* [batch + 1] */
   const int32_t* cu_seqlens_k; /* [batch + 1] */
   const int32_t* seqused_k;    /* [batch] */
+  /* EVOTUNE_LAYOUT_PAGED: [batch, block_table_stride] page ids; sequence
+   * b's key j is in page block_table[b * block_table_stride + j /
+   * page_size]. The stride is at least seq_k / page_size; 0 otherwise. */
+  const int32_t* block_table;
+  int64_t block_table_stride;
 } evotune_lengths;
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 5
+#define EVOTUNE_RUNTIME_API_VERSION 6
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
