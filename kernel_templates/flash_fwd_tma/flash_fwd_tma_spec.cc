@@ -41,6 +41,13 @@ std::vector<Constraint> Constraints() {
        [](const Config& c, const Problem& p) {
          return RegisterEstimate(c, p) <= ConsumerRegisters(c.at("CONSUMERS"));
        }},
+      // A paged split cluster of several consumers spills in the producer
+      // (12 bytes at 24 registers: the page ids beside the cluster's state).
+      {"LAYOUT != paged || KV_SPLITS == 1 || CONSUMERS == 1",
+       [](const Config& c, const Problem& p) {
+         return p.layout != Layout::kPaged || c.at("KV_SPLITS") == 1 ||
+                c.at("CONSUMERS") == 1;
+       }},
       {"HEAD_DIM % 64 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
   };
@@ -99,7 +106,11 @@ std::vector<Config> FittedDefaults(const Problem& p,
   const int64_t last_round = grid % sms;
   const bool ragged = p.causal && last_round != 0 && 2 * last_round < sms;
   const int64_t persistent = splits == 1 && !ragged ? 1 : 0;
-  if (consumers == 2) return {TmaConfig(2, 128, 2, 1, 1, persistent, splits)};
+  if (consumers == 2) {
+    // Paged, two consumers do not split (the constraint above).
+    if (p.layout == Layout::kPaged) splits = 1;
+    return {TmaConfig(2, 128, 2, 1, 1, splits == 1 && !ragged ? 1 : 0, splits)};
+  }
   return {TmaConfig(1, 128, 2, 1, 0, persistent, splits),
           TmaConfig(1, 64, 2, p.head_dim == 64 ? 1 : 0, 0, 0, splits)};
 }
