@@ -247,7 +247,8 @@ __device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
 // in the map) into the shared tile at `tile`, completing on `bar`. In a
 // paged kernel `row` is the sequence's key and `batch` the sequence: each
 // kKvBox rows are copied from their page (the map's batch coordinate), the
-// page id clamped to the pool as KeyRow does.
+// page id clamped to the pool as KeyRow does, the table read within the
+// sequence's row.
 __device__ __forceinline__ void LoadTileRows(const AttentionParams& p,
                                              const TensorMap& map,
                                              unsigned tile, unsigned bar,
@@ -256,9 +257,11 @@ __device__ __forceinline__ void LoadTileRows(const AttentionParams& p,
   for (int part = 0; part < kN / kKvBox; ++part) {
     int at = row + part * kKvBox, page = batch;
     if (kPageSize > 0) {
+      // Parts past the problem's keys (a tile reaching over seq_k) read its
+      // last page of the row, never past the row: masked, and V cleared.
       const int* table = p.block_table + batch * p.block_table_stride;
-      page =
-          min(max(__ldg(table + at / kPageSize), 0), p.rows_k / kPageSize - 1);
+      const int slot = min(at / kPageSize, p.seq_k / kPageSize - 1);
+      page = min(max(__ldg(table + slot), 0), p.rows_k / kPageSize - 1);
       at %= kPageSize;
     }
 #pragma unroll
