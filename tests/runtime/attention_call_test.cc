@@ -187,37 +187,45 @@ TEST(AttentionCallTest, LengthsOnTheDeviceFitTheirLayout) {
   EXPECT_TRUE(CheckAttentionCall(decode).ok()) << CheckAttentionCall(decode);
 }
 
-TEST(AttentionCallTest, BadLengthsAreRefusedNamingTheField) {
-  const auto* some = reinterpret_cast<const int32_t*>(At(0x5002000));
-  const std::vector<std::pair<std::function<void(AttentionCall&)>, std::string>>
-      cases = {
-          {[](AttentionCall& c) { c.cu_seqlens_q = nullptr; },
-           "cu_seqlens_q.data: required"},
-          {[](AttentionCall& c) { c.cu_seqlens_k = nullptr; },
-           "cu_seqlens_k.data: required"},
-          {[](AttentionCall& c) {
-             c.cu_seqlens_k = reinterpret_cast<const int32_t*>(At(0x5001002));
-           },
-           "cu_seqlens_k.data: must be 4-byte aligned"},
-          {[](AttentionCall& c) { c.q.batch = 4; }, "q.batch"},
-          {[](AttentionCall& c) { c.o.seq = 901; }, "o.seq"},
-          {[](AttentionCall& c) { c.v.seq = 2999; }, "v.seq"},
-          {[](AttentionCall& c) { c.k.heads = 8; }, "k.heads"},
-          {[&](AttentionCall& c) {
-             c.problem.layout = Layout::kKvCache;
-             c.seqused_k = some;
-           },
-           "cu_seqlens_q.data: must be null for layout cache"},
-          {[](AttentionCall& c) { c.problem.layout = Layout::kDense; },
-           "cu_seqlens_q.data: must be null for layout bhsd"},
-      };
+using Mutations =
+    std::vector<std::pair<std::function<void(AttentionCall&)>, std::string>>;
+
+// Each change of `base` is refused with INVALID_ARGUMENT, the message
+// starting with its text.
+void ExpectEachRefused(const AttentionCall& base, const Mutations& cases) {
   for (const auto& [mutate, want] : cases) {
-    AttentionCall call = VarlenCall();
+    AttentionCall call = base;
     mutate(call);
     const absl::Status s = CheckAttentionCall(call);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << want;
     EXPECT_THAT(std::string(s.message()), StartsWith(want));
   }
+}
+
+TEST(AttentionCallTest, BadLengthsAreRefusedNamingTheField) {
+  const auto* some = reinterpret_cast<const int32_t*>(At(0x5002000));
+  const Mutations cases = {
+      {[](AttentionCall& c) { c.cu_seqlens_q = nullptr; },
+       "cu_seqlens_q.data: required"},
+      {[](AttentionCall& c) { c.cu_seqlens_k = nullptr; },
+       "cu_seqlens_k.data: required"},
+      {[](AttentionCall& c) {
+         c.cu_seqlens_k = reinterpret_cast<const int32_t*>(At(0x5001002));
+       },
+       "cu_seqlens_k.data: must be 4-byte aligned"},
+      {[](AttentionCall& c) { c.q.batch = 4; }, "q.batch"},
+      {[](AttentionCall& c) { c.o.seq = 901; }, "o.seq"},
+      {[](AttentionCall& c) { c.v.seq = 2999; }, "v.seq"},
+      {[](AttentionCall& c) { c.k.heads = 8; }, "k.heads"},
+      {[&](AttentionCall& c) {
+         c.problem.layout = Layout::kKvCache;
+         c.seqused_k = some;
+       },
+       "cu_seqlens_q.data: must be null for layout cache"},
+      {[](AttentionCall& c) { c.problem.layout = Layout::kDense; },
+       "cu_seqlens_q.data: must be null for layout bhsd"},
+  };
+  ExpectEachRefused(VarlenCall(), cases);
   Problem cache = Seed();
   cache.layout = Layout::kKvCache;
   EXPECT_THAT(std::string(CheckAttentionCall(Call(cache)).message()),
@@ -256,44 +264,37 @@ TEST(AttentionCallTest, APagedCallPasses) {
 }
 
 TEST(AttentionCallTest, BadPagedCallsAreRefusedNamingTheField) {
-  const std::vector<std::pair<std::function<void(AttentionCall&)>, std::string>>
-      cases = {
-          {[](AttentionCall& c) { c.block_table = nullptr; },
-           "block_table.data: required for layout paged"},
-          {[](AttentionCall& c) { c.seqused_k = nullptr; },
-           "seqused_k.data: required for layout paged"},
-          {[](AttentionCall& c) { c.block_table_stride = 15; },
-           "block_table_stride: must be at least seq_k / page_size (16)"},
-          {[](AttentionCall& c) { c.block_table_stride = int64_t{1} << 31; },
-           "block_table_stride"},
-          {[](AttentionCall& c) { c.k.seq = 32; },
-           "k.seq: must be the problem's page_size (64)"},
-          {[](AttentionCall& c) { c.v.batch = 0; }, "v.batch"},
-          {[](AttentionCall& c) { c.v.batch = 99; },
-           "v.batch: must be k's pages (100)"},
-          {[](AttentionCall& c) { c.k.batch = c.v.batch = int64_t{1} << 26; },
-           "k.batch: the number of pages"},
-          {[](AttentionCall& c) { c.k.heads = 8; }, "k.heads"},
-          {[](AttentionCall& c) { c.problem.page_size = 48; }, "problem.seq_k"},
-          {[](AttentionCall& c) {
-             c.problem.layout = Layout::kKvCache;
-             c.problem.page_size = 0;
-           },
-           "block_table.data: must be null for layout cache"},
-          {[](AttentionCall& c) {
-             c.problem.layout = Layout::kKvCache;
-             c.problem.page_size = 0;
-             c.block_table = nullptr;
-           },
-           "block_table_stride: must be 0 for layout cache"},
-      };
-  for (const auto& [mutate, want] : cases) {
-    AttentionCall call = PagedCall();
-    mutate(call);
-    const absl::Status s = CheckAttentionCall(call);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << want;
-    EXPECT_THAT(std::string(s.message()), StartsWith(want));
-  }
+  const Mutations cases = {
+      {[](AttentionCall& c) { c.block_table = nullptr; },
+       "block_table.data: required for layout paged"},
+      {[](AttentionCall& c) { c.seqused_k = nullptr; },
+       "seqused_k.data: required for layout paged"},
+      {[](AttentionCall& c) { c.block_table_stride = 15; },
+       "block_table_stride: must be at least seq_k / page_size (16)"},
+      {[](AttentionCall& c) { c.block_table_stride = int64_t{1} << 31; },
+       "block_table_stride"},
+      {[](AttentionCall& c) { c.k.seq = 32; },
+       "k.seq: must be the problem's page_size (64)"},
+      {[](AttentionCall& c) { c.v.batch = 0; }, "v.batch"},
+      {[](AttentionCall& c) { c.v.batch = 99; },
+       "v.batch: must be k's pages (100)"},
+      {[](AttentionCall& c) { c.k.batch = c.v.batch = int64_t{1} << 26; },
+       "k.batch: the number of pages"},
+      {[](AttentionCall& c) { c.k.heads = 8; }, "k.heads"},
+      {[](AttentionCall& c) { c.problem.page_size = 48; }, "problem.seq_k"},
+      {[](AttentionCall& c) {
+         c.problem.layout = Layout::kKvCache;
+         c.problem.page_size = 0;
+       },
+       "block_table.data: must be null for layout cache"},
+      {[](AttentionCall& c) {
+         c.problem.layout = Layout::kKvCache;
+         c.problem.page_size = 0;
+         c.block_table = nullptr;
+       },
+       "block_table_stride: must be 0 for layout cache"},
+  };
+  ExpectEachRefused(PagedCall(), cases);
 }
 
 }  // namespace
