@@ -46,10 +46,14 @@ BatchLengths RepresentativeLengths(const Problem& p) {
   l.k.assign(p.batch, p.seq_k);
   if (p.layout == Layout::kDense) return l;
   std::mt19937_64 rng(StableHash(ProblemKey(p)));
+  // Packed queries (varlen, and paged: an engine's batch of decode rows and
+  // prefill chunks over its pages) have lengths of their own.
+  const bool packed_q =
+      p.layout == Layout::kVarlen || p.layout == Layout::kPaged;
   for (int64_t b = 1; b < p.batch; ++b) {
-    if (p.layout == Layout::kVarlen) l.q[b] = LogUniform(rng, p.seq_q);
+    if (packed_q) l.q[b] = LogUniform(rng, p.seq_q);
     l.k[b] = LogUniform(rng, p.seq_k);
-    if (p.layout == Layout::kVarlen && p.causal) {
+    if (packed_q && p.causal) {
       l.k[b] = std::max(l.k[b], std::min(l.q[b], p.seq_k));
     }
   }

@@ -1,7 +1,7 @@
 // The sequence lengths a problem is measured at. A problem with lengths on
-// the device (Layout kVarlen or kKvCache) names a bucket: seq_q and seq_k
-// bound its sequences' lengths. Searches time and validate a bucket on one
-// representative batch of mixed lengths drawn from it, the same for every
+// the device (Layout kVarlen, kKvCache or kPaged) names a bucket: seq_q and
+// seq_k bound its sequences' lengths. Searches time and validate a bucket on
+// one representative batch of mixed lengths drawn from it, the same for every
 // config and every run (a pure function of the problem), so that timings
 // compare; RepresentativeLengths is that batch.
 #ifndef EVOTUNE_CORE_BATCH_LENGTHS_H_
@@ -26,8 +26,9 @@ struct BatchLengths {
 
 // Dense: every sequence at (seq_q, seq_k). With lengths on the device:
 // sequence 0 at the bucket's maxima, the others log-uniform in [1, max]
-// (kKvCache keeps seq_q queries each; a causal kVarlen sequence has at least
-// as many keys as queries, as a prefill chunk over its prefix does), drawn
+// (kKvCache keeps seq_q queries each; kVarlen and kPaged draw query lengths
+// too, and a causal sequence of theirs has at least as many keys as
+// queries, as a prefill chunk over its prefix does), drawn
 // from a generator seeded by the problem's key.
 BatchLengths RepresentativeLengths(const Problem& problem);
 

@@ -60,11 +60,12 @@ absl::Status CheckPages(const char* name, const AttentionTensor& t,
   return absl::OkStatus();
 }
 
+// `packed_q`: Q and O are packed (varlen, or paged with cu_seqlens_q).
 absl::Status CheckExtents(const char* name, const AttentionTensor& t,
-                          const Problem& p, bool is_kv) {
+                          const Problem& p, bool is_kv, bool packed_q) {
   if (is_kv && p.layout == Layout::kPaged) return CheckPages(name, t, p);
   const int64_t heads = is_kv ? p.kv_heads : p.heads;
-  const bool packed = p.layout == Layout::kVarlen;
+  const bool packed = is_kv ? p.layout == Layout::kVarlen : packed_q;
   // Packed tensors: one batch of any number of rows (at least one).
   const int64_t seq = packed  ? std::max<int64_t>(t.seq, 1)
                       : is_kv ? p.seq_k
@@ -161,13 +162,23 @@ absl::Status CheckBlockTable(const AttentionCall& call) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+bool PackedQ(const AttentionCall& call) {
+  return call.problem.layout == Layout::kVarlen ||
+         (call.problem.layout == Layout::kPaged &&
+          call.cu_seqlens_q != nullptr);
+}
+
+namespace {
+
 // The length arrays the layout needs, and none it does not.
 absl::Status CheckLengths(const AttentionCall& call) {
   const Layout layout = call.problem.layout;
   const bool varlen = layout == Layout::kVarlen;
   const bool paged = layout == Layout::kPaged;
   for (auto [field, ptr, needed, allowed] :
-       {std::tuple{"cu_seqlens_q", call.cu_seqlens_q, varlen, varlen},
+       {std::tuple{"cu_seqlens_q", call.cu_seqlens_q, varlen, varlen || paged},
         {"cu_seqlens_k", call.cu_seqlens_k, varlen, varlen},
         {"seqused_k", call.seqused_k, layout == Layout::kKvCache || paged,
          layout != Layout::kDense},
@@ -185,7 +196,7 @@ absl::Status CheckLengths(const AttentionCall& call) {
       return Field(field, "data", "must be 4-byte aligned (int32)");
     }
   }
-  if (varlen && call.q.seq != call.o.seq) {
+  if (PackedQ(call) && call.q.seq != call.o.seq) {
     return Field(
         "o", "seq",
         absl::StrCat("must be q's rows (", call.q.seq, "), got ", call.o.seq));
@@ -238,7 +249,9 @@ absl::Status CheckAttentionCall(const AttentionCall& call) {
                                 {"k", &call.k, true},
                                 {"v", &call.v, true},
                                 {"o", &call.o, false}}) {
-    if (absl::Status s = CheckExtents(name, *t, call.problem, is_kv); !s.ok()) {
+    if (absl::Status s =
+            CheckExtents(name, *t, call.problem, is_kv, PackedQ(call));
+        !s.ok()) {
       return s;
     }
     if (absl::Status s = CheckLayout(name, *t); !s.ok()) return s;

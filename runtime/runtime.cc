@@ -69,9 +69,9 @@ AttentionParams CallParams(const AttentionCall& call) {
   }
   // Packed tensors are one batch whose rows start at cu_seqlens: the kernels
   // step no batch stride.
+  if (PackedQ(call)) p.q_batch_stride = p.o_batch_stride = 0;
   if (call.problem.layout == Layout::kVarlen) {
-    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = 0;
-    p.o_batch_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = 0;
   }
   if (call.scale > 0) p.scale_log2 = call.scale * 1.4426950408889634f;
   return p;
@@ -415,7 +415,11 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Unwaited(const CudaDriver& d,
         std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
     StartFetcher();
   }
-  if (!capturing && new_class_wait_ > absl::ZeroDuration()) {
+  // One wait per class: later calls of it (retries, its other lengths)
+  // while the answer is on its way are refused at once, never each made
+  // to wait again.
+  if (!capturing && new_class_wait_ > absl::ZeroDuration() &&
+      waited_classes_.insert({ctx, ClassKey(problem)}).second) {
     auto came = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return arrived_.count(key) > 0 || stopping_;
     };

@@ -21,7 +21,9 @@
 // head_dim] at k_batch_stride per page; sequence b's key j is row
 // j % page_size of page block_table[b * block_table_stride + j /
 // page_size]; seqused_k gives each sequence's keys, seq_k bounds them (a
-// multiple of the page size), and rows_k is num_pages * page_size.
+// multiple of the page size), and rows_k is num_pages * page_size. Q and O
+// are per sequence ([batch, heads, seq_q, head_dim]) or packed with
+// cu_seqlens_q, as above (a mixed batch of decode rows and prefill chunks).
 #ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
 #define EVOTUNE_KERNEL_TEMPLATES_COMMON_ATTENTION_PARAMS_CUH_
 

@@ -65,22 +65,20 @@ __device__ __forceinline__ Sequence SequenceOf(const AttentionParams& p,
     s.seq_k = __ldg(p.cu_seqlens_k + b + 1) - s.k_start;
   }
   if (p.seqused_k != nullptr) s.seq_k = __ldg(p.seqused_k + b);
-  if (kPageSize > 0) {  // Pages carry the rows (KeyRow): no offsets.
-    s.seq_q = max(0, min(s.seq_q, p.seq_q));
-    s.seq_k = max(0, min(s.seq_k, p.seq_k));
-    s.q = b * p.q_batch_stride;
-    s.o = b * p.o_batch_stride;
-    s.k = s.v = 0;
-    return s;
-  }
   // The host checks what it can; whatever the arrays hold, no access leaves
   // the tensors: lengths are cut to the maxima and to the rows left.
   s.q_start = min(max(s.q_start, 0), p.rows_q);
-  s.k_start = min(max(s.k_start, 0), p.rows_k);
   s.seq_q = max(0, min(min(s.seq_q, p.seq_q), p.rows_q - s.q_start));
-  s.seq_k = max(0, min(min(s.seq_k, p.seq_k), p.rows_k - s.k_start));
   s.q = b * p.q_batch_stride + s.q_start * p.q_row_stride;
   s.o = b * p.o_batch_stride + s.q_start * p.o_row_stride;
+  if (kPageSize > 0) {  // Pages carry the key rows (KeyRow): no offsets.
+    s.k_start = 0;
+    s.seq_k = max(0, min(s.seq_k, p.seq_k));
+    s.k = s.v = 0;
+    return s;
+  }
+  s.k_start = min(max(s.k_start, 0), p.rows_k);
+  s.seq_k = max(0, min(min(s.seq_k, p.seq_k), p.rows_k - s.k_start));
   s.k = b * p.k_batch_stride + s.k_start * p.k_row_stride;
   s.v = b * p.v_batch_stride + s.k_start * p.v_row_stride;
   return s;

@@ -82,8 +82,7 @@ class VarlenPlan:
         self.max_seqlen_q, self.max_seqlen_k = max_seqlen_q, max_seqlen_k
         self.causal, self.dtype, self.device = bool(causal), dtype, device
         self.scale = 0.0 if softmax_scale is None else float(softmax_scale)
-        self.problem = _problem(*self.shape, max_seqlen_q, max_seqlen_k,
-                                causal, dtype == torch.bfloat16)
+        self.problem = self._make_problem(dtype == torch.bfloat16)
         self.kernel = self._plan = None
         # The op's plans share their stream's scratch (evotune.torch's),
         # so that dropping one never frees memory a captured graph uses.
@@ -91,6 +90,11 @@ class VarlenPlan:
         self.reason = self._served_reason()
         if self.reason is None:
             self.reason = self._make()
+
+    def _make_problem(self, bf16):
+        """The bucket's problem."""
+        return _problem(*self.shape, self.max_seqlen_q, self.max_seqlen_k,
+                        self.causal, bf16)
 
     def _served_reason(self):
         if _et._State.runtime is None:
@@ -137,14 +141,19 @@ class VarlenPlan:
                 raise AttentionArgumentError(
                     f"evotune.VarlenPlan.run: {name} is {have}, the plan's "
                     f"is {want}")
+        self._check_like_plan(q, out)
+
+    def _check_like_plan(self, q, out):
+        """q of the plan's dtype and device, `out` (if any) like q."""
+        name = type(self).__name__
         if q.dtype != self.dtype or q.device != self.device:
             raise AttentionArgumentError(
-                f"evotune.VarlenPlan.run: q is {q.dtype} on {q.device}, the "
+                f"evotune.{name}.run: q is {q.dtype} on {q.device}, the "
                 f"plan is for {self.dtype} on {self.device}")
         if out is not None and (out.shape != q.shape or out.dtype != q.dtype
                                 or out.device != q.device):
             raise AttentionArgumentError(
-                f"evotune.VarlenPlan.run: out must be like q "
+                f"evotune.{name}.run: out must be like q "
                 f"({tuple(q.shape)} {q.dtype} on {q.device}), got "
                 f"{tuple(out.shape)} {out.dtype} on {out.device}")
 
@@ -174,6 +183,10 @@ class VarlenPlan:
         lengths = _rt.Lengths(cu_q.data_ptr(), cu_k.data_ptr(),
                               seqused_k.data_ptr() if seqused_k is not None
                               else None)
+        return self._run_plan(q, tensors, lengths, o)
+
+    def _run_plan(self, q, tensors, lengths, o):
+        """Launches the plan's kernel on the runtime's tensor structs; o."""
         plan, stream_id = self._plan, _et._stream_id(q.device)
         scratch = self._scratch if not self._stream_scratch else [
             t.data_ptr() if t is not None else None
@@ -294,17 +307,30 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     import. Dropout, sliding windows, softcapping, ALiBi, attention
     probabilities and paged caches (block_table) are not served: asking for
     them raises AttentionArgumentError naming the argument; `deterministic`
-    is accepted (the forward pass is)."""
+    is accepted (the forward pass is). With block_table, k and v are a
+    paged cache [num_pages, page_size, kv_heads, head_dim] (evotune/paged.py)
+    and each sequence's keys are seqused_k, or FlashAttention-2's cumulative
+    cu_seqlens_k where seqused_k is None."""
     unserved = [("dropout_p", dropout_p != 0),
                 ("window_size", tuple(window_size) != (-1, -1)),
                 ("softcap", softcap != 0), ("alibi_slopes",
                                             alibi_slopes is not None),
-                ("return_attn_probs", bool(return_attn_probs)),
-                ("block_table", block_table is not None)]
+                ("return_attn_probs", bool(return_attn_probs))]
     for name, asked in unserved:
         if asked:
             raise AttentionArgumentError(
                 f"evotune.flash_attn_varlen_func: {name} is not served yet")
+    if block_table is not None:
+        from . import paged
+        if seqused_k is None:
+            if cu_seqlens_k is None:
+                raise AttentionArgumentError(
+                    "evotune.flash_attn_varlen_func (block_table): give "
+                    "seqused_k (or cu_seqlens_k), each sequence's keys")
+            seqused_k = paged.lengths_from_cumulative(cu_seqlens_k)
+        return paged.paged_varlen_attention(
+            q, k, v, cu_seqlens_q, seqused_k, block_table, max_seqlen_q,
+            max_seqlen_k, causal=causal, softmax_scale=softmax_scale)
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, causal=causal,
                             softmax_scale=softmax_scale, seqused_k=seqused_k)

@@ -115,3 +115,87 @@ def bucket_bound(n, bounds=None):
             if b >= n:
                 return b
     return max(16, 1 << (n - 1).bit_length())
+
+
+def _fail_paged(message):
+    raise AttentionArgumentError(
+        f"evotune.flash_attn_varlen_func (block_table): {message}")
+
+
+def _check_int32(name, t, q, shape):
+    """An int32 tensor of `shape` (None: any extent there) on q's device."""
+    if (str(t.dtype) != "torch.int32" or t.dim() != len(shape)
+            or t.device != q.device
+            or any(n is not None and t.shape[i] != n
+                   for i, n in enumerate(shape))):
+        want = ", ".join("any" if n is None else str(n) for n in shape)
+        _fail_paged(f"{name} must be an int32 [{want}] tensor on q's device, "
+                    f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+
+
+def check_paged_varlen_call(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                            block_table, max_seqlen_q, max_seqlen_k):
+    """Raises AttentionArgumentError naming the argument when a packed
+    batch over a paged cache does not fit together: q [total_q, heads,
+    head_dim]; k_cache and v_cache [num_pages, page_size, kv_heads,
+    head_dim]; int32 cu_seqlens_q [batch + 1], seqused_k [batch] and
+    block_table [batch, max_pages] on q's device; max_seqlen_k within a
+    block table row (max_pages * page_size keys)."""
+    if q.dim() != 3:
+        _fail_paged(f"q must be 3-D [total_q, heads, head_dim], got "
+                    f"{q.dim()}-D of shape {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            _fail_paged(f"{name} must be 4-D [num_pages, page_size, kv_heads,"
+                        f" head_dim], got {t.dim()}-D of shape "
+                        f"{tuple(t.shape)}")
+        if t.dtype != q.dtype or t.device != q.device:
+            _fail_paged(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} "
+                        f"on {q.device}: one dtype and device")
+    if tuple(v_cache.shape) != tuple(k_cache.shape):
+        _fail_paged(f"v_cache.shape {tuple(v_cache.shape)} must be k_cache's"
+                    f" {tuple(k_cache.shape)}")
+    if k_cache.shape[0] == 0 or k_cache.shape[1] == 0:
+        _fail_paged(f"k_cache holds no pages: shape {tuple(k_cache.shape)}")
+    if k_cache.shape[3] != q.shape[2]:
+        _fail_paged(f"k_cache's head_dim ({k_cache.shape[3]}) must be q's "
+                    f"({q.shape[2]})")
+    if k_cache.shape[2] == 0 or q.shape[1] % k_cache.shape[2]:
+        _fail_paged(f"k_cache's kv_heads ({k_cache.shape[2]}) must divide "
+                    f"q's heads ({q.shape[1]})")
+    _check_int32("cu_seqlens_q", cu_seqlens_q, q, (None,))
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch < 1:
+        _fail_paged("cu_seqlens_q must have batch + 1 >= 2 elements")
+    _check_int32("seqused_k", seqused_k, q, (batch,))
+    _check_int32("block_table", block_table, q, (batch, None))
+    row = block_table.shape[1] * k_cache.shape[1]
+    if not 1 <= max_seqlen_q <= MAX_SEQ_LEN:
+        _fail_paged(f"max_seqlen_q must be in [1, {MAX_SEQ_LEN}], got "
+                    f"{max_seqlen_q}")
+    if not 1 <= max_seqlen_k <= min(row, MAX_SEQ_LEN):
+        _fail_paged(f"max_seqlen_k must be in [1, {min(row, MAX_SEQ_LEN)}] "
+                    f"(block_table's {block_table.shape[1]} pages a "
+                    f"sequence of {k_cache.shape[1]} keys), got "
+                    f"{max_seqlen_k}")
+
+
+def paged_fallback_reason(q, k_cache, v_cache, block_table, scale=None):
+    """Why evotune's kernels cannot serve a paged call that passed
+    check_paged_varlen_call (SDPA answers it, once per sequence), or
+    None."""
+    page_size = k_cache.shape[1]
+    if page_size % 16 or not 16 <= page_size <= 256:
+        return (f"page_size {page_size}: evotune kernels take pages of 16 to "
+                "256 keys, a multiple of 16")
+    if block_table.shape[1] > 1 and block_table.stride(1) != 1:
+        return "block_table's pages of a sequence are not contiguous"
+    reason = varlen_fallback_reason(q, q, q, scale)
+    if reason is not None:
+        return reason
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(3) != 1 or any(t.stride(i) % 8 for i in range(3)
+                                   if t.shape[i] > 1) or t.data_ptr() % 16:
+            return (f"{name}'s data or strides are off 16-byte boundaries or "
+                    "its head_dim is not contiguous")
+    return None

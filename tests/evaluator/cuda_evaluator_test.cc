@@ -501,10 +501,12 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
   for (const auto& [name, c] : cases) {
     const KernelTemplate& t = *registry.Find(name);
     if (!CheckDevice(t, evaluator_->device().limits).ok()) continue;
-    // Dense, and batches of mixed lengths on the device (packed, and a KV
-    // cache), whose lengths memcheck sees the kernels keep inside the
-    // tensors.
-    for (Layout layout : {Layout::kDense, Layout::kVarlen, Layout::kKvCache}) {
+    // Dense, and batches of mixed lengths on the device (packed, a KV
+    // cache, and packed queries over pages in a shuffled order with spare
+    // ones), whose lengths and block tables memcheck sees the kernels keep
+    // inside the tensors.
+    for (Layout layout :
+         {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
       Problem p;
       p.batch = layout == Layout::kDense ? 1 : 3;
       p.heads = 2;
@@ -513,7 +515,14 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
       p.seq_k = 450;  // Seven tiles of 64, the last one partial.
       p.causal = true;
       p.layout = layout;
-      if (CheckSupports(t, p).ok()) ExpectOk(t, c, p);
+      if (layout == Layout::kPaged) {
+        p.page_size = 32;
+        p.seq_k = 480;  // 15 pages a sequence; the last key tile partial.
+      }
+      if (CheckSupports(t, p).ok() &&
+          CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
+        ExpectOk(t, c, p);
+      }
     }
   }
 }

@@ -111,15 +111,24 @@ TEST(InputLayoutTest, PagedSpreadsEachSequenceOverPagesOfTheTable) {
   problem.seq_k = 112;  // 7 pages of 16 per sequence.
   problem.page_size = 16;
   const InputLayout l(problem);
+  // cu_seqlens_q (its queries packed, of mixed lengths), seqused_k, the
+  // block table.
   const std::vector<int32_t>& a = l.LengthArrays();
-  ASSERT_EQ(a.size(), 3u + 3 * 7);
-  std::set<int32_t> pages(a.begin() + 3, a.end());
+  ASSERT_EQ(a.size(), 4u + 3u + 3 * 7);
+  const int32_t* table = a.data() + 4 + 3;
+  std::set<int32_t> pages(table, a.data() + a.size());
   EXPECT_EQ(pages.size(), 21u);
   EXPECT_EQ(*pages.rbegin(), 21 + InputLayout::kSparePages - 1);
   AttentionParams p = l.Params();
   l.SetLengthPointers(a.data(), &p);
-  EXPECT_EQ(p.seqused_k, a.data());
-  EXPECT_EQ(p.block_table, a.data() + 3);
+  EXPECT_EQ(p.cu_seqlens_q, a.data());
+  EXPECT_EQ(a[3], l.lengths().TotalQ());
+  EXPECT_EQ(p.rows_q, l.lengths().TotalQ());
+  EXPECT_EQ(p.q_batch_stride, 0);
+  EXPECT_EQ(p.q_row_stride, problem.heads * 64);
+  EXPECT_EQ(l.QIndex(1, 2, 0), (a[1] * problem.heads + 2) * 64);
+  EXPECT_EQ(p.seqused_k, a.data() + 4);
+  EXPECT_EQ(p.block_table, table);
   EXPECT_EQ(p.block_table_stride, 7);
   EXPECT_EQ(p.k_row_stride, 2 * 64);
   EXPECT_EQ(p.k_head_stride, 64);
@@ -127,7 +136,7 @@ TEST(InputLayoutTest, PagedSpreadsEachSequenceOverPagesOfTheTable) {
   EXPECT_EQ(p.rows_k, (21 + InputLayout::kSparePages) * 16);
   EXPECT_EQ(l.kv_elems(), p.rows_k * 2 * 64);
   // Key 17 of sequence 1: slot 1 of its second page.
-  EXPECT_EQ(l.KIndex(1, 1, 17), ((a[3 + 7 + 1] * 16 + 1) * 2 + 1) * 64);
+  EXPECT_EQ(l.KIndex(1, 1, 17), ((table[7 + 1] * 16 + 1) * 2 + 1) * 64);
   ExpectRowsDistinctAndInside(l);
   std::set<int64_t> used;
   for (int64_t b = 0; b < 3; ++b) {
@@ -142,7 +151,7 @@ TEST(InputLayoutTest, PagedSpreadsEachSequenceOverPagesOfTheTable) {
     }
   }
   int64_t want = InputLayout::kSparePages * 16 * 2 * 64;
-  for (int64_t b = 0; b < 3; ++b) want += (112 - a[b]) * 2 * 64;
+  for (int64_t b = 0; b < 3; ++b) want += (112 - p.seqused_k[b]) * 2 * 64;
   EXPECT_EQ(unused, want);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the evaluator's small-problem test (dense problems and varlen and
-# KV-cache batches of mixed lengths) under compute-sanitizer racecheck
+# Runs the evaluator's small-problem test (dense problems and varlen,
+# KV-cache and paged batches of mixed lengths) under compute-sanitizer racecheck
 # (shared-memory hazards) and memcheck (out-of-bounds and misaligned
 # accesses), failing on any report; first checks that racecheck reports a
 # planted race, so a sanitizer that sees nothing cannot pass. Exits 77 (skipped) without a CUDA device

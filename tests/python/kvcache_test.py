@@ -6,8 +6,11 @@ appended in place, a CUDA graph replayed as the lengths grow, features not
 served refused naming the argument; paged caches (pages in shuffled order,
 16 to 256 keys a page, decode, speculative and chunked-prefill steps, keys
 appended through the block table, a graph replayed) against the same
-reference on the cache they page; and flash_attn_varlen_func under
-FlashAttention's names.
+reference on the cache they page; flash_attn_varlen_func under
+FlashAttention's names, and over a paged cache (block_table=) with
+PagedPlan's plan/run: mixed batches of decode rows and prefill chunks,
+NaN in every slot no sequence uses, a graph replayed with new lengths and
+pages, bad arguments refused naming the argument.
 
     PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
       python3 tests/python/kvcache_test.py --daemon=127.0.0.1:PORT
@@ -245,6 +248,134 @@ class KvCacheTest(unittest.TestCase):
         with self.assertRaisesRegex(et.AttentionArgumentError, "dropout_p"):
             et.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 7, 20,
                                       dropout_p=0.1)
+
+
+def paged_batch(q_lens, k_lens, heads, kv_heads, d, page_size, dtype, seed):
+    """A packed batch over a paged cache: q [total_q, heads, d], pages in a
+    shuffled order with spare ones, NaN in every slot no sequence uses (a
+    kernel reading one fails), cu_seqlens_q, seqused_k and a block table a
+    page wider than the longest sequence needs."""
+    width = max(-(-n // page_size) for n in k_lens) + 1
+    batch = len(q_lens)
+    q = rand(sum(q_lens), heads, d, dtype=dtype, seed=seed)
+    pages = batch * width + 3
+    k_cache = rand(pages, page_size, kv_heads, d, dtype=dtype, seed=seed + 1)
+    v_cache = rand(pages, page_size, kv_heads, d, dtype=dtype, seed=seed + 2)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    order = torch.randperm(pages, generator=g, device="cuda").int()
+    table = order[:batch * width].view(batch, width).contiguous()
+    used = torch.zeros(pages, page_size, dtype=torch.bool, device="cuda")
+    for b, n in enumerate(k_lens):
+        for j in range(n):
+            used[table[b, j // page_size].long(), j % page_size] = True
+    for t in (k_cache, v_cache):
+        t[~used] = float("nan")
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")
+    cu_q = i32([0] + torch.tensor(q_lens).cumsum(0).tolist())
+    return q, k_cache, v_cache, cu_q, i32(k_lens), table
+
+
+def paged_reference(q, k_cache, v_cache, cu_q, seqused, table, causal):
+    from evotune.paged import sdpa_per_sequence as paged_sdpa
+    return paged_sdpa(q.float(), k_cache.float(), v_cache.float(), cu_q,
+                      seqused, table, causal, None)
+
+
+class PagedVarlenTest(unittest.TestCase):
+    """flash_attn_varlen_func(..., block_table=) and PagedPlan: an engine's
+    mixed batch (decode rows, speculative rows, prefill chunks) over a
+    paged cache in one launch."""
+
+    @classmethod
+    def setUpClass(cls):
+        et.use(daemon=DAEMON, wait=True)  # Kernels, not SDPA meanwhile.
+
+    def check(self, q_lens, k_lens, heads, kv_heads, d, page_size, dtype,
+              causal, seed):
+        q, k_cache, v_cache, cu_q, used, table = paged_batch(
+            q_lens, k_lens, heads, kv_heads, d, page_size, dtype, seed)
+        plan = et.PagedPlan(len(q_lens), heads, kv_heads, d, page_size,
+                            max(q_lens), max(k_lens), causal, dtype,
+                            max_pages=table.shape[1])
+        self.assertIsNotNone(plan.kernel, plan.reason)  # A kernel, not SDPA.
+        got = plan.run(q, k_cache, v_cache, cu_q, used, table)
+        want = paged_reference(q, k_cache, v_cache, cu_q, used, table, causal)
+        case = (q_lens, k_lens, heads, kv_heads, d, page_size, causal)
+        self.assertFalse(got.isnan().any().item(), case)
+        self.assertLess(rel_err(got, want),
+                        2e-2 if dtype == torch.bfloat16 else 4e-3, case)
+        # The FlashAttention-compatible entry point: the same answer.
+        op = et.flash_attn_varlen_func(
+            q, k_cache, v_cache, cu_q, None, max(q_lens), max(k_lens),
+            causal=causal, seqused_k=used, block_table=table)
+        self.assertLess(rel_err(op, want),
+                        2e-2 if dtype == torch.bfloat16 else 4e-3, case)
+
+    def test_mixed_batches_over_pages_match_the_reference(self):
+        bf16, fp16 = torch.bfloat16, torch.float16
+        self.check([1, 1, 4, 200, 37], [1000, 1, 300, 700, 37], 32, 8, 128,
+                   16, bf16, True, seed=60)
+        self.check([1, 4, 1, 1], [1500, 64, 2, 900], 8, 1, 128, 64, bf16,
+                   True, seed=61)
+        self.check([130, 1, 64], [960, 17, 64], 4, 4, 64, 48, fp16, True,
+                   seed=62)
+        self.check([3, 100, 1], [500, 200, 1], 16, 4, 64, 256, fp16, False,
+                   seed=63)
+        self.check([1] * 12, [4096 - 37 * i for i in range(12)], 32, 8, 128,
+                   32, bf16, False, seed=64)
+
+    def test_cumulative_key_lengths_serve_as_seqused_k(self):
+        q, k_cache, v_cache, cu_q, used, table = paged_batch(
+            [2, 5], [40, 70], 8, 2, 64, 16, torch.float16, seed=65)
+        cu_k = torch.tensor([0, 40, 110], dtype=torch.int32, device="cuda")
+        got = et.flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 5,
+                                        70, causal=True, block_table=table)
+        want = paged_reference(q, k_cache, v_cache, cu_q, used, table, True)
+        self.assertLess(rel_err(got, want), 4e-3)
+
+    def test_a_captured_plan_replays_with_new_lengths_and_pages(self):
+        dtype = torch.bfloat16
+        q, k_cache, v_cache, cu_q, used, table = paged_batch(
+            [1, 64, 1], [900, 700, 1], 16, 4, 128, 16, dtype, seed=66)
+        k_cache, v_cache = (torch.nan_to_num(t) for t in (k_cache, v_cache))
+        plan = et.PagedPlan(3, 16, 4, 128, 16, 64, 1024, True, dtype,
+                            max_pages=table.shape[1])
+        self.assertIsNotNone(plan.kernel, plan.reason)
+        out = torch.empty_like(q)
+        plan.run(q, k_cache, v_cache, cu_q, used, table, out=out)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan.run(q, k_cache, v_cache, cu_q, used, table, out=out)
+        for q_lens, k_lens in (([33, 1, 32], [800, 1, 900]),
+                               ([1, 1, 64], [1, 2, 64])):
+            cu_q.copy_(torch.tensor([0] + torch.tensor(q_lens).cumsum(
+                0).tolist(), dtype=torch.int32))
+            used.copy_(torch.tensor(k_lens, dtype=torch.int32))
+            table.copy_(table.flip(0))  # Other pages, in place.
+            graph.replay()
+            want = paged_reference(q, k_cache, v_cache, cu_q, used, table,
+                                   True)
+            self.assertLess(rel_err(out, want), 2e-2, (q_lens, k_lens))
+
+    def test_bad_arguments_name_the_argument(self):
+        q, k_cache, v_cache, cu_q, used, table = paged_batch(
+            [2, 5], [40, 70], 8, 2, 64, 16, torch.float16, seed=67)
+        call = lambda **kw: et.flash_attn_varlen_func(  # noqa: E731
+            **{**dict(q=q, k=k_cache, v=v_cache, cu_seqlens_q=cu_q,
+                      cu_seqlens_k=None, max_seqlen_q=5, max_seqlen_k=70,
+                      seqused_k=used, block_table=table), **kw})
+        for kw, want in ((dict(max_seqlen_k=table.shape[1] * 16 + 1),
+                          "max_seqlen_k"),
+                         (dict(block_table=table.long()), "block_table"),
+                         (dict(seqused_k=used[:1]), "seqused_k"),
+                         (dict(seqused_k=None), "seqused_k"),
+                         (dict(v=v_cache[:-1]), "v_cache")):
+            with self.assertRaisesRegex(et.AttentionArgumentError, want):
+                call(**kw)
+        plan = et.PagedPlan(2, 8, 2, 64, 16, 5, 1024, dtype=torch.float16)
+        with self.assertRaisesRegex(et.AttentionArgumentError, "block_table"):
+            plan.run(q, k_cache, v_cache, cu_q, used, table)
 
 
 if __name__ == "__main__":

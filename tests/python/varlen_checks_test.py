@@ -9,7 +9,9 @@ import unittest
 from checks_test import FakeTensor as T
 from evotune.checks import AttentionArgumentError
 from evotune.varlen_checks import (bucket_bound, check_bounds,
-                                   check_varlen_call, varlen_fallback_reason)
+                                   check_paged_varlen_call, check_varlen_call,
+                                   paged_fallback_reason,
+                                   varlen_fallback_reason)
 
 
 def good():
@@ -17,6 +19,15 @@ def good():
     return dict(q=T((40, 8, 64)), k=T((900, 2, 64)), v=T((900, 2, 64)),
                 cu_seqlens_q=T((4,), "int32"), cu_seqlens_k=T((4,), "int32"),
                 max_seqlen_q=32, max_seqlen_k=512)
+
+
+def good_paged():
+    """A packed batch of 3 sequences over 40 pages of 16 keys (8 a
+    sequence): 8 heads on 2, head_dim 64."""
+    return dict(q=T((40, 8, 64)), k_cache=T((40, 16, 2, 64)),
+                v_cache=T((40, 16, 2, 64)), cu_seqlens_q=T((4,), "int32"),
+                seqused_k=T((3,), "int32"), block_table=T((3, 8), "int32"),
+                max_seqlen_q=32, max_seqlen_k=128)
 
 
 class BucketPolicyTest(unittest.TestCase):
@@ -90,6 +101,63 @@ class VarlenChecksTest(unittest.TestCase):
         self.assertRegex(
             varlen_fallback_reason(args["q"], args["k"], args["v"], 0.0),
             "positive scales")
+
+
+class PagedChecksTest(unittest.TestCase):
+    def test_a_good_call_passes_and_is_served(self):
+        args = good_paged()
+        check_paged_varlen_call(**args)
+        self.assertIsNone(paged_fallback_reason(
+            args["q"], args["k_cache"], args["v_cache"], args["block_table"]))
+
+    def test_bad_calls_name_the_argument(self):
+        bad = [
+            (dict(q=T((1, 40, 8, 64))), "q must be 3-D"),
+            (dict(k_cache=T((40, 16, 128))), "k_cache must be 4-D"),
+            (dict(v_cache=T((40, 16, 2, 64), "bfloat16")), "v_cache is "),
+            (dict(v_cache=T((41, 16, 2, 64))), "v_cache.shape"),
+            (dict(k_cache=T((0, 16, 2, 64)), v_cache=T((0, 16, 2, 64))),
+             "no pages"),
+            (dict(k_cache=T((40, 16, 2, 128)), v_cache=T((40, 16, 2, 128))),
+             "head_dim"),
+            (dict(k_cache=T((40, 16, 3, 64)), v_cache=T((40, 16, 3, 64))),
+             "kv_heads"),
+            (dict(cu_seqlens_q=T((4,), "int64")), "cu_seqlens_q must be an "
+             "int32"),
+            (dict(cu_seqlens_q=T((1,), "int32")), "batch \\+ 1 >= 2"),
+            (dict(seqused_k=T((4,), "int32")), "seqused_k must be an int32 "
+             "\\[3\\]"),
+            (dict(block_table=T((3, 8), device="cuda")), "block_table must"),
+            (dict(block_table=T((2, 8), "int32")), "block_table must"),
+            (dict(block_table=T((3, 8), "int32", device="cpu")),
+             "block_table must"),
+            (dict(max_seqlen_q=0), "max_seqlen_q must be in"),
+            # A sequence longer than its block table row.
+            (dict(max_seqlen_k=129), "max_seqlen_k must be in \\[1, 128\\]"),
+        ]
+        for change, want in bad:
+            args = {**good_paged(), **change}
+            with self.assertRaisesRegex(AttentionArgumentError, want):
+                check_paged_varlen_call(**args)
+
+    def test_what_the_kernels_cannot_serve_has_a_reason(self):
+        cases = [
+            (dict(k_cache=T((40, 8, 2, 64)), v_cache=T((40, 8, 2, 64))),
+             "page_size 8"),
+            (dict(k_cache=T((40, 272, 2, 64)), v_cache=T((40, 272, 2, 64))),
+             "page_size 272"),
+            (dict(block_table=T((3, 8), "int32", strides=(1, 3))),
+             "not contiguous"),
+            (dict(q=T((40, 8, 64), device="cpu")), "CUDA devices"),
+            (dict(v_cache=T((40, 16, 2, 64), offset=1)), "v_cache's data"),
+            (dict(k_cache=T((40, 16, 2, 64), strides=(2048, 128, 64, 2))),
+             "k_cache's data"),
+        ]
+        for change, want in cases:
+            args = {**good_paged(), **change}
+            self.assertRegex(paged_fallback_reason(
+                args["q"], args["k_cache"], args["v_cache"],
+                args["block_table"]), want)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,38 @@ TEST(AttentionCallTest, APagedCallPasses) {
   EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
 }
 
+// A paged call whose queries are packed by cu_seqlens_q: Q and O one batch
+// of any number of rows.
+AttentionCall PackedPagedCall() {
+  AttentionCall call = PagedCall();
+  for (AttentionTensor* t : {&call.q, &call.o}) {
+    t->batch = 1;
+    t->seq = 7;  // Rows of all sequences together.
+    Bshd(t);
+  }
+  call.cu_seqlens_q = reinterpret_cast<const int32_t*>(At(0x5004000));
+  return call;
+}
+
+TEST(AttentionCallTest, APagedCallMayPackItsQueries) {
+  AttentionCall call = PackedPagedCall();
+  EXPECT_TRUE(PackedQ(call));
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  EXPECT_FALSE(PackedQ(PagedCall()));
+  const Mutations cases = {
+      {[](AttentionCall& c) { c.q.batch = 3; },
+       "q.batch: must be the problem's packed batch (1)"},
+      {[](AttentionCall& c) { c.o.seq = 8; }, "o.seq: must be q's rows (7)"},
+      {[](AttentionCall& c) { c.cu_seqlens_q = nullptr; },
+       "q.batch: must be the problem's batch (3)"},
+      {[](AttentionCall& c) {
+         c.cu_seqlens_k = reinterpret_cast<const int32_t*>(At(0x5005000));
+       },
+       "cu_seqlens_k.data: must be null for layout paged"},
+  };
+  ExpectEachRefused(PackedPagedCall(), cases);
+}
+
 TEST(AttentionCallTest, BadPagedCallsAreRefusedNamingTheField) {
   const Mutations cases = {
       {[](AttentionCall& c) { c.block_table = nullptr; },

@@ -329,6 +329,59 @@ TEST_F(RuntimeFakeGpuTest, APagedCallReadsEachSequencesPages) {
   for (void* t : {q, k, v, o}) std::free(t);
 }
 
+// Queries packed by cu_seqlens_q over pages (an engine's mixed batch): one
+// batch of rows, each sequence's from its offset, causal to its own keys.
+TEST_F(RuntimeFakeGpuTest, PackedQueriesReadTheirPages) {
+  Problem p = Decode(32);  // Up to 2 pages of 16 keys a sequence.
+  p.batch = 2;
+  p.seq_q = 4;
+  p.causal = true;
+  p.layout = Layout::kPaged;
+  p.page_size = 16;
+  constexpr int64_t kPages = 4, kRow = 2 * 64, kRowsQ = 1 + 3;
+  void* q = Tensors::Alloc(kRowsQ * 4 * 64);  // [rows, heads, head_dim]
+  void* k = Tensors::Alloc(kPages * 16 * kRow);
+  void* v = Tensors::Alloc(kPages * 16 * kRow);
+  void* o = Tensors::Alloc(kRowsQ * 4 * 64);
+  const int32_t cu_q[3] = {0, 1, 4}, used[2] = {30, 20};
+  const int32_t table[4] = {0, 1, 3, 2};  // Sequence 1: pages 3 and 2.
+  AttentionCall call = ContiguousCall(p, q, k, v, o);
+  for (AttentionTensor* t : {&call.q, &call.o}) {
+    *t = {t->data, kRowsQ * 4 * 64, 64, 4 * 64, 1, 4, kRowsQ, 64};
+  }
+  for (AttentionTensor* t : {&call.k, &call.v}) {
+    *t = {t->data, 16 * kRow, 64, kRow, kPages, 2, 16, 64};
+  }
+  call.cu_seqlens_q = cu_q;
+  call.seqused_k = used;
+  call.block_table = table;
+  call.block_table_stride = 2;
+  const absl::Status launched = runtime_->Attention(call, nullptr);
+  ASSERT_TRUE(launched.ok()) << launched;
+  auto at = [](void* base, int64_t i) {
+    return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
+  };
+  // Sequence 1's last query (packed row 3), head 2 (kv head 1): it sees
+  // all 20 keys, 16 of page 3 and 4 of page 2.
+  Problem seq = Decode(20);
+  seq.seq_q = 3;
+  seq.causal = true;
+  std::vector<float> qr(64), kr(20 * 64), vr(20 * 64), want(64);
+  for (int64_t c = 0; c < 64; ++c) qr[c] = at(q, (3 * 4 + 2) * 64 + c);
+  for (int64_t j = 0; j < 20; ++j) {
+    const int64_t row = (j < 16 ? 3 * 16 + j : 2 * 16 + j - 16) * kRow + 64;
+    for (int64_t c = 0; c < 64; ++c) {
+      kr[j * 64 + c] = at(k, row + c);
+      vr[j * 64 + c] = at(v, row + c);
+    }
+  }
+  ReferenceRow(seq, 2, qr.data(), kr.data(), vr.data(), want.data());
+  for (int64_t c = 0; c < 64; ++c) {
+    EXPECT_NEAR(at(o, (3 * 4 + 2) * 64 + c), want[c], 2e-3) << c;
+  }
+  for (void* t : {q, k, v, o}) std::free(t);
+}
+
 // With a daemon, a new length of a class served before launches at once on
 // that kernel (its geometry computed here) while its own kernel is fetched;
 // the fetched one takes over at a later launch, but not under capture.
@@ -425,6 +478,41 @@ TEST_F(RuntimeFakeGpuTest, ANewClassWaitsAsLongAsToldAndNoLonger) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ(source_->Finds(), 2);
+}
+
+// A class waits once: while its first call's answer is on its way, that
+// problem asked again and the class's other lengths are refused at once
+// (a program asking every few milliseconds is never held each time).
+TEST_F(RuntimeFakeGpuTest, AClassWaitsOnceWhileItsAnswerIsOnItsWay) {
+  absl::Notification& hold = hold_;
+  source_->every_problem = true;
+  source_->hold = &hold;
+  runtime_->WaitForNewClasses(absl::Milliseconds(20));
+  absl::Time start = absl::Now();
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  // Were these to wait, each would take the minute.
+  runtime_->WaitForNewClasses(absl::Minutes(1));
+  start = absl::Now();
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Launch(Decode(9)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  Problem other = Decode(5);
+  other.heads = 8;  // Another class waits its own first time.
+  runtime_->WaitForNewClasses(absl::Milliseconds(20));
+  start = absl::Now();
+  EXPECT_EQ(Launch(other).code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  hold.Notify();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 3 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // The answers taken in.
+  ASSERT_TRUE(Launch(Decode(5)).ok());
+  ASSERT_TRUE(Launch(Decode(9)).ok());
+  ASSERT_TRUE(Launch(other).ok());
+  EXPECT_EQ(source_->Finds(), 3);  // Each problem asked once.
 }
 
 // Told not to wait, a source's refusal of a new class's problem is the

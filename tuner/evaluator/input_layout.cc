@@ -13,17 +13,19 @@ InputLayout::InputLayout(const Problem& problem)
   cu_q_ = BatchLengths::Cumulative(lengths_.q);
   cu_k_ = BatchLengths::Cumulative(lengths_.k);
   const bool packed = problem.layout == Layout::kVarlen;
-  rows_q_ = packed ? lengths_.TotalQ() : problem.batch * problem.seq_q;
+  const bool paged = problem.layout == Layout::kPaged;
+  rows_q_ = packed || paged ? lengths_.TotalQ() : problem.batch * problem.seq_q;
   rows_k_ =
       packed ? lengths_.TotalK() + kPadRows : problem.batch * problem.seq_k;
   if (packed) {
     arrays_ = cu_q_;
     arrays_.insert(arrays_.end(), cu_k_.begin(), cu_k_.end());
-  } else if (problem.layout == Layout::kKvCache ||
-             problem.layout == Layout::kPaged) {
+  } else if (problem.layout == Layout::kKvCache) {
     arrays_.assign(lengths_.k.begin(), lengths_.k.end());
   }
-  if (problem.layout == Layout::kPaged) {
+  if (paged) {  // Packed queries over the pages.
+    arrays_ = cu_q_;
+    arrays_.insert(arrays_.end(), lengths_.k.begin(), lengths_.k.end());
     const int64_t named = problem.seq_k / problem.page_size * problem.batch;
     std::vector<int32_t> pages(named + kSparePages);
     std::iota(pages.begin(), pages.end(), 0);
@@ -43,7 +45,7 @@ int64_t InputLayout::PagedRow(int64_t b, int64_t j) const {
 
 int64_t InputLayout::QIndex(int64_t b, int64_t h, int64_t i) const {
   const Problem& p = problem_;
-  if (p.layout == Layout::kVarlen) {
+  if (p.layout == Layout::kVarlen || p.layout == Layout::kPaged) {
     return ((cu_q_[b] + i) * p.heads + h) * p.head_dim;
   }
   return ((b * p.heads + h) * p.seq_q + i) * p.head_dim;
@@ -63,6 +65,12 @@ int64_t InputLayout::KIndex(int64_t b, int64_t kvh, int64_t j) const {
 AttentionParams InputLayout::Params() const {
   AttentionParams params = ContiguousParams(problem_);
   const long long d = problem_.head_dim;
+  if (problem_.layout == Layout::kVarlen || problem_.layout == Layout::kPaged) {
+    params.q_row_stride = params.o_row_stride = problem_.heads * d;
+    params.q_head_stride = params.o_head_stride = d;
+    params.q_batch_stride = params.o_batch_stride = 0;
+    params.rows_q = static_cast<int>(rows_q_);
+  }
   if (problem_.layout == Layout::kPaged) {
     params.k_row_stride = params.v_row_stride = problem_.kv_heads * d;
     params.k_head_stride = params.v_head_stride = d;
@@ -74,13 +82,9 @@ AttentionParams InputLayout::Params() const {
     return params;
   }
   if (problem_.layout != Layout::kVarlen) return params;
-  params.q_row_stride = params.o_row_stride = problem_.heads * d;
-  params.q_head_stride = params.o_head_stride = d;
   params.k_row_stride = params.v_row_stride = problem_.kv_heads * d;
   params.k_head_stride = params.v_head_stride = d;
-  params.q_batch_stride = params.o_batch_stride = 0;
   params.k_batch_stride = params.v_batch_stride = 0;
-  params.rows_q = static_cast<int>(rows_q_);
   params.rows_k = static_cast<int>(rows_k_);
   return params;
 }
@@ -114,8 +118,9 @@ void InputLayout::SetLengthPointers(const int32_t* arrays,
   } else if (problem_.layout == Layout::kKvCache) {
     params->seqused_k = arrays;
   } else if (problem_.layout == Layout::kPaged) {
-    params->seqused_k = arrays;
-    params->block_table = arrays + problem_.batch;
+    params->cu_seqlens_q = arrays;
+    params->seqused_k = arrays + cu_q_.size();
+    params->block_table = arrays + cu_q_.size() + problem_.batch;
   }
 }
 

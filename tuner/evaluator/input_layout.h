@@ -37,9 +37,10 @@ class InputLayout {
   AttentionParams Params() const;
 
   // The int32 arrays the launch reads, concatenated: cu_seqlens_q then
-  // cu_seqlens_k (kVarlen), seqused_k (kKvCache), seqused_k then the block
-  // table (kPaged); empty when dense. Point the params at them with
-  // SetLengthPointers.
+  // cu_seqlens_k (kVarlen), seqused_k (kKvCache), cu_seqlens_q, seqused_k
+  // then the block table (kPaged: its queries are packed, an engine's mixed
+  // batch of decode rows and prefill chunks); empty when dense. Point the
+  // params at them with SetLengthPointers.
   const std::vector<int32_t>& LengthArrays() const { return arrays_; }
   void SetLengthPointers(const int32_t* device_arrays,
                          AttentionParams* params) const;
@@ -66,7 +67,7 @@ class InputLayout {
   BatchLengths lengths_;
   std::vector<int32_t> cu_q_, cu_k_, arrays_;
   std::vector<int32_t> block_table_;  // [batch, seq_k / page_size] (kPaged).
-  int64_t rows_q_, rows_k_;  // Rows of a head (bhsd) or of the packed tensor.
+  int64_t rows_q_, rows_k_;  // All rows (bhsd), or the packed tensor's.
 };
 
 }  // namespace evotune

@@ -59,10 +59,12 @@ struct AttentionCall {
   // kPaged needs seqused_k and block_table ([batch] rows of
   // block_table_stride page ids, of which sequence b's key j is in page
   // block_table[b * block_table_stride + j / page_size]; the stride at least
-  // seq_k / page_size); kDense has none. The runtime cannot read device
-  // memory without a sync, so these values are the caller's to guarantee;
-  // whatever they hold, the kernels stay inside the tensors (a page id
-  // outside [0, num_pages) reads a page of the pool, never past it).
+  // seq_k / page_size) and may have cu_seqlens_q (then Q and O are packed,
+  // [total_q, heads, head_dim] as one batch, as kVarlen's: a batch of decode
+  // rows and prefill chunks over the pages); kDense has none. The runtime
+  // cannot read device memory without a sync, so these values are the caller's
+  // to guarantee; whatever they hold, the kernels stay inside the tensors (a
+  // page id outside [0, num_pages) reads a page of the pool, never past it).
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   const int32_t* seqused_k = nullptr;
@@ -79,6 +81,10 @@ AttentionCall ContiguousCall(const Problem& problem, const void* q,
 // "scale", "cu_seqlens_q", "block_table_stride"). Host arithmetic only: no
 // driver call, no memory read.
 absl::Status CheckAttentionCall(const AttentionCall& call);
+
+// Whether the call's Q and O are packed by cu_seqlens_q (kVarlen, and kPaged
+// with cu_seqlens_q): one batch whose rows start at its offsets.
+bool PackedQ(const AttentionCall& call);
 
 }  // namespace evotune
 

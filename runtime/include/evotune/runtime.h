@@ -120,9 +120,12 @@ class Runtime {
   // of a class the runtime serves nothing of yet: until it comes (infinite,
   // the default), or with a source that answers every problem (a daemon) at
   // most `most` (zero: not at all), after which the call is refused with
-  // UNAVAILABLE while the kernel is fetched in the background; a call after
-  // it came (outside stream capture, where no kernel changes) is served by
-  // it, or gets the source's error once. KernelFor always waits.
+  // UNAVAILABLE while the kernel is fetched in the background. Only the
+  // class's first call waits: later ones (the same problem asked again,
+  // another length of the class) are refused at once while the answer is
+  // on its way. A call after it came (outside stream capture, where no
+  // kernel changes) is served by it, or gets the source's error once.
+  // KernelFor always waits.
   void WaitForNewClasses(absl::Duration most);
 
   // Launches the kernel for call.problem on `stream` (in the stream's
@@ -240,6 +243,9 @@ class Runtime {
   std::set<std::pair<CUcontext, std::string>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<CUcontext, std::string>, absl::StatusOr<v1::Kernel>>
       arrived_ ABSL_GUARDED_BY(mu_);
+  // The classes whose first call waited for the source already.
+  std::set<std::pair<CUcontext, std::string>> waited_classes_
+      ABSL_GUARDED_BY(mu_);
   absl::Duration new_class_wait_ ABSL_GUARDED_BY(mu_) =
       absl::InfiniteDuration();
   std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);

@@ -32,7 +32,9 @@ typedef struct {
 #define EVOTUNE_LAYOUT_VARLEN 1   /* packed, cu_seqlens_q/_k */
 #define EVOTUNE_LAYOUT_KV_CACHE 2 /* dense cache, seqused_k */
 /* Paged cache: K and V [num_pages, page_size, kv_heads, head_dim] (as
- * tensors: batch num_pages, seq page_size), seqused_k and block_table. */
+ * tensors: batch num_pages, seq page_size), seqused_k and block_table; Q
+ * and O per sequence, or packed with cu_seqlens_q (as VARLEN's: a batch
+ * of decode rows and prefill chunks). */
 #define EVOTUNE_LAYOUT_PAGED 3
 
 /* Lengths on the device (int32 arrays in the stream's context), as the

@@ -1,0 +1,241 @@
+"""Packed batches over a paged KV cache: one launch for an engine's batch of
+decode rows, speculative rows and prefill chunks, each sequence's keys in
+pages named by a block table, with the forward semantics of FlashAttention's
+flash_attn_varlen_func(..., block_table=...) (as vLLM calls it).
+
+    o = et.flash_attn_varlen_func(q, k_cache, v_cache, cu_seqlens_q, None,
+                                  max_seqlen_q, max_seqlen_k,
+                                  seqused_k=seqused_k,
+                                  block_table=block_table, causal=True)
+
+    plan = et.PagedPlan(batch, heads, kv_heads, head_dim, page_size,
+                        max_seqlen_q, max_seqlen_k, causal=True)
+    o = plan.run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table)
+
+q is [total_q, heads, head_dim], packed by cu_seqlens_q (int32 [batch +
+1]); k_cache and v_cache are [num_pages, page_size, kv_heads, head_dim];
+block_table (int32 [batch, max_pages]) names sequence b's pages in order,
+its key j in slot j % page_size of page block_table[b, j // page_size];
+seqused_k (int32 [batch]) gives each sequence's keys. The causal mask is
+aligned to each sequence's bottom-right corner (its queries are its last
+keys). The kernel is the one the runtime serves for the bucket of the
+maxima (use()'s length_buckets; the key bound cut to the block table's
+row): no host sync, capturable in CUDA graphs. Pages of 16 to 256 keys (a
+multiple of 16) are served by the kernels, other calls by SDPA per
+sequence (which syncs).
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from . import runtime as _rt
+from . import torch as _et
+from .checks import AttentionArgumentError
+from .kvcache import _tensor as _pages_tensor
+from .varlen import VarlenPlan, _tensor as _packed_tensor, bucket
+from .varlen_checks import check_paged_varlen_call, paged_fallback_reason
+
+
+def key_bound(max_seqlen_k, page_size, max_pages=None):
+    """The keys a paged bucket's kernel bounds: bucket(max_seqlen_k) in
+    whole pages, cut to a block table row of `max_pages` pages."""
+    pages = -(-bucket(max_seqlen_k) // page_size)
+    if max_pages is not None:
+        pages = min(pages, max_pages)
+    return pages * page_size
+
+
+class PagedPlan(VarlenPlan):
+    """The kernel for a bucket of packed batches over a paged cache, chosen
+    once (FlashInfer's plan/run): run() launches it for any batch within
+    the bucket with no host sync and, given `out`, no allocation, so runs
+    can be captured in CUDA graphs and replayed with new lengths and block
+    tables. max_pages: the block table's row length, when it is shorter
+    than the bucket's keys. `kernel` names the kernel, or is None where
+    evotune has none for the bucket (`reason` says why): run() then
+    answers with SDPA per sequence, which syncs. Raises
+    AttentionArgumentError for sizes no attention takes."""
+
+    def __init__(self, batch, heads, kv_heads, head_dim, page_size,
+                 max_seqlen_q, max_seqlen_k, causal=False,
+                 dtype=torch.bfloat16, device=None, softmax_scale=None,
+                 max_pages=None, _stream_scratch=False):
+        if int(page_size) < 1:
+            raise AttentionArgumentError(
+                f"evotune.PagedPlan: page_size must be at least 1, got "
+                f"{page_size}")
+        self.page_size = int(page_size)
+        self.max_pages = None if max_pages is None else int(max_pages)
+        super().__init__(batch, heads, kv_heads, head_dim, max_seqlen_q,
+                         max_seqlen_k, causal, dtype, device, softmax_scale,
+                         _stream_scratch)
+
+    def _make_problem(self, bf16):
+        batch, heads, kv_heads, head_dim = self.shape
+        return _rt.Problem(
+            batch, heads, kv_heads, bucket(self.max_seqlen_q),
+            key_bound(self.max_seqlen_k, self.page_size, self.max_pages),
+            head_dim, int(self.causal), int(bf16), _rt.LAYOUT_PAGED,
+            self.page_size)
+
+    def _served_reason(self):
+        size = self.page_size
+        if size % 16 or not 16 <= size <= 256:
+            return (f"page_size {size}: evotune kernels take pages of 16 to "
+                    "256 keys, a multiple of 16")
+        return super()._served_reason()
+
+    def run(self, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
+            out=None):
+        """The forward of a batch within the plan (see the module
+        docstring): the output (`out` when given). Raises
+        AttentionArgumentError naming the argument for tensors that do not
+        fit together or the plan."""
+        check_paged_varlen_call(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                                block_table, self.max_seqlen_q,
+                                self.max_seqlen_k)
+        self._check_plan(q, k_cache, cu_seqlens_q, block_table, out)
+        o = self._launch_paged(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                               block_table, out)
+        if o is not None:
+            return o
+        o = sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                              block_table, self.causal, self.scale or None)
+        return o if out is None else out.copy_(o)
+
+    def _check_plan(self, q, k_cache, cu_q, block_table, out):
+        got = (cu_q.shape[0] - 1, q.shape[1], k_cache.shape[2], q.shape[2],
+               k_cache.shape[1])
+        for name, want, have in zip(("batch (cu_seqlens_q's size - 1)",
+                                     "heads", "kv_heads", "head_dim",
+                                     "page_size (k_cache.shape[1])"),
+                                    self.shape + (self.page_size,), got):
+            if want != have:
+                raise AttentionArgumentError(
+                    f"evotune.PagedPlan.run: {name} is {have}, the plan's "
+                    f"is {want}")
+        pages = self.problem.seq_k // self.page_size
+        if block_table.shape[1] < pages:
+            raise AttentionArgumentError(
+                f"evotune.PagedPlan.run: block_table has "
+                f"{block_table.shape[1]} pages a sequence, the plan's bucket "
+                f"reads up to {pages} (make the plan with max_pages)")
+        self._check_like_plan(q, out)
+
+    def _launch_paged(self, q, k_cache, v_cache, cu_q, seqused_k,
+                      block_table, out):
+        """The output, or None where SDPA answers."""
+        if self._plan is None:
+            return None
+        o = torch.empty_like(q) if out is None else out
+        if paged_fallback_reason(q, k_cache, v_cache, block_table,
+                                 self.scale or None) is not None or \
+                paged_fallback_reason(o, k_cache, v_cache,
+                                      block_table) is not None:
+            return None
+        tensors = [_packed_tensor(q), _pages_tensor(k_cache),
+                   _pages_tensor(v_cache), _packed_tensor(o)]
+        lengths = _rt.Lengths(cu_q.data_ptr(), None, seqused_k.data_ptr(),
+                              block_table.data_ptr(), block_table.stride(0))
+        return self._run_plan(q, tensors, lengths, o)
+
+
+def sdpa_per_sequence(q, k_cache, v_cache, cu_q, seqused_k, block_table,
+                      causal, scale):
+    """The reference semantics, one SDPA call per sequence over its pages
+    gathered through the block table (syncs)."""
+    o = torch.zeros_like(q)
+    starts, used = cu_q.tolist(), seqused_k.tolist()
+    page_size = k_cache.shape[1]
+    group = q.shape[1] // k_cache.shape[2]
+    for b, n in enumerate(used):
+        q0, q1 = starts[b], starts[b + 1]
+        if q1 == q0 or n == 0:
+            continue
+        pages = block_table[b, :-(-n // page_size)].long()
+        ks, vs = (t[pages].flatten(0, 1)[:n].transpose(0, 1)[None]
+                  for t in (k_cache, v_cache))
+        qs = q[q0:q1].transpose(0, 1)[None]
+        mask = causal_lower_right(q1 - q0, n) if causal else None
+        out = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=group > 1)
+        o[q0:q1] = torch.nan_to_num(out[0].transpose(0, 1))
+    return o
+
+
+_plans = {}  # The op's PagedPlans, by bucket, device and stream.
+
+
+def _op_plan(q, k_cache, cu_q, block_table, max_q, max_k, causal, scale):
+    stream = _et._stream_id(q.device) if q.is_cuda else None
+    key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1],
+           k_cache.shape[2], q.shape[2], k_cache.shape[1],
+           block_table.shape[1], bucket(max_q), bucket(max_k), causal,
+           q.dtype, q.device, stream, scale)
+    plan = _plans.get(key)
+    if plan is None or (isinstance(plan.reason, _et._Pending) and
+                        plan.reason.due()):
+        if len(_plans) >= 4096:
+            _plans.clear()
+        plan = _plans[key] = PagedPlan(
+            cu_q.shape[0] - 1, q.shape[1], k_cache.shape[2], q.shape[2],
+            k_cache.shape[1], max_q, max_k, causal, q.dtype, q.device, scale,
+            max_pages=block_table.shape[1], _stream_scratch=True)
+    return plan
+
+
+def _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
+                max_seqlen_q, max_seqlen_k, causal, scale):
+    if paged_fallback_reason(q, k_cache, v_cache, block_table,
+                             scale) is None:
+        plan = _op_plan(q, k_cache, cu_seqlens_q, block_table, max_seqlen_q,
+                        max_seqlen_k, causal, scale)
+        o = plan._launch_paged(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                               block_table, None)
+        if o is not None:
+            return o
+    return sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                             block_table, causal, scale)
+
+
+@torch.library.custom_op("evotune::paged_varlen_attention", mutates_args=())
+def _paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
+           block_table: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+           causal: bool, scale: Optional[float]) -> torch.Tensor:
+    return _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                       block_table, max_seqlen_q, max_seqlen_k, causal, scale)
+
+
+@_paged.register_fake
+def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
+      max_seqlen_q, max_seqlen_k, causal, scale):
+    return torch.empty_like(q)
+
+
+def paged_varlen_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                           block_table, max_seqlen_q, max_seqlen_k,
+                           causal=False, softmax_scale=None):
+    """The forward of a packed batch over a paged cache (see the module
+    docstring). Raises AttentionArgumentError naming the argument for
+    tensors that do not fit together."""
+    check_paged_varlen_call(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                            block_table, max_seqlen_q, max_seqlen_k)
+    args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
+            int(max_seqlen_q), int(max_seqlen_k), bool(causal),
+            None if softmax_scale is None else float(softmax_scale))
+    if _et.eager(*args[:6]):
+        return _paged_impl(*args)
+    return torch.ops.evotune.paged_varlen_attention(*args)
+
+
+def lengths_from_cumulative(cu_seqlens_k):
+    """seqused_k from FlashAttention-2's paged cu_seqlens_k (cumulative key
+    lengths): int32 [batch], computed on the device (no sync)."""
+    if cu_seqlens_k.dim() != 1 or cu_seqlens_k.shape[0] < 2:
+        raise AttentionArgumentError(
+            "evotune.flash_attn_varlen_func (block_table): cu_seqlens_k must "
+            f"be 1-D [batch + 1], got shape {tuple(cu_seqlens_k.shape)}")
+    return (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
