@@ -338,7 +338,7 @@ class PagedVarlenTest(unittest.TestCase):
         q, k_cache, v_cache, cu_q, used, table = paged_batch(
             [1, 64, 1], [900, 700, 1], 16, 4, 128, 16, dtype, seed=66)
         k_cache, v_cache = (torch.nan_to_num(t) for t in (k_cache, v_cache))
-        plan = et.PagedPlan(3, 16, 4, 128, 16, 64, 1024, True, dtype,
+        plan = et.PagedPlan(3, 16, 4, 128, 16, 64, 900, True, dtype,
                             max_pages=table.shape[1])
         self.assertIsNotNone(plan.kernel, plan.reason)
         out = torch.empty_like(q)
