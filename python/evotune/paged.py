@@ -34,7 +34,8 @@ from . import runtime as _rt
 from . import torch as _et
 from .checks import AttentionArgumentError
 from .kvcache import _tensor as _pages_tensor
-from .varlen import VarlenPlan, _tensor as _packed_tensor, bucket
+from .varlen import VarlenPlan, bucket, cached_plan
+from .varlen import _tensor as _packed_tensor
 from .varlen_checks import check_paged_varlen_call, paged_fallback_reason
 
 
@@ -169,21 +170,17 @@ _plans = {}  # The op's PagedPlans, by bucket, device and stream.
 
 
 def _op_plan(q, k_cache, cu_q, block_table, max_q, max_k, causal, scale):
+    """The op's plan for a call, one per bucket, block table width, device
+    and stream, kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1],
            k_cache.shape[2], q.shape[2], k_cache.shape[1],
            block_table.shape[1], bucket(max_q), bucket(max_k), causal,
            q.dtype, q.device, stream, scale)
-    plan = _plans.get(key)
-    if plan is None or (isinstance(plan.reason, _et._Pending) and
-                        plan.reason.due()):
-        if len(_plans) >= 4096:
-            _plans.clear()
-        plan = _plans[key] = PagedPlan(
-            cu_q.shape[0] - 1, q.shape[1], k_cache.shape[2], q.shape[2],
-            k_cache.shape[1], max_q, max_k, causal, q.dtype, q.device, scale,
-            max_pages=block_table.shape[1], _stream_scratch=True)
-    return plan
+    return cached_plan(_plans, key, lambda: PagedPlan(
+        cu_q.shape[0] - 1, q.shape[1], k_cache.shape[2], q.shape[2],
+        k_cache.shape[1], max_q, max_k, causal, q.dtype, q.device, scale,
+        max_pages=block_table.shape[1], _stream_scratch=True))
 
 
 def _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,

@@ -214,14 +214,20 @@ def _op_plan(q, k, cu_q, max_q, max_k, causal, scale):
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1], k.shape[1],
            q.shape[2], bucket(max_q), bucket(max_k), causal, q.dtype,
            q.device, stream, scale)
-    plan = _plans.get(key)
+    return cached_plan(_plans, key, lambda: VarlenPlan(
+        cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q, max_k,
+        causal, q.dtype, q.device, scale, _stream_scratch=True))
+
+
+def cached_plan(plans, key, make):
+    """plans[key], made by make() where there is none or where its kernel
+    was on its way and it is time to ask again; at most 4096 kept."""
+    plan = plans.get(key)
     if plan is None or (isinstance(plan.reason, _et._Pending) and
                         plan.reason.due()):
-        if len(_plans) >= 4096:
-            _plans.clear()
-        plan = _plans[key] = VarlenPlan(
-            cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q,
-            max_k, causal, q.dtype, q.device, scale, _stream_scratch=True)
+        if len(plans) >= 4096:
+            plans.clear()
+        plan = plans[key] = make()
     return plan
 
 
