@@ -7,9 +7,14 @@ checked against an fp32 reference; each is then captured in a CUDA graph
 of `--reps` calls and replayed, so the times are the kernels' (no host
 overhead). Pages are in a shuffled order; every sequence has the step's
 key length (SDPA takes one length). Reports microseconds a call and the
-K/V stream in TB/s (K and V bytes read / time).
+K/V stream in TB/s (K and V bytes read / time). --suite_decode takes the
+suite's decode-gqa and decode-long shapes; --flex adds FlexAttention's
+paged attention on decode steps (its own cache layout holding the same
+pages); --read_floor a streaming read of the same K/V bytes (sdpa_compare's
+read floor) and each evotune call's rate as a fraction of it.
 
-  PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
+  PYTHONPATH=python:bench \\
+  EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/paged_decode.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
 import argparse
@@ -24,7 +29,10 @@ from torch.nn.attention.bias import causal_lower_right
 
 import evotune.torch as et
 from evotune.kvcache import sdpa_per_sequence
+from sdpa_compare import ReadFloor
 
+# The suite's decode-gqa and decode-long (../shared/bench/shapes.json).
+SUITE_DECODE = [(8, 1, 32, 8, 128, 8192), (1, 1, 64, 8, 128, 32768)]
 # (batch, queries, heads, kv_heads, head_dim, keys): Llama-3-8B-like decode
 # steps, an MQA step, and chunks of a prefill over a long prefix.
 SHAPES = [(8, 1, 32, 8, 128, 4096), (32, 1, 32, 8, 128, 2048),
@@ -52,7 +60,36 @@ def paged(t, page_size, gen):
     return pool, table
 
 
-def calls(shape, page_sizes, dtype, gen):
+def flex_paged(q, k_pages, v_pages, table, used):
+    """FlexAttention's paged attention (torch.nn.attention.experimental's
+    PagedAttention over its own cache layout, [1, kv_heads, pages *
+    page_size, head_dim], holding the same pages) for a decode step: a
+    compiled call, or None where this PyTorch has none."""
+    from torch.nn.attention.experimental._paged_attention import \
+        PagedAttention
+    from torch.nn.attention.flex_attention import (create_block_mask,
+                                                   flex_attention)
+    b, _, _, d = q.shape
+    pages, page_size, kvh, _ = k_pages.shape
+    width = table.shape[1]
+    pa = PagedAttention(pages, page_size, b)
+    rows = torch.arange(b, device="cuda")[:, None]
+    pa.page_table[:b, :width] = table.long()
+    pa.physical_to_logical[rows, table.long()] = torch.arange(
+        width, device="cuda")
+    caches = [t.permute(2, 0, 1, 3).reshape(kvh, pages * page_size, d)[None]
+              .contiguous() for t in (k_pages, v_pages)]
+    logical = create_block_mask(lambda b, h, qi, ki: ki >= 0, b, None, 1,
+                                width * page_size,
+                                BLOCK_SIZE=(128, page_size))
+    mask = pa.convert_logical_block_mask(logical, kv_len=used.long())
+    compiled = torch.compile(flex_attention)
+    qt = q.transpose(1, 2)
+    return lambda: compiled(qt, caches[0], caches[1], block_mask=mask,
+                            enable_gqa=True).transpose(1, 2)
+
+
+def calls(shape, page_sizes, dtype, gen, flex=False):
     """name: a zero-argument call of the step, and the fp32 reference."""
     b, sq, h, kvh, d, n = shape
     causal = sq > 1
@@ -70,6 +107,11 @@ def calls(shape, page_sizes, dtype, gen):
             lambda kp=kp, vp=vp, table=table: et.flash_attn_with_kvcache(
                 q, kp, vp, cache_seqlens=used, block_table=table,
                 causal=causal))
+        if flex and sq == 1:
+            try:
+                out[f"flex_paged{p}"] = flex_paged(q, kp, vp, table, used)
+            except (ImportError, RuntimeError, TypeError) as e:
+                print(f"flex_paged{p}: {str(e).splitlines()[0][:160]}")
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     mask = causal_lower_right(sq, n) if causal else None
     for name, backend in SDPA.items():
@@ -111,13 +153,13 @@ def time_graphs(graphs, reps, turns):
 
 def run_shape(shape, args, gen):
     b, sq, h, kvh, d, n = shape
-    fns, want = calls(shape, args.page_sizes, torch.bfloat16, gen)
+    fns, want = calls(shape, args.page_sizes, torch.bfloat16, gen, args.flex)
     graphs, errors, skipped = {}, {}, {}
     for name, fn in fns.items():
         try:
             errors[name] = rel_err(fn(), want)
             graphs[name] = graph_of(fn, args.reps)
-        except RuntimeError as e:  # A backend that refuses the shape.
+        except Exception as e:  # A backend that refuses the shape.
             skipped[name] = str(e).splitlines()[0][:120]
     us = time_graphs(graphs, args.reps, args.turns)
     kv_bytes = 2 * b * kvh * n * d * 2
@@ -128,6 +170,11 @@ def run_shape(shape, args, gen):
            "kv_tb_per_s": {k: kv_bytes / t / 1e6 for k, t in us.items()}}
     sdpa = [t for k, t in us.items() if k.startswith("sdpa")]
     row["fastest_sdpa_us"] = min(sdpa) if sdpa else None
+    if args.read_floor:  # A streaming read of the same bytes, same run.
+        floor = ReadFloor().us(kv_bytes)
+        row["read_floor_us"] = floor
+        row["read_rate_of_floor"] = {k: floor / t for k, t in us.items()
+                                     if k.startswith("evotune")}
     return row
 
 
@@ -137,13 +184,19 @@ def main():
     ap.add_argument("--page_sizes", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--turns", type=int, default=7)
+    ap.add_argument("--suite_decode", action="store_true",
+                    help="the suite's decode-gqa and decode-long shapes only")
+    ap.add_argument("--flex", action="store_true",
+                    help="FlexAttention's paged attention beside (decode)")
+    ap.add_argument("--read_floor", action="store_true",
+                    help="a streaming read of the K/V bytes beside")
     ap.add_argument("--json")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
     et.use(daemon=args.daemon, wait=True)
     gen = torch.Generator().manual_seed(1)
     rows = []
-    for shape in SHAPES:
+    for shape in SUITE_DECODE if args.suite_decode else SHAPES:
         row = run_shape(shape, args, gen)
         rows.append(row)
         fast = row["fastest_sdpa_us"]

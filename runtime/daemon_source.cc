@@ -31,6 +31,9 @@ absl::StatusOr<std::unique_ptr<DaemonSource>> DaemonSource::Connect(
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       DaemonChannel(address, ClientTls{tls.ca, tls.cert, tls.key, ""});
   if (!channel.ok()) return channel.status();
+  // Connecting starts now, in the background: the first question (a
+  // launch's, bounded by milliseconds) finds the connection made.
+  (*channel)->GetState(/*try_to_connect=*/true);
   return std::make_unique<DaemonSource>(*std::move(channel), token);
 }
 

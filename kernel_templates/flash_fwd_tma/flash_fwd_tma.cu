@@ -243,31 +243,43 @@ __device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
   __syncwarp();
 }
 
-// The key tile at row `row` (of kv head kv_head, batch coordinate `batch`
-// in the map) into the shared tile at `tile`, completing on `bar`. In a
-// paged kernel `row` is the sequence's key and `batch` the sequence: each
-// kKvBox rows are copied from their page (the map's batch coordinate), the
-// page id clamped to the pool as KeyRow does, the table read within the
-// sequence's row.
-__device__ __forceinline__ void LoadTileRows(const AttentionParams& p,
-                                             const TensorMap& map,
+// The page (the map's batch coordinate) of part `lane` of the key tile at
+// row `row` of sequence `batch`, each part kKvBox rows of one page: lanes
+// past the tile's parts take its last. The page id is clamped to the pool
+// as KeyRow does and the table read within the sequence's row (parts past
+// the problem's keys, a tile reaching over seq_k, read its last page of the
+// row: masked, and V cleared). Without pages: `batch`. One load a lane, so
+// a tile's ids arrive together, read once for K and V.
+__device__ __forceinline__ int PartPage(const AttentionParams& p, int row,
+                                        int batch, int lane) {
+  if (kPageSize == 0) return batch;
+  const int at = row + min(lane, kN / kKvBox - 1) * kKvBox;
+  const int slot = min(at / kPageSize, p.seq_k / kPageSize - 1);
+  const int* table = p.block_table + batch * p.block_table_stride;
+  return min(max(__ldg(table + slot), 0), p.rows_k / kPageSize - 1);
+}
+
+// The key tile at row `row` (of kv head kv_head; in a paged kernel the
+// sequence's key) into the shared tile at `tile`, completing on `bar`: each
+// kKvBox rows from the page lane `part` holds (PartPage). The whole warp
+// calls it; lane 0 issues the copies.
+__device__ __forceinline__ void LoadTileRows(const TensorMap& map,
                                              unsigned tile, unsigned bar,
-                                             int row, int kv_head, int batch) {
+                                             int row, int kv_head, int page,
+                                             int lane) {
 #pragma unroll
   for (int part = 0; part < kN / kKvBox; ++part) {
-    int at = row + part * kKvBox, page = batch;
+    int at = row + part * kKvBox, from = page;
     if (kPageSize > 0) {
-      // Parts past the problem's keys (a tile reaching over seq_k) read its
-      // last page of the row, never past the row: masked, and V cleared.
-      const int* table = p.block_table + batch * p.block_table_stride;
-      const int slot = min(at / kPageSize, p.seq_k / kPageSize - 1);
-      page = min(max(__ldg(table + slot), 0), p.rows_k / kPageSize - 1);
+      from = __shfl_sync(0xffffffffu, page, part);
       at %= kPageSize;
     }
+    if (lane == 0) {
 #pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
-      TmaLoad(tile + (db * kN + part * kKvBox) * kRowBytes, map, bar, 64 * db,
-              at, kv_head, page);
+      for (int db = 0; db < kD / 64; ++db) {
+        TmaLoad(tile + (db * kN + part * kKvBox) * kRowBytes, map, bar, 64 * db,
+                at, kv_head, from);
+      }
     }
   }
 }
@@ -288,18 +300,15 @@ __device__ __forceinline__ void LoadKv(const AttentionParams& p,
   const int stage = it % kStages;
   // The first round finds every stage empty (the phase before the first).
   const int parity = ((it / kStages) & 1) ^ 1;
+  const int page = PartPage(p, row, batch, lane);  // Loads while it waits.
   BarrierWait(s.k_empty(stage), parity);
-  if (lane == 0) {
-    BarrierExpectBytes(s.k_full(stage), kTileBytes);
-    LoadTileRows(p, maps.k, s.k(stage), s.k_full(stage), row, kv_head, batch);
-  }
+  if (lane == 0) BarrierExpectBytes(s.k_full(stage), kTileBytes);
+  LoadTileRows(maps.k, s.k(stage), s.k_full(stage), row, kv_head, page, lane);
   const bool clear = clear_from >= 0;
   const unsigned v_bar = clear ? s.v_tail() : s.v_full(stage);
   BarrierWait(s.v_empty(stage), parity);
-  if (lane == 0) {
-    BarrierExpectBytes(v_bar, kTileBytes);
-    LoadTileRows(p, maps.v, s.v(stage), v_bar, row, kv_head, batch);
-  }
+  if (lane == 0) BarrierExpectBytes(v_bar, kTileBytes);
+  LoadTileRows(maps.v, s.v(stage), v_bar, row, kv_head, page, lane);
   if (clear) {
     BarrierWait(s.v_tail(), tails & 1);
     ++tails;
