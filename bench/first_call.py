@@ -8,9 +8,12 @@ key bucket. Run it in a fresh process against a warm daemon.
 
   PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/first_call.py --daemon 127.0.0.1:7433 [--wait 0.005]
+      [--profile]
 """
 import argparse
+import cProfile
 import json
+import pstats
 import time
 
 import torch
@@ -33,6 +36,8 @@ def main():
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--wait", type=float, default=0.005)
     ap.add_argument("--keys", type=int, default=512)
+    ap.add_argument("--profile", action="store_true",
+                    help="print the first call's profile (cProfile)")
     args = ap.parse_args()
     b, h, kvh, d = 8, 32, 8, 128
     q = torch.randn(b, h, 1, d, device="cuda", dtype=torch.bfloat16)
@@ -52,7 +57,13 @@ def main():
         row["first_sdpa_ms"], _ = ms(lambda: et._sdpa(q, k, k, False, None,
                                                       setup_free=True))
         row["arrival_ms"], _ = ms(lambda: et.kernel_for(q, k))
+    if args.profile:  # The first call's Python calls, by cumulative time.
+        profile = cProfile.Profile()
+        profile.enable()
     row["first_call_ms"], _ = ms(lambda: et.attention(q, k, k))
+    if args.profile:
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     row["second_call_ms"], _ = ms(lambda: et.attention(q, k, k))
     k2 = cache[:, :, :n + 1]  # The next key bucket.
     row["next_bucket_first_ms"], _ = ms(lambda: et.attention(q, k2, k2))

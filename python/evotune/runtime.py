@@ -113,6 +113,27 @@ def load_library(path=None):
         return lib
 
 
+_memset = []  # The driver's cuMemsetD32Async, or None: loaded on first use.
+
+
+def memset_d32(ptr, value, count, stream):
+    """cuMemsetD32Async(ptr, value, count, stream) of the CUDA driver (in
+    the current context): whether it was queued (False where the driver
+    cannot be loaded or refuses)."""
+    with _lock:
+        if not _memset:
+            try:
+                fn = ctypes.CDLL("libcuda.so.1").cuMemsetD32Async
+                fn.argtypes = [ctypes.c_uint64, ctypes.c_uint,
+                               ctypes.c_size_t, ctypes.c_void_p]
+                fn.restype = ctypes.c_int
+                _memset.append(fn)
+            except (OSError, AttributeError):
+                _memset.append(None)
+    fn = _memset[0]
+    return fn is not None and fn(ptr, value, count, stream) == 0
+
+
 class Runtime:
     """One evotune_runtime: thread-safe, closed by close() or when
     collected."""

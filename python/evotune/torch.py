@@ -136,10 +136,22 @@ class _StreamScratch:
         self.workspace = grown(self.workspace, floats, lambda n: torch.empty(
             n, dtype=torch.float32, device=device))
         # Counters start at zero, and every launch leaves them so.
-        self.counters = grown(self.counters, counters, lambda n: torch.zeros(
-            n, dtype=torch.int32, device=device))
+        self.counters = grown(self.counters, counters,
+                              lambda n: zeroed_int32(n, device))
         return (self.workspace if floats else None,
                 self.counters if counters else None)
+
+
+def zeroed_int32(n, device):
+    """n int32 zeros on `device`, zeroed by the driver on the device's
+    current stream rather than by a PyTorch kernel: a process's first launch
+    of PyTorch's fill kernel loads it (7 ms on the H200, in the first call
+    of a decode loop; bench/first_call.py)."""
+    t = torch.empty(n, dtype=torch.int32, device=device)
+    with torch.cuda.device(device):
+        if not _rt.memset_d32(t.data_ptr(), 0, n, _stream_id(device)):
+            t.zero_()
+    return t
 
 
 def _stream_scratch(device, stream_id):

@@ -122,8 +122,7 @@ class VarlenPlan:
         self.workspace = (torch.empty(plan.workspace_floats,
                                       dtype=torch.float32, device=self.device)
                           if plan.workspace_floats else None)
-        self.counters = (torch.zeros(plan.counters, dtype=torch.int32,
-                                     device=self.device)
+        self.counters = (_et.zeroed_int32(plan.counters, self.device)
                          if plan.counters else None)
         self._scratch = [t.data_ptr() if t is not None else None
                          for t in (self.workspace, self.counters)]
