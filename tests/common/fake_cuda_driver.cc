@@ -241,10 +241,13 @@ void Attention(void** args) {
       const int64_t kvh = h / (a.heads / a.kv_heads);
       for (int64_t j = 0; j < p.seq_k; ++j) {
         // A paged key's page and row there, as common/sequence.cuh's KeyRow
-        // (a page is k_batch_stride / k_row_stride rows).
+        // (a page is the problem's page_size rows, where the test set it,
+        // else k_batch_stride / k_row_stride).
         int64_t at = b, row = seq.k_start + j;
         if (a.block_table != nullptr) {
-          const int64_t page = a.k_batch_stride / a.k_row_stride;
+          const int64_t page = st.problem.page_size > 0
+                                   ? st.problem.page_size
+                                   : a.k_batch_stride / a.k_row_stride;
           at = a.block_table[b * a.block_table_stride + j / page];
           row = j % page;
         }

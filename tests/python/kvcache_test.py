@@ -49,6 +49,13 @@ def reference(q, k_cache, v_cache, used, causal):
                              used, causal, None)
 
 
+def paged_plans():
+    """The number of paged kernels flash_attn_with_kvcache planned so far."""
+    return sum(isinstance(p, kvcache._Plan) and
+               p.problem.layout == rt.LAYOUT_PAGED
+               for p in kvcache._plans.values())
+
+
 class KvCacheTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -143,10 +150,12 @@ class KvCacheTest(unittest.TestCase):
                 et.flash_attn_with_kvcache(**args)
 
     def paged_step(self, batch, seq_q, heads, kv_heads, d, slots, page_size,
-                   dtype, causal, seed):
+                   dtype, causal, seed, head_major=False):
         """A step on a paged cache against the reference on the dense cache
         it pages (every page in a shuffled order, spare pages of NaN); the
-        number of paged kernels planned so far."""
+        number of paged kernels planned so far. head_major: pages stored
+        [kv_heads, page_size, head_dim] (FlashInfer's HND), passed as their
+        [page_size, kv_heads, head_dim] view."""
         q = rand(batch, seq_q, heads, d, dtype=dtype, seed=seed)
         dense = [rand(batch, slots, kv_heads, d, dtype=dtype, seed=seed + i)
                  for i in (1, 2)]
@@ -160,6 +169,8 @@ class KvCacheTest(unittest.TestCase):
                               float("nan"), dtype=dtype, device="cuda")
             pool[table.long()] = t.view(batch, per_seq, page_size, kv_heads,
                                         d)
+            if head_major:
+                pool = pool.transpose(1, 2).contiguous().transpose(1, 2)
             pages.append(pool)
         used = torch.randint(seq_q, slots + 1, (batch,), dtype=torch.int32,
                              device="cuda")
@@ -171,9 +182,7 @@ class KvCacheTest(unittest.TestCase):
         self.assertTrue(torch.isfinite(got).all().item(), case)
         self.assertLess(rel_err(got, want),
                         2e-2 if dtype == torch.bfloat16 else 4e-3, case)
-        return sum(isinstance(p, kvcache._Plan) and
-                   p.problem.layout == rt.LAYOUT_PAGED
-                   for p in kvcache._plans.values())
+        return paged_plans()
 
     def test_paged_steps_match_the_reference_on_the_cache_they_page(self):
         bf16, fp16 = torch.bfloat16, torch.float16
@@ -191,6 +200,15 @@ class KvCacheTest(unittest.TestCase):
             self.assertEqual(planned, before + 1, case)  # A kernel, not SDPA.
         # Pages of 8 keys: no kernel takes them; SDPA answers, right.
         self.paged_step(2, 1, 8, 2, 64, 64, 8, fp16, False, seed=40)
+
+    def test_head_major_pages_are_served_as_they_lie(self):
+        bf16 = torch.bfloat16
+        before = paged_plans()
+        self.paged_step(4, 1, 32, 8, 128, 1024, 16, bf16, False, seed=70,
+                        head_major=True)
+        after = self.paged_step(2, 200, 8, 2, 128, 1536, 64, bf16, True,
+                                seed=73, head_major=True)
+        self.assertEqual(after, before + 2)  # Kernels, not SDPA.
 
     def test_new_keys_are_written_through_the_block_table(self):
         dtype = torch.bfloat16

@@ -283,40 +283,54 @@ TEST_F(RuntimeFakeGpuTest, ACacheCallUsesEachSequencesSlots) {
   }
 }
 
-// A paged call: K and V are pages [num_pages, page_size, kv_heads,
-// head_dim], sequence b's keys in the pages its block table row names (the
-// fake reads them as the kernels do).
-TEST_F(RuntimeFakeGpuTest, APagedCallReadsEachSequencesPages) {
-  Problem p = Decode(64);  // Up to 4 pages of 16 keys a sequence.
+// A paged call: K and V are pages of 16 rows, sequence b's keys in the
+// pages its block table row names (the fake reads them as the kernels do),
+// each page [page_size, kv_heads, head_dim] or, head-major (FlashInfer's
+// HND), [kv_heads, page_size, head_dim]: the same call with other strides.
+void ExpectPagesRead(Runtime& runtime, bool head_major) {
+  Problem p;
   p.batch = 2;
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.seq_q = 1;
+  p.seq_k = 64;  // Up to 4 pages of 16 keys a sequence.
+  p.head_dim = 64;
   p.layout = Layout::kPaged;
   p.page_size = 16;
-  constexpr int64_t kPages = 6, kRow = 2 * 64;  // A page's row: 2 kv heads.
+  constexpr int64_t kPages = 6, kPage = 16 * 2 * 64;
+  const int64_t row_stride = head_major ? 64 : 2 * 64;
+  const int64_t head_stride = head_major ? 16 * 64 : 64;
   void* q = Tensors::Alloc(2 * 4 * 64);
-  void* k = Tensors::Alloc(kPages * 16 * kRow);
-  void* v = Tensors::Alloc(kPages * 16 * kRow);
+  void* k = Tensors::Alloc(kPages * kPage);
+  void* v = Tensors::Alloc(kPages * kPage);
   void* o = Tensors::Alloc(2 * 4 * 64);
   const int32_t used[2] = {64, 20};
   // Rows of 5 (wider than the 4 pages read); sequence 1 in pages 5 and 0.
   const int32_t table[10] = {1, 2, 3, 4, -1, 5, 0, 9, 9, 9};
   AttentionCall call = ContiguousCall(p, q, k, v, o);
   for (AttentionTensor* t : {&call.k, &call.v}) {
-    *t = {t->data, 16 * kRow, 64, kRow, kPages, 2, 16, 64};
+    *t = {t->data, kPage, head_stride, row_stride, kPages, 2, 16, 64};
   }
   call.seqused_k = used;
   call.block_table = table;
   call.block_table_stride = 5;
-  const absl::Status launched = runtime_->Attention(call, nullptr);
+  FakeCudaDriver::state().problem.page_size = 16;  // The kernel's define.
+  const absl::Status launched = runtime.Attention(call, nullptr);
   ASSERT_TRUE(launched.ok()) << launched;
   auto at = [](void* base, int64_t i) {
     return HalfBitsToFloat(static_cast<uint16_t*>(base)[i], DType::kFp16);
   };
   // Sequence 1, head 2 (kv head 1): 16 keys of page 5, 4 of page 0.
-  Problem seq = Decode(20);
+  Problem seq = p;
+  seq.batch = 1;
+  seq.seq_k = 20;
+  seq.layout = Layout::kDense;
+  seq.page_size = 0;
   std::vector<float> qr(64), kr(20 * 64), vr(20 * 64), want(64);
   for (int64_t c = 0; c < 64; ++c) qr[c] = at(q, (4 + 2) * 64 + c);
   for (int64_t j = 0; j < 20; ++j) {
-    const int64_t row = (j < 16 ? 5 * 16 + j : j - 16) * kRow + 64;
+    const int64_t page = j < 16 ? 5 : 0;
+    const int64_t row = page * kPage + 1 * head_stride + (j % 16) * row_stride;
     for (int64_t c = 0; c < 64; ++c) {
       kr[j * 64 + c] = at(k, row + c);
       vr[j * 64 + c] = at(v, row + c);
@@ -327,6 +341,14 @@ TEST_F(RuntimeFakeGpuTest, APagedCallReadsEachSequencesPages) {
     EXPECT_NEAR(at(o, (4 + 2) * 64 + c), want[c], 2e-3) << c;
   }
   for (void* t : {q, k, v, o}) std::free(t);
+}
+
+TEST_F(RuntimeFakeGpuTest, APagedCallReadsEachSequencesPages) {
+  ExpectPagesRead(*runtime_, /*head_major=*/false);
+}
+
+TEST_F(RuntimeFakeGpuTest, HeadMajorPagesAreTheSameCallWithOtherStrides) {
+  ExpectPagesRead(*runtime_, /*head_major=*/true);
 }
 
 // Queries packed by cu_seqlens_q over pages (an engine's mixed batch): one
