@@ -339,6 +339,14 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
     absl::StatusOr<DeviceInfo> found = ContextDevice(d, ctx);
     if (!found.ok()) return found.status();
     device = *std::move(found);
+    // An answer that came for it while its class had nothing served (the
+    // class may have since): taken as it is, never asked for again.
+    auto arrived = arrived_.find({ctx, problem_key});
+    if (arrived != arrived_.end() && !Capturing(d, stream)) {
+      absl::StatusOr<v1::Kernel> kernel = std::move(arrived->second);
+      arrived_.erase(arrived);
+      return Install(d, problem, device, ctx, std::move(kernel));
+    }
     auto sibling = latest_by_class_.find({ctx, ClassKey(problem)});
     if (source_->AnswersEveryProblem() && sibling != latest_by_class_.end()) {
       std::unique_ptr<Loaded> now =
