@@ -40,16 +40,17 @@ std::vector<int32_t> BatchLengths::Cumulative(
   return out;
 }
 
+bool PacksQueries(Layout layout) {
+  return layout == Layout::kVarlen || layout == Layout::kPaged;
+}
+
 BatchLengths RepresentativeLengths(const Problem& p) {
   BatchLengths l;
   l.q.assign(p.batch, p.seq_q);
   l.k.assign(p.batch, p.seq_k);
   if (p.layout == Layout::kDense) return l;
   std::mt19937_64 rng(StableHash(ProblemKey(p)));
-  // Packed queries (varlen, and paged: an engine's batch of decode rows and
-  // prefill chunks over its pages) have lengths of their own.
-  const bool packed_q =
-      p.layout == Layout::kVarlen || p.layout == Layout::kPaged;
+  const bool packed_q = PacksQueries(p.layout);
   for (int64_t b = 1; b < p.batch; ++b) {
     if (packed_q) l.q[b] = LogUniform(rng, p.seq_q);
     l.k[b] = LogUniform(rng, p.seq_k);

@@ -32,6 +32,11 @@ struct BatchLengths {
 // from a generator seeded by the problem's key.
 BatchLengths RepresentativeLengths(const Problem& problem);
 
+// Whether a layout's representative batch packs its queries by
+// cu_seqlens_q, each sequence with a query length of its own: kVarlen, and
+// kPaged (an engine's batch of decode rows and prefill chunks over pages).
+bool PacksQueries(Layout layout);
+
 }  // namespace evotune
 
 #endif  // EVOTUNE_CORE_BATCH_LENGTHS_H_

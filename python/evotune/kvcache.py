@@ -39,6 +39,7 @@ from torch.nn.attention.bias import causal_lower_right
 from . import runtime as _rt
 from . import torch as _et
 from .checks import AttentionArgumentError
+from .varlen_checks import page_size_reason
 
 _UNSERVED = (
     ("rotary_cos", None), ("rotary_sin", None), ("cache_batch_idx", None),
@@ -239,10 +240,9 @@ def _shape_reason(q, k_cache, v_cache, block_table, scale):
     from all but the data pointers (the same for every call of a
     signature), or None."""
     if block_table is not None:
-        page_size = k_cache.shape[1]
-        if page_size % 16 or not 16 <= page_size <= 256:
-            return (f"page_size {page_size}: evotune kernels take pages of "
-                    "16 to 256 keys, a multiple of 16")
+        reason = page_size_reason(k_cache.shape[1])
+        if reason is not None:
+            return reason
         if block_table.stride(1) != 1:
             return "block_table's pages of a sequence are not contiguous"
     if not q.is_cuda:

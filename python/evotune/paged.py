@@ -36,7 +36,8 @@ from .checks import AttentionArgumentError
 from .kvcache import _tensor as _pages_tensor
 from .varlen import VarlenPlan, bucket, cached_plan
 from .varlen import _tensor as _packed_tensor
-from .varlen_checks import check_paged_varlen_call, paged_fallback_reason
+from .varlen_checks import (check_paged_varlen_call, page_size_reason,
+                            paged_fallback_reason)
 
 
 def key_bound(max_seqlen_k, page_size, max_pages=None):
@@ -82,11 +83,7 @@ class PagedPlan(VarlenPlan):
             self.page_size)
 
     def _served_reason(self):
-        size = self.page_size
-        if size % 16 or not 16 <= size <= 256:
-            return (f"page_size {size}: evotune kernels take pages of 16 to "
-                    "256 keys, a multiple of 16")
-        return super()._served_reason()
+        return page_size_reason(self.page_size) or super()._served_reason()
 
     def run(self, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
             out=None):

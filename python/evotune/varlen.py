@@ -309,10 +309,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                            seqused_k=None):
     """FlashAttention's flash_attn_varlen_func, forward: varlen_attention
     under FlashAttention's argument names, so that a caller swaps the
-    import. Dropout, sliding windows, softcapping, ALiBi, attention
-    probabilities and paged caches (block_table) are not served: asking for
-    them raises AttentionArgumentError naming the argument; `deterministic`
-    is accepted (the forward pass is). With block_table, k and v are a
+    import. Dropout, sliding windows, softcapping, ALiBi and attention
+    probabilities are not served: asking for them raises
+    AttentionArgumentError naming the argument; `deterministic` is
+    accepted (the forward pass is). With block_table, k and v are a
     paged cache [num_pages, page_size, kv_heads, head_dim] (evotune/paged.py)
     and each sequence's keys are seqused_k, or FlashAttention-2's cumulative
     cu_seqlens_k where seqused_k is None."""

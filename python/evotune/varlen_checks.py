@@ -180,14 +180,22 @@ def check_paged_varlen_call(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                     f"{max_seqlen_k}")
 
 
+def page_size_reason(page_size):
+    """Why evotune's kernels take no pages of `page_size` keys, or None:
+    they take 16 to 256, a multiple of 16."""
+    if page_size % 16 or not 16 <= page_size <= 256:
+        return (f"page_size {page_size}: evotune kernels take pages of 16 to "
+                "256 keys, a multiple of 16")
+    return None
+
+
 def paged_fallback_reason(q, k_cache, v_cache, block_table, scale=None):
     """Why evotune's kernels cannot serve a paged call that passed
     check_paged_varlen_call (SDPA answers it, once per sequence), or
     None."""
-    page_size = k_cache.shape[1]
-    if page_size % 16 or not 16 <= page_size <= 256:
-        return (f"page_size {page_size}: evotune kernels take pages of 16 to "
-                "256 keys, a multiple of 16")
+    reason = page_size_reason(k_cache.shape[1])
+    if reason is not None:
+        return reason
     if block_table.shape[1] > 1 and block_table.stride(1) != 1:
         return "block_table's pages of a sequence are not contiguous"
     reason = varlen_fallback_reason(q, q, q, scale)

@@ -14,7 +14,8 @@ InputLayout::InputLayout(const Problem& problem)
   cu_k_ = BatchLengths::Cumulative(lengths_.k);
   const bool packed = problem.layout == Layout::kVarlen;
   const bool paged = problem.layout == Layout::kPaged;
-  rows_q_ = packed || paged ? lengths_.TotalQ() : problem.batch * problem.seq_q;
+  rows_q_ = PacksQueries(problem.layout) ? lengths_.TotalQ()
+                                         : problem.batch * problem.seq_q;
   rows_k_ =
       packed ? lengths_.TotalK() + kPadRows : problem.batch * problem.seq_k;
   if (packed) {
@@ -45,7 +46,7 @@ int64_t InputLayout::PagedRow(int64_t b, int64_t j) const {
 
 int64_t InputLayout::QIndex(int64_t b, int64_t h, int64_t i) const {
   const Problem& p = problem_;
-  if (p.layout == Layout::kVarlen || p.layout == Layout::kPaged) {
+  if (PacksQueries(p.layout)) {
     return ((cu_q_[b] + i) * p.heads + h) * p.head_dim;
   }
   return ((b * p.heads + h) * p.seq_q + i) * p.head_dim;
@@ -65,7 +66,7 @@ int64_t InputLayout::KIndex(int64_t b, int64_t kvh, int64_t j) const {
 AttentionParams InputLayout::Params() const {
   AttentionParams params = ContiguousParams(problem_);
   const long long d = problem_.head_dim;
-  if (problem_.layout == Layout::kVarlen || problem_.layout == Layout::kPaged) {
+  if (PacksQueries(problem_.layout)) {
     params.q_row_stride = params.o_row_stride = problem_.heads * d;
     params.q_head_stride = params.o_head_stride = d;
     params.q_batch_stride = params.o_batch_stride = 0;
