@@ -54,15 +54,27 @@ absl::Status CheckPages(const Problem& p, absl::string_view prefix) {
 
 }  // namespace
 
+// The dtype part of an FP8 KV cache's key after Q's type.
+constexpr absl::string_view kFp8KvSuffix = ".kve4m3";
+
 absl::string_view DTypeName(DType dtype) {
-  return dtype == DType::kBf16 ? "bf16" : "fp16";
+  switch (dtype) {
+    case DType::kBf16:
+      return "bf16";
+    case DType::kE4m3:
+      return "e4m3";
+    case DType::kFp16:
+      break;
+  }
+  return "fp16";
 }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  if (name == "fp16") return DType::kFp16;
-  if (name == "bf16") return DType::kBf16;
+  for (DType d : {DType::kFp16, DType::kBf16, DType::kE4m3}) {
+    if (name == DTypeName(d)) return d;
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", name, "\" (fp16 or bf16)"));
+      absl::StrCat("unknown dtype \"", name, "\" (fp16, bf16 or e4m3)"));
 }
 
 absl::string_view LayoutName(Layout layout) {
@@ -91,7 +103,8 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
 bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
-         causal == o.causal && dtype == o.dtype && layout == o.layout &&
+         causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
+         layout == o.layout &&
          page_size == o.page_size;
 }
 
@@ -125,6 +138,11 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
       !s.ok()) {
     return s;
   }
+  if (p.dtype == DType::kE4m3) {
+    return FieldError(prefix, "dtype",
+                      "fp16 or bf16 (the type of Q and O; an FP8 KV cache is "
+                      "kv_dtype e4m3)");
+  }
   if (absl::Status s = CheckPages(p, prefix); !s.ok()) return s;
   const int64_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
   const int64_t k_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
@@ -141,11 +159,15 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
   return absl::OkStatus();
 }
 
+std::string DTypesName(const Problem& p) {
+  return absl::StrCat(DTypeName(p.dtype), p.kv_fp8 ? kFp8KvSuffix : "");
+}
+
 std::string ProblemKey(const Problem& p) {
   return absl::StrCat(
       "b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q", p.seq_q, "_k",
       p.seq_k, "_d", p.head_dim, "_", p.causal ? "causal" : "full", "_",
-      DTypeName(p.dtype), "_", LayoutName(p.layout),
+      DTypesName(p), "_", LayoutName(p.layout),
       p.layout == Layout::kPaged ? absl::StrCat(p.page_size) : std::string());
 }
 
@@ -181,8 +203,10 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   }
   if (parts[6] != "causal" && parts[6] != "full") return bad();
   p.causal = parts[6] == "causal";
-  absl::StatusOr<DType> dtype = ParseDType(parts[7]);
-  if (!dtype.ok()) return bad();
+  absl::string_view dtype_name = parts[7];
+  p.kv_fp8 = absl::ConsumeSuffix(&dtype_name, kFp8KvSuffix);
+  absl::StatusOr<DType> dtype = ParseDType(dtype_name);
+  if (!dtype.ok() || *dtype == DType::kE4m3) return bad();
   p.dtype = *dtype;
   return p;
 }
@@ -220,8 +244,8 @@ double ProblemFlops(const Problem& p) {
 }
 
 double ProblemDistance(const Problem& p, const Problem& q) {
-  double d =
-      (p.dtype != q.dtype) + (p.causal != q.causal) + (p.layout != q.layout);
+  double d = (p.dtype != q.dtype) + (p.kv_fp8 != q.kv_fp8) +
+             (p.causal != q.causal) + (p.layout != q.layout);
   if (p.page_size > 0 && q.page_size > 0) {
     const double x = std::log2(static_cast<double>(p.page_size) / q.page_size);
     d += x * x;

@@ -11,9 +11,12 @@
 
 namespace evotune {
 
-enum class DType { kFp16, kBf16 };
+// The 16-bit types of Q, O and (unless a problem's kv_fp8 says otherwise)
+// K and V; kE4m3, float8 e4m3 (the OCP FP8 format of sm_89 and newer), is
+// the type of an FP8 KV cache and never a problem's `dtype`.
+enum class DType { kFp16, kBf16, kE4m3 };
 
-// "fp16" or "bf16".
+// "fp16", "bf16" or "e4m3".
 absl::string_view DTypeName(DType dtype);
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
@@ -63,6 +66,9 @@ struct Problem {
   int64_t head_dim = 64;
   bool causal = false;
   DType dtype = DType::kFp16;
+  // K and V are float8 e4m3 (an FP8 KV cache), each (sequence, KV head)
+  // dequantized by a descale factor the call passes; Q and O are `dtype`.
+  bool kv_fp8 = false;
   Layout layout = Layout::kDense;
   // Keys per page of a kPaged problem (16 to 256, a multiple of 16); 0 for
   // every other layout.
@@ -89,9 +95,18 @@ absl::Status ValidateProblem(const Problem& problem,
                              absl::string_view field_prefix = "problem");
 
 // The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the last
-// part is LayoutName, "paged16" for a kPaged problem of 16-key pages). Two
-// problems have the same key exactly when they are equal.
+// part is LayoutName, "paged16" for a kPaged problem of 16-key pages; the
+// dtype part is DTypesName). Two problems have the same key exactly when
+// they are equal.
 std::string ProblemKey(const Problem& problem);
+// The type of a problem's K and V: kE4m3 for an FP8 KV cache, else dtype.
+inline DType KvDType(const Problem& p) {
+  return p.kv_fp8 ? DType::kE4m3 : p.dtype;
+}
+
+// The types of a problem's tensors as its key names them: DTypeName(dtype),
+// followed by ".kve4m3" for an FP8 KV cache ("bf16.kve4m3").
+std::string DTypesName(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 
 // Floating-point operations of one forward pass: 4 * B * H * Sq * Sk * D, for
@@ -103,7 +118,8 @@ double ProblemFlops(const Problem& problem);
 
 // How far apart two problems are for transferring configs: the squared
 // distance in log2 of the sizes (batch, heads, kv_heads, seq_q, seq_k,
-// head_dim, and page_size where both are paged), plus 1 for another dtype,
+// head_dim, and page_size where both are paged), plus 1 for another dtype
+// or K/V type,
 // 1 for another causal flag and 1 for another layout.
 double ProblemDistance(const Problem& p, const Problem& q);
 

@@ -39,6 +39,11 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
                                                    t.name, " does not support ",
                                                    DTypeName(problem.dtype)));
   }
+  if (problem.kv_fp8 && !t.kv_fp8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem.kv_dtype: template ", t.name,
+                     " does not read e4m3 K and V (an FP8 KV cache)"));
+  }
   if (std::find(t.layouts.begin(), t.layouts.end(), problem.layout) ==
       t.layouts.end()) {
     return absl::InvalidArgumentError(
@@ -111,6 +116,13 @@ absl::Status CheckConstraints(const KernelTemplate& t, const Config& config,
                               const Problem& problem,
                               const DeviceLimits& limits, bool waste_too) {
   if (absl::Status s = CheckDevice(t, limits); !s.ok()) return s;
+  if (problem.kv_fp8 && limits.compute_capability != 0 &&
+      limits.compute_capability < kFp8ComputeCapability) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "problem.kv_dtype: e4m3 K and V need compute capability 8.9 or newer; "
+        "this device is ",
+        limits.compute_capability / 10, ".", limits.compute_capability % 10));
+  }
   if (absl::Status s = t.space.Contains(config); !s.ok()) return s;
   for (const Constraint& c : t.constraints) {
     if ((waste_too || !c.waste_only) && !c.holds(config, problem)) {
@@ -160,6 +172,7 @@ std::vector<std::string> CompileDefines(const Config& config,
   out.push_back(absl::StrCat("-DHEAD_DIM=", problem.head_dim));
   out.push_back(
       absl::StrCat("-DEVT_BF16=", problem.dtype == DType::kBf16 ? 1 : 0));
+  if (problem.kv_fp8) out.push_back("-DEVT_KV_FP8=1");
   out.push_back(absl::StrCat("-DEVT_DEVICE_LENGTHS=",
                              problem.layout == Layout::kDense ? 0 : 1));
   if (problem.layout == Layout::kPaged) {

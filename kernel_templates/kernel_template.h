@@ -60,7 +60,10 @@ std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g, int multiprocessors);
 // AttentionTensorMaps of common/attention_params.cuh, and how LaunchGeometry
 // describes a launch). Raise it with every change there: served kernels
 // carry it, and loaders refuse a kernel of another version.
-inline constexpr int kParamLayoutVersion = 3;
+inline constexpr int kParamLayoutVersion = 4;
+
+// The first compute capability with FP8 (e4m3) conversions and MMAs.
+inline constexpr int kFp8ComputeCapability = 89;
 
 // The most rows a tensor map's box may have.
 inline constexpr int kMaxTmaBoxRows = 256;
@@ -96,6 +99,9 @@ struct KernelTemplate {
   bool test_only = false;
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
+  // Reads e4m3 K and V (Problem::kv_fp8; EVT_KV_FP8 in the source), which
+  // needs compute capability 8.9 or newer.
+  bool kv_fp8 = false;
   // Where its kernels may find the lengths (core/problem.h): every template
   // reads each sequence's lengths through common/sequence.cuh.
   std::vector<Layout> layouts = {Layout::kDense};
@@ -138,8 +144,8 @@ LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                SplitCombine combine);
 
 // OK when the template supports the problem's head_dim, dtype and layout;
-// otherwise INVALID_ARGUMENT naming "problem.head_dim", "problem.dtype" or
-// "problem.layout".
+// otherwise INVALID_ARGUMENT naming "problem.head_dim", "problem.dtype",
+// "problem.kv_dtype" or "problem.layout".
 absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem);
 
 // OK when the device can run the template at all; otherwise
@@ -184,7 +190,7 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const DeviceLimits& limits);
 
 // The NVRTC options that instantiate the template: -D for each parameter,
-// HEAD_DIM, EVT_BF16, EVT_DEVICE_LENGTHS (0 for a dense problem: its
+// HEAD_DIM, EVT_BF16, EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0 for a dense problem: its
 // kernel reads no lengths from the device; common/sequence.cuh) and, for a
 // paged problem, EVT_PAGE_SIZE.
 std::vector<std::string> CompileDefines(const Config& config,

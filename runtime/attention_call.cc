@@ -88,7 +88,13 @@ absl::Status CheckExtents(const char* name, const AttentionTensor& t,
   return absl::OkStatus();
 }
 
-absl::Status CheckLayout(const char* name, const AttentionTensor& t) {
+// Bytes of one element of tensor `is_kv` (K or V) or not of the call.
+int64_t ElementBytes(const Problem& p, bool is_kv) {
+  return is_kv && p.kv_fp8 ? 1 : 2;
+}
+
+absl::Status CheckLayout(const char* name, const AttentionTensor& t,
+                         int64_t element_bytes) {
   if (t.data == nullptr) return Field(name, "data", "null");
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     return Field(name, "data",
@@ -97,10 +103,11 @@ absl::Status CheckLayout(const char* name, const AttentionTensor& t) {
   }
   const std::array<Dim, 4> dims = Dims(t);
   for (auto d = dims.begin() + 1; d != dims.end(); ++d) {  // head_dim's is 1
-    if (d->stride <= 0 || d->stride % 8 != 0) {
+    const int64_t per_16_bytes = 16 / element_bytes;
+    if (d->stride <= 0 || d->stride % per_16_bytes != 0) {
       return Field(name, d->field,
-                   absl::StrCat("must be a positive multiple of 8 elements "
-                                "(16 bytes), got ",
+                   absl::StrCat("must be a positive multiple of ",
+                                per_16_bytes, " elements (16 bytes), got ",
                                 d->stride));
     }
   }
@@ -132,15 +139,43 @@ absl::Status CheckNoSelfOverlap(const AttentionTensor& o) {
   return absl::OkStatus();
 }
 
-bool Overlap(const AttentionTensor& a, const AttentionTensor& b) {
-  const auto begin = [](const AttentionTensor& t) {
-    return reinterpret_cast<uintptr_t>(t.data);
+// Whether O (16-bit elements) and `t` (of element_bytes) share memory.
+bool Overlap(const AttentionTensor& o, const AttentionTensor& t,
+             int64_t element_bytes) {
+  const auto begin = [](const AttentionTensor& x) {
+    return reinterpret_cast<uintptr_t>(x.data);
   };
-  // 2-byte elements: fp16 and bf16.
-  const auto end = [&](const AttentionTensor& t) {
-    return begin(t) + 2 * static_cast<uintptr_t>(SpanElements(t));
+  const auto end = [&](const AttentionTensor& x, int64_t bytes) {
+    return begin(x) + bytes * static_cast<uintptr_t>(SpanElements(x));
   };
-  return begin(a) < end(b) && begin(b) < end(a);
+  return begin(o) < end(t, element_bytes) && begin(t) < end(o, 2);
+}
+
+// The descale factors: only for FP8 inputs, fp32-aligned, strides from 0.
+absl::Status CheckDescale(const AttentionCall& call) {
+  for (auto [field, ptr, allowed] :
+       {std::tuple{"q_descale", call.q_descale, false},
+        {"k_descale", call.k_descale, call.problem.kv_fp8},
+        {"v_descale", call.v_descale, call.problem.kv_fp8}}) {
+    if (ptr != nullptr && !allowed) {
+      return Field(field, "data",
+                   "must be null: its tensor is not float8 (kv_dtype e4m3 "
+                   "takes k_descale and v_descale)");
+    }
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) {
+      return Field(field, "data", "must be 4-byte aligned (fp32)");
+    }
+  }
+  constexpr int64_t kMaxStride = int64_t{1} << 24;
+  for (auto [field, stride] :
+       {std::pair{"descale_batch_stride", call.descale_batch_stride},
+        {"descale_head_stride", call.descale_head_stride}}) {
+    if (stride < 0 || stride > kMaxStride) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": must be in [0, ", kMaxStride, "] elements, got ", stride));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A paged call's block table: rows of at least seq_k / page_size ids.
@@ -254,15 +289,21 @@ absl::Status CheckAttentionCall(const AttentionCall& call) {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = CheckLayout(name, *t); !s.ok()) return s;
+    if (absl::Status s =
+            CheckLayout(name, *t, ElementBytes(call.problem, is_kv));
+        !s.ok()) {
+      return s;
+    }
   }
   if (absl::Status s = CheckNoSelfOverlap(call.o); !s.ok()) return s;
-  for (auto [name, t] :
-       {std::pair{"q", &call.q}, {"k", &call.k}, {"v", &call.v}}) {
-    if (Overlap(call.o, *t)) {
+  for (auto [name, t, is_kv] : {std::tuple{"q", &call.q, false},
+                                {"k", &call.k, true},
+                                {"v", &call.v, true}}) {
+    if (Overlap(call.o, *t, ElementBytes(call.problem, is_kv))) {
       return Field("o", "data", absl::StrCat("overlaps ", name));
     }
   }
+  if (absl::Status s = CheckDescale(call); !s.ok()) return s;
   return CheckScale(call.scale);
 }
 

@@ -41,6 +41,10 @@ absl::Status CheckWithinPlan(const Problem& planned, const Problem& call) {
   if (call.dtype != planned.dtype) {
     return named("dtype", DTypeName(planned.dtype), DTypeName(call.dtype));
   }
+  if (call.kv_fp8 != planned.kv_fp8) {
+    auto kv = [](const Problem& p) { return p.kv_fp8 ? "e4m3" : "dtype"; };
+    return named("kv_dtype", kv(planned), kv(call));
+  }
   if (call.layout != planned.layout) {
     return named("layout", LayoutName(planned.layout), LayoutName(call.layout));
   }

@@ -74,6 +74,11 @@ AttentionParams CallParams(const AttentionCall& call) {
     p.k_batch_stride = p.v_batch_stride = 0;
   }
   if (call.scale > 0) p.scale_log2 = call.scale * 1.4426950408889634f;
+  p.q_descale = call.q_descale;
+  p.k_descale = call.k_descale;
+  p.v_descale = call.v_descale;
+  p.descale_batch_stride = static_cast<int>(call.descale_batch_stride);
+  p.descale_head_stride = static_cast<int>(call.descale_head_stride);
   return p;
 }
 
@@ -90,7 +95,7 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 // The problems one kernel may serve provisionally: all but seq_k alike.
 std::string ClassKey(const Problem& p) {
   return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
-                      p.head_dim, " ", p.causal, " ", static_cast<int>(p.dtype),
+                      p.head_dim, " ", p.causal, " ", DTypesName(p),
                       " ", LayoutName(p.layout), p.page_size);
 }
 
@@ -206,6 +211,7 @@ std::string BundleSource::BucketKey(const Problem& problem,
         a == arch && p.heads == problem.heads &&
         p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
         p.causal == problem.causal && p.dtype == problem.dtype &&
+        p.kv_fp8 == problem.kv_fp8 &&
         p.layout == problem.layout && p.page_size == problem.page_size &&
         p.batch >= problem.batch && p.seq_q >= problem.seq_q &&
         p.seq_k >= problem.seq_k;

@@ -42,6 +42,7 @@ evotune::Problem ToProblem(const evotune_problem& p) {
                : p.layout == EVOTUNE_LAYOUT_PAGED    ? evotune::Layout::kPaged
                                                      : evotune::Layout::kDense;
   out.page_size = p.page_size;  // ValidateProblem checks it with the layout.
+  out.kv_fp8 = p.kv_fp8 != 0;
   return out;
 }
 
@@ -92,6 +93,11 @@ evotune::AttentionCall ToCall(const evotune_problem& problem,
     call.seqused_k = lengths->seqused_k;
     call.block_table = lengths->block_table;
     call.block_table_stride = lengths->block_table_stride;
+    call.q_descale = lengths->q_descale;
+    call.k_descale = lengths->k_descale;
+    call.v_descale = lengths->v_descale;
+    call.descale_batch_stride = lengths->descale_batch_stride;
+    call.descale_head_stride = lengths->descale_head_stride;
   }
   call.problem = ToProblem(problem);
   call.q = ToTensor(q);

@@ -291,7 +291,7 @@ absl::StatusOr<int64_t> ResultStore::ProblemId(SqliteDb* db, const Problem& p,
         .Bind(6, p.seq_k)
         .Bind(7, p.head_dim)
         .Bind(8, int64_t{p.causal})
-        .Bind(9, DTypeName(p.dtype));
+        .Bind(9, DTypesName(p));
     if (absl::Status s = (*ins)->Run(); !s.ok()) return s;
   }
   absl::StatusOr<Statement*> s =

@@ -425,7 +425,7 @@ absl::StatusOr<std::set<std::string>> ResultStore::RejectedConfigs(
       .Bind(2, *template_id)
       .Bind(3, int64_t{static_cast<int>(TrialStatus::kResourceRejected)})
       .Bind(4, int64_t{problem.head_dim})
-      .Bind(5, DTypeName(problem.dtype));
+      .Bind(5, DTypesName(problem));
   while (true) {
     absl::StatusOr<bool> row = (*sel)->Step();
     if (!row.ok()) return row.status();

@@ -50,6 +50,15 @@ struct AttentionParams {
   int rows_q, rows_k;
   // softmax scale * log2(e): scores are exponentiated with exp2.
   float scale_log2;
+  // FP8 inputs (a kernel compiled with EVT_KV_FP8 reads e4m3 K and V): the
+  // value of an element of K of sequence b and KV head h is its e4m3 value
+  // times k_descale[b * descale_batch_stride + h * descale_head_stride]
+  // (per tensor with both strides 0), likewise V and Q (q_descale by KV
+  // head too, as FlashAttention 3's descale_q). Null means 1.
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  int descale_batch_stride, descale_head_stride;
   // Scratch of the size the template asks for (KernelTemplate::workspace):
   // fp32 values, and counters that are zero before the first launch and
   // that every launch leaves zero. Null when the template asks for none.

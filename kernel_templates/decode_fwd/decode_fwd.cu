@@ -36,7 +36,21 @@
 //   KV_SPLITS  blocks sharing one row block's keys.
 //   Q_IN_REGS  1: Q fragments stay in registers; 0: they are re-read from
 //              shared memory for every key tile (fewer registers).
-// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16, EVT_KV_FP8.
+//
+// An FP8 KV cache (EVT_KV_FP8, common/fp8.cuh): K and V are e4m3, one byte
+// an element, and stream at half the bytes. Their tiles are read from shared
+// memory in whole words and dequantized in registers, in an order that
+// suits bytes rather than ldmatrix: lane (g = lane / 4, t = lane % 4) takes
+// from key row g of each 8-key tile the 16 bytes at d = 64 j + 16 t, and
+// gives MMA k-step 4 j + s the bytes 4 s .. 4 s + 3 as its k = 2 t, 2 t + 1,
+// 2 t + 8, 2 t + 9 (Q's fragments are loaded in the same order, so Q K^T is
+// unchanged); for P V it takes from keys 2 t, 2 t + 1, 2 t + 8 and 2 t + 9
+// of each 16-key step the HEAD_DIM / 8 bytes at d = g HEAD_DIM / 8, byte i
+// serving output tile i, so that output tile i's column n is d = n
+// HEAD_DIM / 8 + i (undone when the rows are stored). P and V meet in fp16
+// whatever the dtype (both exact or nearly so there); K's descale factor
+// folds into the softmax scale and V's into the output.
 //
 // Lengths on the device (common/attention_params.cuh): each sequence's own
 // query and key counts, up to seq_q and seq_k; the grid is sized by those
@@ -45,13 +59,15 @@
 //
 // Grid: (ceil(seq_q * group / ROWS) * KV_SPLITS, kv_heads, batch); block:
 // 32 * WARPS threads; dynamic shared memory: the larger of the Q tile plus
-// the warps' rings, (ROWS + WARPS * STAGES * 2 * TILE_N) * HEAD_DIM * 2 B,
+// the warps' rings, (ROWS * 2 + WARPS * STAGES * 2 * TILE_N * KV_BYTES) *
+// HEAD_DIM B (KV_BYTES 1 for e4m3 K/V, else 2),
 // the merge area WARPS * ROWS * (HEAD_DIM + 10) * 4 B and, with KV_SPLITS >
 // 8, the splits' (max, sum) ROWS * KV_SPLITS * 8 B; plus 16 B. With
 // KV_SPLITS > 1 the workspace holds batch * kv_heads * row_blocks *
 // KV_SPLITS * ROWS * (HEAD_DIM + 2) floats and one counter per (batch,
 // kv_head, row block).
 #include "flash_common.cuh"
+#include "fp8.cuh"
 
 namespace {
 
@@ -71,6 +87,9 @@ constexpr int kNTiles = kN / 8;      // n8 tiles of S.
 constexpr int kDTiles = kD / 8;      // n8 tiles of O.
 constexpr int kChunks = kD / 8;      // 16-byte chunks per row.
 constexpr int kTile = kN * kD;       // Elements of one K or V tile.
+constexpr int kKvBytes = kKvFp8 ? 1 : 2;
+constexpr int kTileBytes = kTile * kKvBytes;
+constexpr int kKvChunks = kD * kKvBytes / 16;  // 16-byte chunks per K/V row.
 static_assert(kRows % 16 == 0 && kMTiles >= 1, "ROWS");
 static_assert(kN % 16 == 0, "TILE_N");
 static_assert(kPageSize % kN == 0, "TILE_N: a paged kernel's tile in one page");
@@ -201,19 +220,67 @@ struct TileCopy {
   }
 };
 
+// The 16-byte chunk that chunk c of row r of an e4m3 tile is stored at: K
+// and V tiles are read in different orders (see the header), each swizzled
+// so that its reads spread over the banks.
+template <bool kIsV>
+__device__ __forceinline__ int Fp8Chunk(int r, int c) {
+  if (kIsV) return c ^ (kKvChunks >= 8 ? ((r >> 1) & 3) << 1 : (r & 2));
+  return c ^ (kKvChunks >= 8 ? (r & 1) << 2 : 0);
+}
+
+// TileCopy for an e4m3 K (kIsV false) or V tile: rows of kD bytes, chunk c
+// of row r at byte r * kD + 16 * Fp8Chunk(r, c).
+template <bool kIsV>
+struct Fp8TileCopy {
+  static constexpr int kPass = 32 / kKvChunks;
+  int r0, c;
+  long long offset, pass;
+
+  __device__ __forceinline__ Fp8TileCopy(long long row_stride, int lane) {
+    r0 = lane / kKvChunks;
+    c = lane % kKvChunks;
+    offset = r0 * row_stride + c * 16;
+    pass = kPass * row_stride;
+  }
+
+  template <bool kFull>
+  __device__ __forceinline__ void Copy(unsigned dst, const unsigned char* rows,
+                                       int valid_rows,
+                                       unsigned long long policy) const {
+    const unsigned char* src = rows + offset;
+#pragma unroll
+    for (int j = 0; j < kN / kPass; ++j) {
+      const int r = r0 + kPass * j;
+      const unsigned at = r * kD + (Fp8Chunk<kIsV>(r, c) << 4);
+      const bool valid = kFull || r < valid_rows;
+      CpAsync16Stream(dst + at, valid ? src : rows, valid, policy);
+      src += pass;
+    }
+  }
+};
+
+#if EVT_KV_FP8
+using KCopy = Fp8TileCopy<false>;
+using VCopy = Fp8TileCopy<true>;
+#else
+using KCopy = TileCopy;
+using VCopy = TileCopy;
+#endif
+
 // Keys [key0, key0 + kN) of sequence b's K and V (its row 0 at k and v)
 // into one stage of a warp's ring (shared byte addresses k_dst, v_dst); keys
 // at or past kv_end are zero-filled (and masked). A paged kernel's tile lies
 // in one page (TILE_N divides the page size).
 __device__ __forceinline__ void LoadKv(const AttentionParams& p, int b,
-                                       unsigned k_dst, const evt_elem* k,
-                                       const TileCopy& k_copy, unsigned v_dst,
-                                       const evt_elem* v,
-                                       const TileCopy& v_copy, int key0,
-                                       int kv_end, unsigned long long policy) {
-  const evt_elem* k_rows =
+                                       unsigned k_dst, const evt_kv* k,
+                                       const KCopy& k_copy, unsigned v_dst,
+                                       const evt_kv* v, const VCopy& v_copy,
+                                       int key0, int kv_end,
+                                       unsigned long long policy) {
+  const evt_kv* k_rows =
       k + KeyRow(p, b, key0, p.k_batch_stride, p.k_row_stride);
-  const evt_elem* v_rows =
+  const evt_kv* v_rows =
       v + KeyRow(p, b, key0, p.v_batch_stride, p.v_row_stride);
   const int valid = kv_end - key0;
   if (valid >= kN) {
@@ -305,28 +372,224 @@ __device__ __forceinline__ void SoftmaxTileLazy(float (&s)[kMTiles][kNTiles][4],
   }
 }
 
+// The A fragment of m-tile mt for e4m3 k-step ks = 4 j + s (see the
+// header): rows g and g + 8, columns 64 j + 16 t + 4 s .. + 3 of the
+// swizzled Q tile, two at a time.
+__device__ __forceinline__ void Fp8QFragment(const evt_elem* q_tile, int mt,
+                                             int ks, int lane,
+                                             unsigned (&a)[4]) {
+  const int col = (ks / 4) * 64 + (lane % 4) * 16 + (ks % 4) * 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = mt * 16 + lane / 4 + half * 8;
+    const uint2 x = *reinterpret_cast<const uint2*>(
+        q_tile + Swizzled(row, col / 8) + col % 8);
+    a[half] = x.x;
+    a[2 + half] = x.y;
+  }
+}
+
+// Fp8QkTile's loop where Q's fragments are re-read from the Q tile: each
+// once per k-step, K's words of the whole tile loaded first.
+template <class LoadK>
+__device__ __forceinline__ void QkTileFromSharedQ(
+    float (&s)[kMTiles][kNTiles][4], const evt_elem* q_tile,
+    const LoadK& load_k, int lane) {
+#pragma unroll
+  for (int j = 0; j < kD / 64; ++j) {
+    unsigned kw[kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) load_k(j, nt, kw[nt]);
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      unsigned qf[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        Fp8QFragment(q_tile, mt, 4 * j + st, lane, qf[mt]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const unsigned b0 = fp8::ToElem2<0>(kw[nt][st]);
+        const unsigned b1 = fp8::ToElem2<1>(kw[nt][st]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) Mma(s[mt][nt], qf[mt], b0, b1);
+      }
+    }
+  }
+}
+
+// S = Q K^T for one tile of e4m3 keys at shared byte address k_tile: Q's
+// fragments from q_frag when kQInRegs, else from the Q tile.
+__device__ __forceinline__ void Fp8QkTile(
+    float (&s)[kMTiles][kNTiles][4],
+    const unsigned (&q_frag)[kMTiles][kQInRegs ? kKSteps : 1][4],
+    const evt_elem* q_tile, unsigned k_tile, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
+    }
+  }
+  const int g = lane / 4;
+  // The lane's 16 bytes of key row g of 8-key tile nt in d group j.
+  auto load_k = [&](int j, int nt, unsigned (&w)[4]) {
+    const unsigned at = k_tile + (nt * 8 + g) * kD +
+                        (Fp8Chunk<false>(g, 4 * j + lane % 4) << 4);
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(at));
+  };
+  if constexpr (kQInRegs) {
+    // One 8-key tile's words at a time: fewer live registers.
+#pragma unroll
+    for (int j = 0; j < kD / 64; ++j) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        unsigned w[4];
+        load_k(j, nt, w);
+#pragma unroll
+        for (int st = 0; st < 4; ++st) {
+          const unsigned b0 = fp8::ToElem2<0>(w[st]);
+          const unsigned b1 = fp8::ToElem2<1>(w[st]);
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            Mma(s[mt][nt], q_frag[mt][4 * j + st], b0, b1);
+          }
+        }
+      }
+    }
+  } else {
+    QkTileFromSharedQ(s, q_tile, load_k, lane);
+  }
+}
+
+// Words of V a lane reads per key of a 16-key step: HEAD_DIM / 8 bytes.
+constexpr int kVWords = kD / 32;
+static_assert(!kKvFp8 || kVWords == 2 || kVWords == 4,
+              "HEAD_DIM: 64 or 128 with e4m3 K/V");
+
+// O += P V for one tile of e4m3 values at shared byte address v_tile, P
+// packed to fp16 from the probabilities in s; output tile i's column n is
+// d = n kD / 8 + i (see the header).
+__device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDTiles][4],
+                                          const float (&s)[kMTiles][kNTiles][4],
+                                          unsigned v_tile, int lane) {
+  const int t = lane % 4;
+  const int off = (lane / 4) * (kD / 8);  // Byte of the lane's d in a row.
+  const unsigned at =
+      v_tile + 2 * t * kD + (Fp8Chunk<true>(2 * t, off / 16) << 4) + off % 16;
+#pragma unroll
+  for (int step = 0; step < kN / 16; ++step) {
+    unsigned pf[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      pf[mt][0] = fp8::PackHalf2(s[mt][2 * step][0], s[mt][2 * step][1]);
+      pf[mt][1] = fp8::PackHalf2(s[mt][2 * step][2], s[mt][2 * step][3]);
+      pf[mt][2] = fp8::PackHalf2(s[mt][2 * step + 1][0], s[mt][2 * step + 1][1]);
+      pf[mt][3] = fp8::PackHalf2(s[mt][2 * step + 1][2], s[mt][2 * step + 1][3]);
+    }
+    // Keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9 of the step.
+    unsigned w[4][kVWords];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const unsigned row = at + (step * 16 + (e % 2) + (e / 2) * 8) * kD;
+      if constexpr (kVWords == 4) {
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w[e][0]), "=r"(w[e][1]), "=r"(w[e][2]),
+                       "=r"(w[e][3])
+                     : "r"(row));
+      } else {
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                     : "=r"(w[e][0]), "=r"(w[e][1])
+                     : "r"(row));
+      }
+    }
+#pragma unroll
+    for (int wi = 0; wi < kVWords; ++wi) {
+      const unsigned lo01 = fp8::Interleave<0>(w[0][wi], w[1][wi]);
+      const unsigned hi01 = fp8::Interleave<0>(w[2][wi], w[3][wi]);
+      const unsigned lo23 = fp8::Interleave<2>(w[0][wi], w[1][wi]);
+      const unsigned hi23 = fp8::Interleave<2>(w[2][wi], w[3][wi]);
+      const unsigned b[4][2] = {
+          {fp8::ToHalf2<0>(lo01), fp8::ToHalf2<0>(hi01)},
+          {fp8::ToHalf2<1>(lo01), fp8::ToHalf2<1>(hi01)},
+          {fp8::ToHalf2<0>(lo23), fp8::ToHalf2<0>(hi23)},
+          {fp8::ToHalf2<1>(lo23), fp8::ToHalf2<1>(hi23)}};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          fp8::MmaF16(o[mt][4 * wi + i], pf[mt], b[i][0], b[i][1]);
+        }
+      }
+    }
+  }
+}
+
+// StorePartialRows for Fp8PvTile's accumulators: columns in their place.
+__device__ __forceinline__ void Fp8StorePartialRows(
+    float* part, int stride, float* ml, const float (&o_acc)[kMTiles][kDTiles][4],
+    const float (&row_max)[kMTiles][2], const float (&row_sum)[kMTiles][2],
+    int lane, int rows) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = QuadSum(row_sum[mt][half]);
+      const int row = mt * 16 + lane / 4 + half * 8;
+      if (row >= rows) continue;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float* out = part + row * stride + (2 * (lane % 4) + e) * kDTiles;
+#pragma unroll
+        for (int i = 0; i < kDTiles; i += 4) {
+          *reinterpret_cast<float4*>(out + i) = make_float4(
+              o_acc[mt][i][2 * half + e], o_acc[mt][i + 1][2 * half + e],
+              o_acc[mt][i + 2][2 * half + e], o_acc[mt][i + 3][2 * half + e]);
+        }
+      }
+      if (lane % 4 == 0) {
+        *reinterpret_cast<float2*>(ml + row * 2) =
+            make_float2(row_max[mt][half], sum);
+      }
+    }
+  }
+}
+
+// The descale factor of (sequence b, KV head kvh) in `factors`, 1 where
+// null.
+__device__ __forceinline__ float Descale(const AttentionParams& p,
+                                         const float* factors, int b,
+                                         int kvh) {
+  if (factors == nullptr) return 1.f;
+  return __ldg(factors + static_cast<long long>(b) * p.descale_batch_stride +
+               static_cast<long long>(kvh) * p.descale_head_stride);
+}
+
 // One warp's pass over its key tiles: acc, row_max and row_sum as in
 // flash_common's SoftmaxTile.
 __device__ __forceinline__ void StreamKeys(
     const AttentionParams& p, const DecodePlan& w, const evt_elem* q_tile,
-    evt_elem* ring, float (&o_acc)[kMTiles][kDTiles][4],
+    unsigned char* ring, float scale_log2, float (&o_acc)[kMTiles][kDTiles][4],
     float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2]) {
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const evt_elem* k =
-      static_cast<const evt_elem*>(p.k) + w.seq.k + w.kvh * p.k_head_stride;
-  const evt_elem* v =
-      static_cast<const evt_elem*>(p.v) + w.seq.v + w.kvh * p.v_head_stride;
+  const evt_kv* k =
+      static_cast<const evt_kv*>(p.k) + w.seq.k + w.kvh * p.k_head_stride;
+  const evt_kv* v =
+      static_cast<const evt_kv*>(p.v) + w.seq.v + w.kvh * p.v_head_stride;
   const int my_tiles =
       w.tiles > warp ? (w.tiles - warp + kWarps - 1) / kWarps : 0;
   const unsigned long long policy = EvictFirstPolicy();
-  const TileCopy k_copy(p.k_row_stride, lane);
-  const TileCopy v_copy(p.v_row_stride, lane);
+  const KCopy k_copy(p.k_row_stride, lane);
+  const VCopy v_copy(p.v_row_stride, lane);
   const unsigned ring_base = SmemAddress(ring);
   auto key0 = [&](int i) { return (w.tile0 + warp + i * kWarps) * kN; };
   auto load = [&](int i) {
-    const unsigned stage = ring_base + (i % kStages) * 2 * kTile * 2;
-    LoadKv(p, w.b, stage, k, k_copy, stage + kTile * 2, v, v_copy, key0(i),
+    const unsigned stage = ring_base + (i % kStages) * 2 * kTileBytes;
+    LoadKv(p, w.b, stage, k, k_copy, stage + kTileBytes, v, v_copy, key0(i),
            w.kv_end, policy);
   };
   // Q's copy group (committed by the caller) completes before the first
@@ -343,7 +606,17 @@ __device__ __forceinline__ void StreamKeys(
   const LaneFragments<kD> f(lane);
   const unsigned q_lane = SmemAddress(q_tile) + 2 * f.a_row;
   unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
-  if (kQInRegs) LoadQFragments<kD>(q_frag, q_lane, lane);
+  if constexpr (kQInRegs && kKvFp8) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        Fp8QFragment(q_tile, mt, ks, lane, q_frag[mt][ks]);
+      }
+    }
+  } else if constexpr (kQInRegs) {
+    LoadQFragments<kD>(q_frag, q_lane, lane);
+  }
 
   // Each lane's rows see keys below `limit`; tiles that end at or before
   // the smallest limit of the block need no mask.
@@ -373,14 +646,16 @@ __device__ __forceinline__ void StreamKeys(
     __syncwarp();
     if (i + kStages - 1 < my_tiles) load(i + kStages - 1);
     CpAsyncCommit();
-    const int stage = i % kStages;
-    const unsigned k_lane = ring_base + 2 * (stage * 2 * kTile + f.k_row);
-    const unsigned v_lane =
-        ring_base + 2 * (stage * 2 * kTile + kTile + f.v_row);
+    const unsigned k_tile = ring_base + (i % kStages) * 2 * kTileBytes;
+    const unsigned v_tile = k_tile + kTileBytes;
 
     float s_acc[kMTiles][kNTiles][4];
-    QkTile<kMTiles, kN, kD, kQInRegs, kKSteps>(s_acc, q_frag, q_lane, k_lane,
-                                               lane);
+    if constexpr (kKvFp8) {
+      Fp8QkTile(s_acc, q_frag, q_tile, k_tile, lane);
+    } else {
+      QkTile<kMTiles, kN, kD, kQInRegs, kKSteps>(
+          s_acc, q_frag, q_lane, k_tile + 2 * f.k_row, lane);
+    }
 
     const int kv0 = key0(i);
     if (kv0 + kN > mask_from) {
@@ -402,8 +677,12 @@ __device__ __forceinline__ void StreamKeys(
       }
     }
 
-    SoftmaxTileLazy(s_acc, o_acc, row_max, row_sum, p.scale_log2);
-    PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_lane, f.v_chunk);
+    SoftmaxTileLazy(s_acc, o_acc, row_max, row_sum, scale_log2);
+    if constexpr (kKvFp8) {
+      Fp8PvTile(o_acc, s_acc, v_tile, lane);
+    } else {
+      PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_tile + 2 * f.v_row, f.v_chunk);
+    }
   }
   CpAsyncWait<0>();
 }
@@ -550,7 +829,7 @@ __device__ __forceinline__ void MergeSplits(const AttentionParams& p,
 // the warps' merge area, or the splits' (max, sum); then the last-split flag.
 // A warp's partial rows lie kPartStride floats apart in the merge area.
 constexpr int kPartStride = kPartRowStride<kD>;
-constexpr int kRingBytes = (kRows * kD + kWarps * kStages * 2 * kTile) * 2;
+constexpr int kRingBytes = kRows * kD * 2 + kWarps * kStages * 2 * kTileBytes;
 constexpr int kMergeBytes = kWarps * kRows * (kPartStride + 2) * 4;
 constexpr int kFlagOffset = kRingBytes > kMergeBytes
                                 ? (kRingBytes > kMergeMlBytes ? kRingBytes
@@ -570,7 +849,8 @@ constexpr int kSmemPerSm = 164 * 1024;
 #else
 constexpr int kSmemPerSm = 100 * 1024;
 #endif
-constexpr int kMinBlocks = kSmemPerSm / (kSmemBytes + 1024) <= 1 ? 1 : 0;
+constexpr int kMinBlocks =
+    kKvFp8 || kSmemPerSm / (kSmemBytes + 1024) <= 1 ? 1 : 0;
 
 }  // namespace
 
@@ -592,16 +872,33 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float row_max[kMTiles][2];
   float row_sum[kMTiles][2];
   InitRows(o_acc, row_max, row_sum);
-  evt_elem* ring = q_tile + kRows * kD + warp * kStages * 2 * kTile;
-  StreamKeys(p, w, q_tile, ring, o_acc, row_max, row_sum);
+  unsigned char* ring = smem + kRows * kD * 2 + warp * kStages * 2 * kTileBytes;
+  StreamKeys(p, w, q_tile, ring,
+             p.scale_log2 * Descale(p, p.k_descale, w.b, w.kvh), o_acc,
+             row_max, row_sum);
 
   // Merge the warps' partial rows through shared memory (over the rings).
   __syncthreads();
   float* part_o = reinterpret_cast<float*>(smem);
   float* part_ml = part_o + kWarps * kRows * kPartStride;
-  StorePartialRows(part_o + warp * kRows * kPartStride, kPartStride,
-                   part_ml + warp * kRows * 2, 0, o_acc, row_max, row_sum, lane,
-                   rows_here);
+  if constexpr (kKvFp8) {
+    const float v_descale = Descale(p, p.v_descale, w.b, w.kvh);
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o_acc[mt][dt][i] *= v_descale;
+      }
+    }
+    Fp8StorePartialRows(part_o + warp * kRows * kPartStride, kPartStride,
+                        part_ml + warp * kRows * 2, o_acc, row_max, row_sum,
+                        lane, rows_here);
+  } else {
+    StorePartialRows(part_o + warp * kRows * kPartStride, kPartStride,
+                     part_ml + warp * kRows * 2, 0, o_acc, row_max, row_sum,
+                     lane, rows_here);
+  }
   __syncthreads();
   evt_elem* o = static_cast<evt_elem*>(p.o);
   const Workspace ws(p, w);

@@ -132,8 +132,10 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   g.block_threads = static_cast<int>(32 * warps);
   g.tile_rows = rows;
   g.tile_packs_heads = true;
+  const int64_t kv_bytes = p.kv_fp8 ? 1 : 2;
   const int64_t rings =
-      (rows + warps * c.at("STAGES") * 2 * c.at("TILE_N")) * p.head_dim * 2;
+      (rows * 2 + warps * c.at("STAGES") * 2 * c.at("TILE_N") * kv_bytes) *
+      p.head_dim;
   const int64_t merge = warps * rows * (p.head_dim + 8 + 2) * 4;
   const int64_t split_ml = splits > 8 ? rows * splits * 8 : 0;
   g.smem_bytes = std::max({rings, merge, split_ml}) + 16;  // + the flag.
@@ -154,7 +156,9 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
   t.description =
       "Decode attention (few queries, long K/V): the query heads of a KV head "
       "packed into the MMA's M so K/V stream once, split-KV over many blocks, "
-      "warps streaming their own key tiles with cp.async, mma.sync m16n8k16.";
+      "warps streaming their own key tiles with cp.async, mma.sync m16n8k16; "
+      "K/V in fp16, bf16 or e4m3 (an FP8 KV cache, dequantized in "
+      "registers).";
   t.source = std::move(source);
   t.hash = std::move(hash);
   t.space = ParamSpace({
@@ -169,6 +173,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
   });
   t.head_dims = {64, 128};
   t.dtypes = {DType::kFp16, DType::kBf16};
+  t.kv_fp8 = true;
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};
   t.constraints = {

@@ -17,7 +17,7 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 6  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 7  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
@@ -28,11 +28,12 @@ class Problem(ctypes.Structure):
     """evotune_problem: causal is bottom-right aligned; bf16 0 means fp16;
     layout one of LAYOUT_* (with lengths on the device, seq_q and seq_k
     bound every sequence's); page_size the keys a page of LAYOUT_PAGED (seq_k
-    is then the block table's pages * page_size), else 0."""
+    is then the block table's pages * page_size), else 0; kv_fp8 1 for e4m3
+    K and V (an FP8 KV cache)."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
             (n, ctypes.c_int32)
-            for n in ("causal", "bf16", "layout", "page_size")]
+            for n in ("causal", "bf16", "layout", "page_size", "kv_fp8")]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)
@@ -46,11 +47,16 @@ class Tensor(ctypes.Structure):
 
 
 class Lengths(ctypes.Structure):
-    """evotune_lengths: device pointers of int32 arrays (0 for none), and
-    the block table's row stride (LAYOUT_PAGED)."""
+    """evotune_lengths: device pointers of int32 arrays (0 for none), the
+    block table's row stride (LAYOUT_PAGED), and an FP8 KV cache's fp32
+    descale factors (0 for 1) with their strides in elements."""
     _fields_ = [(n, ctypes.c_void_p) for n in (
         "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")] + [
-            ("block_table_stride", ctypes.c_int64)]
+            ("block_table_stride", ctypes.c_int64)] + [
+                (n, ctypes.c_void_p)
+                for n in ("q_descale", "k_descale", "v_descale")] + [
+                    (n, ctypes.c_int64) for n in ("descale_batch_stride",
+                                                  "descale_head_stride")]
 
 
 def _declare(lib):

@@ -153,6 +153,47 @@ TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
               ::testing::IsEmpty());
 }
 
+// decode_fwd over an FP8 KV cache compiles for sm_89 (the L4, the first
+// with e4m3 conversions) and sm_90 without spilling at every config the
+// constraints admit, dense and paged. Registers depend on the tile shape,
+// Q_IN_REGS and whether the keys are split (the merge), not on the stage
+// count or the number of splits, so one of each covers the space.
+TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  ASSERT_TRUE(t.kv_fp8);
+  std::vector<Job> jobs;
+  for (const Arch& arch : {Targets()[1], Targets()[2]}) {
+    for (int64_t head_dim : t.head_dims) {
+      for (DType dtype : t.dtypes) {
+        Problem p;
+        p.heads = 32;
+        p.kv_heads = 8;
+        p.seq_q = 1;
+        p.seq_k = 4096;
+        p.head_dim = head_dim;
+        p.dtype = dtype;
+        p.kv_fp8 = true;
+        for (const Problem& form : {p, Paged(p, 64)}) {
+          for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
+            if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2 &&
+                (form.layout == Layout::kDense || c.at("WARPS") == 4)) {
+              jobs.push_back({&t, c, form, arch.name});
+            }
+          }
+        }
+      }
+    }
+  }
+  ASSERT_FALSE(jobs.empty());
+  EXPECT_THAT(CompileAll(jobs,
+                         [](const CompileResult& r) {
+                           return r.log.find(
+                                      ", 0 bytes spill stores, 0 "
+                                      "bytes spill loads") != std::string::npos;
+                         }),
+              ::testing::IsEmpty());
+}
+
 // A template that claims its configs fit every head_dim and dtype needs a
 // no-spill test above; only flash_fwd_tma has one.
 TEST(NvrtcCompilerTest, OnlyCheckedTemplatesFitEveryForm) {

@@ -53,6 +53,9 @@ ABSL_FLAG(int, seq_k, 0, "key length (0: same as --seq_q)");
 ABSL_FLAG(int, head_dim, 64, "head dimension");
 ABSL_FLAG(bool, causal, false, "causal mask (aligned bottom-right)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "the type of K and V: empty for --dtype's, or e4m3 (an FP8 KV "
+          "cache)");
 ABSL_FLAG(std::string, layout, "bhsd",
           "bhsd (fixed lengths), thd (varlen: packed, cu_seqlens; seq_q and "
           "seq_k bound a bucket), cache (KV cache, seqused_k) or paged (a "
@@ -213,6 +216,14 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   } else {
     *error =
         absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)");
+    return false;
+  }
+  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  if (kv_dtype == "e4m3") {
+    p->set_kv_dtype(v1::DTYPE_E4M3);
+  } else if (!kv_dtype.empty() && kv_dtype != dtype) {
+    *error = absl::StrCat("--kv_dtype: unknown K/V type \"", kv_dtype,
+                          "\" (empty for --dtype's, or e4m3)");
     return false;
   }
   absl::StatusOr<Layout> layout = ParseLayout(absl::GetFlag(FLAGS_layout));

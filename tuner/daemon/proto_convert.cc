@@ -65,6 +65,7 @@ v1::TemplateInfo TemplateToProto(const KernelTemplate& t) {
   for (DType d : t.dtypes) {
     out.add_dtypes(d == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   }
+  out.set_kv_fp8(t.kv_fp8);
   return out;
 }
 

@@ -63,9 +63,13 @@ class DeviceBuffer {
 // timed on it.
 struct ProblemBuffers {
   ProblemBuffers(const CudaDriver* d, const Problem& p)
-      : q(d), k(d), v(d), o(d), lengths(d), layout(p) {}
+      : q(d), k(d), v(d), o(d), lengths(d), descale(d), layout(p) {}
   DeviceBuffer q, k, v, o;
   DeviceBuffer lengths;  // InputLayout::LengthArrays, when it has any.
+  // An FP8 KV cache's descale factors, [batch, kv_heads] for K then V; on
+  // the host too, for the reference.
+  DeviceBuffer descale;
+  std::vector<float> descale_host;
   InputLayout layout;
   AttentionParams params{};  // Without scratch.
   InputSeeds seeds{};
@@ -311,30 +315,38 @@ class CudaEvaluator : public Evaluator {
   absl::Status PrepareInputs(const Problem& p, ProblemBuffers* b) {
     b->q_elems = b->layout.q_elems();
     const size_t kv_elems = b->layout.kv_elems();
+    const DType kv_dtype = KvDType(p);
+    const size_t kv_bytes = p.kv_fp8 ? 1 : 2;
     const uint64_t seed = rng_();
     b->seeds = {seed, seed ^ 0x5555555555555555ull,
                 seed ^ 0xaaaaaaaaaaaaaaaaull};
-    for (auto [buf, n] : {std::pair{&b->q, b->q_elems},
-                          {&b->k, kv_elems},
-                          {&b->v, kv_elems},
-                          {&b->o, b->q_elems}}) {
-      if (absl::Status s = buf->Allocate(n * 2); !s.ok()) return s;
+    for (auto [buf, n] : {std::pair{&b->q, b->q_elems * 2},
+                          {&b->k, kv_elems * kv_bytes},
+                          {&b->v, kv_elems * kv_bytes},
+                          {&b->o, b->q_elems * 2}}) {
+      if (absl::Status s = buf->Allocate(n); !s.ok()) return s;
     }
-    for (auto [buf, n, s, offset] :
-         {std::tuple{&b->q, b->q_elems, b->seeds.q, 0.f},
-          {&b->k, kv_elems, b->seeds.k, 0.f},
-          {&b->v, kv_elems, b->seeds.v, kVOffset}}) {
-      if (absl::Status st = Fill(buf->get(), n, s, offset, p.dtype); !st.ok()) {
+    for (auto [buf, n, s, offset, dtype] :
+         {std::tuple{&b->q, b->q_elems, b->seeds.q, 0.f, p.dtype},
+          {&b->k, kv_elems, b->seeds.k, 0.f, kv_dtype},
+          {&b->v, kv_elems, b->seeds.v, kVOffset, kv_dtype}}) {
+      if (absl::Status st = Fill(buf->get(), n, s, offset, dtype); !st.ok()) {
         return st;
       }
     }
     b->nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;  // RunOnce's.
+    // Ranges are whole rows, an even number of elements from an even one.
+    const uint16_t kv_nan = p.kv_fp8 ? 0x7f7f : b->nan_bits;
     for (const InputLayout::Range& r : b->layout.UnusedKv()) {
       for (DeviceBuffer* buf : {&b->k, &b->v}) {
-        d_->cuMemsetD16(buf->get() + r.begin * 2, b->nan_bits, r.count);
+        d_->cuMemsetD16(buf->get() + r.begin * kv_bytes, kv_nan,
+                        r.count * kv_bytes / 2);
       }
     }
     b->params = b->layout.Params();
+    if (p.kv_fp8) {
+      if (absl::Status s = PrepareDescale(p, b); !s.ok()) return s;
+    }
     const std::vector<int32_t>& lengths = b->layout.LengthArrays();
     if (!lengths.empty()) {
       if (absl::Status s = b->lengths.Allocate(lengths.size() * 4); !s.ok()) {
@@ -354,6 +366,35 @@ class CudaEvaluator : public Evaluator {
     b->params.k = reinterpret_cast<const void*>(b->k.get());
     b->params.v = reinterpret_cast<const void*>(b->v.get());
     b->params.o = reinterpret_cast<void*>(b->o.get());
+    return absl::OkStatus();
+  }
+
+  // An FP8 KV cache's descale factors, per (batch, KV head) from the seeds:
+  // 0.5, 0.75, 1 or 1.25 (exact in fp32), so a factor applied to the wrong
+  // head or tensor shows.
+  absl::Status PrepareDescale(const Problem& p, ProblemBuffers* b) {
+    const int64_t per_tensor = p.batch * p.kv_heads;
+    b->descale_host.resize(2 * per_tensor);
+    for (int64_t i = 0; i < 2 * per_tensor; ++i) {
+      const uint16_t bits = RandomInputBits(b->seeds.k ^ b->seeds.v, i, 0.f,
+                                            DType::kFp16);
+      b->descale_host[i] = 0.5f + 0.25f * static_cast<float>(bits & 3);
+    }
+    if (absl::Status s = b->descale.Allocate(2 * per_tensor * 4); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = d_->Check(
+            d_->cuMemcpyHtoD(b->descale.get(), b->descale_host.data(),
+                             2 * per_tensor * 4),
+            "copy descale factors");
+        !s.ok()) {
+      return s;
+    }
+    const float* k = reinterpret_cast<const float*>(b->descale.get());
+    b->params.k_descale = k;
+    b->params.v_descale = k + per_tensor;
+    b->params.descale_batch_stride = static_cast<int>(p.kv_heads);
+    b->params.descale_head_stride = 1;
     return absl::OkStatus();
   }
 
@@ -438,14 +479,15 @@ class CudaEvaluator : public Evaluator {
                          at, "): a race"));
       }
     }
-    return CompareWithReference(b.layout, b.seeds, ho);
+    return CompareWithReference(b.layout, b.seeds, b.descale_host, ho);
   }
 
   Gate CompareWithReference(const InputLayout& layout, const InputSeeds& seeds,
+                            const std::vector<float>& descale,
                             const std::vector<uint16_t>& ho) {
     const Problem& p = layout.problem();
     std::vector<RowIndex> rows = SampleRows(layout);
-    std::vector<float> want = Reference(layout, seeds, rows);
+    std::vector<float> want = Reference(layout, seeds, descale, rows);
     std::vector<float> got;
     got.reserve(want.size());
     const int64_t d = p.head_dim;
@@ -498,16 +540,21 @@ class CudaEvaluator : public Evaluator {
     return rows;
   }
 
-  // The reference output of `rows`, from inputs recomputed on the host.
+  // The reference output of `rows`, from inputs recomputed on the host
+  // (e4m3 K and V dequantized by `descale`, PrepareDescale's factors).
   std::vector<float> Reference(const InputLayout& layout,
                                const InputSeeds& seeds,
+                               const std::vector<float>& descale,
                                const std::vector<RowIndex>& rows) {
     const Problem& p = layout.problem();
     const int64_t d = p.head_dim;
-    auto element = [&](uint64_t seed, uint64_t index, float offset) {
-      return HalfBitsToFloat(RandomInputBits(seed, index, offset, p.dtype),
-                             p.dtype);
+    auto element = [&](uint64_t seed, uint64_t index, float offset,
+                       DType dtype) {
+      return HalfBitsToFloat(RandomInputBits(seed, index, offset, dtype),
+                             dtype);
     };
+    const DType kv_dtype = KvDType(p);
+    const int64_t per_tensor = p.batch * p.kv_heads;
     std::map<std::pair<int64_t, int64_t>,
              std::pair<std::vector<float>, std::vector<float>>>
         kv_heads;
@@ -522,19 +569,23 @@ class CudaEvaluator : public Evaluator {
       seq.seq_k = layout.lengths().k[r.batch];
       auto& [k, v] = kv_heads[{r.batch, kvh}];
       if (k.empty()) {
+        const int64_t at = r.batch * p.kv_heads + kvh;
+        const float k_scale = descale.empty() ? 1.f : descale[at];
+        const float v_scale = descale.empty() ? 1.f : descale[per_tensor + at];
         k.resize(seq.seq_k * d);
         v.resize(seq.seq_k * d);
         for (int64_t j = 0; j < seq.seq_k; ++j) {
           const uint64_t base = layout.KIndex(r.batch, kvh, j);
           for (int64_t c = 0; c < d; ++c) {
-            k[j * d + c] = element(seeds.k, base + c, 0.f);
-            v[j * d + c] = element(seeds.v, base + c, kVOffset);
+            k[j * d + c] = k_scale * element(seeds.k, base + c, 0.f, kv_dtype);
+            v[j * d + c] =
+                v_scale * element(seeds.v, base + c, kVOffset, kv_dtype);
           }
         }
       }
       const uint64_t q_base = layout.QIndex(r.batch, r.head, r.row);
       for (int64_t c = 0; c < d; ++c)
-        q_row[c] = element(seeds.q, q_base + c, 0.f);
+        q_row[c] = element(seeds.q, q_base + c, 0.f, p.dtype);
       ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d]);
     }
     return out;
@@ -546,8 +597,8 @@ class CudaEvaluator : public Evaluator {
       if (absl::Status s = LoadFillKernel(); !s.ok()) return s;
     }
     unsigned long long count = n, seed_arg = seed;
-    int bf16 = dtype == DType::kBf16 ? 1 : 0;
-    void* args[] = {&out, &count, &seed_arg, &offset, &bf16};
+    int format = dtype == DType::kE4m3 ? 2 : dtype == DType::kBf16 ? 1 : 0;
+    void* args[] = {&out, &count, &seed_arg, &offset, &format};
     const unsigned blocks =
         static_cast<unsigned>(std::clamp<uint64_t>((n + 255) / 256, 1, 8192));
     return d_->Check(d_->cuLaunchKernel(fill_, blocks, 1, 1, 256, 1, 1, 0,

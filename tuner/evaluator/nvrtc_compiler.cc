@@ -45,7 +45,7 @@ std::string CompileKey(const KernelTemplate& t, const Config& config,
           ? absl::StrCat("-paged", problem.page_size, "-")
           : "-lengths-";
   return absl::StrCat(t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d",
-                      problem.head_dim, "-", DTypeName(problem.dtype), lengths,
+                      problem.head_dim, "-", DTypesName(problem), lengths,
                       ConfigKey(config));
 }
 

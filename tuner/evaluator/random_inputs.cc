@@ -24,10 +24,10 @@ uint16_t RandomInputBits(uint64_t seed, uint64_t index, float offset,
 
 // Keep in step with RandomInputBits above.
 const char kRandomFillSource[] = R"cuda(
-extern "C" __global__ void evotune_random_fill(unsigned short* out,
+extern "C" __global__ void evotune_random_fill(void* out,
                                                unsigned long long n,
                                                unsigned long long seed,
-                                               float offset, int bf16) {
+                                               float offset, int format) {
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x +
                               threadIdx.x;
        i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
@@ -39,13 +39,22 @@ extern "C" __global__ void evotune_random_fill(unsigned short* out,
         __fsub_rn(__fmul_rn((float)(unsigned)(z & 0xffff), 1.0f / 32768.0f),
                   1.0f);
     const float x = __fadd_rn(u, offset);
-    unsigned short h;
-    if (bf16) {
+    unsigned short h = 0;
+    if (format == 2) {
+#if __CUDA_ARCH__ >= 890
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
+          : "=h"(h)
+          : "f"(0.f), "f"(x));
+#endif
+      static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(h);
+      continue;
+    }
+    if (format == 1) {
       asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
     } else {
       asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
     }
-    out[i] = h;
+    static_cast<unsigned short*>(out)[i] = h;
   }
 }
 )cuda";

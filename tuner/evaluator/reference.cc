@@ -7,7 +7,45 @@
 
 namespace evotune {
 
+namespace {
+
+// Round-to-nearest-even to e4m3, saturating to its largest finite value
+// (448) as cvt.rn.satfinite does; NaN to 0x7f.
+uint16_t FloatToE4m3Bits(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return 0x7f;
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0.015625f) {  // Below 2^-6: subnormal, steps of 2^-9.
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 512.0f));
+  }
+  int exponent;
+  std::frexp(a, &exponent);  // a = m * 2^exponent, m in [0.5, 1).
+  const int e = exponent - 1;
+  int mantissa = static_cast<int>(std::nearbyint((std::ldexp(a, -e) - 1) * 8));
+  int biased = e + 7;
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++biased;
+  }
+  return std::min<uint16_t>(sign | 0x7e,
+                            sign | static_cast<uint16_t>(biased << 3 | mantissa));
+}
+
+float E4m3BitsToFloat(uint16_t bits) {
+  const int e = (bits >> 3) & 0xf;
+  const int m = bits & 7;
+  if (e == 0xf && m == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float magnitude =
+      e == 0 ? std::ldexp(static_cast<float>(m), -9)
+             : std::ldexp(1.0f + static_cast<float>(m) / 8, e - 7);
+  return bits & 0x80 ? -magnitude : magnitude;
+}
+
+}  // namespace
+
 uint16_t FloatToHalfBits(float f, DType dtype) {
+  if (dtype == DType::kE4m3) return FloatToE4m3Bits(f);
   uint32_t x;
   std::memcpy(&x, &f, sizeof(x));
   if (dtype == DType::kBf16) {
@@ -34,6 +72,7 @@ uint16_t FloatToHalfBits(float f, DType dtype) {
 }
 
 float HalfBitsToFloat(uint16_t bits, DType dtype) {
+  if (dtype == DType::kE4m3) return E4m3BitsToFloat(bits);
   uint32_t x;
   if (dtype == DType::kBf16) {
     x = static_cast<uint32_t>(bits) << 16;

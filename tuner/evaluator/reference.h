@@ -11,7 +11,9 @@
 
 namespace evotune {
 
-// Round-to-nearest-even conversions of the 16-bit storage formats.
+// Round-to-nearest-even conversions of the storage formats: fp16, bf16, and
+// e4m3 in the low 8 bits (saturating to its largest finite value, 448, as
+// the GPU's cvt.rn.satfinite).
 uint16_t FloatToHalfBits(float f, DType dtype);
 float HalfBitsToFloat(uint16_t bits, DType dtype);
 

@@ -49,6 +49,7 @@ Choice Nearest(const std::vector<CostSample>& samples, const Problem& problem,
     for (const CostSample& s : samples) {
       const bool in_class = s.problem.head_dim == problem.head_dim &&
                             s.problem.dtype == problem.dtype &&
+                            s.problem.kv_fp8 == problem.kv_fp8 &&
                             s.problem.causal == problem.causal;
       if ((same_class && !in_class) ||
           !RunsOn(*s.t, s.config, problem, limits)) {

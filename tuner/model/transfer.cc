@@ -22,12 +22,12 @@ constexpr char kSplitParam[] = "KV_SPLITS";
 // A config as compiled: template, config, head_dim and dtype. The configs
 // of a template that fits every form (KernelTemplate::fits_every_form) are
 // one whatever the form they ran at.
-using CompiledKey = std::tuple<std::string, std::string, int64_t, int>;
+using CompiledKey = std::tuple<std::string, std::string, int64_t, std::string>;
 
 CompiledKey Compiled(const CostSample& s, const Config& config) {
-  if (s.t->fits_every_form) return {s.t->name, ConfigKey(config), 0, -1};
+  if (s.t->fits_every_form) return {s.t->name, ConfigKey(config), 0, ""};
   return {s.t->name, ConfigKey(config), s.problem.head_dim,
-          static_cast<int>(s.problem.dtype)};
+          DTypesName(s.problem)};
 }
 
 // `s`'s config with each other split count its template offers.
@@ -95,7 +95,7 @@ int Kinship(const KernelTemplate& t, const Problem& source,
             const Problem& problem) {
   if (t.fits_every_form) return 2;
   if (source.head_dim != problem.head_dim) return 0;
-  return source.dtype == problem.dtype ? 2 : 1;
+  return DTypesName(source) == DTypesName(problem) ? 2 : 1;
 }
 
 // The pool's distinct configs that run on `problem`, each with its source

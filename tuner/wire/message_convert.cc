@@ -49,6 +49,16 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
           prefix, ".dtype: required, DTYPE_FP16 or DTYPE_BF16 (got ", p.dtype(),
           ")"));
   }
+  if (p.kv_dtype() == v1::DTYPE_E4M3) {
+    out.kv_fp8 = true;
+  } else if (p.kv_dtype() != v1::DTYPE_UNSPECIFIED &&
+             p.kv_dtype() != p.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix,
+        ".kv_dtype: DTYPE_UNSPECIFIED (the dtype's), the dtype or DTYPE_E4M3 "
+        "(got ",
+        p.kv_dtype(), ")"));
+  }
   return out;
 }
 
@@ -62,6 +72,7 @@ v1::Problem ProblemToProto(const Problem& p) {
   out.set_head_dim(static_cast<uint32_t>(p.head_dim));
   out.set_causal(p.causal);
   out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  if (p.kv_fp8) out.set_kv_dtype(v1::DTYPE_E4M3);
   out.set_layout(p.layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
                  : p.layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
                  : p.layout == Layout::kPaged   ? v1::LAYOUT_PAGED

@@ -11,13 +11,14 @@
 namespace evotune {
 
 // One tensor: [batch, heads, seq, head_dim] elements of the problem's dtype
-// with unit stride along head_dim. The runtime checks every field against
+// (K and V of an FP8 KV cache: e4m3, one byte each) with unit stride along
+// head_dim. The runtime checks every field against
 // the problem before anything launches: the extents must be the problem's
 // (Q and O [batch, heads, seq_q, head_dim], K and V [batch, kv_heads, seq_k,
 // head_dim]; for a packed varlen problem, batch 1 and seq the tensor's rows,
 // any number: [total, heads, head_dim] is [1, heads, total, head_dim] with
 // row stride heads * head_dim), the pointer 16-byte aligned, the strides (in
-// elements) positive multiples of 8 (16 bytes) with rows at least head_dim
+// elements) positive multiples of 16 bytes with rows at least head_dim
 // apart, O's layout must not overlap itself (ordered by stride, each
 // dimension's stride at least the span of those below it) nor Q, K or V. What
 // it cannot check, the caller guarantees: `data` points at memory of this
@@ -70,6 +71,18 @@ struct AttentionCall {
   const int32_t* seqused_k = nullptr;
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
+  // An FP8 KV cache (problem.kv_fp8): fp32 factors on the device that
+  // dequantize K and V, the value of K's element of sequence b and KV head h
+  // being its e4m3 value times k_descale[b * descale_batch_stride + h *
+  // descale_head_stride] (FlashAttention 3's [batch, kv_heads] descale
+  // tensors; strides in elements, 0 and 0 for one factor per tensor). Null
+  // means 1; non-null only with problem.kv_fp8. q_descale is for FP8 queries
+  // and null until a problem has them.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t descale_batch_stride = 0;
+  int64_t descale_head_stride = 0;
 };
 
 // A call on contiguous tensors (the layout `evotune` tunes).
@@ -78,7 +91,7 @@ AttentionCall ContiguousCall(const Problem& problem, const void* q,
 
 // Whether `call` may launch: INVALID_ARGUMENT naming the first field that
 // does not fit ("problem.kv_heads", "q.data", "v.seq", "o.head_stride",
-// "scale", "cu_seqlens_q", "block_table_stride"). Host arithmetic only: no
+// "scale", "cu_seqlens_q", "block_table_stride", "k_descale"). Host arithmetic only: no
 // driver call, no memory read.
 absl::Status CheckAttentionCall(const AttentionCall& call);
 

@@ -19,13 +19,16 @@ typedef struct evotune_runtime evotune_runtime;
 typedef struct {
   int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim;
   int32_t causal; /* bottom-right aligned (per sequence) */
-  int32_t bf16;   /* 0: fp16 */
+  int32_t bf16;   /* 0: fp16 (Q, O, and K and V unless kv_fp8) */
   /* Where the lengths live (evotune/attention_call.h): EVOTUNE_LAYOUT_*.
    * With lengths on the device seq_q and seq_k bound every sequence's. */
   int32_t layout;
   /* EVOTUNE_LAYOUT_PAGED: keys a page (16-256, a multiple of 16, dividing
    * seq_k, which is the block table's pages * page_size); else 0. */
   int32_t page_size;
+  /* 1: K and V are float8 e4m3 (an FP8 KV cache, one byte an element),
+   * dequantized by the descale factors of evotune_lengths; 0: bf16's. */
+  int32_t kv_fp8;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
@@ -37,8 +40,12 @@ typedef struct {
  * of decode rows and prefill chunks). */
 #define EVOTUNE_LAYOUT_PAGED 3
 
-/* Lengths on the device (int32 arrays in the stream's context), as the
- * problem's layout needs them; NULL where it has none. */
+/* What a call reads on the device beside its tensors (in the stream's
+ * context): the int32 length arrays the problem's layout needs (NULL where
+ * it has none) and, for an FP8 KV cache, the fp32 descale factors
+ * (evotune::AttentionCall's: K's element of sequence b and KV head h is its
+ * e4m3 value times k_descale[b * descale_batch_stride + h *
+ * descale_head_stride]; NULL means 1). */
 typedef struct {
   const int32_t* cu_seqlens_q; /* [batch + 1] */
   const int32_t* cu_seqlens_k; /* [batch + 1] */
@@ -48,11 +55,15 @@ typedef struct {
    * page_size]. The stride is at least seq_k / page_size; 0 otherwise. */
   const int32_t* block_table;
   int64_t block_table_stride;
+  const float* q_descale; /* NULL: queries are never float8 yet */
+  const float* k_descale;
+  const float* v_descale;
+  int64_t descale_batch_stride, descale_head_stride;
 } evotune_lengths;
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 6
+#define EVOTUNE_RUNTIME_API_VERSION 7
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
@@ -120,7 +131,8 @@ int evotune_runtime_attention(evotune_runtime* runtime,
                               void* stream);
 
 /* As evotune_runtime_attention, with the lengths a layout other than
- * EVOTUNE_LAYOUT_DENSE reads (lengths may be NULL for a dense problem). */
+ * EVOTUNE_LAYOUT_DENSE reads and an FP8 KV cache's descale factors
+ * (lengths may be NULL for a dense problem without them). */
 int evotune_runtime_attention_lengths(
     evotune_runtime* runtime, const evotune_problem* problem,
     const evotune_tensor* q, const evotune_tensor* k, const evotune_tensor* v,

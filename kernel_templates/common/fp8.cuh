@@ -1,0 +1,115 @@
+// K and V stored as float8 e4m3 (an FP8 KV cache) in the mma.sync
+// templates (sm_89 and newer): conversions of e4m3 pairs to the 16-bit MMA
+// types, in PTX so that the templates need no toolkit header.
+//
+// e4m3 values are exact in fp16 and bf16, so a tile dequantized in
+// registers feeds the same MMAs as a 16-bit one and reads half the bytes.
+// The descale factors are applied outside the hot loop: K's folds into the
+// softmax scale, V's into the output.
+#ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_FP8_CUH_
+#define EVOTUNE_KERNEL_TEMPLATES_COMMON_FP8_CUH_
+
+#include "dtype.cuh"
+
+// EVT_KV_FP8, a compile define: 1 where K and V are e4m3 (one byte per
+// element), 0 where they have the problem's 16-bit dtype.
+#ifndef EVT_KV_FP8
+#define EVT_KV_FP8 0
+#endif
+constexpr bool kKvFp8 = EVT_KV_FP8 != 0;
+
+// Raw storage of one element of K or V.
+#if EVT_KV_FP8
+typedef unsigned char evt_kv;
+#else
+typedef evt_elem evt_kv;
+#endif
+
+namespace fp8 {
+
+// Two e4m3 (half kHalf of x: bytes 2 kHalf and 2 kHalf + 1) as fp16x2, the
+// first in the low half.
+template <int kHalf>
+__device__ __forceinline__ unsigned ToHalf2(unsigned x) {
+  unsigned d;
+#if __CUDA_ARCH__ >= 890
+  if (kHalf == 0) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(d)
+        : "r"(x));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+        : "=r"(d)
+        : "r"(x));
+  }
+#else
+  d = 0;  // Unreachable: FP8 problems need compute capability 8.9.
+#endif
+  return d;
+}
+
+// Two e4m3 (bits 8-15 and 24-31 of u; the other bits are ignored) as
+// bf16x2. An e4m3 value s.eeee.mmm placed in a bf16's sign, low exponent
+// and high mantissa bits is the value times 2^-120 (its exponent bias 7
+// against bf16's 127; subnormals alike), so one multiply by 2^120 restores
+// it exactly.
+__device__ __forceinline__ unsigned HighBytesToBf162(unsigned u) {
+  const unsigned magnitude = (u >> 4) & 0x07f007f0u;
+  const unsigned bits = (u & 0x80008000u) | magnitude;
+  unsigned d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
+      : "=r"(d)
+      : "r"(bits), "r"(0x7b807b80u), "r"(0x80008000u));  // 2^120, -0.
+  return d;
+}
+
+// Two e4m3 (half kHalf of x) as two elements of the problem's 16-bit type
+// (EVT_BF16), the first in the low half.
+template <int kHalf>
+__device__ __forceinline__ unsigned ToElem2(unsigned x) {
+#if EVT_BF16
+  // Bytes 2 kHalf and 2 kHalf + 1 to bytes 1 and 3.
+  constexpr unsigned kSel = kHalf == 0 ? 0x1100 : 0x3322;
+  unsigned u;
+  asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(u) : "r"(x), "n"(kSel));
+  return HighBytesToBf162(u);
+#else
+  return ToHalf2<kHalf>(x);
+#endif
+}
+
+// Bytes p and p + 1 of a and of b, interleaved: a[p], b[p], a[p+1],
+// b[p+1] (p a compile-time byte index, 0 to 2).
+template <int kP>
+__device__ __forceinline__ unsigned Interleave(unsigned a, unsigned b) {
+  constexpr unsigned kSel =
+      kP | (4 + kP) << 4 | (kP + 1) << 8 | (5 + kP) << 12;
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "n"(kSel));
+  return d;
+}
+
+// c += a * b for one m16n8k16 tile of fp16 operands (fp32 accumulators),
+// whatever the problem's dtype: probabilities and e4m3 values are exact or
+// nearly so in fp16.
+__device__ __forceinline__ void MmaF16(float* c, const unsigned* a,
+                                       unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as fp16x2, `lo` in the low half.
+__device__ __forceinline__ unsigned PackHalf2(float lo, float hi) {
+  unsigned d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+}  // namespace fp8
+
+#endif  // EVOTUNE_KERNEL_TEMPLATES_COMMON_FP8_CUH_
