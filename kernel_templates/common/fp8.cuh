@@ -2,8 +2,10 @@
 // templates (sm_89 and newer): conversions of e4m3 pairs to the 16-bit MMA
 // types, in PTX so that the templates need no toolkit header.
 //
-// e4m3 values are exact in fp16 and bf16, so a tile dequantized in
-// registers feeds the same MMAs as a 16-bit one and reads half the bytes.
+// e4m3 values are exact in fp16, so a tile dequantized in registers (one
+// conversion instruction a pair) feeds fp16 MMAs and reads half the bytes;
+// bf16 queries meet it in fp16 too, scaled by a power of two into fp16's
+// range (which keeps more of their bits than bf16 has).
 // The descale factors are applied outside the hot loop: K's folds into the
 // softmax scale, V's into the output.
 #ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_FP8_CUH_
@@ -48,36 +50,6 @@ __device__ __forceinline__ unsigned ToHalf2(unsigned x) {
   d = 0;  // Unreachable: FP8 problems need compute capability 8.9.
 #endif
   return d;
-}
-
-// Two e4m3 (bits 8-15 and 24-31 of u; the other bits are ignored) as
-// bf16x2. An e4m3 value s.eeee.mmm placed in a bf16's sign, low exponent
-// and high mantissa bits is the value times 2^-120 (its exponent bias 7
-// against bf16's 127; subnormals alike), so one multiply by 2^120 restores
-// it exactly.
-__device__ __forceinline__ unsigned HighBytesToBf162(unsigned u) {
-  const unsigned magnitude = (u >> 4) & 0x07f007f0u;
-  const unsigned bits = (u & 0x80008000u) | magnitude;
-  unsigned d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
-      : "=r"(d)
-      : "r"(bits), "r"(0x7b807b80u), "r"(0x80008000u));  // 2^120, -0.
-  return d;
-}
-
-// Two e4m3 (half kHalf of x) as two elements of the problem's 16-bit type
-// (EVT_BF16), the first in the low half.
-template <int kHalf>
-__device__ __forceinline__ unsigned ToElem2(unsigned x) {
-#if EVT_BF16
-  // Bytes 2 kHalf and 2 kHalf + 1 to bytes 1 and 3.
-  constexpr unsigned kSel = kHalf == 0 ? 0x1100 : 0x3322;
-  unsigned u;
-  asm("prmt.b32 %0, %1, %1, %2;\n" : "=r"(u) : "r"(x), "n"(kSel));
-  return HighBytesToBf162(u);
-#else
-  return ToHalf2<kHalf>(x);
-#endif
 }
 
 // Bytes p and p + 1 of a and of b, interleaved: a[p], b[p], a[p+1],

@@ -48,9 +48,11 @@
 // unchanged); for P V it takes from keys 2 t, 2 t + 1, 2 t + 8 and 2 t + 9
 // of each 16-key step the HEAD_DIM / 8 bytes at d = g HEAD_DIM / 8, byte i
 // serving output tile i, so that output tile i's column n is d = n
-// HEAD_DIM / 8 + i (undone when the rows are stored). P and V meet in fp16
-// whatever the dtype (both exact or nearly so there); K's descale factor
-// folds into the softmax scale and V's into the output.
+// HEAD_DIM / 8 + i (undone when the rows are stored). Both products run
+// in fp16 whatever the dtype (e4m3 values and probabilities are exact or
+// nearly so there; a bf16 Q tile is first rescaled into fp16 by a power of
+// two, QTileToHalf); K's descale factor folds into the softmax scale and
+// V's into the output.
 //
 // Lengths on the device (common/attention_params.cuh): each sequence's own
 // query and key counts, up to seq_q and seq_k; the grid is sized by those
@@ -372,6 +374,41 @@ __device__ __forceinline__ void SoftmaxTileLazy(float (&s)[kMTiles][kNTiles][4],
   }
 }
 
+// A bf16 Q tile (in shared memory, all of the block's rows) turned into
+// fp16 in place, scaled by 2^e so that its largest magnitude lies in
+// [2^13, 2^14) (fp16 keeps three more bits of every element than bf16;
+// magnitudes below the largest times 2^-37 flush, as they would in any
+// fp32 dot product with it); returns 2^-e, the factor the scores need. Every
+// warp reads the whole tile for the maximum, so they agree without sharing
+// it; the block's barriers separate the reads, the writes and the uses.
+__device__ __forceinline__ float QTileToHalf(evt_elem* q_tile) {
+  constexpr int kWords = kRows * kD / 2;
+  const unsigned* words = reinterpret_cast<const unsigned*>(q_tile);
+  unsigned amax = 0;  // Magnitude bits; bf16 orders like its integers.
+  for (int i = threadIdx.x % 32; i < kWords; i += 32) {
+    const unsigned w = words[i];
+    amax = max(amax, max(w & 0x7fffu, (w >> 16) & 0x7fffu));
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) {
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  }
+  // amax < 2^(exponent field - 126): scale by 2^(140 - field), within
+  // fp32's normal powers.
+  const int field = static_cast<int>(amax >> 7);
+  const int e = amax == 0 ? 0 : min(126, max(-126, 140 - max(field, 1)));
+  const float up = __int_as_float((127 + e) << 23);
+  __syncthreads();
+  unsigned* out = reinterpret_cast<unsigned*>(q_tile);
+  for (int i = threadIdx.x; i < kWords; i += kThreads) {
+    const unsigned w = out[i];
+    out[i] = fp8::PackHalf2(__uint_as_float(w << 16) * up,
+                            __uint_as_float(w & 0xffff0000u) * up);
+  }
+  __syncthreads();
+  return __int_as_float((127 - e) << 23);
+}
+
 // The A fragment of m-tile mt for e4m3 k-step ks = 4 j + s (see the
 // header): rows g and g + 8, columns 64 j + 16 t + 4 s .. + 3 of the
 // swizzled Q tile, two at a time.
@@ -409,10 +446,12 @@ __device__ __forceinline__ void QkTileFromSharedQ(
       }
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
-        const unsigned b0 = fp8::ToElem2<0>(kw[nt][st]);
-        const unsigned b1 = fp8::ToElem2<1>(kw[nt][st]);
+        const unsigned b0 = fp8::ToHalf2<0>(kw[nt][st]);
+        const unsigned b1 = fp8::ToHalf2<1>(kw[nt][st]);
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) Mma(s[mt][nt], qf[mt], b0, b1);
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          fp8::MmaF16(s[mt][nt], qf[mt], b0, b1);
+        }
       }
     }
   }
@@ -451,11 +490,11 @@ __device__ __forceinline__ void Fp8QkTile(
         load_k(j, nt, w);
 #pragma unroll
         for (int st = 0; st < 4; ++st) {
-          const unsigned b0 = fp8::ToElem2<0>(w[st]);
-          const unsigned b1 = fp8::ToElem2<1>(w[st]);
+          const unsigned b0 = fp8::ToHalf2<0>(w[st]);
+          const unsigned b1 = fp8::ToHalf2<1>(w[st]);
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
-            Mma(s[mt][nt], q_frag[mt][4 * j + st], b0, b1);
+            fp8::MmaF16(s[mt][nt], q_frag[mt][4 * j + st], b0, b1);
           }
         }
       }
@@ -601,6 +640,11 @@ __device__ __forceinline__ void StreamKeys(
   }
   CpAsyncWait<kStages - 1>();
   __syncthreads();
+#if EVT_BF16
+  if constexpr (kKvFp8) {  // Q K^T in fp16 (common/fp8.cuh).
+    scale_log2 *= QTileToHalf(const_cast<evt_elem*>(q_tile));
+  }
+#endif
 
   // Per-lane parts of the ldmatrix addresses.
   const LaneFragments<kD> f(lane);

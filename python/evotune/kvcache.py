@@ -26,6 +26,16 @@ key j in slot j % page_size of page block_table[b, j // page_size]; the
 new k and v are written through it. Pages of 16 to 256 keys (a multiple of
 16) are served by the kernels, any other size by SDPA.
 
+An FP8 KV cache, as vLLM's kv_cache_dtype="fp8" keeps it: k_cache and
+v_cache (dense or paged) are torch.float8_e4m3fn, q stays float16 or
+bfloat16, and k_descale and v_descale (float32, FlashAttention 3's
+[batch, kv_heads], or anything that broadcasts to it: a scalar tensor for
+one factor per tensor) dequantize them: a key's value is its e4m3 value
+times k_descale[b, h]. The kernel reads one byte an element and
+dequantizes in registers. New k and v must then be e4m3 too (quantize them
+with the cache's factors: quantize_fp8). q_descale is not served (q is
+never float8 here).
+
 Rotary embedding, sliding windows, softcapping, ALiBi and the softmax's LSE
 are not served: asking for them raises AttentionArgumentError naming the
 argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
@@ -44,11 +54,35 @@ from .varlen_checks import page_size_reason
 _UNSERVED = (
     ("rotary_cos", None), ("rotary_sin", None), ("cache_batch_idx", None),
     ("cache_leftpad", None), ("alibi_slopes", None),
-    ("window_size", (-1, -1)), ("softcap", 0.0), ("return_softmax_lse", False))
+    ("window_size", (-1, -1)), ("softcap", 0.0), ("return_softmax_lse", False),
+    ("q_descale", None))
 
 
 def _fail(message):
     raise AttentionArgumentError(f"evotune.flash_attn_with_kvcache: {message}")
+
+
+def _check_descale(q, k_cache, k_descale, v_descale):
+    """The descale factors of an FP8 cache: float32 on q's device,
+    broadcasting to [batch, kv_heads]; none for a 16-bit one."""
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    shape = (q.shape[0], k_cache.shape[2])
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            continue
+        if not fp8:
+            _fail(f"{name} is for a float8_e4m3fn cache; k_cache is "
+                  f"{k_cache.dtype}")
+        if (not isinstance(t, torch.Tensor) or t.dtype != torch.float32
+                or t.device != q.device):
+            _fail(f"{name} must be a float32 tensor on q's device "
+                  f"({q.device})")
+        try:
+            torch.broadcast_shapes(tuple(t.shape), shape)
+            t.expand(shape)
+        except RuntimeError:
+            _fail(f"{name} of shape {tuple(t.shape)} does not broadcast to "
+                  f"[batch, kv_heads] = {list(shape)}")
 
 
 def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table):
@@ -64,10 +98,17 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table):
     paged = block_table is not None
     if paged:
         _check_pages(q, k_cache, block_table)
+    kv_dtype = k_cache.dtype
+    if kv_dtype == torch.float8_e4m3fn and q.dtype in (torch.float16,
+                                                       torch.bfloat16):
+        pass  # An FP8 KV cache under 16-bit queries.
+    elif kv_dtype != q.dtype:
+        _fail(f"k_cache is {kv_dtype}, q is {q.dtype}: one dtype, or a "
+              "float8_e4m3fn cache under float16/bfloat16 queries")
     for name, t in named:
-        if t.dtype != q.dtype or t.device != q.device:
-            _fail(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on "
-                  f"{q.device}: one dtype and device")
+        if t.dtype != kv_dtype or t.device != q.device:
+            _fail(f"{name} is {t.dtype} on {t.device}, k_cache is {kv_dtype} "
+                  f"on {q.device}: the cache's dtype on q's device")
         in_pages = paged and name.endswith("_cache")  # Any number of pages.
         if (t.shape[0] != q.shape[0] and not in_pages) or (
                 t.shape[3] != q.shape[3]):
@@ -135,6 +176,9 @@ def _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table):
     slots = cache_seqlens.long()[:, None] + torch.arange(
         k.shape[1], device=q.device)
     rows = torch.arange(batch, device=q.device)[:, None]
+    if k_cache.dtype == torch.float8_e4m3fn:  # Indexed writes as bytes.
+        k_cache, v_cache, k, v = (t.view(torch.uint8)
+                                  for t in (k_cache, v_cache, k, v))
     if block_table is None:
         k_cache[rows, slots] = k
         v_cache[rows, slots] = v
@@ -151,9 +195,10 @@ def _tensor(t):
     [batch, heads, seq, head_dim] view of the same memory."""
     b, s, h, d = t.shape
     strides = [t.stride(0), t.stride(2), t.stride(1)]
+    per_16_bytes = 16 // t.element_size()
     for i, n in enumerate((b, h, s)):
         if n == 1:  # Never stepped along: any aligned stride.
-            strides[i] = -(-d // 8) * 8
+            strides[i] = -(-d // per_16_bytes) * per_16_bytes
     return _rt.Tensor(t.data_ptr(), *strides, b, h, s, d)
 
 
@@ -168,13 +213,14 @@ class _Plan:
         self.lengths = _rt.Lengths()
         self.scratch = self.args = None  # The run's arguments, by scratch.
 
-    def __call__(self, q, k_cache, v_cache, o, used, block_table, scratch,
-                 stream_id):
+    def __call__(self, q, k_cache, v_cache, o, used, block_table, descale,
+                 scratch, stream_id):
         t = self.tensors
         t[0].data, t[1].data, t[2].data, t[3].data = (
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             o.data_ptr())
         self.lengths.seqused_k = used.data_ptr()
+        _set_descale(self.lengths, *descale)
         if block_table is not None:
             self.lengths.block_table = block_table.data_ptr()
             self.lengths.block_table_stride = block_table.stride(0)
@@ -190,12 +236,34 @@ class _Plan:
 _plans = {}  # Signature: a _Plan, or why SDPA answers.
 
 
+def _set_descale(lengths, k_descale, v_descale):
+    """An FP8 cache's factors into the runtime's Lengths: [batch, kv_heads]
+    float32 views (strides 0 where broadcast), or None for 1."""
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        setattr(lengths, name, t.data_ptr() if t is not None else None)
+    for t in (k_descale, v_descale):
+        if t is not None:
+            lengths.descale_batch_stride = t.stride(0)
+            lengths.descale_head_stride = t.stride(1)
+
+
+def _descale_views(q, k_cache, k_descale, v_descale):
+    """The factors as [batch, kv_heads] views sharing one pair of strides
+    (the runtime takes one): copies where their broadcasts differ."""
+    shape = (q.shape[0], k_cache.shape[2])
+    k, v = (None if t is None else t.expand(shape)
+            for t in (k_descale, v_descale))
+    if k is not None and v is not None and k.stride() != v.stride():
+        k, v = k.contiguous(), v.contiguous()
+    return k, v
+
+
 def _signature(q, k_cache, v_cache, block_table, causal, scale, stream_id):
     table = None if block_table is None else tuple(block_table.shape)
     return (_et._State.generation, tuple(q.shape), tuple(q.stride()),
             tuple(k_cache.shape), tuple(k_cache.stride()),
-            tuple(v_cache.stride()), table, q.dtype, q.device, causal, scale,
-            stream_id)
+            tuple(v_cache.stride()), table, q.dtype, k_cache.dtype, q.device,
+            causal, scale, stream_id)
 
 
 def _plan_for(q, k_cache, v_cache, block_table, o, causal, scale,
@@ -226,7 +294,8 @@ def _make_plan(q, k_cache, v_cache, block_table, o, causal, scale,
         b, heads, k_cache.shape[2], seq_q, _slots(k_cache, block_table), d,
         int(causal), int(q.dtype == torch.bfloat16),
         _rt.LAYOUT_PAGED if paged else _rt.LAYOUT_KV_CACHE,
-        k_cache.shape[1] if paged else 0)
+        k_cache.shape[1] if paged else 0,
+        int(k_cache.dtype == torch.float8_e4m3fn))
     if problem.key() in _et._State.missing:
         return _et._State.missing[problem.key()]
     plan, why = _et.plan_problem(problem, stream_id)
@@ -254,8 +323,9 @@ def _shape_reason(q, k_cache, v_cache, block_table, scale):
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.numel() == 0:
             return f"{name} is empty (shape {tuple(t.shape)})"
-        if t.stride(3) != 1 or any(t.stride(i) % 8 for i in range(3)
-                                   if t.shape[i] > 1):
+        per_16_bytes = 16 // t.element_size()
+        if t.stride(3) != 1 or any(t.stride(i) % per_16_bytes
+                                   for i in range(3) if t.shape[i] > 1):
             return (f"{name}'s strides are off 16-byte boundaries or its "
                     "head_dim is not contiguous")
     return None
@@ -280,10 +350,29 @@ def _served_reason(q, k_cache, v_cache, block_table, scale,
     return None
 
 
+def _gathered(t, index):
+    """t[index] (an FP8 tensor's rows gathered as bytes)."""
+    if t.dtype != torch.float8_e4m3fn:
+        return t[index]
+    return t.view(torch.uint8)[index].view(t.dtype)
+
+
+def _dequantized(t, descale, b, dtype):
+    """Rows [n, kv_heads, head_dim] of sequence b of an FP8 cache in `dtype`
+    (their e4m3 values times the sequence's factors); others unchanged."""
+    if t.dtype != torch.float8_e4m3fn:
+        return t
+    x = t.float()
+    if descale is not None:
+        x = x * descale[b][None, :, None]
+    return x.to(dtype)
+
+
 def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
-                      block_table=None):
+                      block_table=None, k_descale=None, v_descale=None):
     """The reference semantics, one SDPA call per sequence (syncs); a paged
-    cache's pages gathered through block_table."""
+    cache's pages gathered through block_table; an FP8 cache dequantized
+    by the [batch, kv_heads] factors."""
     o = torch.zeros_like(q)
     group = q.shape[2] // k_cache.shape[2]
     for b, n in enumerate(used.tolist()):
@@ -294,7 +383,10 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
             ks, vs = (t[b, :n] for t in (k_cache, v_cache))
         else:  # Its pages, [pages * page_size, kv_heads, head_dim].
             pages = block_table[b, :-(-n // k_cache.shape[1])].long()
-            ks, vs = (t[pages].flatten(0, 1)[:n] for t in (k_cache, v_cache))
+            ks, vs = (_gathered(t, pages).flatten(0, 1)[:n]
+                      for t in (k_cache, v_cache))
+        ks = _dequantized(ks, k_descale, b, q.dtype)
+        vs = _dequantized(vs, v_descale, b, q.dtype)
         ks, vs = (t.transpose(0, 1)[None] for t in (ks, vs))
         mask = causal_lower_right(q.shape[1], n) if causal else None
         out = F.scaled_dot_product_attention(
@@ -304,8 +396,9 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
 
 
 def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
-                  shape_reason=_UNCHECKED):
+                  k_descale=None, v_descale=None, shape_reason=_UNCHECKED):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    k_descale, v_descale = _descale_views(q, k_cache, k_descale, v_descale)
     if _served_reason(q, k_cache, v_cache, block_table, scale,
                       shape_reason) is None:
         stream_id = _et._stream_id(q.device)
@@ -316,23 +409,26 @@ def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
                        for t in _et._stream_scratch(q.device, stream_id).fit(
                            plan.plan.workspace_floats, plan.plan.counters,
                            q.device)]
-            plan(q, k_cache, v_cache, o, used, block_table, scratch,
-                 stream_id)
+            plan(q, k_cache, v_cache, o, used, block_table,
+                 (k_descale, v_descale), scratch, stream_id)
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
-                             block_table)
+                             block_table, k_descale, v_descale)
 
 
 @torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
 def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              used: torch.Tensor, block_table: Optional[torch.Tensor],
-             causal: bool, scale: Optional[float]) -> torch.Tensor:
+             causal: bool, scale: Optional[float],
+             k_descale: Optional[torch.Tensor],
+             v_descale: Optional[torch.Tensor]) -> torch.Tensor:
     return _kvcache_impl(q, k_cache, v_cache, used, block_table, causal,
-                         scale)
+                         scale, k_descale, v_descale)
 
 
 @_kvcache.register_fake
-def _(q, k_cache, v_cache, used, block_table, causal, scale):
+def _(q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
+      v_descale):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -343,16 +439,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
                             softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None,
-                            num_splits=0, return_softmax_lse=False):
+                            num_splits=0, return_softmax_lse=False,
+                            q_descale=None, k_descale=None, v_descale=None):
     """FlashAttention's flash_attn_with_kvcache, forward (see the module
-    docstring); num_splits and rotary_interleaved are accepted and left to
-    the kernel. Raises AttentionArgumentError naming the argument for
-    tensors that do not fit together or a feature not served."""
+    docstring), with FlashAttention 3's k_descale and v_descale for an FP8
+    cache; num_splits and rotary_interleaved are accepted and left to the
+    kernel. Raises AttentionArgumentError naming the argument for tensors
+    that do not fit together or a feature not served."""
     given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                  alibi_slopes=alibi_slopes,
                  window_size=tuple(window_size), softcap=softcap,
-                 return_softmax_lse=return_softmax_lse)
+                 return_softmax_lse=return_softmax_lse, q_descale=q_descale)
     scale = None if softmax_scale is None else float(softmax_scale)
     causal = bool(causal)
     # A decode step (no new keys, nothing unserved) of a signature checked
@@ -362,19 +460,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
             (given[n] is None) if d is None else given[n] == d
             for n, d in _UNSERVED)
     key = _step_signature(q, k_cache, v_cache, cache_seqlens, block_table,
-                          causal, scale) if step else None
+                          causal, scale, k_descale,
+                          v_descale) if step else None
     shape_reason = _checked.get(key, _UNCHECKED)
     if shape_reason is _UNCHECKED:
         shape_reason = _check_call(q, k_cache, v_cache, k, v, cache_seqlens,
                                    block_table, given, scale)
+        _check_descale(q, k_cache, k_descale, v_descale)
         if key is not None:
             if len(_checked) >= 4096:
                 _checked.clear()
             _checked[key] = shape_reason
     used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table)
-    args = (q, k_cache, v_cache, used, block_table, causal, scale)
-    if _et.eager(*(t for t in args[:5] if t is not None)):
-        return _kvcache_impl(*args, shape_reason)
+    args = (q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
+            v_descale)
+    if _et.eager(*(t for t in args if isinstance(t, torch.Tensor))):
+        return _kvcache_impl(*args, shape_reason=shape_reason)
     return torch.ops.evotune.kvcache_attention(*args)
 
 
@@ -382,16 +483,19 @@ _checked = {}  # A decode step's signature: its _shape_reason.
 
 
 def _step_signature(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                    scale):
+                    scale, k_descale, v_descale):
     """What a decode step's checks and _shape_reason depend on."""
     table = None if block_table is None else (
         block_table.shape, block_table.stride(), block_table.dtype,
         block_table.device)
+    descale = tuple(None if t is None else (
+        t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else
+        ("not a tensor",) for t in (k_descale, v_descale))
     return (_et._State.generation, q.shape, q.stride(), q.dtype, q.device,
             k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
             v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
             cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device,
-            table, causal, scale)
+            table, causal, scale, descale)
 
 
 def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, block_table, given,
@@ -402,7 +506,7 @@ def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, block_table, given,
         value = given[name]
         if (value is not None) if default is None else value != default:
             _fail(f"{name} is not served yet (evotune serves dense and "
-                  "paged caches without rotary, windows, softcapping, ALiBi "
-                  "or LSE)")
+                  "paged caches, 16-bit or FP8, without rotary, windows, "
+                  "softcapping, ALiBi or LSE, and 16-bit queries)")
     _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table)
     return _shape_reason(q, k_cache, v_cache, block_table, scale)

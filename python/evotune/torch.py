@@ -414,4 +414,5 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
 from .varlen import (VarlenPlan, flash_attn_varlen_func,  # noqa: E402,F401
                      varlen_attention)
 from .kvcache import flash_attn_with_kvcache  # noqa: E402,F401
+from .fp8 import quantize_fp8  # noqa: E402,F401
 from .paged import PagedPlan, paged_varlen_attention  # noqa: E402,F401

@@ -338,6 +338,54 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   }
 }
 
+// decode_fwd over an FP8 KV cache (e4m3 K and V, per-(sequence, KV head)
+// descale factors) against the reference on the dequantized inputs: both
+// head dims and dtypes, dense, cache and paged layouts, GQA and MQA, decode
+// and speculative (causal) queries, odd lengths; two configs each (they
+// differ in how the lanes read the tiles only by tile shape and Q_IN_REGS).
+TEST_F(CudaEvaluatorTest, DecodeFwdReadsAnFp8KvCache) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
+  const DeviceLimits& limits = evaluator_->device().limits;
+  if (limits.compute_capability < kFp8ComputeCapability) {
+    GTEST_SKIP() << "e4m3 needs compute capability 8.9";
+  }
+  std::mt19937 gen(89);
+  int problems = 0;
+  for (Layout layout : {Layout::kDense, Layout::kKvCache, Layout::kPaged}) {
+    for (auto [heads, kv_heads] :
+         std::vector<std::pair<int64_t, int64_t>>{{8, 2}, {8, 1}}) {
+      for (auto [sq, sk] :
+           std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {4, 4097}}) {
+        Problem p;
+        p.batch = 3;
+        p.heads = heads;
+        p.kv_heads = kv_heads;
+        p.seq_q = sq;
+        p.seq_k = sk;
+        p.causal = sq > 1;
+        p.head_dim = (problems % 2) ? 128 : 64;
+        p.dtype = (problems / 2 % 2) ? DType::kBf16 : DType::kFp16;
+        p.kv_fp8 = true;
+        p.layout = layout;
+        if (layout == Layout::kPaged) {
+          p.page_size = problems % 3 == 0 ? 16 : 64;
+          p.seq_k = (sk + p.page_size - 1) / p.page_size * p.page_size;
+        }
+        ++problems;
+        std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
+        std::shuffle(feasible.begin(), feasible.end(), gen);
+        EXPECT_EQ(ExpectOkUntil(t, feasible, p, 2), 2) << ProblemKey(p);
+      }
+    }
+  }
+  // Every split count on a long context, the last split partial.
+  Problem p = LongDecode(131072 - 5);
+  p.kv_fp8 = true;
+  for (int64_t splits : {1, 2, 4, 8, 16, 32, 64}) {
+    ExpectOk(t, DecodeWithSplits(splits), p);
+  }
+}
+
 // Every config of the wgmma templates (each tile shape is its own
 // instruction and register schedule; flash_fwd_tma's pipeline modes each
 // their own synchronisation) on problems with several key tiles, tails and
@@ -507,7 +555,9 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     // inside the tensors.
     for (Layout layout :
          {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
+     for (bool fp8 : {false, true}) {  // e4m3 K and V where served.
       Problem p;
+      p.kv_fp8 = fp8;
       p.batch = layout == Layout::kDense ? 1 : 3;
       p.heads = 2;
       p.kv_heads = 1;
@@ -523,6 +573,7 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
           CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
         ExpectOk(t, c, p);
       }
+     }
     }
   }
 }

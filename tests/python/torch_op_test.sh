@@ -45,6 +45,9 @@ EVOTUNE_README="$src/docs/serving.md" \
 # KV caches (flash_attn_with_kvcache), through the daemon.
 "$python" "$src/tests/python/kvcache_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"
+# FP8 KV caches, through the daemon (skipped below compute capability 8.9).
+"$python" "$src/tests/python/fp8_kvcache_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")" || [ $? -eq 77 ]
 # New kinds of problems answered at once while the daemon's kernel comes.
 "$python" "$src/tests/python/unwaited_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"
