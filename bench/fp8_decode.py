@@ -115,6 +115,41 @@ def run_shape(shape, args, gen):
     return row
 
 
+def fit(xs, ys):
+    """Least-squares (intercept, slope) of ys over xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum(
+        (x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def sweep(args, gen):
+    """decode-long's step at each of --sweep_keys key counts: a line
+    through each call's times, whose intercept is its fixed cost a launch
+    (launch, pipeline ramp, split merge) and whose slope its streaming
+    rate."""
+    rows = []
+    for n in args.sweep_keys:
+        rows.append(run_shape((1, 1, 64, 8, 128, n), args, gen))
+    out = {}
+    for name in ("evotune_bf16", "evotune_fp8"):
+        mb = [2 * 8 * r["shape"]["seq_k"] * 128 *
+              (1 if name == "evotune_fp8" else 2) / 1e6 for r in rows]
+        us = [r["us"][name] for r in rows]
+        a, b = fit(mb, us)
+        out[name] = {"fixed_us": a, "stream_tb_per_s": 1 / b}
+    for kind in ("fp8", "bf16"):
+        mb = [2 * 8 * r["shape"]["seq_k"] * 128 * (1 if kind == "fp8" else 2)
+              / 1e6 for r in rows]
+        a, b = fit(mb, [r["read_floor_us"][kind] for r in rows])
+        out[f"read_floor_{kind}"] = {"fixed_us": a, "stream_tb_per_s": 1 / b}
+    for name, f in out.items():
+        print(f"{name}: fixed {f['fixed_us']:.1f} us, stream "
+              f"{f['stream_tb_per_s']:.2f} TB/s", flush=True)
+    return rows, out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
@@ -123,9 +158,21 @@ def main():
     ap.add_argument("--turns", type=int, default=7)
     ap.add_argument("--json")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--sweep_keys", type=int, nargs="*", default=[],
+                    help="decode-long at these key counts instead, with "
+                    "each call's fixed cost and streaming rate")
     args = ap.parse_args()
     et.use(daemon=args.daemon, wait=True)
     gen = torch.Generator().manual_seed(1)
+    if args.sweep_keys:
+        rows, fits = sweep(args, gen)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"date": datetime.date.today().isoformat(),
+                           "gpu": torch.cuda.get_device_name(),
+                           "commit": args.commit, "rows": rows,
+                           "fits": fits}, f, indent=1)
+        return
     rows = []
     for shape in SHAPES:
         row = run_shape(shape, args, gen)
