@@ -25,7 +25,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(12, p);
+  std::vector<Problem> variants(13, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -40,6 +40,7 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[10].page_size = 16;
   variants[11] = variants[10];
   variants[11].page_size = 256;
+  variants[12].kv_fp8 = true;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -48,6 +49,30 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   }
   EXPECT_FALSE(ParseProblemKey("b1_h8").ok());
   EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp32_bhsd").ok());
+}
+
+TEST(ProblemTest, AnFp8KvCacheIsNamedAfterTheDtype) {
+  Problem p = Seed();
+  p.dtype = DType::kBf16;
+  p.kv_fp8 = true;
+  p.layout = Layout::kKvCache;
+  EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_bf16.kve4m3_cache");
+  EXPECT_EQ(DTypesName(p), "bf16.kve4m3");
+  EXPECT_EQ(KvDType(p), DType::kE4m3);
+  EXPECT_EQ(*ParseProblemKey(ProblemKey(p)), p);
+  EXPECT_TRUE(ValidateProblem(p).ok());
+  // e4m3 is the type of K and V only, never a problem's dtype.
+  EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_e4m3_bhsd").ok());
+  EXPECT_FALSE(
+      ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_bf16.kvfp32_bhsd").ok());
+  p.dtype = DType::kE4m3;
+  EXPECT_THAT(std::string(ValidateProblem(p).message()),
+              ::testing::StartsWith("problem.dtype:"));
+  // Another K/V type is one step away, as another dtype is.
+  Problem q = Seed();
+  Problem r = q;
+  r.kv_fp8 = true;
+  EXPECT_EQ(ProblemDistance(q, r), 1.0);
 }
 
 TEST(ProblemTest, LayoutsNameTheKeysLastPart) {

@@ -27,6 +27,29 @@ TEST(HalfConversionTest, RoundTripsEveryFiniteHalfAndBf16) {
   EXPECT_EQ(FloatToHalfBits(1e6f, DType::kFp16), 0x7c00);  // Overflow.
 }
 
+TEST(HalfConversionTest, E4m3RoundTripsEveryFiniteCodeAndSaturates) {
+  for (uint16_t bits = 0; bits < 0x100; ++bits) {
+    const float f = HalfBitsToFloat(bits, DType::kE4m3);
+    if ((bits & 0x7f) == 0x7f) {  // The two NaNs.
+      EXPECT_TRUE(std::isnan(f)) << bits;
+      continue;
+    }
+    if (f == 0) continue;
+    ASSERT_EQ(FloatToHalfBits(f, DType::kE4m3), bits) << bits;
+  }
+  EXPECT_EQ(HalfBitsToFloat(0x38, DType::kE4m3), 1.0f);   // 2^0.
+  EXPECT_EQ(HalfBitsToFloat(0x7e, DType::kE4m3), 448.0f);  // Largest.
+  EXPECT_EQ(HalfBitsToFloat(0x01, DType::kE4m3), std::ldexp(1.0f, -9));
+  // Halfway between 1 and 1.125 rounds to even (1); past 448 saturates.
+  EXPECT_EQ(FloatToHalfBits(1.0625f, DType::kE4m3), 0x38);
+  EXPECT_EQ(FloatToHalfBits(1.0626f, DType::kE4m3), 0x39);
+  EXPECT_EQ(FloatToHalfBits(1e6f, DType::kE4m3), 0x7e);
+  EXPECT_EQ(FloatToHalfBits(-1e6f, DType::kE4m3), 0xfe);
+  // Subnormals: steps of 2^-9, the smallest normal 2^-6 reached by rounding.
+  EXPECT_EQ(FloatToHalfBits(std::ldexp(3.0f, -9), DType::kE4m3), 0x03);
+  EXPECT_EQ(FloatToHalfBits(std::ldexp(7.6f, -9), DType::kE4m3), 0x08);
+}
+
 Problem Tiny(int64_t seq_q, int64_t seq_k, bool causal) {
   Problem p;
   p.batch = 1;

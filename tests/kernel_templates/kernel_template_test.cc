@@ -348,6 +348,28 @@ TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {
   EXPECT_EQ(s.message().rfind("problem.head_dim:", 0), 0u) << s;
 }
 
+TEST(KernelTemplateTest, AnFp8KvCacheNeedsATemplateAndADeviceThatReadIt) {
+  Problem p = SeedProblem();
+  p.kv_fp8 = true;
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  absl::Status s = CheckSupports(*registry.Find("flash_fwd"), p);
+  EXPECT_EQ(s.message().rfind("problem.kv_dtype:", 0), 0u) << s;
+  const KernelTemplate& decode = *registry.Find("decode_fwd");
+  ASSERT_TRUE(CheckSupports(decode, p).ok());
+  const Config c = decode.defaults.front();
+  EXPECT_TRUE(CheckConfig(decode, c, p, {232448, 1024, 90}).ok());
+  EXPECT_TRUE(CheckConfig(decode, c, p, {101376, 1024, 89}).ok());
+  s = CheckConfig(decode, c, p, {166912, 1024, 80});
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_EQ(s.message().rfind("problem.kv_dtype:", 0), 0u) << s;
+  EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_KV_FP8=1"));
+  // K and V rings of one byte an element: less shared memory.
+  Problem bf16 = p;
+  bf16.kv_fp8 = false;
+  EXPECT_LT(decode.geometry(c, p).smem_bytes,
+            decode.geometry(c, bf16).smem_bytes);
+}
+
 TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
   Problem p = SeedProblem();
   p.dtype = DType::kBf16;

@@ -135,6 +135,50 @@ TEST(AttentionCallTest, EveryBadCallIsRefusedNamingTheField) {
   }
 }
 
+// An FP8 KV cache: K and V of one byte an element (strides in multiples of
+// 16 of them), descale factors only for it.
+TEST(AttentionCallTest, AnFp8KvCacheTakesByteStridesAndDescaleFactors) {
+  Problem p = Seed();
+  p.kv_fp8 = true;
+  AttentionCall call = Call(p);
+  const float* factors = reinterpret_cast<const float*>(0x5000000);
+  call.k_descale = call.v_descale = factors;
+  call.descale_batch_stride = 8;
+  call.descale_head_stride = 1;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  // K's rows 80 bytes apart: a multiple of 16 bytes in e4m3, not in fp16.
+  call.k.row_stride = call.v.row_stride = 80;
+  call.k.head_stride = call.v.head_stride = 80 * 512;
+  call.k.batch_stride = call.v.batch_stride = 80 * 512 * 8;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  call.k.row_stride = 72;
+  EXPECT_THAT(std::string(CheckAttentionCall(call).message()),
+              StartsWith("k.row_stride: must be a positive multiple of 16"));
+  const std::vector<BadCall> table = {
+      {"factors for a 16-bit cache",
+       [](AttentionCall* c) { c->problem.kv_fp8 = false; }, "k_descale.data"},
+      {"q_descale", [factors](AttentionCall* c) { c->q_descale = factors; },
+       "q_descale.data"},
+      {"misaligned factors",
+       [](AttentionCall* c) {
+         c->v_descale = reinterpret_cast<const float*>(0x5000002);
+       },
+       "v_descale.data: must be 4-byte aligned"},
+      {"a negative stride",
+       [](AttentionCall* c) { c->descale_head_stride = -1; },
+       "descale_head_stride"},
+  };
+  for (const BadCall& bad : table) {
+    AttentionCall c = Call(p);
+    c.k_descale = c.v_descale = factors;
+    bad.change(&c);
+    const absl::Status s = CheckAttentionCall(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.name;
+    EXPECT_THAT(std::string(s.message()), StartsWith(bad.field))
+        << bad.name << ": " << s;
+  }
+}
+
 TEST(AttentionCallTest, ASingleHeadOrRowIgnoresItsStride) {
   Problem p = Seed();
   p.heads = p.kv_heads = 1;

@@ -100,8 +100,15 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& job_id) {
       it->second = true;
       ++version_;
       changed_.SignalAll();
-      // The job's thread stops at once and marks the job.
+      // The job's thread stops at once and marks the job, unless it had
+      // finished its trials already: then the job ended on its own.
       while (running_.count(job_id) != 0) changed_.Wait(&mu_);
+      absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
+      if (!job.ok()) return job.status();
+      if (job->state != JobState::kCancelled && IsFinal(job->state)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job_id: job ", job_id, " already ", JobStateName(job->state)));
+      }
     } else {
       // Read under the lock: no job thread can start or finish it meanwhile.
       absl::StatusOr<JobRecord> job = store_->GetJob(job_id);
