@@ -104,8 +104,7 @@ bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
          causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
-         layout == o.layout &&
-         page_size == o.page_size;
+         layout == o.layout && page_size == o.page_size;
 }
 
 absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {

@@ -190,9 +190,9 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const DeviceLimits& limits);
 
 // The NVRTC options that instantiate the template: -D for each parameter,
-// HEAD_DIM, EVT_BF16, EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0 for a dense problem: its
-// kernel reads no lengths from the device; common/sequence.cuh) and, for a
-// paged problem, EVT_PAGE_SIZE.
+// HEAD_DIM, EVT_BF16, EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0
+// for a dense problem: its kernel reads no lengths from the device;
+// common/sequence.cuh) and, for a paged problem, EVT_PAGE_SIZE.
 std::vector<std::string> CompileDefines(const Config& config,
                                         const Problem& problem);
 

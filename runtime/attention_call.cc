@@ -106,9 +106,8 @@ absl::Status CheckLayout(const char* name, const AttentionTensor& t,
     const int64_t per_16_bytes = 16 / element_bytes;
     if (d->stride <= 0 || d->stride % per_16_bytes != 0) {
       return Field(name, d->field,
-                   absl::StrCat("must be a positive multiple of ",
-                                per_16_bytes, " elements (16 bytes), got ",
-                                d->stride));
+                   absl::StrCat("must be a positive multiple of ", per_16_bytes,
+                                " elements (16 bytes), got ", d->stride));
     }
   }
   if (t.row_stride < t.head_dim) {

@@ -95,8 +95,8 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 // The problems one kernel may serve provisionally: all but seq_k alike.
 std::string ClassKey(const Problem& p) {
   return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
-                      p.head_dim, " ", p.causal, " ", DTypesName(p),
-                      " ", LayoutName(p.layout), p.page_size);
+                      p.head_dim, " ", p.causal, " ", DTypesName(p), " ",
+                      LayoutName(p.layout), p.page_size);
 }
 
 // OK when the runtime can launch `kernel` on a device of `arch`.
@@ -211,10 +211,9 @@ std::string BundleSource::BucketKey(const Problem& problem,
         a == arch && p.heads == problem.heads &&
         p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
         p.causal == problem.causal && p.dtype == problem.dtype &&
-        p.kv_fp8 == problem.kv_fp8 &&
-        p.layout == problem.layout && p.page_size == problem.page_size &&
-        p.batch >= problem.batch && p.seq_q >= problem.seq_q &&
-        p.seq_k >= problem.seq_k;
+        p.kv_fp8 == problem.kv_fp8 && p.layout == problem.layout &&
+        p.page_size == problem.page_size && p.batch >= problem.batch &&
+        p.seq_q >= problem.seq_q && p.seq_k >= problem.seq_k;
     if (holds && (best == nullptr || size(p) < size(*best))) best = &p;
   }
   return best == nullptr ? "" : BundleKey(ProblemKey(*best), arch);

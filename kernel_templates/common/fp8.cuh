@@ -56,8 +56,7 @@ __device__ __forceinline__ unsigned ToHalf2(unsigned x) {
 // b[p+1] (p a compile-time byte index, 0 to 2).
 template <int kP>
 __device__ __forceinline__ unsigned Interleave(unsigned a, unsigned b) {
-  constexpr unsigned kSel =
-      kP | (4 + kP) << 4 | (kP + 1) << 8 | (5 + kP) << 12;
+  constexpr unsigned kSel = kP | (4 + kP) << 4 | (kP + 1) << 8 | (5 + kP) << 12;
   unsigned d;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "n"(kSel));
   return d;
@@ -66,8 +65,8 @@ __device__ __forceinline__ unsigned Interleave(unsigned a, unsigned b) {
 // c += a * b for one m16n8k16 tile of fp16 operands (fp32 accumulators),
 // whatever the problem's dtype: probabilities and e4m3 values are exact or
 // nearly so in fp16.
-__device__ __forceinline__ void MmaF16(float* c, const unsigned* a,
-                                       unsigned b0, unsigned b1) {
+__device__ __forceinline__ void MmaF16(float* c, const unsigned* a, unsigned b0,
+                                       unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"

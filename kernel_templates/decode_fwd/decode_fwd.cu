@@ -94,7 +94,12 @@ constexpr int kTileBytes = kTile * kKvBytes;
 constexpr int kKvChunks = kD * kKvBytes / 16;  // 16-byte chunks per K/V row.
 static_assert(kRows % 16 == 0 && kMTiles >= 1, "ROWS");
 static_assert(kN % 16 == 0, "TILE_N");
-static_assert(kPageSize % kN == 0, "TILE_N: a paged kernel's tile in one page");
+static_assert(kPageSize % kN == 0 || kN % kPageSize == 0,
+              "TILE_N: a paged kernel's tile in one page, or whole pages");
+// Pages a key tile spans (several where pages are smaller than the tile),
+// and the tile's rows in each.
+constexpr int kTilePages = kPageSize > 0 && kN > kPageSize ? kN / kPageSize : 1;
+constexpr int kPageRows = kN / kTilePages;
 static_assert(kD % 16 == 0, "HEAD_DIM");
 static_assert(kStages >= 2, "STAGES");
 static_assert(32 % kChunks == 0, "HEAD_DIM: at most 256");
@@ -184,6 +189,11 @@ __device__ __forceinline__ void CpAsync16Stream(unsigned dst, const void* src,
       "l"(src), "r"(valid ? 16 : 0), "l"(policy));
 }
 
+// Where a key tile's rows start: its first row in each page it spans.
+struct TileRows {
+  const evt_kv* page[kTilePages];
+};
+
 // One warp's copies of a K or V tile: a pass of the warp's 32 lanes covers
 // kPass rows of kChunks 16-byte chunks; lane copies chunk lane % kChunks of
 // rows lane / kChunks + kPass * j. Everything that depends on the lane is
@@ -203,21 +213,22 @@ struct TileCopy {
     pass = kPass * row_stride;
   }
 
-  // Rows [0, kN) of `rows` (a tile's first row) into the swizzled tile at
-  // shared byte address `dst`; rows at or past `valid_rows` are zero-filled.
+  // Rows [0, kN) of the tile at `rows` into the swizzled tile at shared
+  // byte address `dst`; rows at or past `valid_rows` are zero-filled.
   template <bool kFull>
-  __device__ __forceinline__ void Copy(unsigned dst, const evt_elem* rows,
+  __device__ __forceinline__ void Copy(unsigned dst, const TileRows& rows,
                                        int valid_rows,
                                        unsigned long long policy) const {
-    const evt_elem* src = rows + offset;
 #pragma unroll
     for (int j = 0; j < kN / kPass; ++j) {
+      // kPass divides a page's rows: a pass lies in one page.
+      const evt_elem* src = rows.page[kPass * j / kPageRows] + offset +
+                            (kPass * j % kPageRows / kPass) * pass;
       // Row r0 + kPass * j: its swizzle is r0 ^ (kPass * j mod 8).
       const int r = r0 + kPass * j;
       const unsigned at = 2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
       const bool valid = kFull || r < valid_rows;
-      CpAsync16Stream(dst + at, valid ? src : rows, valid, policy);
-      src += pass;
+      CpAsync16Stream(dst + at, valid ? src : rows.page[0], valid, policy);
     }
   }
 };
@@ -247,17 +258,19 @@ struct Fp8TileCopy {
   }
 
   template <bool kFull>
-  __device__ __forceinline__ void Copy(unsigned dst, const unsigned char* rows,
+  __device__ __forceinline__ void Copy(unsigned dst, const TileRows& rows,
                                        int valid_rows,
                                        unsigned long long policy) const {
-    const unsigned char* src = rows + offset;
 #pragma unroll
     for (int j = 0; j < kN / kPass; ++j) {
+      const unsigned char* src =
+          reinterpret_cast<const unsigned char*>(
+              rows.page[kPass * j / kPageRows]) +
+          offset + (kPass * j % kPageRows / kPass) * pass;
       const int r = r0 + kPass * j;
       const unsigned at = r * kD + (Fp8Chunk<kIsV>(r, c) << 4);
       const bool valid = kFull || r < valid_rows;
-      CpAsync16Stream(dst + at, valid ? src : rows, valid, policy);
-      src += pass;
+      CpAsync16Stream(dst + at, valid ? src : rows.page[0], valid, policy);
     }
   }
 };
@@ -273,17 +286,23 @@ using VCopy = TileCopy;
 // Keys [key0, key0 + kN) of sequence b's K and V (its row 0 at k and v)
 // into one stage of a warp's ring (shared byte addresses k_dst, v_dst); keys
 // at or past kv_end are zero-filled (and masked). A paged kernel's tile lies
-// in one page (TILE_N divides the page size).
+// in one page (TILE_N divides the page size) or spans whole pages (the page
+// size divides TILE_N); a page past kv_end is not looked up (its rows are
+// zero-filled, and its block table entry may lie past the sequence's).
 __device__ __forceinline__ void LoadKv(const AttentionParams& p, int b,
                                        unsigned k_dst, const evt_kv* k,
                                        const KCopy& k_copy, unsigned v_dst,
                                        const evt_kv* v, const VCopy& v_copy,
                                        int key0, int kv_end,
                                        unsigned long long policy) {
-  const evt_kv* k_rows =
-      k + KeyRow(p, b, key0, p.k_batch_stride, p.k_row_stride);
-  const evt_kv* v_rows =
-      v + KeyRow(p, b, key0, p.v_batch_stride, p.v_row_stride);
+  TileRows k_rows, v_rows;
+#pragma unroll
+  for (int i = 0; i < kTilePages; ++i) {
+    const int key = key0 + i * kPageRows;
+    const int at = i == 0 || key < kv_end ? key : key0;
+    k_rows.page[i] = k + KeyRow(p, b, at, p.k_batch_stride, p.k_row_stride);
+    v_rows.page[i] = v + KeyRow(p, b, at, p.v_batch_stride, p.v_row_stride);
+  }
   const int valid = kv_end - key0;
   if (valid >= kN) {
     k_copy.Copy<true>(k_dst, k_rows, valid, policy);
@@ -473,7 +492,7 @@ __device__ __forceinline__ void Fp8QkTile(
   }
   const int g = lane / 4;
   // The lane's 16 bytes of key row g of 8-key tile nt in d group j.
-  auto load_k = [&](int j, int nt, unsigned (&w)[4]) {
+  auto load_k = [&](int j, int nt, unsigned(&w)[4]) {
     const unsigned at = k_tile + (nt * 8 + g) * kD +
                         (Fp8Chunk<false>(g, 4 * j + lane % 4) << 4);
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
@@ -526,8 +545,10 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDTiles][4],
     for (int mt = 0; mt < kMTiles; ++mt) {
       pf[mt][0] = fp8::PackHalf2(s[mt][2 * step][0], s[mt][2 * step][1]);
       pf[mt][1] = fp8::PackHalf2(s[mt][2 * step][2], s[mt][2 * step][3]);
-      pf[mt][2] = fp8::PackHalf2(s[mt][2 * step + 1][0], s[mt][2 * step + 1][1]);
-      pf[mt][3] = fp8::PackHalf2(s[mt][2 * step + 1][2], s[mt][2 * step + 1][3]);
+      pf[mt][2] =
+          fp8::PackHalf2(s[mt][2 * step + 1][0], s[mt][2 * step + 1][1]);
+      pf[mt][3] =
+          fp8::PackHalf2(s[mt][2 * step + 1][2], s[mt][2 * step + 1][3]);
     }
     // Keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9 of the step.
     unsigned w[4][kVWords];
@@ -551,11 +572,10 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDTiles][4],
       const unsigned hi01 = fp8::Interleave<0>(w[2][wi], w[3][wi]);
       const unsigned lo23 = fp8::Interleave<2>(w[0][wi], w[1][wi]);
       const unsigned hi23 = fp8::Interleave<2>(w[2][wi], w[3][wi]);
-      const unsigned b[4][2] = {
-          {fp8::ToHalf2<0>(lo01), fp8::ToHalf2<0>(hi01)},
-          {fp8::ToHalf2<1>(lo01), fp8::ToHalf2<1>(hi01)},
-          {fp8::ToHalf2<0>(lo23), fp8::ToHalf2<0>(hi23)},
-          {fp8::ToHalf2<1>(lo23), fp8::ToHalf2<1>(hi23)}};
+      const unsigned b[4][2] = {{fp8::ToHalf2<0>(lo01), fp8::ToHalf2<0>(hi01)},
+                                {fp8::ToHalf2<1>(lo01), fp8::ToHalf2<1>(hi01)},
+                                {fp8::ToHalf2<0>(lo23), fp8::ToHalf2<0>(hi23)},
+                                {fp8::ToHalf2<1>(lo23), fp8::ToHalf2<1>(hi23)}};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -569,7 +589,8 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDTiles][4],
 
 // StorePartialRows for Fp8PvTile's accumulators: columns in their place.
 __device__ __forceinline__ void Fp8StorePartialRows(
-    float* part, int stride, float* ml, const float (&o_acc)[kMTiles][kDTiles][4],
+    float* part, int stride, float* ml,
+    const float (&o_acc)[kMTiles][kDTiles][4],
     const float (&row_max)[kMTiles][2], const float (&row_sum)[kMTiles][2],
     int lane, int rows) {
 #pragma unroll
@@ -600,8 +621,7 @@ __device__ __forceinline__ void Fp8StorePartialRows(
 // The descale factor of (sequence b, KV head kvh) in `factors`, 1 where
 // null.
 __device__ __forceinline__ float Descale(const AttentionParams& p,
-                                         const float* factors, int b,
-                                         int kvh) {
+                                         const float* factors, int b, int kvh) {
   if (factors == nullptr) return 1.f;
   return __ldg(factors + static_cast<long long>(b) * p.descale_batch_stride +
                static_cast<long long>(kvh) * p.descale_head_stride);
@@ -697,8 +717,8 @@ __device__ __forceinline__ void StreamKeys(
     if constexpr (kKvFp8) {
       Fp8QkTile(s_acc, q_frag, q_tile, k_tile, lane);
     } else {
-      QkTile<kMTiles, kN, kD, kQInRegs, kKSteps>(
-          s_acc, q_frag, q_lane, k_tile + 2 * f.k_row, lane);
+      QkTile<kMTiles, kN, kD, kQInRegs, kKSteps>(s_acc, q_frag, q_lane,
+                                                 k_tile + 2 * f.k_row, lane);
     }
 
     const int kv0 = key0(i);
@@ -918,8 +938,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   InitRows(o_acc, row_max, row_sum);
   unsigned char* ring = smem + kRows * kD * 2 + warp * kStages * 2 * kTileBytes;
   StreamKeys(p, w, q_tile, ring,
-             p.scale_log2 * Descale(p, p.k_descale, w.b, w.kvh), o_acc,
-             row_max, row_sum);
+             p.scale_log2 * Descale(p, p.k_descale, w.b, w.kvh), o_acc, row_max,
+             row_sum);
 
   // Merge the warps' partial rows through shared memory (over the rings).
   __syncthreads();

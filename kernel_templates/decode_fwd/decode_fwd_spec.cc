@@ -58,13 +58,19 @@ Config FitRows(const Problem& p, int64_t sms, int64_t rows) {
   return DecodeConfig(rows, n, warps, 3, splits, rows == 16 ? 1 : 0);
 }
 
-// `configs` with 16-key tiles where their tiles do not divide `page_size`
-// (a tile lies in one page), none twice.
+// Whether key tiles of `n` keys lie in pages of `page_size` or span whole
+// ones.
+bool TilesFitPages(int64_t n, int64_t page_size) {
+  return page_size % n == 0 || n % page_size == 0;
+}
+
+// `configs` with 16-key tiles where their tiles neither lie in pages of
+// `page_size` nor span whole ones, none twice.
 std::vector<Config> InPages(const std::vector<Config>& configs,
                             int64_t page_size) {
   std::vector<Config> out;
   for (Config c : configs) {
-    if (page_size % c.at("TILE_N") != 0) c["TILE_N"] = 16;
+    if (!TilesFitPages(c.at("TILE_N"), page_size)) c["TILE_N"] = 16;
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
   return out;
@@ -200,10 +206,11 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
                 c.at("KV_SPLITS") / 2 * c.at("TILE_N") < p.seq_k;
        },
        /*waste_only=*/true},
-      // A key tile lies in one page.
-      {"PAGE_SIZE % TILE_N == 0",
+      // A key tile lies in one page or spans whole ones.
+      {"PAGE_SIZE % TILE_N == 0 || TILE_N % PAGE_SIZE == 0",
        [](const Config& c, const Problem& p) {
-         return p.layout != Layout::kPaged || p.page_size % c.at("TILE_N") == 0;
+         return p.layout != Layout::kPaged ||
+                TilesFitPages(c.at("TILE_N"), p.page_size);
        }},
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},

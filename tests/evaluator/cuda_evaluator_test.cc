@@ -378,6 +378,20 @@ TEST_F(CudaEvaluatorTest, DecodeFwdReadsAnFp8KvCache) {
       }
     }
   }
+  // Key tiles spanning pages of 16 keys (two and four pages a tile), 16-bit
+  // and FP8, the last page of each sequence partial.
+  for (bool fp8 : {false, true}) {
+    for (int64_t n : {32, 64}) {
+      Problem paged = LongDecode(16 * 70);
+      paged.batch = 3;
+      paged.layout = Layout::kPaged;
+      paged.page_size = 16;
+      paged.kv_fp8 = fp8;
+      Config c = DecodeWithSplits(4);
+      c["TILE_N"] = n;
+      ExpectOk(t, c, paged);
+    }
+  }
   // Every split count on a long context, the last split partial.
   Problem p = LongDecode(131072 - 5);
   p.kv_fp8 = true;
@@ -540,6 +554,10 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
       {"decode_fwd",
        *ParseConfigKey(
            "KV_SPLITS=4,Q_IN_REGS=1,ROWS=32,STAGES=3,TILE_N=32,WARPS=2")},
+      // Key tiles of 64 over pages of 32: each tile spans two pages.
+      {"decode_fwd",
+       *ParseConfigKey(
+           "KV_SPLITS=2,Q_IN_REGS=1,ROWS=16,STAGES=2,TILE_N=64,WARPS=2")},
       // More splits than one merge batch: the (max, sum) of every split go
       // through shared memory first.
       {"decode_fwd",
@@ -555,25 +573,25 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     // inside the tensors.
     for (Layout layout :
          {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
-     for (bool fp8 : {false, true}) {  // e4m3 K and V where served.
-      Problem p;
-      p.kv_fp8 = fp8;
-      p.batch = layout == Layout::kDense ? 1 : 3;
-      p.heads = 2;
-      p.kv_heads = 1;
-      p.seq_q = 100;
-      p.seq_k = 450;  // Seven tiles of 64, the last one partial.
-      p.causal = true;
-      p.layout = layout;
-      if (layout == Layout::kPaged) {
-        p.page_size = 32;
-        p.seq_k = 480;  // 15 pages a sequence; the last key tile partial.
+      for (bool fp8 : {false, true}) {  // e4m3 K and V where served.
+        Problem p;
+        p.kv_fp8 = fp8;
+        p.batch = layout == Layout::kDense ? 1 : 3;
+        p.heads = 2;
+        p.kv_heads = 1;
+        p.seq_q = 100;
+        p.seq_k = 450;  // Seven tiles of 64, the last one partial.
+        p.causal = true;
+        p.layout = layout;
+        if (layout == Layout::kPaged) {
+          p.page_size = 32;
+          p.seq_k = 480;  // 15 pages a sequence; the last key tile partial.
+        }
+        if (CheckSupports(t, p).ok() &&
+            CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
+          ExpectOk(t, c, p);
+        }
       }
-      if (CheckSupports(t, p).ok() &&
-          CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
-        ExpectOk(t, c, p);
-      }
-     }
     }
   }
 }

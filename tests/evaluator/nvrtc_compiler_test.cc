@@ -173,7 +173,7 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
         p.head_dim = head_dim;
         p.dtype = dtype;
         p.kv_fp8 = true;
-        for (const Problem& form : {p, Paged(p, 64)}) {
+        for (const Problem& form : {p, Paged(p, 16)}) {
           for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
             if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2 &&
                 (form.layout == Layout::kDense || c.at("WARPS") == 4)) {

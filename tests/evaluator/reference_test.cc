@@ -37,7 +37,7 @@ TEST(HalfConversionTest, E4m3RoundTripsEveryFiniteCodeAndSaturates) {
     if (f == 0) continue;
     ASSERT_EQ(FloatToHalfBits(f, DType::kE4m3), bits) << bits;
   }
-  EXPECT_EQ(HalfBitsToFloat(0x38, DType::kE4m3), 1.0f);   // 2^0.
+  EXPECT_EQ(HalfBitsToFloat(0x38, DType::kE4m3), 1.0f);    // 2^0.
   EXPECT_EQ(HalfBitsToFloat(0x7e, DType::kE4m3), 448.0f);  // Largest.
   EXPECT_EQ(HalfBitsToFloat(0x01, DType::kE4m3), std::ldexp(1.0f, -9));
   // Halfway between 1 and 1.125 rounds to even (1); past 448 saturates.

@@ -21,14 +21,13 @@ std::string FormatProblem(const v1::Problem& p) {
       : p.layout() == v1::LAYOUT_PAGED
           ? absl::StrCat(" paged (", p.page_size(), "-key pages)")
           : "";
-  return absl::StrFormat("B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s", p.batch(),
-                         p.heads(), kv_heads, p.seq_q(), p.seq_k(),
-                         p.head_dim(), p.causal() ? "causal" : "non-causal",
-                         absl::StrCat(p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16",
-                                      p.kv_dtype() == v1::DTYPE_E4M3
-                                          ? " (K/V e4m3)"
-                                          : ""),
-                         layout);
+  return absl::StrFormat(
+      "B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s", p.batch(), p.heads(),
+      kv_heads, p.seq_q(), p.seq_k(), p.head_dim(),
+      p.causal() ? "causal" : "non-causal",
+      absl::StrCat(p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16",
+                   p.kv_dtype() == v1::DTYPE_E4M3 ? " (K/V e4m3)" : ""),
+      layout);
 }
 
 std::string FormatConfig(const v1::Config& c) {

@@ -753,7 +753,8 @@ std::string Usage() {
       &out,
       "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
       "--head_dim --causal --dtype --kv_dtype --layout --page_size "
-      "(default: the seed problem B=1 H=8 S=512 D=64 fp16)\nErrors print one line and exit non-zero. --json prints "
+      "(default: the seed problem B=1 H=8 S=512 D=64 fp16)\nErrors print one "
+      "line and exit non-zero. --json prints "
       "JSON.\n\nstrategies (--strategy, --strategy_options=NAME=value,...):\n",
       StrategiesHelp());
   return out;

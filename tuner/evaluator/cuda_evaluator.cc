@@ -376,17 +376,17 @@ class CudaEvaluator : public Evaluator {
     const int64_t per_tensor = p.batch * p.kv_heads;
     b->descale_host.resize(2 * per_tensor);
     for (int64_t i = 0; i < 2 * per_tensor; ++i) {
-      const uint16_t bits = RandomInputBits(b->seeds.k ^ b->seeds.v, i, 0.f,
-                                            DType::kFp16);
+      const uint16_t bits =
+          RandomInputBits(b->seeds.k ^ b->seeds.v, i, 0.f, DType::kFp16);
       b->descale_host[i] = 0.5f + 0.25f * static_cast<float>(bits & 3);
     }
     if (absl::Status s = b->descale.Allocate(2 * per_tensor * 4); !s.ok()) {
       return s;
     }
-    if (absl::Status s = d_->Check(
-            d_->cuMemcpyHtoD(b->descale.get(), b->descale_host.data(),
-                             2 * per_tensor * 4),
-            "copy descale factors");
+    if (absl::Status s =
+            d_->Check(d_->cuMemcpyHtoD(b->descale.get(), b->descale_host.data(),
+                                       2 * per_tensor * 4),
+                      "copy descale factors");
         !s.ok()) {
       return s;
     }

@@ -28,8 +28,8 @@ uint16_t FloatToE4m3Bits(float f) {
     mantissa = 0;
     ++biased;
   }
-  return std::min<uint16_t>(sign | 0x7e,
-                            sign | static_cast<uint16_t>(biased << 3 | mantissa));
+  return std::min<uint16_t>(
+      sign | 0x7e, sign | static_cast<uint16_t>(biased << 3 | mantissa));
 }
 
 float E4m3BitsToFloat(uint16_t bits) {

@@ -91,8 +91,8 @@ AttentionCall ContiguousCall(const Problem& problem, const void* q,
 
 // Whether `call` may launch: INVALID_ARGUMENT naming the first field that
 // does not fit ("problem.kv_heads", "q.data", "v.seq", "o.head_stride",
-// "scale", "cu_seqlens_q", "block_table_stride", "k_descale"). Host arithmetic only: no
-// driver call, no memory read.
+// "scale", "cu_seqlens_q", "block_table_stride", "k_descale"). Host arithmetic
+// only: no driver call, no memory read.
 absl::Status CheckAttentionCall(const AttentionCall& call);
 
 // Whether the call's Q and O are packed by cu_seqlens_q (kVarlen, and kPaged
