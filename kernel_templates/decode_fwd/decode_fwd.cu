@@ -219,16 +219,20 @@ struct TileCopy {
   __device__ __forceinline__ void Copy(unsigned dst, const TileRows& rows,
                                        int valid_rows,
                                        unsigned long long policy) const {
+    const evt_elem* src = rows.page[0] + offset;
 #pragma unroll
     for (int j = 0; j < kN / kPass; ++j) {
-      // kPass divides a page's rows: a pass lies in one page.
-      const evt_elem* src = rows.page[kPass * j / kPageRows] + offset +
-                            (kPass * j % kPageRows / kPass) * pass;
+      // kPass divides a page's rows: a pass lies in one page, and the next
+      // page's rows start at its own first row.
+      if (j > 0 && kPass * j % kPageRows == 0) {
+        src = rows.page[kPass * j / kPageRows] + offset;
+      }
       // Row r0 + kPass * j: its swizzle is r0 ^ (kPass * j mod 8).
       const int r = r0 + kPass * j;
       const unsigned at = 2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
       const bool valid = kFull || r < valid_rows;
       CpAsync16Stream(dst + at, valid ? src : rows.page[0], valid, policy);
+      src += pass;
     }
   }
 };
@@ -261,16 +265,20 @@ struct Fp8TileCopy {
   __device__ __forceinline__ void Copy(unsigned dst, const TileRows& rows,
                                        int valid_rows,
                                        unsigned long long policy) const {
+    const unsigned char* src =
+        reinterpret_cast<const unsigned char*>(rows.page[0]) + offset;
 #pragma unroll
     for (int j = 0; j < kN / kPass; ++j) {
-      const unsigned char* src =
-          reinterpret_cast<const unsigned char*>(
-              rows.page[kPass * j / kPageRows]) +
-          offset + (kPass * j % kPageRows / kPass) * pass;
+      if (j > 0 && kPass * j % kPageRows == 0) {  // The next page's rows.
+        src = reinterpret_cast<const unsigned char*>(
+                  rows.page[kPass * j / kPageRows]) +
+              offset;
+      }
       const int r = r0 + kPass * j;
       const unsigned at = r * kD + (Fp8Chunk<kIsV>(r, c) << 4);
       const bool valid = kFull || r < valid_rows;
       CpAsync16Stream(dst + at, valid ? src : rows.page[0], valid, policy);
+      src += pass;
     }
   }
 };
