@@ -54,8 +54,10 @@ absl::Status CheckPages(const Problem& p, absl::string_view prefix) {
 
 }  // namespace
 
-// The dtype part of an FP8 KV cache's key after Q's type.
+// The dtype part of an FP8 KV cache's key, and of FP8 attention's, after
+// O's type.
 constexpr absl::string_view kFp8KvSuffix = ".kve4m3";
+constexpr absl::string_view kFp8QkvSuffix = ".qkve4m3";
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
@@ -104,7 +106,7 @@ bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
          causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
-         layout == o.layout && page_size == o.page_size;
+         q_fp8 == o.q_fp8 && layout == o.layout && page_size == o.page_size;
 }
 
 absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
@@ -142,6 +144,11 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
                       "fp16 or bf16 (the type of Q and O; an FP8 KV cache is "
                       "kv_dtype e4m3)");
   }
+  if (p.q_fp8 && !p.kv_fp8) {
+    return FieldError(prefix, "q_dtype",
+                      "e4m3 needs kv_dtype e4m3 too (FP8 attention reads Q, K "
+                      "and V in e4m3)");
+  }
   if (absl::Status s = CheckPages(p, prefix); !s.ok()) return s;
   const int64_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
   const int64_t k_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
@@ -159,7 +166,9 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
 }
 
 std::string DTypesName(const Problem& p) {
-  return absl::StrCat(DTypeName(p.dtype), p.kv_fp8 ? kFp8KvSuffix : "");
+  return absl::StrCat(DTypeName(p.dtype), p.q_fp8    ? kFp8QkvSuffix
+                                          : p.kv_fp8 ? kFp8KvSuffix
+                                                     : "");
 }
 
 std::string ProblemKey(const Problem& p) {
@@ -203,7 +212,8 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   if (parts[6] != "causal" && parts[6] != "full") return bad();
   p.causal = parts[6] == "causal";
   absl::string_view dtype_name = parts[7];
-  p.kv_fp8 = absl::ConsumeSuffix(&dtype_name, kFp8KvSuffix);
+  p.q_fp8 = absl::ConsumeSuffix(&dtype_name, kFp8QkvSuffix);
+  p.kv_fp8 = p.q_fp8 || absl::ConsumeSuffix(&dtype_name, kFp8KvSuffix);
   absl::StatusOr<DType> dtype = ParseDType(dtype_name);
   if (!dtype.ok() || *dtype == DType::kE4m3) return bad();
   p.dtype = *dtype;
@@ -244,7 +254,8 @@ double ProblemFlops(const Problem& p) {
 
 double ProblemDistance(const Problem& p, const Problem& q) {
   double d = (p.dtype != q.dtype) + (p.kv_fp8 != q.kv_fp8) +
-             (p.causal != q.causal) + (p.layout != q.layout);
+             (p.q_fp8 != q.q_fp8) + (p.causal != q.causal) +
+             (p.layout != q.layout);
   if (p.page_size > 0 && q.page_size > 0) {
     const double x = std::log2(static_cast<double>(p.page_size) / q.page_size);
     d += x * x;

@@ -69,6 +69,9 @@ struct Problem {
   // K and V are float8 e4m3 (an FP8 KV cache), each (sequence, KV head)
   // dequantized by a descale factor the call passes; Q and O are `dtype`.
   bool kv_fp8 = false;
+  // Q is float8 e4m3 too (FP8 attention; needs kv_fp8), with descale
+  // factors like K's; O is `dtype`.
+  bool q_fp8 = false;
   Layout layout = Layout::kDense;
   // Keys per page of a kPaged problem (16 to 256, a multiple of 16); 0 for
   // every other layout.
@@ -104,8 +107,14 @@ inline DType KvDType(const Problem& p) {
   return p.kv_fp8 ? DType::kE4m3 : p.dtype;
 }
 
-// The types of a problem's tensors as its key names them: DTypeName(dtype),
-// followed by ".kve4m3" for an FP8 KV cache ("bf16.kve4m3").
+// The type of a problem's Q: kE4m3 for FP8 attention, else dtype.
+inline DType QDType(const Problem& p) {
+  return p.q_fp8 ? DType::kE4m3 : p.dtype;
+}
+
+// The types of a problem's tensors as its key names them: DTypeName(dtype)
+// (O's), followed by ".kve4m3" for an FP8 KV cache ("bf16.kve4m3") or
+// ".qkve4m3" for FP8 attention ("bf16.qkve4m3").
 std::string DTypesName(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 

@@ -39,10 +39,16 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
                                                    t.name, " does not support ",
                                                    DTypeName(problem.dtype)));
   }
-  if (problem.kv_fp8 && !t.kv_fp8) {
+  if (problem.q_fp8 && !t.q_fp8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem.q_dtype: template ", t.name,
+                     " does not read e4m3 Q, K and V (FP8 attention)"));
+  }
+  if (problem.kv_fp8 && !problem.q_fp8 && !t.kv_fp8) {
     return absl::InvalidArgumentError(
         absl::StrCat("problem.kv_dtype: template ", t.name,
-                     " does not read e4m3 K and V (an FP8 KV cache)"));
+                     " does not read e4m3 K and V beside 16-bit Q (an FP8 KV "
+                     "cache)"));
   }
   if (std::find(t.layouts.begin(), t.layouts.end(), problem.layout) ==
       t.layouts.end()) {
@@ -173,6 +179,7 @@ std::vector<std::string> CompileDefines(const Config& config,
   out.push_back(
       absl::StrCat("-DEVT_BF16=", problem.dtype == DType::kBf16 ? 1 : 0));
   if (problem.kv_fp8) out.push_back("-DEVT_KV_FP8=1");
+  if (problem.q_fp8) out.push_back("-DEVT_Q_FP8=1");
   out.push_back(absl::StrCat("-DEVT_DEVICE_LENGTHS=",
                              problem.layout == Layout::kDense ? 0 : 1));
   if (problem.layout == Layout::kPaged) {

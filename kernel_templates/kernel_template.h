@@ -99,9 +99,11 @@ struct KernelTemplate {
   bool test_only = false;
   std::vector<int64_t> head_dims;
   std::vector<DType> dtypes;
-  // Reads e4m3 K and V (Problem::kv_fp8; EVT_KV_FP8 in the source), which
-  // needs compute capability 8.9 or newer.
+  // Reads e4m3 K and V beside 16-bit Q (Problem::kv_fp8; EVT_KV_FP8 in the
+  // source), which needs compute capability 8.9 or newer.
   bool kv_fp8 = false;
+  // Reads e4m3 Q, K and V (Problem::q_fp8; EVT_Q_FP8 and EVT_KV_FP8).
+  bool q_fp8 = false;
   // Where its kernels may find the lengths (core/problem.h): every template
   // reads each sequence's lengths through common/sequence.cuh.
   std::vector<Layout> layouts = {Layout::kDense};

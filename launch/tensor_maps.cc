@@ -37,6 +37,7 @@ namespace {
 
 struct TensorView {
   const char* name;
+  DType dtype;
   const void* data;
   int64_t seq, heads, batch;
   long long row_stride, head_stride, batch_stride;  // Elements.
@@ -45,33 +46,48 @@ struct TensorView {
 
 // A tensor's view: a packed one (rows from cu_seqlens) is one batch of all
 // its rows.
-TensorView View(const char* name, const void* data, bool packed, int64_t rows,
-                int64_t heads, int64_t batch, long long row_stride,
-                long long head_stride, long long batch_stride, int box_rows) {
+TensorView View(const char* name, DType dtype, const void* data, bool packed,
+                int64_t rows, int64_t heads, int64_t batch,
+                long long row_stride, long long head_stride,
+                long long batch_stride, int box_rows) {
   if (packed) {
     batch = 1;
     batch_stride = std::max<long long>(rows, 1) * row_stride;
   }
-  return {name,       data,        rows,         heads,   batch,
-          row_stride, head_stride, batch_stride, box_rows};
+  return {name,  dtype,      data,        rows,         heads,
+          batch, row_stride, head_stride, batch_stride, box_rows};
+}
+
+CUtensorMapDataType MapType(DType dtype) {
+  switch (dtype) {
+    case DType::kBf16:
+      return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kE4m3:  // Bytes: the copy engine does not convert.
+      return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    case DType::kFp16:
+      break;
+  }
+  return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
 absl::Status Encode(EncodeTiledFn encode, const TensorView& t, const Problem& p,
                     TensorMap* map) {
+  const cuuint64_t elem = t.dtype == DType::kE4m3 ? 1 : 2;
   const cuuint64_t dims[4] = {
       static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(t.seq),
       static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
   // Bytes, for dimensions 1..3 (dimension 0 is contiguous).
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.row_stride) * 2,
-                                 static_cast<cuuint64_t>(t.head_stride) * 2,
-                                 static_cast<cuuint64_t>(t.batch_stride) * 2};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(t.box_rows), 1, 1};
+  const cuuint64_t strides[3] = {
+      static_cast<cuuint64_t>(t.row_stride) * elem,
+      static_cast<cuuint64_t>(t.head_stride) * elem,
+      static_cast<cuuint64_t>(t.batch_stride) * elem};
+  // 128 bytes of columns.
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / elem),
+                             static_cast<cuuint32_t>(t.box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode(
-      reinterpret_cast<CUtensorMap*>(map),
-      p.dtype == DType::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      4, const_cast<void*>(t.data), dims, strides, box, element_strides,
+      reinterpret_cast<CUtensorMap*>(map), MapType(t.dtype), 4,
+      const_cast<void*>(t.data), dims, strides, box, element_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
@@ -95,18 +111,18 @@ absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
   const int64_t kv_batch =
       paged ? params.rows_k / problem.page_size : problem.batch;
   const TensorView views[4] = {
-      View("q", params.q, packed_q, params.rows_q, problem.heads, problem.batch,
-           params.q_row_stride, params.q_head_stride, params.q_batch_stride,
-           boxes.q_rows),
-      View("k", params.k, packed_k, kv_rows, problem.kv_heads, kv_batch,
-           params.k_row_stride, params.k_head_stride, params.k_batch_stride,
-           boxes.kv_rows),
-      View("v", params.v, packed_k, kv_rows, problem.kv_heads, kv_batch,
-           params.v_row_stride, params.v_head_stride, params.v_batch_stride,
-           boxes.kv_rows),
-      View("o", params.o, packed_q, params.rows_q, problem.heads, problem.batch,
-           params.o_row_stride, params.o_head_stride, params.o_batch_stride,
-           boxes.o_rows)};
+      View("q", QDType(problem), params.q, packed_q, params.rows_q,
+           problem.heads, problem.batch, params.q_row_stride,
+           params.q_head_stride, params.q_batch_stride, boxes.q_rows),
+      View("k", KvDType(problem), params.k, packed_k, kv_rows, problem.kv_heads,
+           kv_batch, params.k_row_stride, params.k_head_stride,
+           params.k_batch_stride, boxes.kv_rows),
+      View("v", KvDType(problem), params.v, packed_k, kv_rows, problem.kv_heads,
+           kv_batch, params.v_row_stride, params.v_head_stride,
+           params.v_batch_stride, boxes.kv_rows),
+      View("o", problem.dtype, params.o, packed_q, params.rows_q, problem.heads,
+           problem.batch, params.o_row_stride, params.o_head_stride,
+           params.o_batch_stride, boxes.o_rows)};
   AttentionTensorMaps maps{};
   TensorMap* out[4] = {&maps.q, &maps.k, &maps.v, &maps.o};
   for (int i = 0; i < 4; ++i) {

@@ -22,11 +22,11 @@ using EncodeTiledFn = decltype(&::cuTensorMapEncodeTiled);
 AttentionParams ContiguousParams(const Problem& problem);
 
 // Encodes the maps of the tensors in `params` (pointers and element strides
-// as the kernel gets them) for boxes of 64 columns by `boxes` rows, 128-byte
-// swizzle, zero fill past the ends (a paged problem's K and V: its pages,
-// rows_k / page_size of page_size rows). INVALID_ARGUMENT naming the tensor
-// when the driver refuses one (e.g. a pointer not 16-byte aligned or a stride
-// not a multiple of 16 bytes).
+// as the kernel gets them) for boxes of 128 bytes of columns (64 16-bit or 128
+// e4m3) by `boxes` rows, 128-byte swizzle, zero fill past the ends (a paged
+// problem's K and V: its pages, rows_k / page_size of page_size rows).
+// INVALID_ARGUMENT naming the tensor when the driver refuses one (e.g. a
+// pointer not 16-byte aligned or a stride not a multiple of 16 bytes).
 absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
     EncodeTiledFn encode, const AttentionParams& params, const Problem& problem,
     const LaunchGeometry::TmaBoxes& boxes);

@@ -88,9 +88,11 @@ absl::Status CheckExtents(const char* name, const AttentionTensor& t,
   return absl::OkStatus();
 }
 
-// Bytes of one element of tensor `is_kv` (K or V) or not of the call.
-int64_t ElementBytes(const Problem& p, bool is_kv) {
-  return is_kv && p.kv_fp8 ? 1 : 2;
+// Bytes of one element of the call's tensor `name` ("q", "k", "v" or "o").
+int64_t ElementBytes(const Problem& p, absl::string_view name) {
+  if (name == "q") return p.q_fp8 ? 1 : 2;
+  if (name == "k" || name == "v") return p.kv_fp8 ? 1 : 2;
+  return 2;
 }
 
 absl::Status CheckLayout(const char* name, const AttentionTensor& t,
@@ -153,13 +155,13 @@ bool Overlap(const AttentionTensor& o, const AttentionTensor& t,
 // The descale factors: only for FP8 inputs, fp32-aligned, strides from 0.
 absl::Status CheckDescale(const AttentionCall& call) {
   for (auto [field, ptr, allowed] :
-       {std::tuple{"q_descale", call.q_descale, false},
+       {std::tuple{"q_descale", call.q_descale, call.problem.q_fp8},
         {"k_descale", call.k_descale, call.problem.kv_fp8},
         {"v_descale", call.v_descale, call.problem.kv_fp8}}) {
     if (ptr != nullptr && !allowed) {
       return Field(field, "data",
                    "must be null: its tensor is not float8 (kv_dtype e4m3 "
-                   "takes k_descale and v_descale)");
+                   "takes k_descale and v_descale, q_dtype e4m3 q_descale)");
     }
     if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) {
       return Field(field, "data", "must be 4-byte aligned (fp32)");
@@ -289,16 +291,15 @@ absl::Status CheckAttentionCall(const AttentionCall& call) {
       return s;
     }
     if (absl::Status s =
-            CheckLayout(name, *t, ElementBytes(call.problem, is_kv));
+            CheckLayout(name, *t, ElementBytes(call.problem, name));
         !s.ok()) {
       return s;
     }
   }
   if (absl::Status s = CheckNoSelfOverlap(call.o); !s.ok()) return s;
-  for (auto [name, t, is_kv] : {std::tuple{"q", &call.q, false},
-                                {"k", &call.k, true},
-                                {"v", &call.v, true}}) {
-    if (Overlap(call.o, *t, ElementBytes(call.problem, is_kv))) {
+  for (auto [name, t] :
+       {std::pair{"q", &call.q}, {"k", &call.k}, {"v", &call.v}}) {
+    if (Overlap(call.o, *t, ElementBytes(call.problem, name))) {
       return Field("o", "data", absl::StrCat("overlaps ", name));
     }
   }

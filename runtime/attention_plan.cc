@@ -45,6 +45,10 @@ absl::Status CheckWithinPlan(const Problem& planned, const Problem& call) {
     auto kv = [](const Problem& p) { return p.kv_fp8 ? "e4m3" : "dtype"; };
     return named("kv_dtype", kv(planned), kv(call));
   }
+  if (call.q_fp8 != planned.q_fp8) {
+    auto q = [](const Problem& p) { return p.q_fp8 ? "e4m3" : "dtype"; };
+    return named("q_dtype", q(planned), q(call));
+  }
   if (call.layout != planned.layout) {
     return named("layout", LayoutName(planned.layout), LayoutName(call.layout));
   }

@@ -211,9 +211,10 @@ std::string BundleSource::BucketKey(const Problem& problem,
         a == arch && p.heads == problem.heads &&
         p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
         p.causal == problem.causal && p.dtype == problem.dtype &&
-        p.kv_fp8 == problem.kv_fp8 && p.layout == problem.layout &&
-        p.page_size == problem.page_size && p.batch >= problem.batch &&
-        p.seq_q >= problem.seq_q && p.seq_k >= problem.seq_k;
+        p.kv_fp8 == problem.kv_fp8 && p.q_fp8 == problem.q_fp8 &&
+        p.layout == problem.layout && p.page_size == problem.page_size &&
+        p.batch >= problem.batch && p.seq_q >= problem.seq_q &&
+        p.seq_k >= problem.seq_k;
     if (holds && (best == nullptr || size(p) < size(*best))) best = &p;
   }
   return best == nullptr ? "" : BundleKey(ProblemKey(*best), arch);

@@ -43,6 +43,7 @@ evotune::Problem ToProblem(const evotune_problem& p) {
                                                      : evotune::Layout::kDense;
   out.page_size = p.page_size;  // ValidateProblem checks it with the layout.
   out.kv_fp8 = p.kv_fp8 != 0;
+  out.q_fp8 = p.q_fp8 != 0;
   return out;
 }
 

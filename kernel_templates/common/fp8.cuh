@@ -11,6 +11,7 @@
 #ifndef EVOTUNE_KERNEL_TEMPLATES_COMMON_FP8_CUH_
 #define EVOTUNE_KERNEL_TEMPLATES_COMMON_FP8_CUH_
 
+#include "attention_params.cuh"
 #include "dtype.cuh"
 
 // EVT_KV_FP8, a compile define: 1 where K and V are e4m3 (one byte per
@@ -79,6 +80,15 @@ __device__ __forceinline__ unsigned PackHalf2(float lo, float hi) {
   unsigned d;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
+}
+
+// The descale factor of (sequence b, KV head kvh) in `factors`, 1 where
+// null.
+__device__ __forceinline__ float Descale(const AttentionParams& p,
+                                         const float* factors, int b, int kvh) {
+  if (factors == nullptr) return 1.f;
+  return __ldg(factors + static_cast<long long>(b) * p.descale_batch_stride +
+               static_cast<long long>(kvh) * p.descale_head_stride);
 }
 
 }  // namespace fp8

@@ -167,6 +167,45 @@ __device__ __forceinline__ void WgmmaRSK(float (&d)[24][4], const unsigned* a,
                EVT_ACC_8(d, 0), EVT_ACC_8(d, 8), EVT_ACC_8(d, 16));
 }
 
+// e4m3 operands (FP8 attention): one k-step is 32 elements (the same 32
+// bytes of the operands' rows as a 16-bit step), both operands K-major
+// (e4m3 wgmma has no transpose), fp32 accumulators. Templates so that a
+// discarded call with other tiles is never instantiated.
+// d (64 x 128) = a (64 x 32, shared memory) * b (32 x 128, shared memory,
+// [n][k]) + (accumulate ? d : 0).
+template <int kTiles>
+__device__ __forceinline__ void WgmmaSSFp8(float (&d)[kTiles][4],
+                                           unsigned long long a,
+                                           unsigned long long b,
+                                           bool accumulate) {
+  static_assert(kTiles == 16, "m64n128");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " EVT_ACC_REGS_128
+      ", %64, %65, p, 1, 1;\n}\n"
+      : EVT_ACC_8(d, 0), EVT_ACC_8(d, 8)
+      : "l"(a), "l"(b), "r"(accumulate ? 1 : 0));
+}
+
+// d (64 x 128) = a (64 x 32, registers: four bytes of a row per register,
+// k-positions 4 (lane % 4) .. + 3 of rows lane / 4 (a[0]) and + 8 (a[1]),
+// then 16 k-positions on (a[2], a[3])) * b (32 x 128, shared memory,
+// [n][k]) + (accumulate ? d : 0).
+template <int kTiles>
+__device__ __forceinline__ void WgmmaRSFp8(float (&d)[kTiles][4],
+                                           const unsigned* a,
+                                           unsigned long long b,
+                                           bool accumulate) {
+  static_assert(kTiles == 16, "m64n128");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " EVT_ACC_REGS_128
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : EVT_ACC_8(d, 0), EVT_ACC_8(d, 8)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+        "r"(accumulate ? 1 : 0));
+}
+
 // d (64 x 64) += a (64 x 16, registers: the mma m16n8k16 A fragment of each
 // warp's 16 rows) * b (16 x 64, shared memory, N-major: [k][n], like V).
 __device__ __forceinline__ void WgmmaRS(float (&d)[8][4], const unsigned* a,

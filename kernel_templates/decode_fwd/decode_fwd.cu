@@ -626,15 +626,6 @@ __device__ __forceinline__ void Fp8StorePartialRows(
   }
 }
 
-// The descale factor of (sequence b, KV head kvh) in `factors`, 1 where
-// null.
-__device__ __forceinline__ float Descale(const AttentionParams& p,
-                                         const float* factors, int b, int kvh) {
-  if (factors == nullptr) return 1.f;
-  return __ldg(factors + static_cast<long long>(b) * p.descale_batch_stride +
-               static_cast<long long>(kvh) * p.descale_head_stride);
-}
-
 // One warp's pass over its key tiles: acc, row_max and row_sum as in
 // flash_common's SoftmaxTile.
 __device__ __forceinline__ void StreamKeys(
@@ -946,15 +937,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   InitRows(o_acc, row_max, row_sum);
   unsigned char* ring = smem + kRows * kD * 2 + warp * kStages * 2 * kTileBytes;
   StreamKeys(p, w, q_tile, ring,
-             p.scale_log2 * Descale(p, p.k_descale, w.b, w.kvh), o_acc, row_max,
-             row_sum);
+             p.scale_log2 * fp8::Descale(p, p.k_descale, w.b, w.kvh), o_acc,
+             row_max, row_sum);
 
   // Merge the warps' partial rows through shared memory (over the rings).
   __syncthreads();
   float* part_o = reinterpret_cast<float*>(smem);
   float* part_ml = part_o + kWarps * kRows * kPartStride;
   if constexpr (kKvFp8) {
-    const float v_descale = Descale(p, p.v_descale, w.b, w.kvh);
+    const float v_descale = fp8::Descale(p, p.v_descale, w.b, w.kvh);
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll

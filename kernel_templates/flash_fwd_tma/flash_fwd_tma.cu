@@ -42,6 +42,15 @@
 // Tiles use the 128-byte swizzle of common/hopper.cuh, so the tensor cores
 // read what the copy engine wrote.
 //
+// FP8 attention (EVT_Q_FP8: Q, K and V e4m3, O 16-bit; head_dim 128, 128-key
+// tiles): both GEMMs are e4m3 wgmma (k-steps of 32), Q and K as copied. Two
+// more warps of the producer warpgroup transpose each V tile into a Vt ring
+// (TransposeV), since e4m3 wgmma reads V K-major only; P is rounded to e4m3
+// in registers (PackProbsFp8, its keys in Vt's order), its probabilities
+// taken 2^kProbShift above the usual reference so that fewer fall below
+// e4m3's normal range. Q's and K's descale factors fold into the softmax
+// scale, V's into the output.
+//
 // Lengths on the device (common/attention_params.cuh): tiles past a
 // sequence's rows are skipped, copies start at the sequence's first row (a
 // packed tensor is mapped as one batch of all its rows), a packed sequence's
@@ -55,7 +64,7 @@
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
 // PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64 or
-// 128), EVT_BF16.
+// 128), EVT_BF16, EVT_Q_FP8 and EVT_KV_FP8.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch), the last query
 // blocks first (with a causal mask they are the longest), clusters of
@@ -65,13 +74,21 @@
 // (barriers) bytes. Second parameter: tensor maps with boxes of 64 columns by
 // BLOCK_M (Q), BLOCK_N (K, V; paged: gcd(BLOCK_N, page size)) and 64 (O)
 // rows.
+#include "fp8.cuh"
 #include "hopper.cuh"
+
+// EVT_Q_FP8, a compile define: 1 where Q, K and V are all e4m3 (FP8
+// attention, with EVT_KV_FP8), O the problem's 16-bit dtype.
+#ifndef EVT_Q_FP8
+#define EVT_Q_FP8 0
+#endif
 
 namespace {
 
 using namespace flash;
 using namespace hopper;
 
+constexpr bool kFp8 = EVT_Q_FP8 != 0;
 constexpr int kConsumers = CONSUMERS;
 constexpr int kM = 64 * kConsumers;
 constexpr int kN = BLOCK_N;
@@ -84,10 +101,23 @@ constexpr bool kOverlap = OVERLAP;
 constexpr bool kPingPong = PINGPONG;
 constexpr bool kPersistent = PERSISTENT;
 constexpr int kSplits = KV_SPLITS;
-constexpr unsigned kQBytes = kM * kD * 2;
-constexpr unsigned kTileBytes = kN * kD * 2;
+// Bytes of an element of Q, K and V; columns of a 128-byte swizzled block
+// of them and blocks of a row (O is always 16-bit: 64-column blocks).
+constexpr int kElemBytes = kFp8 ? 1 : 2;
+constexpr int kBlockCols = kRowBytes / kElemBytes;
+constexpr int kDBlocks = kD / kBlockCols;
+constexpr unsigned kQBytes = kM * kD * kElemBytes;
+constexpr unsigned kOBytes = kM * kD * 2;
+constexpr unsigned kTileBytes = kN * kD * kElemBytes;
+// Tensor-core k-steps (32 bytes of the operands' rows each): of S = Q K^T
+// over head_dim, and of O += P V over a tile's keys.
+constexpr int kQkSteps = kD * kElemBytes / 32;
+constexpr int kPvSteps = kN * kElemBytes / 32;
 static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
 static_assert(kD % 64 == 0, "HEAD_DIM");
+static_assert(!kFp8 || (kKvFp8 && kN == 128 && kD == 128 && !kOverlap),
+              "FP8 attention: e4m3 K and V, 128-key tiles, head_dim 128, "
+              "no OVERLAP (AddTileOutput)");
 static_assert(kStages >= 2, "STAGES");
 static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
 static_assert(kSplits == 1 || !kPersistent, "KV_SPLITS needs one tile a block");
@@ -100,33 +130,44 @@ constexpr int kKvBox = kPageSize > 0 ? Gcd(kN, kPageSize) : kN;
 static_assert(kKvBox % 16 == 0, "a page holds a multiple of 16 keys");
 // Split-KV partial rows go where Q and the K/V ring were.
 static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
-                  kQBytes + 2 * kStages * kTileBytes,
+                  kOBytes + 2 * kStages * kTileBytes,
               "partial rows fit where the tiles were");
 
 // Register reallocation (a single consumer keeps the entry allocation):
-// 128 * 24 + 128 * kConsumers * regs <= 64512 (168 registers a thread at
-// launch, 384 or 512 threads): the consumers raise their count only by what
-// the producer gave up, or setmaxnreg.inc waits forever.
+// 128 * producer + 128 * kConsumers * consumer <= 64512 (168 registers a
+// thread at launch, 384 or 512 threads): the consumers raise their count
+// only by what the producer gave up, or setmaxnreg.inc waits forever. FP8
+// leaves the producer warpgroup more, for V's transpose (TransposeV).
 constexpr bool kRealloc = kConsumers > 1;
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+constexpr int kProducerRegs = kFp8 ? 80 : 24;
+constexpr int kConsumerRegs = kConsumers == 2 ? (kFp8 ? 208 : 240) : 160;
+static_assert(!kFp8 || kConsumers <= 2, "FP8 attention: up to two consumers");
 
 // Named barriers: 0 is __syncthreads; 1 + c a consumer's epilogue; the
 // ping-pong turns of consumer c wait on kTurn + c; kDone is all consumers.
+// FP8: warps kTransposeWarp0 .. + 1 of the producer warpgroup transpose V.
+constexpr int kTransposeWarp0 = 2;
+constexpr int kTransposeWarps = 2;
 constexpr int kTurn = 4;
 constexpr int kDone = 6;
 
 // Shared-memory addresses of the tiles and barriers. Persistent blocks keep
 // O in a buffer of its own, so that the next tile's Q loads during the
-// epilogue; otherwise O goes where Q was.
+// epilogue; otherwise O goes where Q was (FP8: Q's buffer is sized for O).
+// FP8 adds a ring of V's transposes (Vt, [head_dim][keys], see TransposeV)
+// with barriers of their own; P V reads the "pv" stages: Vt's for FP8,
+// else V's.
 struct Smem {
-  unsigned q, o, k0, v0, bars;
+  unsigned q, o, k0, v0, vt0, bars;
   unsigned char* tiles;  // Where q is, as a generic pointer.
   __device__ __forceinline__ unsigned k(int s) const {
     return k0 + s * kTileBytes;
   }
   __device__ __forceinline__ unsigned v(int s) const {
     return v0 + s * kTileBytes;
+  }
+  __device__ __forceinline__ unsigned vt(int s) const {
+    return vt0 + s * kTileBytes;
   }
   __device__ __forceinline__ unsigned q_full() const { return bars; }
   __device__ __forceinline__ unsigned q_empty() const { return bars + 8; }
@@ -146,8 +187,23 @@ struct Smem {
   __device__ __forceinline__ unsigned v_tail() const {
     return bars + 8 * (2 + 4 * kStages);
   }
+  __device__ __forceinline__ unsigned vt_full(int s) const {
+    return bars + 8 * (3 + 4 * kStages + s);
+  }
+  __device__ __forceinline__ unsigned vt_empty(int s) const {
+    return bars + 8 * (3 + 5 * kStages + s);
+  }
+  __device__ __forceinline__ unsigned pv(int s) const {
+    return kFp8 ? vt(s) : v(s);
+  }
+  __device__ __forceinline__ unsigned pv_full(int s) const {
+    return kFp8 ? vt_full(s) : v_full(s);
+  }
+  __device__ __forceinline__ unsigned pv_empty(int s) const {
+    return kFp8 ? vt_empty(s) : v_empty(s);
+  }
 };
-static_assert(8 * (3 + 4 * 4) <= 256, "barriers fit their 256 bytes");
+static_assert(8 * (3 + 6 * 4) <= 256, "barriers fit their 256 bytes");
 
 __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   Smem s;
@@ -156,9 +212,10 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   s.tiles =
       const_cast<unsigned char*>(smem_raw) + (s.q - SmemAddress(smem_raw));
   s.o = kPersistent ? s.q + kQBytes : s.q;
-  s.k0 = s.o + kQBytes;
+  s.k0 = s.o + kOBytes;  // kOBytes >= kQBytes.
   s.v0 = s.k0 + kStages * kTileBytes;
-  s.bars = s.v0 + kStages * kTileBytes;
+  s.vt0 = s.v0 + kStages * kTileBytes;
+  s.bars = s.vt0 + (kFp8 ? kStages * kTileBytes : 0);
   return s;
 }
 
@@ -221,7 +278,7 @@ __device__ __forceinline__ bool TailNeedsClearing(const AttentionParams& p,
   return w.k_start + kv0 + kN > total && p.rows_k > total;
 }
 
-// Zeroes rows [from, kN) of the V tile at `tile` (both 64-column blocks),
+// Zeroes rows [from, kN) of the V tile at `tile` (all its column blocks),
 // the producer warp's 32 lanes together, and makes the zeros visible to the
 // tensor cores.
 __device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
@@ -232,7 +289,7 @@ __device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
   for (unsigned at = tile + first * kRowBytes + (lane % 8) * 16; at < end;
        at += 4 * kRowBytes) {
 #pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
+    for (int db = 0; db < kDBlocks; ++db) {
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
                        at + db * kN * kRowBytes),
                    "r"(0)
@@ -276,9 +333,9 @@ __device__ __forceinline__ void LoadTileRows(const TensorMap& map,
     }
     if (lane == 0) {
 #pragma unroll
-      for (int db = 0; db < kD / 64; ++db) {
-        TmaLoad(tile + (db * kN + part * kKvBox) * kRowBytes, map, bar, 64 * db,
-                at, kv_head, from);
+      for (int db = 0; db < kDBlocks; ++db) {
+        TmaLoad(tile + (db * kN + part * kKvBox) * kRowBytes, map, bar,
+                kBlockCols * db, at, kv_head, from);
       }
     }
   }
@@ -343,8 +400,8 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
     if (lane == 0) {
       BarrierExpectBytes(s.q_full(), kQBytes);
 #pragma unroll
-      for (int db = 0; db < kD / 64; ++db) {
-        TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), 64 * db,
+      for (int db = 0; db < kDBlocks; ++db) {
+        TmaLoad(s.q + db * kM * kRowBytes, maps.q, s.q_full(), kBlockCols * db,
                 w.q_start + w.q0, w.h, MapBatch(CuSeqlensQ(p), w.b));
       }
     }
@@ -355,7 +412,9 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
     // loaded after the loop (inside, its values would stay live).
     const int last = w.num_blocks - 1;
     const int kv_last = (w.block0 + last) * kN;
-    const bool clear_last = last >= 0 && TailNeedsClearing(p, w, kv_last);
+    // (FP8: the transposer clears them in Vt instead.)
+    const bool clear_last =
+        !kFp8 && last >= 0 && TailNeedsClearing(p, w, kv_last);
     const int plain = clear_last ? last : w.num_blocks;
     for (int j = 0, row = row0; j < plain; ++j, ++it, row += kN) {
       LoadKv(p, maps, s, it, row, kv_head, batch, -1, tails, lane);
@@ -368,6 +427,103 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
   }
 }
 
+// FP8: Hopper's e4m3 wgmma reads both operands K-major, so P V needs V as
+// [head_dim][keys]. The transposer warps turn each V tile ([kN keys][kD],
+// as copied) into Vt (kD rows of kN bytes, the same 128-byte swizzle),
+// permuting the keys within each k-step of 32 so that P's A fragments come
+// straight from S's accumulators (PackProbsFp8): the lane that holds keys
+// 2i, 2i + 1, 2i + 8, 2i + 9 (+ 16) of a step's scores holds them as
+// k-positions 4i .. 4i + 3 (+ 16), so Vt's column 4i + e holds key
+// Key(i, e). A lane owns one 4-byte word of a Vt row: 4 keys of a k-step
+// (lane / 8 the step, lane % 8 the word), and per pass 16 of head_dim (a
+// 16-byte chunk of the 4 key rows, loaded whole), transposed 4 by 4 bytes
+// with byte permutes. With kClear, V's rows from key `from` on (which may
+// hold anything, TailNeedsClearing) are taken as zeros.
+__device__ __forceinline__ unsigned Prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+template <bool kClear>
+__device__ __forceinline__ void TransposeV(unsigned v, unsigned vt, int thread,
+                                           int from) {
+  const int lane = thread % 32;
+  const int step = lane / 8, word = lane % 8;
+  const int key0 = 32 * step + 16 * (word / 4) + 2 * (word % 4);
+  constexpr int kChunks = kD / 16;  // 16-byte chunks of a V row.
+  constexpr int kPasses = kChunks / kTransposeWarps;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int c = (thread / 32) * kPasses + pass;
+    unsigned r[4][4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + (e & 1) + 8 * (e >> 1);
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(r[e][0]), "=r"(r[e][1]), "=r"(r[e][2]), "=r"(r[e][3])
+                   : "r"(v + key * kRowBytes + ((c ^ (key % 8)) << 4)));
+      if (kClear && key >= from) r[e][0] = r[e][1] = r[e][2] = r[e][3] = 0;
+    }
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      // Bytes 0..3 of r[e][w] are head_dim 16 c + 4 w + 0..3 of key e.
+      const unsigned lo01 = Prmt(r[0][w], r[1][w], 0x5140);
+      const unsigned hi01 = Prmt(r[0][w], r[1][w], 0x7362);
+      const unsigned lo23 = Prmt(r[2][w], r[3][w], 0x5140);
+      const unsigned hi23 = Prmt(r[2][w], r[3][w], 0x7362);
+      const unsigned out[4] = {
+          Prmt(lo01, lo23, 0x5410), Prmt(lo01, lo23, 0x7632),
+          Prmt(hi01, hi23, 0x5410), Prmt(hi01, hi23, 0x7632)};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * c + 4 * w + e;
+        const int col = 4 * (8 * step + word);  // Byte in the row.
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(
+                         vt + row * kRowBytes +
+                         (((col / 16) ^ (row % 8)) << 4) + col % 16),
+                     "r"(out[e])
+                     : "memory");
+      }
+    }
+  }
+}
+
+// The transposer warps (FP8): every key tile's V into its Vt stage, in the
+// producer's order, once the copy has landed and the consumers are done
+// with the stage's previous Vt; then V's stage goes back to the producer.
+__device__ __forceinline__ void Transpose(const AttentionParams& p,
+                                          const Smem& s, int thread) {
+  const Tiles tiles = MyTiles(p);
+  int it = 0;
+  for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
+    const BlockPlan w = TileAt(p, tiles, tile);
+    if (!HasRows(w)) continue;
+    // Only a sequence's last key tile can reach past its keys.
+    const int kv_last = (w.block0 + w.num_blocks - 1) * kN;
+    const int clear_from = w.num_blocks > 0 && TailNeedsClearing(p, w, kv_last)
+                               ? w.seq_k - kv_last
+                               : kN;
+    for (int j = 0; j < w.num_blocks; ++j, ++it) {
+      const int stage = it % kStages;
+      const int parity = (it / kStages) & 1;
+      BarrierWait(s.v_full(stage), parity);
+      BarrierWait(s.vt_empty(stage), parity ^ 1);
+      if (j == w.num_blocks - 1 && clear_from < kN) {
+        TransposeV<true>(s.v(stage), s.vt(stage), thread, clear_from);
+      } else {
+        TransposeV<false>(s.v(stage), s.vt(stage), thread, kN);
+      }
+      FenceSharedForAsync();
+      __syncwarp();
+      if (thread % 32 == 0) {
+        BarrierArrive(s.vt_full(stage));
+        BarrierArrive(s.v_empty(stage));
+      }
+    }
+  }
+}
+
 // With OVERLAP, where registers allow (the spec's estimate of a consumer
 // thread's registers plus D / 4), each thread keeps its part of the
 // warpgroup's Q rows in registers (A fragments) for the whole tile, and S =
@@ -377,20 +533,23 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
 // P inside the key loop of 64-key tiles, so that S of the next tile was
 // taken against P (wrong results, caught by the GPU tests).
 constexpr int kRegisterBudget = kRealloc ? kConsumerRegs : 255;
-constexpr bool kQInRegs = kOverlap && kD / 2 + kN / 2 + kN / 4 + 32 +
-                                              (kPersistent ? 8 : 0) + kD / 4 <=
+constexpr bool kQInRegs = kOverlap && kD / 2 + kN / 2 + kN * kElemBytes / 8 +
+                                              32 + (kPersistent ? 8 : 0) +
+                                              kD * kElemBytes / 8 <=
                                           kRegisterBudget;
-constexpr int kQFrags = kQInRegs ? kD / 16 : 1;
+constexpr int kQFrags = kQInRegs ? kQkSteps : 1;
 
 // The thread's A fragments of the warpgroup's 64 rows of Q (at q_rows, in
-// 64-column blocks), one per k-step: ldmatrix of 16 rows by 16 columns per
-// warp. The lane's row is its lane mod 8, so LaneChunk's swizzle applies.
+// 128-byte column blocks), one per k-step: ldmatrix of 16 rows by 32 bytes
+// per warp (e4m3's A fragment of a k-step of 32 holds the same bytes as a
+// 16-bit one of 16). The lane's row is its lane mod 8, so LaneChunk's
+// swizzle applies.
 __device__ __forceinline__ void LoadWarpgroupQ(unsigned (&qf)[kQFrags][4],
                                                unsigned q_rows, int thread) {
   const int lane = thread % 32;
   const int row = (thread / 32) * 16 + lane % 8 + 8 * ((lane / 8) % 2);
 #pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
+  for (int ks = 0; ks < kQkSteps; ++ks) {
     const int chunk = 2 * (ks % 4) + lane / 16;
     LdMatrixX4(qf[ks], q_rows + (ks / 4) * kM * kRowBytes + row * kRowBytes +
                            2 * LaneChunk(chunk, lane));
@@ -400,19 +559,26 @@ __device__ __forceinline__ void LoadWarpgroupQ(unsigned (&qf)[kQFrags][4],
 // S = Q K^T for one key tile: the warpgroup's 64 rows of Q (from q_rows or
 // the fragments qf) against the kN keys of the K stage, one wgmma per k-step
 // of 16.
+// (Templates only so that the branches of the other dtype are discarded.)
+template <bool kE4m3 = kFp8>
 __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
                                         const unsigned (&qf)[kQFrags][4],
                                         unsigned k_stage) {
 #pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
+  for (int ks = 0; ks < kQkSteps; ++ks) {
     const unsigned step = (ks % 4) * 32;  // Bytes into the 128-byte rows.
     const unsigned long long k =
         Descriptor(k_stage + (ks / 4) * kN * kRowBytes + step);
-    if constexpr (kQInRegs) {
+    const unsigned long long q =
+        Descriptor(q_rows + (ks / 4) * kM * kRowBytes + step);
+    if constexpr (kE4m3 && kQInRegs) {
+      WgmmaRSFp8(s, qf[ks], k, ks > 0);
+    } else if constexpr (kE4m3) {
+      WgmmaSSFp8(s, q, k, ks > 0);
+    } else if constexpr (kQInRegs) {
       WgmmaRSK(s, qf[ks], k, ks > 0);
     } else {
-      WgmmaSS(s, Descriptor(q_rows + (ks / 4) * kM * kRowBytes + step), k,
-              ks > 0);
+      WgmmaSS(s, q, k, ks > 0);
     }
   }
 }
@@ -423,14 +589,22 @@ __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
 // faster than one m64n64k16 per block, but 1-2.5% slower with 192-key
 // tiles (bench/RESULTS.md, 2026-11-26). Else output columns 64 db .. 64 db
 // + 63 from V's column block db.
+// FP8: Vt's rows (head_dim) of 32 bytes (keys) a step, K-major.
 constexpr bool kPvWide = kD == 128 && kN <= 128;
+// FP8 with `fresh`: o = P V (o a tile's own accumulator, see
+// AddTileOutput).
+template <bool kE4m3 = kFp8>
 __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
-                                        const unsigned (&pf)[kN / 16][4],
-                                        unsigned v_stage) {
+                                        const unsigned (&pf)[kPvSteps][4],
+                                        unsigned v_stage, bool fresh = false) {
 #pragma unroll
-  for (int t = 0; t < kN / 16; ++t) {
+  for (int t = 0; t < kPvSteps; ++t) {
     const unsigned rows = v_stage + t * 16 * kRowBytes;
-    if constexpr (kPvWide) {
+    if constexpr (kE4m3) {
+      WgmmaRSFp8(o, pf[t],
+                 Descriptor(v_stage + (t / 4) * kD * kRowBytes + (t % 4) * 32),
+                 t > 0 || !fresh);
+    } else if constexpr (kPvWide) {
       WgmmaRS(o, pf[t], Descriptor(rows, kN * kRowBytes));
     } else {
 #pragma unroll
@@ -485,9 +659,11 @@ struct Turns {
 struct Rows {
   float o[1][kDTiles][4];
   float s[1][kNTiles][4];
-  unsigned pf[kN / 16][4];
+  unsigned pf[kPvSteps][4];
   unsigned qf[kQFrags][4];  // Q's A fragments (kQInRegs).
   float row_max[1][2], row_sum[1][2], correction[1][2];
+  // scale * log2(e), times Q's and K's descale factors (FP8).
+  float scale_log2;
 };
 
 // The online softmax of a tile with a lazy reference: a row's reference
@@ -498,8 +674,16 @@ struct Rows {
 // large problems run at the H100's power cap (bench/RESULTS.md,
 // 2026-11-26). Not with 192-key tiles, where it measured 1-1.6% slower
 // (8k-d128).
+// FP8 probabilities are e4m3 for P V: they are taken against a reference
+// kProbShift below the row's, so that they span [0, 2^(kSlack +
+// kProbShift)] = [0, 256] (e4m3 reaches 448), and fewer of them fall below
+// e4m3's normal range (2^-6). Their row sums are of the rounded values
+// (PackAll), so that rounding P scales no row: with 3 mantissa bits, the
+// probabilities of a row with scores close together all round the same way
+// (up to 6% off), which summing the unrounded ones would leave in O.
 constexpr bool kLazy = kN <= 128;
-constexpr float kSlack = 8.f;
+constexpr float kSlack = kFp8 ? 4.f : 8.f;
+constexpr float kProbShift = kFp8 ? 4.f : 0.f;
 __device__ __forceinline__ void SoftmaxLazy(Rows& r, float scale_log2) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -511,8 +695,9 @@ __device__ __forceinline__ void SoftmaxLazy(Rows& r, float scale_log2) {
       r.row_max[0][half] = mx;
     }
     const float ref = r.row_max[0][half] == NegInf() ? 0.f : r.row_max[0][half];
-    r.row_sum[0][half] = r.row_sum[0][half] * r.correction[0][half] +
-                         ExpRowHalf(r.s[0], half, scale_log2, ref);
+    const float sum = ExpRowHalf(r.s[0], half, scale_log2, ref - kProbShift);
+    r.row_sum[0][half] =
+        r.row_sum[0][half] * r.correction[0][half] + (kFp8 ? 0.f : sum);
   }
 }
 
@@ -525,16 +710,82 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
     MaskTile(r.s, p, w, kv0, w.q0 + row0, lane);
   }
   if constexpr (kLazy) {
-    SoftmaxLazy(r, p.scale_log2);
+    SoftmaxLazy(r, r.scale_log2);
   } else {
-    SoftmaxScores(r.s, r.row_max, r.row_sum, p.scale_log2, r.correction);
+    SoftmaxScores(r.s, r.row_max, r.row_sum, r.scale_log2, r.correction);
   }
 }
 
-// P for O += P V, done before the wgmma.fence that precedes its use.
-__device__ __forceinline__ void PackAll(Rows& r) {
+// Four probabilities as e4m3 (saturating), the first in the low byte.
+__device__ __forceinline__ unsigned PackE4m3(float a, float b, float c,
+                                             float d) {
+  unsigned x;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(x)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+  return x;
+}
+
+// FP8: P's A fragment of key step t (keys 32 t ..) straight from S's
+// accumulators, in the key order of TransposeV.
+__device__ __forceinline__ void PackProbsFp8(const float (&s)[kNTiles][4],
+                                             int t, unsigned* a) {
 #pragma unroll
-  for (int t = 0; t < kN / 16; ++t) PackProbs(r.s, 0, t, r.pf[t]);
+  for (int i = 0; i < 4; ++i) {
+    const int tile = 4 * t + 2 * (i / 2), h = 2 * (i % 2);
+    a[i] = PackE4m3(s[tile][h], s[tile][h + 1], s[tile + 1][h],
+                    s[tile + 1][h + 1]);
+  }
+}
+
+// The sum of four e4m3 values, as fp16x2 (two partial sums).
+__device__ __forceinline__ unsigned SumE4m3(unsigned x) {
+  unsigned d;
+  asm("add.rn.f16x2 %0, %1, %2;\n"
+      : "=r"(d)
+      : "r"(fp8::ToHalf2<0>(x)), "r"(fp8::ToHalf2<1>(x)));
+  return d;
+}
+
+__device__ __forceinline__ unsigned AddHalf2(unsigned a, unsigned b) {
+  unsigned d;
+  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ float HalvesSum(unsigned x) {
+  float lo, hi;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\n"
+      "cvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(x));
+  return lo + hi;
+}
+
+// P for O += P V, done before the wgmma.fence that precedes its use. FP8
+// adds the rounded probabilities to the row sums (in fp16 within the tile:
+// at most 32 values of at most 256 a thread and row).
+__device__ __forceinline__ void PackAll(Rows& r) {
+  unsigned sums[2] = {0, 0};  // Rows lane / 4 and + 8 (fp16x2).
+#pragma unroll
+  for (int t = 0; t < kPvSteps; ++t) {
+    if constexpr (kFp8) {
+      PackProbsFp8(r.s[0], t, r.pf[t]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sums[i % 2] = AddHalf2(sums[i % 2], SumE4m3(r.pf[t][i]));
+      }
+    } else {
+      PackProbs(r.s, 0, t, r.pf[t]);
+    }
+  }
+  if constexpr (kFp8) {
+    r.row_sum[0][0] += HalvesSum(sums[0]);
+    r.row_sum[0][1] += HalvesSum(sums[1]);
+  }
   FenceOperands(r.pf);
 }
 
@@ -547,7 +798,29 @@ __device__ __forceinline__ void Rescale(Rows& r) {
   FenceOperands(r.o[0]);
 }
 
-// The key tiles one after another: S, softmax, then O += P V.
+// FP8: the tensor cores keep fewer bits of an e4m3 product's sum than
+// fp32 has (about 13 below the accumulator's leading one, truncated), so
+// O summed over thousands of keys in their accumulator drifts (7% relative
+// L2 error at 8,192 keys with a V of nonzero mean); each key tile's P V
+// goes into a fresh accumulator (S's registers, free once P is packed) and
+// is added to O in fp32 here.
+// (kN == kD for FP8, the kernel's first static_assert.)
+__device__ __forceinline__ float (&TileOutput(Rows& r))[kDTiles][4] {
+  return *reinterpret_cast<float(*)[kDTiles][4]>(&r.s[0]);
+}
+
+__device__ __forceinline__ void AddTileOutput(Rows& r) {
+  float(&t)[kDTiles][4] = TileOutput(r);
+  FenceOperands(t);
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.o[0][dt][i] += t[dt][i];
+  }
+}
+
+// The key tiles one after another: S, softmax, then O += P V (FP8: O +=
+// a tile's own P V, AddTileOutput).
 __device__ __forceinline__ void ConsumeSerial(
     Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
     unsigned q_rows, int row0, const Turns& turns, int it, int lane) {
@@ -567,15 +840,20 @@ __device__ __forceinline__ void ConsumeSerial(
     Softmax(r, p, w, j, row0, lane);
     Rescale(r);
     PackAll(r);
-    BarrierWait(s.v_full(stage), parity);
+    BarrierWait(s.pv_full(stage), parity);
     turns.Begin();
     WgmmaFence();
-    IssuePv(r.o[0], r.pf, s.v(stage));
+    if constexpr (kFp8) {
+      IssuePv(TileOutput(r), r.pf, s.pv(stage), /*fresh=*/true);
+    } else {
+      IssuePv(r.o[0], r.pf, s.pv(stage));
+    }
     WgmmaCommit();
     turns.End(j == w.num_blocks - 1);
     WgmmaWait<0>();
     FenceOperands(r.o[0]);
-    if (lane == 0) BarrierArrive(s.v_empty(stage));
+    if (lane == 0) BarrierArrive(s.pv_empty(stage));
+    if constexpr (kFp8) AddTileOutput(r);
   }
 }
 
@@ -608,9 +886,9 @@ __device__ __forceinline__ void ConsumeOverlapped(
     IssueQk(r.s[0], q_rows, r.qf, s.k(stage));
     WgmmaCommit();
     Rescale(r);
-    BarrierWait(s.v_full(prev), ((it + j - 1) / kStages) & 1);
+    BarrierWait(s.pv_full(prev), ((it + j - 1) / kStages) & 1);
     WgmmaFence();
-    IssuePv(r.o[0], r.pf, s.v(prev));
+    IssuePv(r.o[0], r.pf, s.pv(prev));
     WgmmaCommit();
     turns.End(false);
     WgmmaWait<1>();
@@ -621,20 +899,20 @@ __device__ __forceinline__ void ConsumeOverlapped(
     WgmmaWait<0>();
     FenceOperands(r.o[0]);
     FenceOperands(r.s[0]);
-    if (lane == 0) BarrierArrive(s.v_empty(prev));
+    if (lane == 0) BarrierArrive(s.pv_empty(prev));
     PackAll(r);
   }
   const int last = (it + n - 1) % kStages;
-  BarrierWait(s.v_full(last), ((it + n - 1) / kStages) & 1);
+  BarrierWait(s.pv_full(last), ((it + n - 1) / kStages) & 1);
   turns.Begin();
   Rescale(r);
   WgmmaFence();
-  IssuePv(r.o[0], r.pf, s.v(last));
+  IssuePv(r.o[0], r.pf, s.pv(last));
   WgmmaCommit();
   turns.End(true);
   WgmmaWait<0>();
   FenceOperands(r.o[0]);
-  if (lane == 0) BarrierArrive(s.v_empty(last));
+  if (lane == 0) BarrierArrive(s.pv_empty(last));
 }
 
 // Rows row0.. (up to the sequence's seq_q) of the warpgroup's part of the
@@ -721,6 +999,12 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     if (!HasRows(w)) continue;
     Rows r;
     InitRows(r.o, r.row_max, r.row_sum);
+    const int kv_head = w.h / (p.heads / p.kv_heads);
+    r.scale_log2 = p.scale_log2;
+    if constexpr (kFp8) {
+      r.scale_log2 *= fp8::Descale(p, p.q_descale, w.b, kv_head) *
+                      fp8::Descale(p, p.k_descale, w.b, kv_head);
+    }
     turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), done & 1);
     ++done;
@@ -733,6 +1017,14 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     it += w.num_blocks;
     // The loops hand Q back after the tile's last S; with no key tile, here.
     if (lane == 0 && w.num_blocks == 0) BarrierArrive(s.q_empty());
+    if constexpr (kFp8) {
+      const float v_descale = fp8::Descale(p, p.v_descale, w.b, kv_head);
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r.o[0][dt][i] *= v_descale;
+      }
+    }
     if constexpr (kSplits == 1) {
       StoreRows(r, p, maps, w, s, consumer, thread);
     } else {
@@ -766,9 +1058,14 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kStages; ++i) {
       BarrierInit(s.k_full(i), 1);
       BarrierInit(s.v_full(i), 1);
-      // Lane 0 of every consumer warp hands a stage back.
+      // Lane 0 of every consumer warp hands a stage back (FP8: of every
+      // transposer warp for V, of every consumer warp for Vt).
       BarrierInit(s.k_empty(i), 4 * kConsumers);
-      BarrierInit(s.v_empty(i), 4 * kConsumers);
+      BarrierInit(s.v_empty(i), kFp8 ? kTransposeWarps : 4 * kConsumers);
+      if constexpr (kFp8) {
+        BarrierInit(s.vt_full(i), kTransposeWarps);
+        BarrierInit(s.vt_empty(i), 4 * kConsumers);
+      }
     }
     BarrierInitFence();
   }
@@ -779,6 +1076,10 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     if constexpr (kRealloc) LowerRegisters<kProducerRegs>();
     if (threadIdx.x < 32) Produce(p, maps, s, threadIdx.x);
+    const int transposer = threadIdx.x - 32 * kTransposeWarp0;
+    if (kFp8 && transposer >= 0 && transposer < 32 * kTransposeWarps) {
+      Transpose(p, s, transposer);
+    }
     if constexpr (kSplits > 1) {  // The consumers' CombineInCluster.
       __syncwarp();
       ClusterSync();

@@ -8,9 +8,12 @@ namespace evotune {
 namespace {
 
 // Registers per consumer thread after reallocation (the kernel's
-// kConsumerRegs; a single consumer keeps the entry cap of 255).
-int64_t ConsumerRegisters(int64_t consumers) {
-  return consumers == 1 ? 255 : consumers == 2 ? 240 : 160;
+// kConsumerRegs; a single consumer keeps the entry cap of 255). FP8 leaves
+// the producer warpgroup more, for V's transpose.
+int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
+  if (consumers == 1) return 255;
+  if (consumers == 2) return p.q_fp8 ? 208 : 240;
+  return 160;
 }
 
 // What a consumer thread keeps in registers: O (HEAD_DIM / 2 fp32), S
@@ -20,9 +23,11 @@ int64_t ConsumerRegisters(int64_t consumers) {
 // (nvrtc_compiler_test's FlashFwdTmaConfigsDoNotSpill holds the rest to it).
 // With OVERLAP the kernel keeps Q in registers (HEAD_DIM / 4 more) where
 // that still fits (its kQInRegs).
+// FP8 packs P four to a register.
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
   return p.head_dim / 2 + c.at("BLOCK_N") / 2 +
-         c.at("OVERLAP") * c.at("BLOCK_N") / 4 + 32 + 8 * c.at("PERSISTENT");
+         c.at("OVERLAP") * c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + 32 +
+         8 * c.at("PERSISTENT");
 }
 
 std::vector<Constraint> Constraints() {
@@ -35,11 +40,22 @@ std::vector<Constraint> Constraints() {
        [](const Config& c, const Problem&) {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
        }},
-      {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / 4 + 32 + "
-       "8 * PERSISTENT <= "
-       "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? 240 : 160)",
+      {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / (Q_FP8 ? 8 : 4) + "
+       "32 + 8 * PERSISTENT <= "
+       "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? (Q_FP8 ? 208 : 240) : 160)",
        [](const Config& c, const Problem& p) {
-         return RegisterEstimate(c, p) <= ConsumerRegisters(c.at("CONSUMERS"));
+         return RegisterEstimate(c, p) <=
+                ConsumerRegisters(c.at("CONSUMERS"), p);
+       }},
+      // FP8 attention: one tile shape (V's transpose is written for it),
+      // the producer warpgroup's registers leave room for two consumers at
+      // most, and each tile's P V is summed in fp32 apart from O, in S's
+      // registers (free only without OVERLAP).
+      {"Q_FP8 == 0 || (HEAD_DIM == 128 && BLOCK_N == 128 && CONSUMERS <= 2 "
+       "&& OVERLAP == 0)",
+       [](const Config& c, const Problem& p) {
+         return !p.q_fp8 || (p.head_dim == 128 && c.at("BLOCK_N") == 128 &&
+                             c.at("CONSUMERS") <= 2 && c.at("OVERLAP") == 0);
        }},
       // A paged split cluster of several consumers spills in the producer
       // (12 bytes at 24 registers: the page ids beside the cluster's state).
@@ -109,8 +125,10 @@ std::vector<Config> FittedDefaults(const Problem& p,
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
-    return {TmaConfig(2, 128, 2, 1, 1, splits == 1 && !ragged ? 1 : 0, splits)};
+    return {TmaConfig(2, 128, 2, p.q_fp8 ? 0 : 1, 1,
+                      splits == 1 && !ragged ? 1 : 0, splits)};
   }
+  if (p.q_fp8) return {TmaConfig(1, 128, 2, 0, 0, persistent, splits)};
   return {TmaConfig(1, 128, 2, 1, 0, persistent, splits),
           TmaConfig(1, 64, 2, p.head_dim == 64 ? 1 : 0, 0, 0, splits)};
 }
@@ -128,11 +146,15 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
     g.persistent = true;
   }
   g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
-  // Q (and, persistent, O), the K/V ring; 1024 B to align the swizzled
-  // tiles, 256 B of mbarriers.
-  const int64_t rows =
-      block_m * (persistent ? 2 : 1) + 2 * c.at("STAGES") * c.at("BLOCK_N");
-  g.smem_bytes = rows * p.head_dim * 2 + 1024 + 256;
+  // Q and O (one buffer unless persistent; O is 16-bit), the K/V ring (FP8:
+  // and V's transposes); 1024 B to align the swizzled tiles, 256 B of
+  // mbarriers.
+  const int64_t elem = p.q_fp8 ? 1 : 2;
+  const int64_t q_bytes = block_m * p.head_dim * elem;
+  const int64_t o_bytes = block_m * p.head_dim * 2;
+  const int64_t ring =
+      (p.q_fp8 ? 3 : 2) * c.at("STAGES") * c.at("BLOCK_N") * p.head_dim * elem;
+  g.smem_bytes = (persistent ? q_bytes : 0) + o_bytes + ring + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
   // A paged kernel copies each tile in parts that lie in one page.
   g.tma.kv_rows = static_cast<int>(p.layout == Layout::kPaged
@@ -177,6 +199,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
   t.head_dims = {64, 128};
   t.fits_every_form = true;  // NvrtcCompilerTest.FlashFwdTmaConfigsDoNotSpill
   t.dtypes = {DType::kFp16, DType::kBf16};
+  t.q_fp8 = true;  // Q, K and V in e4m3 (docs/fp8.md).
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};
   t.constraints = Constraints();

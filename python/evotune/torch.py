@@ -380,12 +380,25 @@ def _(q, k, v, causal, scale):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
-def attention(q, k, v, causal=False, scale=None):
+def attention(q, k, v, causal=False, scale=None, *, q_descale=None,
+              k_descale=None, v_descale=None, out_dtype=None):
     """softmax(q k^T * scale) v for [batch, heads, seq, head_dim] tensors;
     k and v may have fewer heads (grouped). scale defaults to
     1/sqrt(head_dim). Raises AttentionArgumentError (a ValueError and a
     RuntimeError) naming the argument for tensors that do not fit
-    together, as SDPA refuses them."""
+    together, as SDPA refuses them. float8_e4m3fn q, k and v run FP8
+    attention with their descale factors and out_dtype (fp8_attention;
+    eager only)."""
+    fp8 = getattr(q, "dtype", None) == torch.float8_e4m3fn
+    if fp8:
+        return fp8_attention(q, k, v, causal, scale, q_descale, k_descale,
+                             v_descale, out_dtype or torch.bfloat16)
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
+                    ("v_descale", v_descale), ("out_dtype", out_dtype)):
+        if t is not None:
+            raise checks.AttentionArgumentError(
+                f"evotune.attention: {name} is for float8_e4m3fn q, k and v "
+                f"(FP8 attention); q is {getattr(q, 'dtype', type(q))}")
     scale = None if scale is None else float(scale)
     if eager(q, k, v):
         return _attention_impl(q, k, v, bool(causal), scale)
@@ -415,4 +428,5 @@ from .varlen import (VarlenPlan, flash_attn_varlen_func,  # noqa: E402,F401
                      varlen_attention)
 from .kvcache import flash_attn_with_kvcache  # noqa: E402,F401
 from .fp8 import quantize_fp8  # noqa: E402,F401
+from .fp8_attention import fp8_attention  # noqa: E402,F401
 from .paged import PagedPlan, paged_varlen_attention  # noqa: E402,F401

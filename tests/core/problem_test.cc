@@ -25,7 +25,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(13, p);
+  std::vector<Problem> variants(14, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -41,6 +41,7 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[11] = variants[10];
   variants[11].page_size = 256;
   variants[12].kv_fp8 = true;
+  variants[13].kv_fp8 = variants[13].q_fp8 = true;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -73,6 +74,27 @@ TEST(ProblemTest, AnFp8KvCacheIsNamedAfterTheDtype) {
   Problem r = q;
   r.kv_fp8 = true;
   EXPECT_EQ(ProblemDistance(q, r), 1.0);
+}
+
+TEST(ProblemTest, Fp8AttentionIsNamedAfterTheOutputType) {
+  Problem p = Seed();
+  p.dtype = DType::kBf16;
+  p.head_dim = 128;
+  p.kv_fp8 = p.q_fp8 = true;
+  EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d128_full_bf16.qkve4m3_bhsd");
+  EXPECT_EQ(QDType(p), DType::kE4m3);
+  EXPECT_EQ(KvDType(p), DType::kE4m3);
+  EXPECT_EQ(*ParseProblemKey(ProblemKey(p)), p);
+  EXPECT_TRUE(ValidateProblem(p).ok());
+  // FP8 Q needs FP8 K and V.
+  p.kv_fp8 = false;
+  EXPECT_THAT(std::string(ValidateProblem(p).message()),
+              ::testing::StartsWith("problem.q_dtype:"));
+  Problem kv = p;
+  kv.kv_fp8 = true;
+  kv.q_fp8 = false;
+  p.kv_fp8 = true;
+  EXPECT_EQ(ProblemDistance(kv, p), 1.0);
 }
 
 TEST(ProblemTest, LayoutsNameTheKeysLastPart) {

@@ -2,6 +2,7 @@
 #include "tuner/evaluator/cuda_evaluator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -338,6 +339,53 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   }
 }
 
+// FP8 attention in flash_fwd_tma (e4m3 Q, K and V, per-(sequence, KV head)
+// descale factors, P rounded to e4m3) against the reference on the
+// dequantized inputs, within FP8's tolerance: every config the constraints
+// admit on one GQA problem, then dense, varlen and paged problems over both
+// output dtypes, masks and odd lengths with a few configs each.
+TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  const DeviceLimits& limits = evaluator_->device().limits;
+  if (limits.compute_capability != 90) GTEST_SKIP() << "needs sm_90";
+  Problem gqa;
+  gqa.batch = 2;
+  gqa.heads = 8;
+  gqa.kv_heads = 2;
+  gqa.seq_q = 300;
+  gqa.seq_k = 1000;
+  gqa.head_dim = 128;
+  gqa.causal = true;
+  gqa.dtype = DType::kBf16;
+  gqa.kv_fp8 = gqa.q_fp8 = true;
+  const std::vector<Config> every = FeasibleConfigs(t, gqa, limits);
+  ASSERT_GE(every.size(), 8u);
+  ExpectEveryOk(t, every, gqa);
+  std::mt19937 gen(90);
+  int problems = 0;
+  for (Layout layout : {Layout::kDense, Layout::kVarlen, Layout::kPaged}) {
+    for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 17}, {113, 1023}, {1023, 113}, {640, 640}}) {
+      Problem p = gqa;
+      p.heads = problems % 2 ? 4 : 8;
+      p.kv_heads = problems % 2 ? 4 : 1;
+      p.seq_q = sq;
+      p.seq_k = sk;
+      p.causal = problems % 3 != 0;
+      p.dtype = problems % 2 ? DType::kFp16 : DType::kBf16;
+      p.layout = layout;
+      if (layout == Layout::kPaged) {
+        p.page_size = problems % 2 ? 16 : 128;
+        p.seq_k = (sk + p.page_size - 1) / p.page_size * p.page_size;
+      }
+      ++problems;
+      std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
+      std::shuffle(feasible.begin(), feasible.end(), gen);
+      EXPECT_EQ(ExpectOkUntil(t, feasible, p, 3), 3) << ProblemKey(p);
+    }
+  }
+}
+
 // decode_fwd over an FP8 KV cache (e4m3 K and V, per-(sequence, KV head)
 // descale factors) against the reference on the dequantized inputs: both
 // head dims and dtypes, dense, cache and paged layouts, GQA and MQA, decode
@@ -389,6 +437,7 @@ TEST_F(CudaEvaluatorTest, DecodeFwdReadsAnFp8KvCache) {
       paged.kv_fp8 = fp8;
       Config c = DecodeWithSplits(4);
       c["TILE_N"] = n;
+      c["WARPS"] = n == 64 ? 2 : 4;  // 16-bit 64-key tiles: shared memory.
       ExpectOk(t, c, paged);
     }
   }
@@ -548,6 +597,13 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
       {"flash_fwd_tma",
        *ParseConfigKey("BLOCK_N=64,CONSUMERS=2,KV_SPLITS=4,OVERLAP=1,"
                        "PERSISTENT=0,PINGPONG=1,STAGES=2")},
+      // FP8 attention's shape (128-key tiles), with V's transposes.
+      {"flash_fwd_tma",
+       *ParseConfigKey("BLOCK_N=128,CONSUMERS=2,KV_SPLITS=1,OVERLAP=0,"
+                       "PERSISTENT=1,PINGPONG=1,STAGES=2")},
+      {"flash_fwd_tma",
+       *ParseConfigKey("BLOCK_N=128,CONSUMERS=1,KV_SPLITS=2,OVERLAP=0,"
+                       "PERSISTENT=0,PINGPONG=0,STAGES=3")},
       {"decode_fwd",
        *ParseConfigKey(
            "KV_SPLITS=1,Q_IN_REGS=1,ROWS=16,STAGES=2,TILE_N=16,WARPS=4")},
@@ -573,9 +629,13 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     // inside the tensors.
     for (Layout layout :
          {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
-      for (bool fp8 : {false, true}) {  // e4m3 K and V where served.
+      // 16-bit, e4m3 K and V, and e4m3 Q, K and V (at head_dim 128), where
+      // served.
+      for (int fp8 = 0; fp8 < 3; ++fp8) {
         Problem p;
-        p.kv_fp8 = fp8;
+        p.kv_fp8 = fp8 > 0;
+        p.q_fp8 = fp8 == 2;
+        if (p.q_fp8) p.head_dim = 128;
         p.batch = layout == Layout::kDense ? 1 : 3;
         p.heads = 2;
         p.kv_heads = 1;
@@ -594,6 +654,26 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
       }
     }
   }
+}
+
+// Not run by itself: one config of one problem, for a profiler
+// (EVOTUNE_PROFILE_TEMPLATE, EVOTUNE_PROFILE_CONFIG as a config key and
+// EVOTUNE_PROFILE_PROBLEM as a problem key), e.g.
+//   ncu --kernel-name attention_fwd cuda_evaluator_test
+//   --gtest_also_run_disabled_tests --gtest_filter=*OneConfigForAProfiler
+TEST_F(CudaEvaluatorTest, DISABLED_OneConfigForAProfiler) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v == nullptr ? "" : v);
+  };
+  const KernelTemplate* t =
+      TemplateRegistry::Builtin().Find(env("EVOTUNE_PROFILE_TEMPLATE"));
+  ASSERT_NE(t, nullptr) << "EVOTUNE_PROFILE_TEMPLATE";
+  absl::StatusOr<Config> c = ParseConfigKey(env("EVOTUNE_PROFILE_CONFIG"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Problem> p = ParseProblemKey(env("EVOTUNE_PROFILE_PROBLEM"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ExpectOk(*t, *c, *p);
 }
 
 // Not run by itself: sanitizer_test.sh runs it under racecheck and requires

@@ -370,6 +370,34 @@ TEST(KernelTemplateTest, AnFp8KvCacheNeedsATemplateAndADeviceThatReadIt) {
             decode.geometry(c, bf16).smem_bytes);
 }
 
+// FP8 attention (e4m3 Q, K and V): flash_fwd_tma reads it at head_dim 128
+// with 128-key tiles and no OVERLAP; decode_fwd (16-bit Q) does not.
+TEST(KernelTemplateTest, Fp8AttentionNeedsATemplateThatReadsIt) {
+  Problem p = SeedProblem();
+  p.head_dim = 128;
+  p.dtype = DType::kBf16;
+  p.kv_fp8 = p.q_fp8 = true;
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  absl::Status s = CheckSupports(*registry.Find("decode_fwd"), p);
+  EXPECT_EQ(s.message().rfind("problem.q_dtype:", 0), 0u) << s;
+  const KernelTemplate& tma = *registry.Find("flash_fwd_tma");
+  ASSERT_TRUE(CheckSupports(tma, p).ok());
+  const DeviceLimits h200{232448, 1024, 90};
+  const std::vector<Config> fitted = tma.fitted_defaults(p, h200);
+  ASSERT_FALSE(fitted.empty());
+  for (const Config& c : fitted) {
+    EXPECT_TRUE(CheckConfig(tma, c, p, h200).ok()) << ConfigKey(c);
+  }
+  Config overlapped = fitted.front();
+  overlapped["OVERLAP"] = 1;
+  EXPECT_FALSE(CheckConfig(tma, overlapped, p, h200).ok());
+  Problem d64 = p;
+  d64.head_dim = 64;
+  EXPECT_FALSE(CheckConfig(tma, fitted.front(), d64, h200).ok());
+  EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_Q_FP8=1"));
+  EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_KV_FP8=1"));
+}
+
 TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
   Problem p = SeedProblem();
   p.dtype = DType::kBf16;

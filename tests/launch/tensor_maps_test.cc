@@ -120,6 +120,21 @@ TEST_F(TensorMapsTest, EachTensorIsAFourDimensionalMapOfItsOwnShape) {
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps->o)[127], 4);
 }
 
+// FP8 attention: Q, K and V of one byte an element (boxes of 128 of them,
+// 128 bytes; strides in bytes), O 16-bit.
+TEST_F(TensorMapsTest, E4m3TensorsAreMapsOfBytes) {
+  problem_.kv_fp8 = problem_.q_fp8 = true;
+  ASSERT_TRUE(EncodeTensorMaps(Record, params_, problem_, boxes_).ok());
+  ASSERT_EQ(calls.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(calls[i].dtype, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+    EXPECT_EQ(calls[i].box[0], 128u);
+  }
+  EXPECT_THAT(calls[0].strides, ElementsAre(8 * 128, 128, 100 * 8 * 128));
+  EXPECT_EQ(calls[3].dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  EXPECT_THAT(calls[3].box, ElementsAre(64, 64, 1, 1));
+}
+
 // Packed tensors (rows from cu_seqlens) are one batch of all their rows,
 // bounded by the tensor's rows: the copy engine zero-fills past them.
 TEST_F(TensorMapsTest, PackedTensorsAreOneBatchOfAllTheirRows) {

@@ -48,6 +48,9 @@ EVOTUNE_README="$src/docs/serving.md" \
 # FP8 KV caches, through the daemon (skipped below compute capability 8.9).
 "$python" "$src/tests/python/fp8_kvcache_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")" || [ $? -eq 77 ]
+# FP8 attention, through the daemon (skipped but on Hopper).
+"$python" "$src/tests/python/fp8_attention_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")" || [ $? -eq 77 ]
 # New kinds of problems answered at once while the daemon's kernel comes.
 "$python" "$src/tests/python/unwaited_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"

@@ -179,6 +179,23 @@ TEST(AttentionCallTest, AnFp8KvCacheTakesByteStridesAndDescaleFactors) {
   }
 }
 
+// FP8 attention: Q of one byte an element too, and its descale factors.
+TEST(AttentionCallTest, Fp8AttentionTakesByteQueriesAndTheirFactors) {
+  Problem p = Seed();
+  p.kv_fp8 = p.q_fp8 = true;
+  AttentionCall call = Call(p);
+  const float* factors = reinterpret_cast<const float*>(0x5000000);
+  call.q_descale = call.k_descale = call.v_descale = factors;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  call.q.row_stride = 80;  // 80 bytes: a multiple of 16 in e4m3.
+  call.q.head_stride = 80 * 512;
+  call.q.batch_stride = 80 * 512 * 8;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  call.q.row_stride = 72;
+  EXPECT_THAT(std::string(CheckAttentionCall(call).message()),
+              StartsWith("q.row_stride: must be a positive multiple of 16"));
+}
+
 TEST(AttentionCallTest, ASingleHeadOrRowIgnoresItsStride) {
   Problem p = Seed();
   p.heads = p.kv_heads = 1;

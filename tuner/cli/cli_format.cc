@@ -26,7 +26,9 @@ std::string FormatProblem(const v1::Problem& p) {
       kv_heads, p.seq_q(), p.seq_k(), p.head_dim(),
       p.causal() ? "causal" : "non-causal",
       absl::StrCat(p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16",
-                   p.kv_dtype() == v1::DTYPE_E4M3 ? " (K/V e4m3)" : ""),
+                   p.q_dtype() == v1::DTYPE_E4M3    ? " (Q/K/V e4m3)"
+                   : p.kv_dtype() == v1::DTYPE_E4M3 ? " (K/V e4m3)"
+                                                    : ""),
       layout);
 }
 

@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(std::string, kv_dtype, "",
           "the type of K and V: empty for --dtype's, or e4m3 (an FP8 KV "
           "cache)");
+ABSL_FLAG(std::string, q_dtype, "",
+          "the type of Q: empty for --dtype's, or e4m3 (FP8 attention, with "
+          "--kv_dtype=e4m3; --dtype is the output's)");
 ABSL_FLAG(std::string, layout, "bhsd",
           "bhsd (fixed lengths), thd (varlen: packed, cu_seqlens; seq_q and "
           "seq_k bound a bucket), cache (KV cache, seqused_k) or paged (a "
@@ -223,6 +226,14 @@ bool FillProblem(v1::Problem* p, std::string* error) {
     p->set_kv_dtype(v1::DTYPE_E4M3);
   } else if (!kv_dtype.empty() && kv_dtype != dtype) {
     *error = absl::StrCat("--kv_dtype: unknown K/V type \"", kv_dtype,
+                          "\" (empty for --dtype's, or e4m3)");
+    return false;
+  }
+  const std::string q_dtype = absl::GetFlag(FLAGS_q_dtype);
+  if (q_dtype == "e4m3") {
+    p->set_q_dtype(v1::DTYPE_E4M3);
+  } else if (!q_dtype.empty() && q_dtype != dtype) {
+    *error = absl::StrCat("--q_dtype: unknown Q type \"", q_dtype,
                           "\" (empty for --dtype's, or e4m3)");
     return false;
   }
@@ -752,7 +763,7 @@ std::string Usage() {
   absl::StrAppend(
       &out,
       "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
-      "--head_dim --causal --dtype --kv_dtype --layout --page_size "
+      "--head_dim --causal --dtype --kv_dtype --q_dtype --layout --page_size "
       "(default: the seed problem B=1 H=8 S=512 D=64 fp16)\nErrors print one "
       "line and exit non-zero. --json prints "
       "JSON.\n\nstrategies (--strategy, --strategy_options=NAME=value,...):\n",

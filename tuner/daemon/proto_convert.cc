@@ -66,6 +66,7 @@ v1::TemplateInfo TemplateToProto(const KernelTemplate& t) {
     out.add_dtypes(d == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   }
   out.set_kv_fp8(t.kv_fp8);
+  out.set_q_fp8(t.q_fp8);
   return out;
 }
 

@@ -317,17 +317,18 @@ class CudaEvaluator : public Evaluator {
     const size_t kv_elems = b->layout.kv_elems();
     const DType kv_dtype = KvDType(p);
     const size_t kv_bytes = p.kv_fp8 ? 1 : 2;
+    const size_t q_bytes = p.q_fp8 ? 1 : 2;
     const uint64_t seed = rng_();
     b->seeds = {seed, seed ^ 0x5555555555555555ull,
                 seed ^ 0xaaaaaaaaaaaaaaaaull};
-    for (auto [buf, n] : {std::pair{&b->q, b->q_elems * 2},
+    for (auto [buf, n] : {std::pair{&b->q, b->q_elems * q_bytes},
                           {&b->k, kv_elems * kv_bytes},
                           {&b->v, kv_elems * kv_bytes},
                           {&b->o, b->q_elems * 2}}) {
       if (absl::Status s = buf->Allocate(n); !s.ok()) return s;
     }
     for (auto [buf, n, s, offset, dtype] :
-         {std::tuple{&b->q, b->q_elems, b->seeds.q, 0.f, p.dtype},
+         {std::tuple{&b->q, b->q_elems, b->seeds.q, 0.f, QDType(p)},
           {&b->k, kv_elems, b->seeds.k, 0.f, kv_dtype},
           {&b->v, kv_elems, b->seeds.v, kVOffset, kv_dtype}}) {
       if (absl::Status st = Fill(buf->get(), n, s, offset, dtype); !st.ok()) {
@@ -369,23 +370,25 @@ class CudaEvaluator : public Evaluator {
     return absl::OkStatus();
   }
 
-  // An FP8 KV cache's descale factors, per (batch, KV head) from the seeds:
-  // 0.5, 0.75, 1 or 1.25 (exact in fp32), so a factor applied to the wrong
-  // head or tensor shows.
+  // An FP8 KV cache's descale factors (and FP8 attention's Q's after
+  // them), per (batch, KV head) from the seeds: 0.5, 0.75, 1 or 1.25 (exact
+  // in fp32), so a factor applied to the wrong head or tensor shows.
   absl::Status PrepareDescale(const Problem& p, ProblemBuffers* b) {
     const int64_t per_tensor = p.batch * p.kv_heads;
-    b->descale_host.resize(2 * per_tensor);
-    for (int64_t i = 0; i < 2 * per_tensor; ++i) {
+    const int64_t tensors = p.q_fp8 ? 3 : 2;
+    b->descale_host.resize(tensors * per_tensor);
+    for (int64_t i = 0; i < tensors * per_tensor; ++i) {
       const uint16_t bits =
           RandomInputBits(b->seeds.k ^ b->seeds.v, i, 0.f, DType::kFp16);
       b->descale_host[i] = 0.5f + 0.25f * static_cast<float>(bits & 3);
     }
-    if (absl::Status s = b->descale.Allocate(2 * per_tensor * 4); !s.ok()) {
+    if (absl::Status s = b->descale.Allocate(tensors * per_tensor * 4);
+        !s.ok()) {
       return s;
     }
     if (absl::Status s =
             d_->Check(d_->cuMemcpyHtoD(b->descale.get(), b->descale_host.data(),
-                                       2 * per_tensor * 4),
+                                       tensors * per_tensor * 4),
                       "copy descale factors");
         !s.ok()) {
       return s;
@@ -393,6 +396,7 @@ class CudaEvaluator : public Evaluator {
     const float* k = reinterpret_cast<const float*>(b->descale.get());
     b->params.k_descale = k;
     b->params.v_descale = k + per_tensor;
+    if (p.q_fp8) b->params.q_descale = k + 2 * per_tensor;
     b->params.descale_batch_stride = static_cast<int>(p.kv_heads);
     b->params.descale_head_stride = 1;
     return absl::OkStatus();
@@ -498,7 +502,7 @@ class CudaEvaluator : public Evaluator {
       }
     }
     const ErrorStats err = CompareRows(got, want);
-    const Tolerance tol = ToleranceFor(p.dtype);
+    const Tolerance tol = ToleranceFor(p);
     if (err.max_abs > tol.max_abs || err.rel_l2 > tol.rel_l2) {
       return Rejected(
           TrialStatus::kIncorrect,
@@ -584,8 +588,11 @@ class CudaEvaluator : public Evaluator {
         }
       }
       const uint64_t q_base = layout.QIndex(r.batch, r.head, r.row);
-      for (int64_t c = 0; c < d; ++c)
-        q_row[c] = element(seeds.q, q_base + c, 0.f, p.dtype);
+      const float q_scale =
+          p.q_fp8 ? descale[2 * per_tensor + r.batch * p.kv_heads + kvh] : 1.f;
+      for (int64_t c = 0; c < d; ++c) {
+        q_row[c] = q_scale * element(seeds.q, q_base + c, 0.f, QDType(p));
+      }
       ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d]);
     }
     return out;

@@ -171,4 +171,11 @@ Tolerance ToleranceFor(DType dtype) {
   return dtype == DType::kBf16 ? Tolerance{5e-2, 2e-2} : Tolerance{1e-2, 4e-3};
 }
 
+Tolerance ToleranceFor(const Problem& problem) {
+  // e4m3 keeps 3 mantissa bits: each probability of P V is rounded by up to
+  // 2^-4 of itself (FlashAttention 3 and cuDNN round P the same way).
+  if (problem.q_fp8) return Tolerance{1e-1, 4e-2};
+  return ToleranceFor(problem.dtype);
+}
+
 }  // namespace evotune

@@ -47,12 +47,15 @@ struct ErrorStats {
 ErrorStats CompareRows(const std::vector<float>& got,
                        const std::vector<float>& want);
 
-// Acceptance thresholds per dtype (documented in docs/results.md).
+// Acceptance thresholds per dtype (documented in docs/results.md): of the
+// output dtype, and for FP8 attention (Problem::q_fp8, P rounded to e4m3)
+// FP8's own.
 struct Tolerance {
   double max_abs;
   double rel_l2;
 };
 Tolerance ToleranceFor(DType dtype);
+Tolerance ToleranceFor(const Problem& problem);
 
 }  // namespace evotune
 

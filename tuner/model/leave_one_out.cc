@@ -50,6 +50,7 @@ Choice Nearest(const std::vector<CostSample>& samples, const Problem& problem,
       const bool in_class = s.problem.head_dim == problem.head_dim &&
                             s.problem.dtype == problem.dtype &&
                             s.problem.kv_fp8 == problem.kv_fp8 &&
+                            s.problem.q_fp8 == problem.q_fp8 &&
                             s.problem.causal == problem.causal;
       if ((same_class && !in_class) ||
           !RunsOn(*s.t, s.config, problem, limits)) {

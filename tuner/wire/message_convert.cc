@@ -59,6 +59,15 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
         "(got ",
         p.kv_dtype(), ")"));
   }
+  if (p.q_dtype() == v1::DTYPE_E4M3) {
+    out.q_fp8 = true;
+  } else if (p.q_dtype() != v1::DTYPE_UNSPECIFIED && p.q_dtype() != p.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix,
+        ".q_dtype: DTYPE_UNSPECIFIED (the dtype's), the dtype or DTYPE_E4M3 "
+        "(got ",
+        p.q_dtype(), ")"));
+  }
   return out;
 }
 
@@ -73,6 +82,7 @@ v1::Problem ProblemToProto(const Problem& p) {
   out.set_causal(p.causal);
   out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   if (p.kv_fp8) out.set_kv_dtype(v1::DTYPE_E4M3);
+  if (p.q_fp8) out.set_q_dtype(v1::DTYPE_E4M3);
   out.set_layout(p.layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
                  : p.layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
                  : p.layout == Layout::kPaged   ? v1::LAYOUT_PAGED

@@ -76,8 +76,8 @@ struct AttentionCall {
   // being its e4m3 value times k_descale[b * descale_batch_stride + h *
   // descale_head_stride] (FlashAttention 3's [batch, kv_heads] descale
   // tensors; strides in elements, 0 and 0 for one factor per tensor). Null
-  // means 1; non-null only with problem.kv_fp8. q_descale is for FP8 queries
-  // and null until a problem has them.
+  // means 1; non-null only with problem.kv_fp8. q_descale likewise for FP8
+  // attention's Q (problem.q_fp8).
   const float* q_descale = nullptr;
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;

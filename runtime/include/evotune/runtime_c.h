@@ -29,6 +29,9 @@ typedef struct {
   /* 1: K and V are float8 e4m3 (an FP8 KV cache, one byte an element),
    * dequantized by the descale factors of evotune_lengths; 0: bf16's. */
   int32_t kv_fp8;
+  /* 1: Q is float8 e4m3 too (FP8 attention; needs kv_fp8), dequantized by
+   * q_descale; O is bf16's type. 0: Q is bf16's. */
+  int32_t q_fp8;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
@@ -55,7 +58,7 @@ typedef struct {
    * page_size]. The stride is at least seq_k / page_size; 0 otherwise. */
   const int32_t* block_table;
   int64_t block_table_stride;
-  const float* q_descale; /* NULL: queries are never float8 yet */
+  const float* q_descale; /* q_fp8 only */
   const float* k_descale;
   const float* v_descale;
   int64_t descale_batch_stride, descale_head_stride;
@@ -63,7 +66,7 @@ typedef struct {
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 7
+#define EVOTUNE_RUNTIME_API_VERSION 8
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and

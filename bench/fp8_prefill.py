@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""FP8 attention prefill (e4m3 q, k and v, per-(sequence, KV head) descale
+factors, bf16 output) through evotune.torch.fp8_attention, beside evotune's
+bf16 attention and SDPA's backends on the bf16 tensors, in interleaved
+turns in one process. Every call is first checked: FP8 against an fp32
+reference on the dequantized inputs (and against the unquantized bf16
+ones: what quantizing costs), bf16 ones against the bf16 inputs. Each call
+is captured in a CUDA graph of `--reps` calls and replayed, so the times
+are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
+
+  PYTHONPATH=python:bench \\
+  EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
+  python3 bench/fp8_prefill.py --daemon 127.0.0.1:7433 [--json OUT.json]
+"""
+import argparse
+import datetime
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel
+
+import evotune.torch as et
+from evotune import fp8_attention as fa
+from paged_decode import SDPA, graph_of, rel_err, time_graphs
+
+# The suite's FP8 prefill shapes (../shared/bench/shapes.json): name,
+# (batch, heads, kv_heads, seq, head_dim, causal).
+SHAPES = [("long-d128", (2, 16, 16, 4096, 128, False)),
+          ("8k-d128", (1, 16, 16, 8192, 128, False)),
+          ("long-causal", (2, 16, 16, 4096, 128, True))]
+
+
+def calls(shape):
+    """name: a zero-argument call; the fp32 references on the dequantized
+    and on the bf16 inputs."""
+    b, h, kvh, s, d, causal = shape
+    q, k, v = (torch.randn(b, n, s, d, device="cuda", dtype=torch.bfloat16)
+               for n in (h, kvh, kvh))
+    q8, qd = et.quantize_fp8(q, reduce_dims=(2, 3))
+    k8, kd = et.quantize_fp8(k, reduce_dims=(2, 3))
+    v8, vd = et.quantize_fp8(v, reduce_dims=(2, 3))
+    out = {
+        "evotune_bf16": lambda: et.attention(q, k, v, causal),
+        "evotune_fp8": lambda: et.fp8_attention(
+            q8, k8, v8, causal, q_descale=qd, k_descale=kd, v_descale=vd)}
+    for name, backend in SDPA.items():
+        def sdpa(backend=backend):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v,
+                                                      is_causal=causal)
+        out[name] = sdpa
+    deq = [fa._dequantized(t, f, torch.float32)
+           for t, f in ((q8, qd), (k8, kd), (v8, vd))]
+    want8 = F.scaled_dot_product_attention(*deq, is_causal=causal)
+    want16 = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                            is_causal=causal)
+    kernel = fa.kernel_for(q8, k8, causal)
+    return out, want8, want16, kernel
+
+
+def run_shape(name, shape, args):
+    b, h, kvh, s, d, causal = shape
+    fns, want8, want16, kernel = calls(shape)
+    graphs, errors, err_vs_bf16, skipped = {}, {}, {}, {}
+    for call, fn in fns.items():
+        try:
+            got = fn()
+            errors[call] = rel_err(got, want8 if call == "evotune_fp8"
+                                   else want16)
+            err_vs_bf16[call] = rel_err(got, want16)
+            graphs[call] = graph_of(fn, args.reps)
+        except Exception as e:  # A backend that refuses the shape.
+            skipped[call] = str(e).splitlines()[0][:120]
+    us = time_graphs(graphs, args.reps, args.turns)
+    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    row = {"name": name,
+           "shape": dict(batch=b, heads=h, kv_heads=kvh, seq_q=s, seq_k=s,
+                         head_dim=d, causal=causal),
+           "fp8_kernel": kernel, "us": us,
+           "tflops": {k: flops / t / 1e6 for k, t in us.items()},
+           "rel_err": errors, "rel_err_vs_bf16_inputs": err_vs_bf16,
+           "skipped": skipped,
+           "fp8_speedup_over_bf16": us["evotune_bf16"] / us["evotune_fp8"]}
+    sdpa = [t for k, t in us.items() if k.startswith("sdpa")]
+    row["fastest_sdpa_us"] = min(sdpa) if sdpa else None
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--turns", type=int, default=7)
+    ap.add_argument("--json")
+    ap.add_argument("--commit", default="")
+    args = ap.parse_args()
+    et.use(daemon=args.daemon, wait=True)
+    rows = []
+    for name, shape in SHAPES:
+        row = run_shape(name, shape, args)
+        rows.append(row)
+        print(name, row["fp8_kernel"], " ".join(
+            f"{k}={t:.1f}us({row['tflops'][k]:.0f}TF)"
+            for k, t in row["us"].items()),
+            f"| fp8/bf16 {row['fp8_speedup_over_bf16']:.2f}x",
+            "| err " + " ".join(f"{k}={e:.1e}"
+                                for k, e in row["rel_err"].items()),
+            f"| fp8 vs bf16 inputs "
+            f"{row['rel_err_vs_bf16_inputs']['evotune_fp8']:.1e}",
+            "| skipped", list(row["skipped"]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": datetime.date.today().isoformat(),
+                       "gpu": torch.cuda.get_device_name(),
+                       "commit": args.commit, "torch": torch.__version__,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
