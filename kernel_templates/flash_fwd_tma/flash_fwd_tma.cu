@@ -115,9 +115,8 @@ constexpr int kQkSteps = kD * kElemBytes / 32;
 constexpr int kPvSteps = kN * kElemBytes / 32;
 static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
 static_assert(kD % 64 == 0, "HEAD_DIM");
-static_assert(!kFp8 || (kKvFp8 && kN == 128 && kD == 128 && !kOverlap),
-              "FP8 attention: e4m3 K and V, 128-key tiles, head_dim 128, "
-              "no OVERLAP (AddTileOutput)");
+static_assert(!kFp8 || (kKvFp8 && kN == 128 && kD == 128),
+              "FP8 attention: e4m3 K and V, 128-key tiles, head_dim 128");
 static_assert(kStages >= 2, "STAGES");
 static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
 static_assert(kSplits == 1 || !kPersistent, "KV_SPLITS needs one tile a block");
@@ -151,6 +150,8 @@ constexpr int kTransposeWarps = 2;
 constexpr int kTurn = 4;
 constexpr int kDone = 6;
 
+constexpr unsigned kSumsBytes = 64 * kD * 4;  // A consumer's fp32 O.
+
 // Shared-memory addresses of the tiles and barriers. Persistent blocks keep
 // O in a buffer of its own, so that the next tile's Q loads during the
 // epilogue; otherwise O goes where Q was (FP8: Q's buffer is sized for O).
@@ -158,7 +159,7 @@ constexpr int kDone = 6;
 // with barriers of their own; P V reads the "pv" stages: Vt's for FP8,
 // else V's.
 struct Smem {
-  unsigned q, o, k0, v0, vt0, bars;
+  unsigned q, o, k0, v0, vt0, sums0, bars;
   unsigned char* tiles;  // Where q is, as a generic pointer.
   __device__ __forceinline__ unsigned k(int s) const {
     return k0 + s * kTileBytes;
@@ -168,6 +169,10 @@ struct Smem {
   }
   __device__ __forceinline__ unsigned vt(int s) const {
     return vt0 + s * kTileBytes;
+  }
+  // FP8: consumer c's fp32 sums of O (Promote).
+  __device__ __forceinline__ unsigned sums(int c) const {
+    return sums0 + c * kSumsBytes;
   }
   __device__ __forceinline__ unsigned q_full() const { return bars; }
   __device__ __forceinline__ unsigned q_empty() const { return bars + 8; }
@@ -215,7 +220,8 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   s.k0 = s.o + kOBytes;  // kOBytes >= kQBytes.
   s.v0 = s.k0 + kStages * kTileBytes;
   s.vt0 = s.v0 + kStages * kTileBytes;
-  s.bars = s.vt0 + (kFp8 ? kStages * kTileBytes : 0);
+  s.sums0 = s.vt0 + (kFp8 ? kStages * kTileBytes : 0);
+  s.bars = s.sums0 + (kFp8 ? kConsumers * kSumsBytes : 0);
   return s;
 }
 
@@ -453,7 +459,7 @@ __device__ __forceinline__ void TransposeV(unsigned v, unsigned vt, int thread,
   const int key0 = 32 * step + 16 * (word / 4) + 2 * (word % 4);
   constexpr int kChunks = kD / 16;  // 16-byte chunks of a V row.
   constexpr int kPasses = kChunks / kTransposeWarps;
-#pragma unroll
+#pragma unroll 1
   for (int pass = 0; pass < kPasses; ++pass) {
     const int c = (thread / 32) * kPasses + pass;
     unsigned r[4][4];
@@ -533,10 +539,11 @@ __device__ __forceinline__ void Transpose(const AttentionParams& p,
 // P inside the key loop of 64-key tiles, so that S of the next tile was
 // taken against P (wrong results, caught by the GPU tests).
 constexpr int kRegisterBudget = kRealloc ? kConsumerRegs : 255;
-constexpr bool kQInRegs = kOverlap && kD / 2 + kN / 2 + kN * kElemBytes / 8 +
-                                              32 + (kPersistent ? 8 : 0) +
-                                              kD * kElemBytes / 8 <=
-                                          kRegisterBudget;
+// Not for FP8, whose consumers have fewer registers (the transposer's).
+constexpr bool kQInRegs =
+    kOverlap && !kFp8 &&
+    kD / 2 + kN / 2 + kN / 4 + 32 + (kPersistent ? 8 : 0) + kD / 4 <=
+        kRegisterBudget;
 constexpr int kQFrags = kQInRegs ? kQkSteps : 1;
 
 // The thread's A fragments of the warpgroup's 64 rows of Q (at q_rows, in
@@ -591,19 +598,17 @@ __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
 // + 63 from V's column block db.
 // FP8: Vt's rows (head_dim) of 32 bytes (keys) a step, K-major.
 constexpr bool kPvWide = kD == 128 && kN <= 128;
-// FP8 with `fresh`: o = P V (o a tile's own accumulator, see
-// AddTileOutput).
 template <bool kE4m3 = kFp8>
 __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
                                         const unsigned (&pf)[kPvSteps][4],
-                                        unsigned v_stage, bool fresh = false) {
+                                        unsigned v_stage) {
 #pragma unroll
   for (int t = 0; t < kPvSteps; ++t) {
     const unsigned rows = v_stage + t * 16 * kRowBytes;
     if constexpr (kE4m3) {
       WgmmaRSFp8(o, pf[t],
                  Descriptor(v_stage + (t / 4) * kD * kRowBytes + (t % 4) * 32),
-                 t > 0 || !fresh);
+                 true);
     } else if constexpr (kPvWide) {
       WgmmaRS(o, pf[t], Descriptor(rows, kN * kRowBytes));
     } else {
@@ -664,6 +669,11 @@ struct Rows {
   float row_max[1][2], row_sum[1][2], correction[1][2];
   // scale * log2(e), times Q's and K's descale factors (FP8).
   float scale_log2;
+  // FP8: P V products summed into O since its last promotion (Promote),
+  // whether there was one, and the thread's fp32 sums in shared memory.
+  int pvs;
+  bool promoted;
+  unsigned sums;
 };
 
 // The online softmax of a tile with a lazy reference: a row's reference
@@ -789,38 +799,88 @@ __device__ __forceinline__ void PackAll(Rows& r) {
   FenceOperands(r.pf);
 }
 
-// O scaled to the rows' new references where one moved, done before the
-// next wgmma.fence.
+// FP8: the tensor cores keep fewer bits of a sum of e4m3 products than
+// fp32 has (about 13 below the accumulator's leading one, truncated), so O
+// summed over thousands of keys in their accumulator drifts (7% relative
+// L2 error at 8,192 keys with a V of nonzero mean). Every kPromoteTiles
+// tiles the thread adds its O to fp32 sums of its own in shared memory
+// (Smem::sums, 16-byte vectors laid out [vector][thread]) and restarts O at
+// zero; the sums are scaled with O where a row's reference moves, and
+// added back before the output is stored (FinishSums).
+constexpr int kPromoteTiles = 2;
+
+__device__ __forceinline__ unsigned SumsAt(const Rows& r, int dt) {
+  return r.sums + dt * 128 * 16;
+}
+
+__device__ __forceinline__ float4 LoadSums(unsigned at) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(at)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void StoreSums(unsigned at, float4 v) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+// The sums scaled by the rows' corrections (where a reference moved), then
+// O moved into them.
+__device__ __forceinline__ void Promote(Rows& r) {
+  const bool scale =
+      r.promoted && (r.correction[0][0] != 1.f || r.correction[0][1] != 1.f);
+  if (scale) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      float4 v = LoadSums(SumsAt(r, dt));
+      v.x *= r.correction[0][0];
+      v.y *= r.correction[0][0];
+      v.z *= r.correction[0][1];
+      v.w *= r.correction[0][1];
+      StoreSums(SumsAt(r, dt), v);
+    }
+  }
+  if (r.pvs < kPromoteTiles) return;
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+    float* o = r.o[0][dt];
+    float4 v = r.promoted ? LoadSums(SumsAt(r, dt)) : make_float4(0, 0, 0, 0);
+    StoreSums(SumsAt(r, dt),
+              make_float4(v.x + o[0], v.y + o[1], v.z + o[2], v.w + o[3]));
+    o[0] = o[1] = o[2] = o[3] = 0.f;
+  }
+  r.promoted = true;
+  r.pvs = 0;
+}
+
+// O plus the sums, once its last P V is done.
+__device__ __forceinline__ void FinishSums(Rows& r) {
+  if (!r.promoted) return;
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+    const float4 v = LoadSums(SumsAt(r, dt));
+    r.o[0][dt][0] += v.x;
+    r.o[0][dt][1] += v.y;
+    r.o[0][dt][2] += v.z;
+    r.o[0][dt][3] += v.w;
+  }
+}
+
+// O scaled to the rows' new references where one moved (FP8: and
+// promoted, Promote), done before the next wgmma.fence.
 __device__ __forceinline__ void Rescale(Rows& r) {
   if (!kLazy || r.correction[0][0] != 1.f || r.correction[0][1] != 1.f) {
     RescaleRows(r.o, r.correction);
   }
+  if constexpr (kFp8) Promote(r);
   FenceOperands(r.o[0]);
 }
 
-// FP8: the tensor cores keep fewer bits of an e4m3 product's sum than
-// fp32 has (about 13 below the accumulator's leading one, truncated), so
-// O summed over thousands of keys in their accumulator drifts (7% relative
-// L2 error at 8,192 keys with a V of nonzero mean); each key tile's P V
-// goes into a fresh accumulator (S's registers, free once P is packed) and
-// is added to O in fp32 here.
-// (kN == kD for FP8, the kernel's first static_assert.)
-__device__ __forceinline__ float (&TileOutput(Rows& r))[kDTiles][4] {
-  return *reinterpret_cast<float(*)[kDTiles][4]>(&r.s[0]);
-}
-
-__device__ __forceinline__ void AddTileOutput(Rows& r) {
-  float(&t)[kDTiles][4] = TileOutput(r);
-  FenceOperands(t);
-#pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.o[0][dt][i] += t[dt][i];
-  }
-}
-
-// The key tiles one after another: S, softmax, then O += P V (FP8: O +=
-// a tile's own P V, AddTileOutput).
+// The key tiles one after another: S, softmax, then O += P V.
 __device__ __forceinline__ void ConsumeSerial(
     Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
     unsigned q_rows, int row0, const Turns& turns, int it, int lane) {
@@ -843,17 +903,13 @@ __device__ __forceinline__ void ConsumeSerial(
     BarrierWait(s.pv_full(stage), parity);
     turns.Begin();
     WgmmaFence();
-    if constexpr (kFp8) {
-      IssuePv(TileOutput(r), r.pf, s.pv(stage), /*fresh=*/true);
-    } else {
-      IssuePv(r.o[0], r.pf, s.pv(stage));
-    }
+    IssuePv(r.o[0], r.pf, s.pv(stage));
+    ++r.pvs;
     WgmmaCommit();
     turns.End(j == w.num_blocks - 1);
     WgmmaWait<0>();
     FenceOperands(r.o[0]);
     if (lane == 0) BarrierArrive(s.pv_empty(stage));
-    if constexpr (kFp8) AddTileOutput(r);
   }
 }
 
@@ -889,6 +945,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
     BarrierWait(s.pv_full(prev), ((it + j - 1) / kStages) & 1);
     WgmmaFence();
     IssuePv(r.o[0], r.pf, s.pv(prev));
+    ++r.pvs;
     WgmmaCommit();
     turns.End(false);
     WgmmaWait<1>();
@@ -908,6 +965,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
   Rescale(r);
   WgmmaFence();
   IssuePv(r.o[0], r.pf, s.pv(last));
+  ++r.pvs;
   WgmmaCommit();
   turns.End(true);
   WgmmaWait<0>();
@@ -1001,6 +1059,9 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     InitRows(r.o, r.row_max, r.row_sum);
     const int kv_head = w.h / (p.heads / p.kv_heads);
     r.scale_log2 = p.scale_log2;
+    r.pvs = 0;
+    r.promoted = false;
+    r.sums = s.sums(consumer) + thread * 16;
     if constexpr (kFp8) {
       r.scale_log2 *= fp8::Descale(p, p.q_descale, w.b, kv_head) *
                       fp8::Descale(p, p.k_descale, w.b, kv_head);
@@ -1018,6 +1079,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     // The loops hand Q back after the tile's last S; with no key tile, here.
     if (lane == 0 && w.num_blocks == 0) BarrierArrive(s.q_empty());
     if constexpr (kFp8) {
+      FinishSums(r);
       const float v_descale = fp8::Descale(p, p.v_descale, w.b, kv_head);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {

@@ -48,14 +48,12 @@ std::vector<Constraint> Constraints() {
                 ConsumerRegisters(c.at("CONSUMERS"), p);
        }},
       // FP8 attention: one tile shape (V's transpose is written for it),
-      // the producer warpgroup's registers leave room for two consumers at
-      // most, and each tile's P V is summed in fp32 apart from O, in S's
-      // registers (free only without OVERLAP).
-      {"Q_FP8 == 0 || (HEAD_DIM == 128 && BLOCK_N == 128 && CONSUMERS <= 2 "
-       "&& OVERLAP == 0)",
+      // and the producer warpgroup's registers leave room for two
+      // consumers at most.
+      {"Q_FP8 == 0 || (HEAD_DIM == 128 && BLOCK_N == 128 && CONSUMERS <= 2)",
        [](const Config& c, const Problem& p) {
          return !p.q_fp8 || (p.head_dim == 128 && c.at("BLOCK_N") == 128 &&
-                             c.at("CONSUMERS") <= 2 && c.at("OVERLAP") == 0);
+                             c.at("CONSUMERS") <= 2);
        }},
       // A paged split cluster of several consumers spills in the producer
       // (12 bytes at 24 registers: the page ids beside the cluster's state).
@@ -125,10 +123,9 @@ std::vector<Config> FittedDefaults(const Problem& p,
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
-    return {TmaConfig(2, 128, 2, p.q_fp8 ? 0 : 1, 1,
-                      splits == 1 && !ragged ? 1 : 0, splits)};
+    return {TmaConfig(2, 128, 2, 1, 1, splits == 1 && !ragged ? 1 : 0, splits)};
   }
-  if (p.q_fp8) return {TmaConfig(1, 128, 2, 0, 0, persistent, splits)};
+  if (p.q_fp8) return {TmaConfig(1, 128, 2, 1, 0, persistent, splits)};
   return {TmaConfig(1, 128, 2, 1, 0, persistent, splits),
           TmaConfig(1, 64, 2, p.head_dim == 64 ? 1 : 0, 0, 0, splits)};
 }
@@ -147,14 +144,16 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   }
   g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
   // Q and O (one buffer unless persistent; O is 16-bit), the K/V ring (FP8:
-  // and V's transposes); 1024 B to align the swizzled tiles, 256 B of
-  // mbarriers.
+  // and V's transposes, and each consumer's fp32 sums of O); 1024 B to
+  // align the swizzled tiles, 256 B of mbarriers.
   const int64_t elem = p.q_fp8 ? 1 : 2;
   const int64_t q_bytes = block_m * p.head_dim * elem;
   const int64_t o_bytes = block_m * p.head_dim * 2;
   const int64_t ring =
       (p.q_fp8 ? 3 : 2) * c.at("STAGES") * c.at("BLOCK_N") * p.head_dim * elem;
-  g.smem_bytes = (persistent ? q_bytes : 0) + o_bytes + ring + 1024 + 256;
+  const int64_t sums = p.q_fp8 ? c.at("CONSUMERS") * 64 * p.head_dim * 4 : 0;
+  g.smem_bytes =
+      (persistent ? q_bytes : 0) + o_bytes + ring + sums + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
   // A paged kernel copies each tile in parts that lie in one page.
   g.tma.kv_rows = static_cast<int>(p.layout == Layout::kPaged

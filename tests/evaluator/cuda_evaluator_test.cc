@@ -599,7 +599,7 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
                        "PERSISTENT=0,PINGPONG=1,STAGES=2")},
       // FP8 attention's shape (128-key tiles), with V's transposes.
       {"flash_fwd_tma",
-       *ParseConfigKey("BLOCK_N=128,CONSUMERS=2,KV_SPLITS=1,OVERLAP=0,"
+       *ParseConfigKey("BLOCK_N=128,CONSUMERS=2,KV_SPLITS=1,OVERLAP=1,"
                        "PERSISTENT=1,PINGPONG=1,STAGES=2")},
       {"flash_fwd_tma",
        *ParseConfigKey("BLOCK_N=128,CONSUMERS=1,KV_SPLITS=2,OVERLAP=0,"

@@ -135,12 +135,18 @@ TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
       forms.push_back(p);
     }
     forms.push_back(Paged(forms.back(), 16));  // Of the last dtype.
-    if (t.q_fp8 && head_dim == 128) {  // FP8 attention, dense and paged.
+    if (t.q_fp8 && head_dim == 128) {
+      // FP8 attention: dense, paged, and causal varlen with fp16 output
+      // (lengths on the device load the transposer warps most).
       Problem fp8 = forms.front();
       fp8.dtype = DType::kBf16;
       fp8.kv_fp8 = fp8.q_fp8 = true;
       forms.push_back(fp8);
       forms.push_back(Paged(fp8, 16));
+      fp8.dtype = DType::kFp16;
+      fp8.causal = true;
+      fp8.layout = Layout::kVarlen;
+      forms.push_back(fp8);
     }
     for (const Problem& p : forms) {
       for (const Config& c : FeasibleConfigs(t, p, h100)) {
