@@ -828,22 +828,26 @@ __device__ __forceinline__ void StoreSums(unsigned at, float4 v) {
                : "memory");
 }
 
-// The sums scaled by the rows' corrections (where a reference moved), then
-// O moved into them.
-__device__ __forceinline__ void Promote(Rows& r) {
-  const bool scale =
-      r.promoted && (r.correction[0][0] != 1.f || r.correction[0][1] != 1.f);
-  if (scale) {
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      float4 v = LoadSums(SumsAt(r, dt));
-      v.x *= r.correction[0][0];
-      v.y *= r.correction[0][0];
-      v.z *= r.correction[0][1];
-      v.w *= r.correction[0][1];
-      StoreSums(SumsAt(r, dt), v);
-    }
+// The sums scaled by the rows' corrections where a reference moved (with
+// O, in Rescale).
+__device__ __forceinline__ void ScaleSums(Rows& r) {
+  if (!r.promoted || (r.correction[0][0] == 1.f && r.correction[0][1] == 1.f)) {
+    return;
   }
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+    float4 v = LoadSums(SumsAt(r, dt));
+    v.x *= r.correction[0][0];
+    v.y *= r.correction[0][0];
+    v.z *= r.correction[0][1];
+    v.w *= r.correction[0][1];
+    StoreSums(SumsAt(r, dt), v);
+  }
+}
+
+// O moved into the sums once it holds kPromoteTiles tiles' P V (no wgmma
+// in flight on it; outside the ping-pong turns).
+__device__ __forceinline__ void Promote(Rows& r) {
   if (r.pvs < kPromoteTiles) return;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) {
@@ -855,6 +859,7 @@ __device__ __forceinline__ void Promote(Rows& r) {
   }
   r.promoted = true;
   r.pvs = 0;
+  FenceOperands(r.o[0]);
 }
 
 // O plus the sums, once its last P V is done.
@@ -870,13 +875,13 @@ __device__ __forceinline__ void FinishSums(Rows& r) {
   }
 }
 
-// O scaled to the rows' new references where one moved (FP8: and
-// promoted, Promote), done before the next wgmma.fence.
+// O scaled to the rows' new references where one moved (FP8: and its
+// sums), done before the next wgmma.fence.
 __device__ __forceinline__ void Rescale(Rows& r) {
   if (!kLazy || r.correction[0][0] != 1.f || r.correction[0][1] != 1.f) {
     RescaleRows(r.o, r.correction);
   }
-  if constexpr (kFp8) Promote(r);
+  if constexpr (kFp8) ScaleSums(r);
   FenceOperands(r.o[0]);
 }
 
@@ -910,6 +915,7 @@ __device__ __forceinline__ void ConsumeSerial(
     WgmmaWait<0>();
     FenceOperands(r.o[0]);
     if (lane == 0) BarrierArrive(s.pv_empty(stage));
+    if constexpr (kFp8) Promote(r);
   }
 }
 
@@ -958,6 +964,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
     FenceOperands(r.s[0]);
     if (lane == 0) BarrierArrive(s.pv_empty(prev));
     PackAll(r);
+    if constexpr (kFp8) Promote(r);
   }
   const int last = (it + n - 1) % kStages;
   BarrierWait(s.pv_full(last), ((it + n - 1) / kStages) & 1);
