@@ -16,6 +16,9 @@ namespace evotune {
 // the type of an FP8 KV cache and never a problem's `dtype`.
 enum class DType { kFp16, kBf16, kE4m3 };
 
+// Bytes of one element: 1 for e4m3, else 2.
+inline int64_t DTypeBytes(DType dtype) { return dtype == DType::kE4m3 ? 1 : 2; }
+
 // "fp16", "bf16" or "e4m3".
 absl::string_view DTypeName(DType dtype);
 absl::StatusOr<DType> ParseDType(absl::string_view name);

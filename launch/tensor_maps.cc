@@ -72,7 +72,7 @@ CUtensorMapDataType MapType(DType dtype) {
 
 absl::Status Encode(EncodeTiledFn encode, const TensorView& t, const Problem& p,
                     TensorMap* map) {
-  const cuuint64_t elem = t.dtype == DType::kE4m3 ? 1 : 2;
+  const cuuint64_t elem = DTypeBytes(t.dtype);
   const cuuint64_t dims[4] = {
       static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(t.seq),
       static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};

@@ -90,9 +90,9 @@ absl::Status CheckExtents(const char* name, const AttentionTensor& t,
 
 // Bytes of one element of the call's tensor `name` ("q", "k", "v" or "o").
 int64_t ElementBytes(const Problem& p, absl::string_view name) {
-  if (name == "q") return p.q_fp8 ? 1 : 2;
-  if (name == "k" || name == "v") return p.kv_fp8 ? 1 : 2;
-  return 2;
+  if (name == "q") return DTypeBytes(QDType(p));
+  if (name == "k" || name == "v") return DTypeBytes(KvDType(p));
+  return DTypeBytes(p.dtype);
 }
 
 absl::Status CheckLayout(const char* name, const AttentionTensor& t,

@@ -138,7 +138,7 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   g.block_threads = static_cast<int>(32 * warps);
   g.tile_rows = rows;
   g.tile_packs_heads = true;
-  const int64_t kv_bytes = p.kv_fp8 ? 1 : 2;
+  const int64_t kv_bytes = DTypeBytes(KvDType(p));
   const int64_t rings =
       (rows * 2 + warps * c.at("STAGES") * 2 * c.at("TILE_N") * kv_bytes) *
       p.head_dim;

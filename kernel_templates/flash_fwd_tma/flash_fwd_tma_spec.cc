@@ -146,7 +146,7 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   // Q and O (one buffer unless persistent; O is 16-bit), the K/V ring (FP8:
   // and V's transposes, and each consumer's fp32 sums of O); 1024 B to
   // align the swizzled tiles, 256 B of mbarriers.
-  const int64_t elem = p.q_fp8 ? 1 : 2;
+  const int64_t elem = DTypeBytes(QDType(p));  // Of Q, K and V.
   const int64_t q_bytes = block_m * p.head_dim * elem;
   const int64_t o_bytes = block_m * p.head_dim * 2;
   const int64_t ring =

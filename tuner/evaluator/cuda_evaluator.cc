@@ -316,8 +316,8 @@ class CudaEvaluator : public Evaluator {
     b->q_elems = b->layout.q_elems();
     const size_t kv_elems = b->layout.kv_elems();
     const DType kv_dtype = KvDType(p);
-    const size_t kv_bytes = p.kv_fp8 ? 1 : 2;
-    const size_t q_bytes = p.q_fp8 ? 1 : 2;
+    const size_t kv_bytes = DTypeBytes(kv_dtype);
+    const size_t q_bytes = DTypeBytes(QDType(p));
     const uint64_t seed = rng_();
     b->seeds = {seed, seed ^ 0x5555555555555555ull,
                 seed ^ 0xaaaaaaaaaaaaaaaaull};
