@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/batch_lengths.h"
 
@@ -50,6 +52,68 @@ absl::Status CheckPages(const Problem& p, absl::string_view prefix) {
                                    p.page_size, "), got ", p.seq_k));
   }
   return absl::OkStatus();
+}
+
+// The window bounds and softcap: each bound -1 or in [0, kMaxSeqLen], the
+// causal mask's right bound left to causal (so that one mask has one key),
+// the cap finite and in [0, kMaxSoftcap].
+absl::Status CheckScoreMods(const Problem& p, absl::string_view prefix) {
+  for (auto [name, bound] : {std::pair{"window_left", p.window_left},
+                             {"window_right", p.window_right}}) {
+    if (bound < -1 || bound > kMaxSeqLen) {
+      return FieldError(prefix, name,
+                        absl::StrCat("must be -1 (no bound) or in [0, ",
+                                     kMaxSeqLen, "], got ", bound));
+    }
+  }
+  if (p.causal && p.window_right != -1) {
+    return FieldError(prefix, "window_right",
+                      absl::StrCat("must be -1 with causal (the causal mask "
+                                   "ends each row at its diagonal), got ",
+                                   p.window_right));
+  }
+  if (!p.causal && p.window_right == 0) {
+    return FieldError(prefix, "window_right",
+                      "0 is the causal mask: set causal and window_right -1");
+  }
+  if (!std::isfinite(p.softcap) || p.softcap < 0 || p.softcap > kMaxSoftcap) {
+    return FieldError(prefix, "softcap",
+                      absl::StrCat("must be 0 (none) or in (0, ", kMaxSoftcap,
+                                   "], got ", p.softcap));
+  }
+  return absl::OkStatus();
+}
+
+// The shortest decimal form of `x` that reads back as x.
+std::string ShortestFloat(float x) {
+  for (int digits = 6;; ++digits) {
+    std::string s = absl::StrFormat("%.*g", digits, x);
+    if (digits >= 9 || std::strtof(s.c_str(), nullptr) == x) return s;
+  }
+}
+
+// Reads the key's parts after the layout (ScoreModsName) into `p`; false
+// for anything else.
+bool ParseScoreMods(const std::vector<absl::string_view>& parts, Problem& p) {
+  size_t i = 9;
+  auto bound = [&](absl::string_view prefix, int64_t* out) {
+    absl::string_view part = i < parts.size() ? parts[i] : "";
+    if (!absl::ConsumePrefix(&part, prefix)) return true;
+    ++i;
+    return absl::SimpleAtoi(part, out) && *out >= 0;
+  };
+  if (!bound("wl", &p.window_left) || !bound("wr", &p.window_right)) {
+    return false;
+  }
+  if (i < parts.size()) {
+    absl::string_view cap = parts[i++];
+    if (!absl::ConsumePrefix(&cap, "cap") ||
+        !absl::SimpleAtof(cap, &p.softcap) || !(p.softcap > 0) ||
+        ShortestFloat(p.softcap) != cap) {
+      return false;
+    }
+  }
+  return i == parts.size();
 }
 
 }  // namespace
@@ -106,7 +170,22 @@ bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
          causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
-         q_fp8 == o.q_fp8 && layout == o.layout && page_size == o.page_size;
+         q_fp8 == o.q_fp8 && layout == o.layout && page_size == o.page_size &&
+         window_left == o.window_left && window_right == o.window_right &&
+         softcap == o.softcap;
+}
+
+bool SameScoreMods(const Problem& a, const Problem& b) {
+  return a.causal == b.causal && a.window_left == b.window_left &&
+         a.window_right == b.window_right && a.softcap == b.softcap;
+}
+
+std::string ScoreModsName(const Problem& p) {
+  std::string out;
+  if (p.window_left >= 0) absl::StrAppend(&out, "_wl", p.window_left);
+  if (p.window_right >= 0) absl::StrAppend(&out, "_wr", p.window_right);
+  if (p.softcap > 0) absl::StrAppend(&out, "_cap", ShortestFloat(p.softcap));
+  return out;
 }
 
 absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
@@ -150,6 +229,7 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
                       "and V in e4m3)");
   }
   if (absl::Status s = CheckPages(p, prefix); !s.ok()) return s;
+  if (absl::Status s = CheckScoreMods(p, prefix); !s.ok()) return s;
   const int64_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
   const int64_t k_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
   if (q_elems > kMaxTensorElements) {
@@ -176,7 +256,8 @@ std::string ProblemKey(const Problem& p) {
       "b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q", p.seq_q, "_k",
       p.seq_k, "_d", p.head_dim, "_", p.causal ? "causal" : "full", "_",
       DTypesName(p), "_", LayoutName(p.layout),
-      p.layout == Layout::kPaged ? absl::StrCat(p.page_size) : std::string());
+      p.layout == Layout::kPaged ? absl::StrCat(p.page_size) : std::string(),
+      ScoreModsName(p));
 }
 
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
@@ -185,7 +266,7 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed problem key \"", key, "\""));
   };
-  if (parts.size() != 9) return bad();
+  if (parts.size() < 9) return bad();
   Problem p;
   absl::string_view layout_name = parts[8];
   if (absl::ConsumePrefix(&layout_name, LayoutName(Layout::kPaged))) {
@@ -217,23 +298,33 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   absl::StatusOr<DType> dtype = ParseDType(dtype_name);
   if (!dtype.ok() || *dtype == DType::kE4m3) return bad();
   p.dtype = *dtype;
+  if (!ParseScoreMods(parts, p)) return bad();
   return p;
 }
 
 namespace {
 
-// The (query, key) pairs one head of a sequence computes.
-double Pairs(int64_t n, int64_t k, bool causal) {
-  if (!causal) return static_cast<double>(n) * static_cast<double>(k);
-  // Query row i sees clamp(i + off, 0, k) keys, off = k - n + 1: none for
-  // rows [0, a), i + off for rows [a, b), all from b on. In closed form, as
-  // it is asked per config when a cost model ranks.
-  const int64_t off = k - n + 1;
-  const int64_t a = std::clamp<int64_t>(-off, 0, n);
-  const int64_t b = std::clamp<int64_t>(k - off, a, n);
-  return static_cast<double>(b - a) * static_cast<double>(off) +
+// The sum over rows i in [0, n) of clamp(i + c, 0, k), in closed form (it
+// is asked per config when a cost model ranks): rows [0, a) give 0, rows
+// [a, b) give i + c, rows [b, n) give k.
+double SumClamped(int64_t n, int64_t k, int64_t c) {
+  const int64_t a = std::clamp<int64_t>(-c, 0, n);
+  const int64_t b = std::clamp<int64_t>(k - c, a, n);
+  return static_cast<double>(b - a) * static_cast<double>(c) +
          static_cast<double>(a + b - 1) * static_cast<double>(b - a) / 2 +
          static_cast<double>(n - b) * static_cast<double>(k);
+}
+
+// The (query, key) pairs one head of a sequence of n queries and k keys
+// computes: row i sees keys [i + k - n - left, i + k - n + right], each
+// bound cut to [0, k).
+double Pairs(const Problem& p, int64_t n, int64_t k) {
+  const int64_t unbounded = n + k;  // Past every key, from every row.
+  const int64_t left = p.window_left >= 0 ? p.window_left : unbounded;
+  const int64_t right =
+      p.causal ? 0 : (p.window_right >= 0 ? p.window_right : unbounded);
+  const int64_t shift = k - n;
+  return SumClamped(n, k, shift + right + 1) - SumClamped(n, k, shift - left);
 }
 
 }  // namespace
@@ -241,25 +332,31 @@ double Pairs(int64_t n, int64_t k, bool causal) {
 double ProblemFlops(const Problem& p) {
   const double per_pair = 4.0 * static_cast<double>(p.heads * p.head_dim);
   if (p.layout == Layout::kDense) {
-    return per_pair * static_cast<double>(p.batch) *
-           Pairs(p.seq_q, p.seq_k, p.causal);
+    return per_pair * static_cast<double>(p.batch) * Pairs(p, p.seq_q, p.seq_k);
   }
   const BatchLengths l = RepresentativeLengths(p);
   double pairs = 0;
   for (size_t b = 0; b < l.q.size(); ++b) {
-    pairs += Pairs(l.q[b], l.k[b], p.causal);
+    pairs += Pairs(p, l.q[b], l.k[b]);
   }
   return per_pair * pairs;
 }
 
-double ProblemDistance(const Problem& p, const Problem& q) {
+double KindDistance(const Problem& p, const Problem& q) {
   double d = (p.dtype != q.dtype) + (p.kv_fp8 != q.kv_fp8) +
              (p.q_fp8 != q.q_fp8) + (p.causal != q.causal) +
+             (p.window_left != q.window_left ||
+              p.window_right != q.window_right || p.softcap != q.softcap) +
              (p.layout != q.layout);
   if (p.page_size > 0 && q.page_size > 0) {
     const double x = std::log2(static_cast<double>(p.page_size) / q.page_size);
     d += x * x;
   }
+  return d;
+}
+
+double ProblemDistance(const Problem& p, const Problem& q) {
+  double d = KindDistance(p, q);
   for (auto [a, b] : {std::pair{p.batch, q.batch},
                       {p.heads, q.heads},
                       {p.kv_heads, q.kv_heads},

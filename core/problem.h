@@ -60,6 +60,10 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name);
 // aligned to the bottom-right corner, as in FlashAttention 2); a row that
 // sees no key outputs zeros. With lengths on the device, seq_q and seq_k are
 // the bounds of a bucket: one problem serves every batch within them.
+// A sliding window (window_left, window_right; FlashAttention's window_size)
+// narrows row i's keys to [i + shift - window_left, i + shift +
+// window_right], shift = seq_k - seq_q; logit softcapping replaces each
+// score s * scale by softcap * tanh(s * scale / softcap).
 struct Problem {
   int64_t batch = 1;
   int64_t heads = 1;
@@ -79,6 +83,13 @@ struct Problem {
   // Keys per page of a kPaged problem (16 to 256, a multiple of 16); 0 for
   // every other layout.
   int64_t page_size = 0;
+  // Keys a row sees before (left) and after (right) its diagonal key, -1
+  // for no bound on that side. A causal problem's right bound is the
+  // diagonal: its window_right is -1.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  // Logit softcapping's cap (Gemma 2's 50); 0 for none.
+  float softcap = 0;
 
   bool operator==(const Problem& o) const;
   bool operator!=(const Problem& o) const { return !(*this == o); }
@@ -91,6 +102,7 @@ inline constexpr int64_t kMaxSeqLen = 1 << 20;
 inline constexpr int64_t kMaxHeadDim = 256;
 inline constexpr int64_t kMinPageSize = 16;
 inline constexpr int64_t kMaxPageSize = 256;
+inline constexpr float kMaxSoftcap = 1e6f;
 // Elements of one of Q, K, V or O, so that 32-bit element offsets suffice
 // within a head and the tensors fit a single GPU.
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
@@ -100,10 +112,11 @@ inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
 absl::Status ValidateProblem(const Problem& problem,
                              absl::string_view field_prefix = "problem");
 
-// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the last
+// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the ninth
 // part is LayoutName, "paged16" for a kPaged problem of 16-key pages; the
-// dtype part is DTypesName). Two problems have the same key exactly when
-// they are equal.
+// dtype part is DTypesName), followed by ScoreModsName's parts when a
+// window or softcap is set ("..._bhsd_wl4096_cap50"). Two problems have the
+// same key exactly when they are equal.
 std::string ProblemKey(const Problem& problem);
 // The type of a problem's K and V: kE4m3 for an FP8 KV cache, else dtype.
 inline DType KvDType(const Problem& p) {
@@ -115,6 +128,20 @@ inline DType QDType(const Problem& p) {
   return p.q_fp8 ? DType::kE4m3 : p.dtype;
 }
 
+// Whether the problem has a sliding window (either bound set).
+inline bool HasWindow(const Problem& p) {
+  return p.window_left >= 0 || p.window_right >= 0;
+}
+
+// The key's parts after the layout for a window and a softcap, each led by
+// '_': "_wl<window_left>" and "_wr<window_right>" for the bounds set,
+// "_cap<softcap>" (shortest round-trip form); "" for neither.
+std::string ScoreModsName(const Problem& problem);
+
+// Whether two problems compute the same function of their scores: causal,
+// window and softcap alike (the classes configs transfer within).
+bool SameScoreMods(const Problem& a, const Problem& b);
+
 // The types of a problem's tensors as its key names them: DTypeName(dtype)
 // (O's), followed by ".kve4m3" for an FP8 KV cache ("bf16.kve4m3") or
 // ".qkve4m3" for FP8 attention ("bf16.qkve4m3").
@@ -122,18 +149,22 @@ std::string DTypesName(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 
 // Floating-point operations of one forward pass: 4 * B * H * Sq * Sk * D, for
-// causal problems only the unmasked part. With lengths on the device, those
-// of the batch the problem is measured on (RepresentativeLengths of
-// core/batch_lengths.h), so that a rate from a measured time is the real
-// one.
+// causal and windowed problems only the visible (query, key) pairs. With
+// lengths on the device, those of the batch the problem is measured on
+// (RepresentativeLengths of core/batch_lengths.h), so that a rate from a
+// measured time is the real one.
 double ProblemFlops(const Problem& problem);
 
 // How far apart two problems are for transferring configs: the squared
 // distance in log2 of the sizes (batch, heads, kv_heads, seq_q, seq_k,
 // head_dim, and page_size where both are paged), plus 1 for another dtype
-// or K/V type,
-// 1 for another causal flag and 1 for another layout.
+// or K/V type, 1 for another causal flag, 1 for other score mods (window,
+// softcap) and 1 for another layout.
 double ProblemDistance(const Problem& p, const Problem& q);
+
+// ProblemDistance's terms of everything but the sizes: the types, causal
+// flag, score mods, layout and page size.
+double KindDistance(const Problem& p, const Problem& q);
 
 }  // namespace evotune
 

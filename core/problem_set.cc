@@ -30,10 +30,10 @@ std::optional<ProblemSet::Match> ProblemSet::Nearest(const Problem& p,
   for (size_t i = 0; i < problems_.size(); ++i) {
     const Problem& q = problems_[i];
     const bool other_class =
-        q.head_dim != p.head_dim || q.dtype != p.dtype || q.causal != p.causal;
+        q.head_dim != p.head_dim || q.dtype != p.dtype || !SameScoreMods(q, p);
     if (same_class && other_class) continue;
     // ProblemDistance, from the logs kept.
-    double d = (q.dtype != p.dtype) + (q.causal != p.causal);
+    double d = KindDistance(q, p);
     for (size_t j = 0; j < at.size(); ++j) {
       const double x = logs_[i][j] - at[j];
       d += x * x;

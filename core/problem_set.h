@@ -24,8 +24,8 @@ class ProblemSet {
   };
 
   // The problem nearest `p` other than `p` itself (the first of equally near
-  // ones), among those of p's head_dim, dtype and causal flag when
-  // `same_class`; nullopt when there is none.
+  // ones), among those of p's head_dim, dtype and score mods (causal flag,
+  // window, softcap) when `same_class`; nullopt when there is none.
   std::optional<Match> Nearest(const Problem& p, bool same_class) const;
 
   size_t size() const { return problems_.size(); }

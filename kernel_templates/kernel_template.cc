@@ -185,6 +185,10 @@ std::vector<std::string> CompileDefines(const Config& config,
   if (problem.layout == Layout::kPaged) {
     out.push_back(absl::StrCat("-DEVT_PAGE_SIZE=", problem.page_size));
   }
+  if (HasWindow(problem)) out.push_back("-DEVT_WINDOW=1");
+  if (problem.softcap > 0) {
+    out.push_back("-DEVT_SOFTCAP=1");
+  }
   return out;
 }
 

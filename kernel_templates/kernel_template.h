@@ -60,7 +60,7 @@ std::array<int64_t, 3> LaunchGrid(const LaunchGeometry& g, int multiprocessors);
 // AttentionTensorMaps of common/attention_params.cuh, and how LaunchGeometry
 // describes a launch). Raise it with every change there: served kernels
 // carry it, and loaders refuse a kernel of another version.
-inline constexpr int kParamLayoutVersion = 4;
+inline constexpr int kParamLayoutVersion = 5;
 
 // The first compute capability with FP8 (e4m3) conversions and MMAs.
 inline constexpr int kFp8ComputeCapability = 89;
@@ -194,7 +194,8 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
 // The NVRTC options that instantiate the template: -D for each parameter,
 // HEAD_DIM, EVT_BF16, EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0
 // for a dense problem: its kernel reads no lengths from the device;
-// common/sequence.cuh) and, for a paged problem, EVT_PAGE_SIZE.
+// common/sequence.cuh), for a paged problem EVT_PAGE_SIZE, and EVT_WINDOW
+// and EVT_SOFTCAP for a problem with a sliding window or softcapping.
 std::vector<std::string> CompileDefines(const Config& config,
                                         const Problem& problem);
 

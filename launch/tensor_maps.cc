@@ -30,6 +30,9 @@ AttentionParams ContiguousParams(const Problem& p) {
   params.causal = p.causal ? 1 : 0;
   params.scale_log2 =
       static_cast<float>(1.4426950408889634 / std::sqrt(double(p.head_dim)));
+  params.window_left = static_cast<int>(p.window_left);
+  params.window_right = static_cast<int>(p.window_right);
+  params.softcap = p.softcap;
   return params;
 }
 

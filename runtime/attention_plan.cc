@@ -52,6 +52,16 @@ absl::Status CheckWithinPlan(const Problem& planned, const Problem& call) {
   if (call.layout != planned.layout) {
     return named("layout", LayoutName(planned.layout), LayoutName(call.layout));
   }
+  if (call.window_left != planned.window_left) {
+    return differs("window_left", planned.window_left, call.window_left);
+  }
+  if (call.window_right != planned.window_right) {
+    return differs("window_right", planned.window_right, call.window_right);
+  }
+  if (call.softcap != planned.softcap) {
+    return named("softcap", absl::StrCat(planned.softcap),
+                 absl::StrCat(call.softcap));
+  }
   auto longer = [&](const char* field, int64_t most, int64_t got) {
     return absl::InvalidArgumentError(absl::StrCat("problem.", field, ": ", got,
                                                    " is more than the ", most,

@@ -96,7 +96,7 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 std::string ClassKey(const Problem& p) {
   return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
                       p.head_dim, " ", p.causal, " ", DTypesName(p), " ",
-                      LayoutName(p.layout), p.page_size);
+                      LayoutName(p.layout), p.page_size, ScoreModsName(p));
 }
 
 // OK when the runtime can launch `kernel` on a device of `arch`.
@@ -210,7 +210,7 @@ std::string BundleSource::BucketKey(const Problem& problem,
     const bool holds =
         a == arch && p.heads == problem.heads &&
         p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
-        p.causal == problem.causal && p.dtype == problem.dtype &&
+        SameScoreMods(p, problem) && p.dtype == problem.dtype &&
         p.kv_fp8 == problem.kv_fp8 && p.q_fp8 == problem.q_fp8 &&
         p.layout == problem.layout && p.page_size == problem.page_size &&
         p.batch >= problem.batch && p.seq_q >= problem.seq_q &&
@@ -397,8 +397,13 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Install(
   }
   absl::StatusOr<Problem> served = ProblemFromProto(kernel->problem());
   if (served.ok() && *served != problem) {
-    // A bucket's kernel (a bundle's for a problem holding this one).
-    if (absl::Status s = Rebase(problem, device.limits, &*kernel); !s.ok()) {
+    // A bucket's kernel (a bundle's for a problem holding this one): of
+    // the same score mods, which are compiled in.
+    absl::Status s = SameScoreMods(*served, problem)
+                         ? Rebase(problem, device.limits, &*kernel)
+                         : absl::InvalidArgumentError(
+                               "another causal mask, window or softcap");
+    if (!s.ok()) {
       return absl::NotFoundError(
           absl::StrCat("the kernel for ", ProblemKey(*served),
                        " does not serve ", problem_key, ": ", s.message()));

@@ -44,6 +44,11 @@ evotune::Problem ToProblem(const evotune_problem& p) {
   out.page_size = p.page_size;  // ValidateProblem checks it with the layout.
   out.kv_fp8 = p.kv_fp8 != 0;
   out.q_fp8 = p.q_fp8 != 0;
+  if (p.windowed != 0) {
+    out.window_left = p.window_left;
+    out.window_right = p.window_right;
+  }
+  out.softcap = p.softcap;
   return out;
 }
 

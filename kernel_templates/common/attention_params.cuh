@@ -50,6 +50,14 @@ struct AttentionParams {
   int rows_q, rows_k;
   // softmax scale * log2(e): scores are exponentiated with exp2.
   float scale_log2;
+  // A sliding window (read by a kernel compiled with EVT_WINDOW): row i of
+  // a sequence sees keys [i + shift - window_left, i + shift +
+  // window_right], shift = its seq_k - seq_q, -1 for no bound on a side
+  // (the causal mask ends a row at i + shift). Logit softcapping (read with
+  // EVT_SOFTCAP): each score s * scale becomes softcap * tanh(s * scale /
+  // softcap).
+  int window_left, window_right;
+  float softcap;
   // FP8 inputs (a kernel compiled with EVT_KV_FP8 reads e4m3 K and V): the
   // value of an element of K of sequence b and KV head h is its e4m3 value
   // times k_descale[b * descale_batch_stride + h * descale_head_stride]

@@ -225,6 +225,53 @@ __device__ __forceinline__ float Exp2(float x) {
 
 __device__ __forceinline__ float NegInf() { return __int_as_float(0xff800000); }
 
+__device__ __forceinline__ float Tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// EVT_WINDOW, a compile define: 1 where the problem has a sliding window
+// (AttentionParams::window_left / window_right are read), else 0.
+#ifndef EVT_WINDOW
+#define EVT_WINDOW 0
+#endif
+constexpr bool kWindow = EVT_WINDOW != 0;
+// EVT_SOFTCAP: 1 where the problem softcaps its logits (AttentionParams::
+// softcap), else 0.
+#ifndef EVT_SOFTCAP
+#define EVT_SOFTCAP 0
+#endif
+constexpr bool kSoftcap = EVT_SOFTCAP != 0;
+
+// Past every key from every row: a window side with no bound.
+constexpr int kNoBound = 1 << 30;
+
+// A sequence's window: row i sees keys [i + shift - left, i + shift +
+// right]; the causal mask is right = 0, no bound is kNoBound.
+__device__ __forceinline__ void WindowBounds(const AttentionParams& p,
+                                             int& left, int& right) {
+  left = kWindow && p.window_left >= 0 ? p.window_left : kNoBound;
+  right = p.causal
+              ? 0
+              : (kWindow && p.window_right >= 0 ? p.window_right : kNoBound);
+}
+
+// The factors scores take: softmax(s * scale) is exp2 of s * log2 less a
+// row's reference; with softcapping, of tanh(s * pre) * log2.
+struct ScoreScales {
+  float pre, log2;
+};
+
+// The scales of scores for a softmax scale * log2(e) of `scale_log2` (FP8
+// descale factors folded in).
+__device__ __forceinline__ ScoreScales ScalesOf(const AttentionParams& p,
+                                                float scale_log2) {
+  if (!kSoftcap) return {1.f, scale_log2};
+  const float cap_log2 = p.softcap * 1.4426950408889634f;
+  return {scale_log2 / cap_log2, cap_log2};
+}
+
 // What one block computes: query block q_block (kM rows from q0, the last
 // blocks first: with a causal mask they see the most keys, so the longest
 // blocks start first) of head h of sequence b, and of its key tiles (kN keys
@@ -233,6 +280,9 @@ struct BlockPlan {
   int b, h, q_blocks, q_block, split, q0;
   int seq_q, seq_k;  // Sequence b's lengths.
   int shift;         // seq_k - seq_q. Causal: row i sees keys j <= i + shift.
+  // Row i sees keys [i + shift - left, i + shift + right] (WindowBounds).
+  int left, right;
+  int last_row;  // The block's last row with a query.
   int block0, num_blocks;
   const evt_elem* q;  // This head's rows of Q, K, V and O.
   const evt_elem* k;
@@ -266,17 +316,19 @@ __device__ __forceinline__ BlockPlan PlanWork(const AttentionParams& p, int b,
   w.o = static_cast<evt_elem*>(p.o) + s.o + w.h * p.o_head_stride;
   w.k = static_cast<const evt_elem*>(p.k) + s.k + kvh * p.k_head_stride;
   w.v = static_cast<const evt_elem*>(p.v) + s.v + kvh * p.v_head_stride;
-  // Keys any row of this block may see.
-  int kv_end = w.q0 < w.seq_q ? w.seq_k : 0;
-  if (p.causal) {
-    const int last_row = min(w.seq_q - 1, w.q0 + kM - 1);
-    kv_end = min(kv_end, max(0, last_row + w.shift + 1));
-  }
-  // A contiguous range of key tiles per split.
-  const int all_blocks = (kv_end + kN - 1) / kN;
-  const int per_split = (all_blocks + kSplits - 1) / kSplits;
-  w.block0 = w.split * per_split;
-  w.num_blocks = max(0, min(all_blocks, w.block0 + per_split) - w.block0);
+  WindowBounds(p, w.left, w.right);
+  // Keys any row of this block may see: [kv_begin, kv_end).
+  w.last_row = min(w.seq_q - 1, w.q0 + kM - 1);
+  const int kv_end =
+      w.q0 < w.seq_q ? min(w.seq_k, max(0, w.last_row + w.shift + w.right + 1))
+                     : 0;
+  const int first = kWindow ? max(0, w.q0 + w.shift - w.left) / kN : 0;
+  // A contiguous range of the key tiles from `first` per split.
+  const int tiles = max(0, (kv_end + kN - 1) / kN - first);
+  const int per_split = (tiles + kSplits - 1) / kSplits;
+  const int begin = w.split * per_split;
+  w.block0 = first + begin;
+  w.num_blocks = max(0, min(tiles, begin + per_split) - begin);
   return w;
 }
 
@@ -288,16 +340,19 @@ __device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
                                    blockIdx.x % kSplits);
 }
 
-// Whether key tile kv0.. needs MaskTile for query rows up to q0 + kM - 1.
+// Whether key tile kv0.. needs MaskTile for the block's rows: it reaches
+// past the sequence's keys, past the right bound of row q0 (the causal
+// diagonal), or before the window of the block's last row.
 template <int kN>
 __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p,
                                               const BlockPlan& w, int kv0) {
-  return kv0 + kN > w.seq_k || (p.causal && kv0 + kN - 1 > w.q0 + w.shift);
+  return kv0 + kN > w.seq_k || kv0 + kN - 1 > w.q0 + w.shift + w.right ||
+         (kWindow && kv0 < w.last_row + w.shift - w.left);
 }
 
-// Sets to -inf the scores of keys past the sequence's seq_k and, when
-// causal, above the diagonal, in a tile of scores for keys kv0.. and query
-// rows row0.. (the warp's first row).
+// Sets to -inf the scores of keys past the sequence's seq_k and outside
+// each row's window (the causal mask's too), in a tile of scores for keys
+// kv0.. and query rows row0.. (the warp's first row).
 template <int kMTiles, int kNTiles>
 __device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
                                          const AttentionParams& p,
@@ -313,17 +368,47 @@ __device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + mt * 16 + lane / 4 + half * 8;
-      const int limit =
-          p.causal ? min(key_limit, row + w.shift + 1 - c) : key_limit;
+      const int limit = min(key_limit, row + w.shift + w.right + 1 - c);
+      const int start = row + w.shift - w.left - c;  // Keys before: masked.
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          if (nt * 8 + i >= limit) s[mt][nt][2 * half + i] = NegInf();
+          if (nt * 8 + i >= limit || (kWindow && nt * 8 + i < start)) {
+            s[mt][nt][2 * half + i] = NegInf();
+          }
         }
       }
     }
   }
+}
+
+// Logit softcapping (EVT_SOFTCAP) of a tile of raw scores: each becomes
+// tanh(s * pre), pre = scale / softcap, and the softmax then scales by
+// softcap instead of the softmax scale (SoftcapScales).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void SoftcapTile(float (&s)[kMTiles][kNTiles][4],
+                                            float pre) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[mt][nt][i] = Tanh(s[mt][nt][i] * pre);
+    }
+  }
+}
+
+// Softcaps (when compiled with it) and masks (where the tile needs it) a
+// tile of raw scores for keys kv0.. and query rows row0.. .
+template <int kN, int kMTiles, int kNTiles>
+__device__ __forceinline__ void PrepareScores(float (&s)[kMTiles][kNTiles][4],
+                                              const AttentionParams& p,
+                                              const BlockPlan& w,
+                                              const ScoreScales& scales,
+                                              int kv0, int row0, int lane) {
+  if constexpr (kSoftcap) SoftcapTile(s, scales.pre);
+  if (TileNeedsMask<kN>(p, w, kv0)) MaskTile(s, p, w, kv0, row0, lane);
 }
 
 // Pairwise (tree) reductions of one half (accumulator elements 2 half and

@@ -113,7 +113,9 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 struct DecodePlan {
   int b, kvh, group, rows, r0, shift;
   int row_block, row_blocks, split;
-  int kv_end;        // Keys any row of the block may see.
+  int kv_end;        // Keys any row of the block may see: below kv_end,
+  int left, right;   // and for query q in [q + shift - left, q + shift +
+                     // right] (WindowBounds).
   int tile0, tiles;  // This split's key tiles.
   Sequence seq;      // Sequence b: its lengths and row offsets.
 };
@@ -130,15 +132,18 @@ __device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
   w.split = blockIdx.x % kSplits;
   w.r0 = w.row_block * kRows;
   w.shift = w.seq.seq_k - w.seq.seq_q;
-  w.kv_end = w.r0 < w.rows ? w.seq.seq_k : 0;
-  if (p.causal) {
-    const int last_q = min(w.seq.seq_q - 1, (w.r0 + kRows - 1) / w.group);
-    w.kv_end = min(w.kv_end, max(0, last_q + w.shift + 1));
-  }
-  const int all_tiles = (w.kv_end + kN - 1) / kN;
-  const int per_split = (all_tiles + kSplits - 1) / kSplits;
-  w.tile0 = w.split * per_split;
-  w.tiles = max(0, min(all_tiles, w.tile0 + per_split) - w.tile0);
+  WindowBounds(p, w.left, w.right);
+  const int last_q = min(w.seq.seq_q - 1, (w.r0 + kRows - 1) / w.group);
+  w.kv_end = w.r0 < w.rows
+                 ? min(w.seq.seq_k, max(0, last_q + w.shift + w.right + 1))
+                 : 0;
+  const int first =
+      kWindow ? max(0, w.r0 / w.group + w.shift - w.left) / kN : 0;
+  const int tiles = max(0, (w.kv_end + kN - 1) / kN - first);
+  const int per_split = (tiles + kSplits - 1) / kSplits;
+  const int begin = w.split * per_split;
+  w.tile0 = first + begin;
+  w.tiles = max(0, min(tiles, begin + per_split) - begin);
   return w;
 }
 
@@ -681,26 +686,31 @@ __device__ __forceinline__ void StreamKeys(
     LoadQFragments<kD>(q_frag, q_lane, lane);
   }
 
-  // Each lane's rows see keys below `limit`; tiles that end at or before
-  // the smallest limit of the block need no mask.
-  int limit[kMTiles][2];
-  int mask_from = w.kv_end;
+  // Each lane's rows see keys in [start, limit); tiles within [the largest
+  // start, the smallest limit) of the block need no mask.
+  int limit[kMTiles][2], start[kMTiles][2];
+  int mask_from = w.kv_end, mask_before = 0;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = w.r0 + mt * 16 + lane / 4 + half * 8;
-      limit[mt][half] = r < w.rows && p.causal
-                            ? min(w.kv_end, max(0, r / w.group + w.shift + 1))
-                            : w.kv_end;
+      const int q = r / w.group;
+      const bool row = r < w.rows;
+      limit[mt][half] =
+          row ? min(w.kv_end, max(0, q + w.shift + w.right + 1)) : w.kv_end;
+      start[mt][half] = row && kWindow ? q + w.shift - w.left : 0;
       mask_from = min(mask_from, limit[mt][half]);
+      mask_before = max(mask_before, start[mt][half]);
     }
   }
-  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 1));
-  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 2));
-  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 4));
-  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 8));
-  mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, 16));
+#pragma unroll
+  for (int m = 1; m < 32; m *= 2) {
+    mask_from = min(mask_from, __shfl_xor_sync(0xffffffffu, mask_from, m));
+    mask_before =
+        max(mask_before, __shfl_xor_sync(0xffffffffu, mask_before, m));
+  }
+  const ScoreScales scales = ScalesOf(p, scale_log2);
 
   for (int i = 0; i < my_tiles; ++i) {
     CpAsyncWait<kStages - 2>();
@@ -720,8 +730,9 @@ __device__ __forceinline__ void StreamKeys(
                                                  k_tile + 2 * f.k_row, lane);
     }
 
+    if constexpr (kSoftcap) SoftcapTile(s_acc, scales.pre);
     const int kv0 = key0(i);
-    if (kv0 + kN > mask_from) {
+    if (kv0 + kN > mask_from || (kWindow && kv0 < mask_before)) {
       // Element (nt, e) of a row holds key kv0 + c + nt * 8 + e % 2.
       const int c = kv0 + (lane % 4) * 2;
 #pragma unroll
@@ -729,18 +740,21 @@ __device__ __forceinline__ void StreamKeys(
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int lim = limit[mt][half] - c;
+          const int from = start[mt][half] - c;
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              if (nt * 8 + e >= lim) s_acc[mt][nt][2 * half + e] = NegInf();
+              if (nt * 8 + e >= lim || (kWindow && nt * 8 + e < from)) {
+                s_acc[mt][nt][2 * half + e] = NegInf();
+              }
             }
           }
         }
       }
     }
 
-    SoftmaxTileLazy(s_acc, o_acc, row_max, row_sum, scale_log2);
+    SoftmaxTileLazy(s_acc, o_acc, row_max, row_sum, scales.log2);
     if constexpr (kKvFp8) {
       Fp8PvTile(o_acc, s_acc, v_tile, lane);
     } else {

@@ -101,6 +101,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
+  const ScoreScales scales = ScalesOf(p, p.scale_log2);
   if (w.q0 >= w.seq_q) return;  // Past its sequence: every split alike.
   const int q0 = w.q0;
   const int block0 = w.block0;
@@ -171,13 +172,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     QkTile<kMTiles, kN, kD, kQInRegs, (kQInRegs ? kKSteps : 1)>(
         s_acc, q_frag, q_lane, k_lane, lane);
 
-    // Mask keys past seq_k and, when causal, above the diagonal.
-    if (TileNeedsMask<kN>(p, w, kv0)) {
-      MaskTile(s_acc, p, w, kv0, q0 + warp_row0, lane);
-    }
+    // Softcap; mask keys past seq_k and outside the window (or causal mask).
+    PrepareScores<kN>(s_acc, p, w, scales, kv0, q0 + warp_row0, lane);
 
     // Online softmax; P replaces S in place.
-    SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
+    SoftmaxTile(s_acc, o_acc, row_max, row_sum, scales.log2);
 
     // O += P V.
     PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_lane, f.v_chunk);

@@ -110,6 +110,7 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
+  const ScoreScales scales = ScalesOf(p, p.scale_log2);
   if (w.q0 >= w.seq_q) return;  // Past its sequence: every split alike.
 
   // Stage Q; its group completes with the first K/V tile's.
@@ -177,10 +178,8 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads,
     FenceOperands(s_acc[0]);
 
     const int kv0 = (w.block0 + j) * kN;
-    if (TileNeedsMask<kN>(p, w, kv0)) {
-      MaskTile(s_acc, p, w, kv0, w.q0 + warp_row0, lane);
-    }
-    SoftmaxTile(s_acc, o_acc, row_max, row_sum, p.scale_log2);
+    PrepareScores<kN>(s_acc, p, w, scales, kv0, w.q0 + warp_row0, lane);
+    SoftmaxTile(s_acc, o_acc, row_max, row_sum, scales.log2);
 
     // O += P V: for key step t, rows 16 t .. 16 t + 15 of the V tile; output
     // columns 64 db .. 64 db + 63 from column block db.

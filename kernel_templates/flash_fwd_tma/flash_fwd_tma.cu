@@ -668,8 +668,9 @@ struct Rows {
   unsigned pf[kPvSteps][4];
   unsigned qf[kQFrags][4];  // Q's A fragments (kQInRegs).
   float row_max[1][2], row_sum[1][2], correction[1][2];
-  // scale * log2(e), times Q's and K's descale factors (FP8).
-  float scale_log2;
+  // scale * log2(e), times Q's and K's descale factors (FP8), and with
+  // softcapping the factor of scores before tanh (ScalesOf).
+  ScoreScales scales;
   // FP8: P V products summed into O since its last promotion (Promote),
   // whether there was one, and the thread's fp32 sums in shared memory.
   int pvs;
@@ -717,13 +718,11 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
                                         const BlockPlan& w, int j, int row0,
                                         int lane) {
   const int kv0 = (w.block0 + j) * kN;
-  if (TileNeedsMask<kN>(p, w, kv0)) {
-    MaskTile(r.s, p, w, kv0, w.q0 + row0, lane);
-  }
+  PrepareScores<kN>(r.s, p, w, r.scales, kv0, w.q0 + row0, lane);
   if constexpr (kLazy) {
-    SoftmaxLazy(r, r.scale_log2);
+    SoftmaxLazy(r, r.scales.log2);
   } else {
-    SoftmaxScores(r.s, r.row_max, r.row_sum, r.scale_log2, r.correction);
+    SoftmaxScores(r.s, r.row_max, r.row_sum, r.scales.log2, r.correction);
   }
 }
 
@@ -1066,14 +1065,15 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     Rows r;
     InitRows(r.o, r.row_max, r.row_sum);
     const int kv_head = w.h / (p.heads / p.kv_heads);
-    r.scale_log2 = p.scale_log2;
+    float scale_log2 = p.scale_log2;
     r.pvs = 0;
     r.promoted = false;
     r.sums = s.sums(consumer) + thread * 16;
     if constexpr (kFp8) {
-      r.scale_log2 *= fp8::Descale(p, p.q_descale, w.b, kv_head) *
-                      fp8::Descale(p, p.k_descale, w.b, kv_head);
+      scale_log2 *= fp8::Descale(p, p.q_descale, w.b, kv_head) *
+                    fp8::Descale(p, p.k_descale, w.b, kv_head);
     }
+    r.scales = ScalesOf(p, scale_log2);
     turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), done & 1);
     ++done;

@@ -11,12 +11,20 @@
 //   WARPS    query rows (warps) per block: more rows share each staged tile.
 //   KV_TILE  keys staged in shared memory per step: larger tiles mean fewer
 //            barriers but more shared memory (2 * KV_TILE * HEAD_DIM * 2 B).
-// Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16.
+// Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16, EVT_WINDOW and
+// EVT_SOFTCAP (a sliding window, logit softcapping: attention_params.cuh).
 //
 // Grid: (ceil(seq_q / WARPS), heads, batch); block: WARPS * 32 threads.
 #include "attention_params.cuh"
 #include "dtype.cuh"
 #include "sequence.cuh"
+
+#ifndef EVT_WINDOW
+#define EVT_WINDOW 0
+#endif
+#ifndef EVT_SOFTCAP
+#define EVT_SOFTCAP 0
+#endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention_fwd(const __grid_constant__ AttentionParams p) {
@@ -34,16 +42,24 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   const Sequence seq = SequenceOf(p, b);
   const bool active = row < seq.seq_q;
 
-  // Keys this row may see, and the most any row of the block may see.
+  // Keys this row may see, [row_start, row_end), and those any row of the
+  // block may see, [block_start, block_end): a window's bounds (-1 for
+  // none), the causal mask's right bound 0.
   const int shift = seq.seq_k - seq.seq_q;
-  int row_end = seq.seq_k;
-  int block_end = (int)blockIdx.x * WARPS < seq.seq_q ? seq.seq_k : 0;
-  if (p.causal) {
-    row_end = min(seq.seq_k, max(0, row + shift + 1));
-    const int last_row =
-        min(seq.seq_q - 1, (int)blockIdx.x * WARPS + WARPS - 1);
-    block_end = min(block_end, max(0, last_row + shift + 1));
-  }
+  constexpr int kNoBound = 1 << 30;
+  const int left = EVT_WINDOW && p.window_left >= 0 ? p.window_left : kNoBound;
+  const int right = p.causal                            ? 0
+                    : EVT_WINDOW && p.window_right >= 0 ? p.window_right
+                                                        : kNoBound;
+  const int first_row = (int)blockIdx.x * WARPS;
+  const int last_row = min(seq.seq_q - 1, first_row + WARPS - 1);
+  const int row_end = min(seq.seq_k, max(0, row + shift + right + 1));
+  const int row_start = max(0, row + shift - left);
+  const int block_end =
+      first_row < seq.seq_q
+          ? min(seq.seq_k, max(0, last_row + shift + right + 1))
+          : 0;
+  const int block_start = max(0, first_row + shift - left);
 
   const evt_elem* q =
       static_cast<const evt_elem*>(p.q) + seq.q + h * p.q_head_stride;
@@ -63,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   float row_max = -__int_as_float(0x7f800000);  // -inf
   float row_sum = 0.f;
 
-  for (int start = 0; start < block_end; start += KV_TILE) {
+  for (int start = block_start; start < block_end; start += KV_TILE) {
     __syncthreads();
     for (int idx = threadIdx.x; idx < KV_TILE * HEAD_DIM; idx += WARPS * 32) {
       const int j = idx / HEAD_DIM;
@@ -80,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
     if (!active) continue;
     const int n = min(KV_TILE, row_end - start);
-    for (int j = 0; j < n; ++j) {
+    for (int j = max(0, row_start - start); j < n; ++j) {
       float s = 0.f;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
@@ -90,7 +106,12 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       for (int offset = 16; offset > 0; offset /= 2) {
         s += __shfl_xor_sync(0xffffffffu, s, offset);
       }
+#if EVT_SOFTCAP  // softcap * tanh(s * scale / softcap), exactly.
+      const float cap_log2 = p.softcap * 1.4426950408889634f;
+      s = tanhf(s * (p.scale_log2 / cap_log2)) * cap_log2;
+#else
       s *= p.scale_log2;
+#endif
       const float new_max = fmaxf(row_max, s);
       const float correction = exp2f(row_max - new_max);
       const float weight = exp2f(s - new_max);

@@ -17,7 +17,7 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 8  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 9  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
@@ -30,12 +30,15 @@ class Problem(ctypes.Structure):
     bound every sequence's); page_size the keys a page of LAYOUT_PAGED (seq_k
     is then the block table's pages * page_size), else 0; kv_fp8 1 for e4m3
     K and V (an FP8 KV cache); q_fp8 1 for e4m3 Q as well (FP8
-    attention)."""
+    attention); windowed 1 for a sliding window of window_left and
+    window_right keys (FlashAttention's window_size, -1 for no bound;
+    window_right -1 when causal); softcap the logit softcap (0 for none)."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
             (n, ctypes.c_int32)
             for n in ("causal", "bf16", "layout", "page_size", "kv_fp8",
-                      "q_fp8")]
+                      "q_fp8", "windowed", "window_left", "window_right")] + [
+                          ("softcap", ctypes.c_float)]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)

@@ -39,6 +39,7 @@ from torch.nn.attention.bias import causal_lower_right
 from . import checks
 from . import planning
 from . import runtime as _rt
+from . import score_mods
 from .checks import AttentionArgumentError  # noqa: F401 (the op's refusal)
 from .varlen_checks import bucket_bound, check_bounds
 
@@ -86,10 +87,13 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         _State.generation += 1
 
 
-def _problem(q, kv_heads, seq_k, causal):
+def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE):
     b, h, sq, d = q.shape
+    left, right, cap = mods
     return _rt.Problem(b, h, kv_heads, sq, seq_k, d, int(causal),
-                       int(q.dtype == torch.bfloat16))
+                       int(q.dtype == torch.bfloat16),
+                       windowed=int((left, right) != (-1, -1)),
+                       window_left=left, window_right=right, softcap=cap)
 
 
 def _tensor(t):
@@ -237,7 +241,7 @@ class _Launch:
         return o
 
 
-def _prepare(q, k, v, causal, scale, stream_id, wait=False):
+def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False):
     """A _Launch for the call, or why SDPA answers it (a _Pending while a
     daemon's kernel is on its way, unless `wait`). Raises
     AttentionArgumentError for tensors that do not fit together."""
@@ -254,7 +258,7 @@ def _prepare(q, k, v, causal, scale, stream_id, wait=False):
     seq_q, seq_k = q.shape[2], k.shape[2]
     # The bucket's plan, or where that is past evotune's limits the call's.
     for n in dict.fromkeys((key_bucket(seq_q, seq_k), seq_k)):
-        p = _problem(q, k.shape[1], n, causal)
+        p = _problem(q, k.shape[1], n, causal, mods)
         if p.key() in _State.missing:
             continue
         planned = _plan(p, q, stream_id, wait)
@@ -269,7 +273,7 @@ _local = threading.local()
 _MAX_PREPARED = 4096  # Signatures remembered per thread.
 
 
-def _signature(q, k, v, causal, scale, stream_id):
+def _signature(q, k, v, causal, mods, scale, stream_id):
     """What a prepared call depends on: the tensors' shapes, dtype and
     device with the key length as its bucket (and whether it is 0 or 1,
     which the checks treat apart), q's strides."""
@@ -277,7 +281,7 @@ def _signature(q, k, v, causal, scale, stream_id):
     keys = (key_bucket(q.shape[2], n), min(n, 2), k.shape[0], k.shape[1],
             k.shape[3], v.shape[0], v.shape[1], v.shape[3])
     return checks.meta(q), keys, k.dtype, k.device, v.dtype, v.device, \
-        causal, scale, stream_id
+        causal, mods, scale, stream_id
 
 
 def _stale(entry):
@@ -289,7 +293,7 @@ def _stale(entry):
         and not torch.cuda.is_current_stream_capturing()
 
 
-def _lookup(q, k, v, causal, scale, wait=False):
+def _lookup(q, k, v, causal, mods, scale, wait=False):
     """_prepare's answer for the call's signature, remembered per thread
     until the next use() (a plan for _REPLAN_S seconds, a kernel on its way
     until due)."""
@@ -298,25 +302,29 @@ def _lookup(q, k, v, causal, scale, wait=False):
     stream_id = _stream_id(q.device) if q.is_cuda else None
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or \
             k.shape[2] != v.shape[2]:
-        return _prepare(q, k, v, causal, scale, stream_id)  # It raises.
-    signature = _signature(q, k, v, causal, scale, stream_id)
+        return _prepare(q, k, v, causal, mods, scale, stream_id)  # Raises.
+    signature = _signature(q, k, v, causal, mods, scale, stream_id)
     entry = _local.calls.get(signature)
     if entry is None or _stale(entry) or (
             wait and isinstance(entry, _Pending)):
-        entry = _prepare(q, k, v, causal, scale, stream_id, wait)
+        entry = _prepare(q, k, v, causal, mods, scale, stream_id, wait)
         if len(_local.calls) >= _MAX_PREPARED:
             _local.calls.clear()  # Lengths that only grow (decode).
         _local.calls[signature] = entry
     return entry
 
 
-def _sdpa(q, k, v, causal, scale, setup_free=False):
+def _sdpa(q, k, v, causal, scale, setup_free=False, mods=score_mods.NONE):
     """SDPA with the op's semantics. setup_free: without its cuDNN backend,
     which builds a plan for every new shape (65 ms a call on the H200 for
     decode steps of new lengths): the calls answered while a kernel is on
     its way are each of a new length in a decode loop. (A switch, not
     sdpa_kernel(), whose context costs tens of microseconds a call; SDPA
-    calls of other threads meanwhile may take another backend.)"""
+    calls of other threads meanwhile may take another backend.) A window
+    or softcap, which SDPA does not take, is computed in plain PyTorch
+    (score_mods.reference)."""
+    if mods != score_mods.NONE:
+        return score_mods.reference(q, k, v, causal, scale, mods)
     if setup_free and torch.backends.cuda.cudnn_sdp_enabled():
         torch.backends.cuda.enable_cudnn_sdp(False)
         try:
@@ -358,38 +366,50 @@ def eager(*tensors):
     return True
 
 
-def _attention_impl(q, k, v, causal, scale):
-    entry = _lookup(q, k, v, causal, scale)
+def _attention_impl(q, k, v, causal, scale, mods=score_mods.NONE):
+    entry = _lookup(q, k, v, causal, mods, scale)
     o = None if isinstance(entry, str) else entry(q, k, v)
     if o is not None:
         return o
-    return _sdpa(q, k, v, causal, scale, isinstance(entry, _Pending))
+    return _sdpa(q, k, v, causal, scale, isinstance(entry, _Pending), mods)
 
 
 @torch.library.custom_op("evotune::attention", mutates_args=())
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               causal: bool, scale: Optional[float]) -> torch.Tensor:
-    return _attention_impl(q, k, v, causal, scale)
+               causal: bool, scale: Optional[float], window_left: int = -1,
+               window_right: int = -1, softcap: float = 0.0) -> torch.Tensor:
+    return _attention_impl(q, k, v, causal, scale,
+                           (window_left, window_right, softcap))
 
 
 @_attention.register_fake
-def _(q, k, v, causal, scale):
+def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
     checks.check_call(q, k, v, scale)
     if v.shape[-1] == q.shape[-1]:
         return torch.empty_like(q)
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
-def attention(q, k, v, causal=False, scale=None, *, q_descale=None,
-              k_descale=None, v_descale=None, out_dtype=None):
+def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
+              softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
+              out_dtype=None):
     """softmax(q k^T * scale) v for [batch, heads, seq, head_dim] tensors;
     k and v may have fewer heads (grouped). scale defaults to
-    1/sqrt(head_dim). Raises AttentionArgumentError (a ValueError and a
+    1/sqrt(head_dim). window_size=(left, right) and softcap are
+    FlashAttention's: a sliding window (-1 for no bound on a side) and logit
+    softcapping (softcap * tanh(score / softcap); 0 for none), see
+    evotune/score_mods.py. Raises AttentionArgumentError (a ValueError and a
     RuntimeError) naming the argument for tensors that do not fit
     together, as SDPA refuses them. float8_e4m3fn q, k and v run FP8
     attention with their descale factors and out_dtype (fp8_attention;
     eager only)."""
     fp8 = getattr(q, "dtype", None) == torch.float8_e4m3fn
+    causal, mods = score_mods.normalize(causal, window_size, softcap,
+                                        "evotune.attention")
+    if fp8 and mods != score_mods.NONE:
+        raise checks.AttentionArgumentError(
+            "evotune.attention: window_size and softcap are not served with "
+            "float8_e4m3fn q, k and v yet")
     if fp8:
         return fp8_attention(q, k, v, causal, scale, q_descale, k_descale,
                              v_descale, out_dtype or torch.bfloat16)
@@ -401,11 +421,12 @@ def attention(q, k, v, causal=False, scale=None, *, q_descale=None,
                 f"(FP8 attention); q is {getattr(q, 'dtype', type(q))}")
     scale = None if scale is None else float(scale)
     if eager(q, k, v):
-        return _attention_impl(q, k, v, bool(causal), scale)
-    return torch.ops.evotune.attention(q, k, v, causal, scale)
+        return _attention_impl(q, k, v, causal, scale, mods)
+    return torch.ops.evotune.attention(q, k, v, causal, scale, *mods)
 
 
-def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
+def kernel_for(q, k, causal=False, v=None, scale=None, reason=False, *,
+               window_size=(-1, -1), softcap=0.0):
     """Which kernel serves attention(q, k, v, causal, scale): "template
     CONFIG arch (tuned|transferred|default)", or None when the call falls
     back to SDPA. With reason=True, a pair (kernel, why) where `why` says
@@ -413,7 +434,9 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False):
     daemon mode it waits for the daemon's answer, which later calls then
     run. Raises as attention() does for tensors that do not fit together."""
     v = k if v is None else v
-    entry = _lookup(q, k, v, causal, scale, wait=True)
+    causal, mods = score_mods.normalize(causal, window_size, softcap,
+                                        "evotune.kernel_for")
+    entry = _lookup(q, k, v, causal, mods, scale, wait=True)
     kernel, why = None, entry if isinstance(entry, str) else None
     if why is None and not entry.serves(q, k, v):
         why = checks.fallback_reason(q, k, v, scale)

@@ -235,6 +235,9 @@ void Attention(void** args) {
     p.seq_q = seq.seq_q;
     p.seq_k = seq.seq_k;
     p.causal = a.causal != 0;
+    p.window_left = a.window_left;
+    p.window_right = a.window_right;
+    p.softcap = a.softcap;
     k.assign(p.seq_k * d, 0.f);
     v.assign(p.seq_k * d, 0.f);
     for (int64_t h = 0; h < a.heads; ++h) {

@@ -1,6 +1,7 @@
 #include "core/problem.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/batch_lengths.h"
 #include "gmock/gmock.h"
@@ -25,7 +26,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(14, p);
+  std::vector<Problem> variants(19, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -42,6 +43,14 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[11].page_size = 256;
   variants[12].kv_fp8 = true;
   variants[13].kv_fp8 = variants[13].q_fp8 = true;
+  variants[14].window_left = 128;
+  variants[15].window_right = 7;
+  variants[16].window_left = variants[16].window_right = 0;
+  variants[17].softcap = 0.3f;
+  variants[18] = variants[10];
+  variants[18].causal = true;
+  variants[18].window_left = 4096;
+  variants[18].softcap = 50;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -50,6 +59,64 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   }
   EXPECT_FALSE(ParseProblemKey("b1_h8").ok());
   EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp32_bhsd").ok());
+}
+
+TEST(ProblemTest, WindowsAndSoftcapsEndTheKey) {
+  Problem p = Seed();
+  p.causal = true;
+  p.window_left = 4096;
+  p.softcap = 50;
+  EXPECT_EQ(ProblemKey(p),
+            "b1_h8_kv8_q512_k512_d64_causal_fp16_bhsd_wl4096_cap50");
+  EXPECT_TRUE(HasWindow(p));
+  EXPECT_FALSE(SameScoreMods(p, Seed()));
+  const std::string base = "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd";
+  for (const char* bad : {"_cap50_wl4", "_wl-2", "_wl", "_cap0", "_cap-1",
+                          "_cap50.0", "_wr3_wl4", "_cap50_cap50", "_x"}) {
+    EXPECT_FALSE(ParseProblemKey(base + bad).ok()) << bad;
+  }
+  EXPECT_EQ(ParseProblemKey(base + "_wl0_wr3")->window_right, 3);
+}
+
+TEST(ProblemTest, ValidationNamesTheScoreModField) {
+  auto field = [](Problem p) {
+    absl::Status s = ValidateProblem(p);
+    return s.ok() ? std::string("ok") : std::string(s.message()).substr(0, 20);
+  };
+  Problem p = Seed();
+  p.window_left = -2;
+  EXPECT_EQ(field(p), "problem.window_left:");
+  p = Seed();
+  p.window_right = kMaxSeqLen + 1;
+  EXPECT_EQ(field(p), "problem.window_right");
+  p = Seed();
+  p.causal = true;
+  p.window_right = 4;
+  EXPECT_EQ(field(p), "problem.window_right");
+  p.causal = false;
+  p.window_right = 0;  // The causal mask, under another name.
+  EXPECT_EQ(field(p), "problem.window_right");
+  p.window_right = 1;
+  EXPECT_EQ(field(p), "ok");
+  p = Seed();
+  for (float cap : {-1.f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), 2e6f}) {
+    p.softcap = cap;
+    EXPECT_EQ(field(p), "problem.softcap: mus") << cap;
+  }
+  p.softcap = 30;
+  EXPECT_EQ(field(p), "ok");
+}
+
+TEST(ProblemTest, AnotherWindowOrSoftcapIsOneStepAway) {
+  Problem p = Seed();
+  Problem q = p;
+  q.window_left = 256;
+  EXPECT_EQ(ProblemDistance(p, q), 1.0);
+  q.softcap = 30;
+  EXPECT_EQ(ProblemDistance(p, q), 1.0);
+  q.causal = true;
+  EXPECT_EQ(ProblemDistance(p, q), 2.0);
 }
 
 TEST(ProblemTest, AnFp8KvCacheIsNamedAfterTheDtype) {
@@ -221,6 +288,45 @@ TEST(ProblemTest, CausalFlopsAgreeWithCountingRowByRow) {
         for (int64_t j = 0; j < seq_k && j <= i + seq_k - seq_q; ++j) ++pairs;
       }
       EXPECT_DOUBLE_EQ(ProblemFlops(p), 4 * pairs) << seq_q << "x" << seq_k;
+    }
+  }
+}
+
+TEST(ProblemTest, WindowFlopsAgreeWithCountingRowByRow) {
+  Problem p = Seed();
+  p.batch = p.heads = p.kv_heads = 1;
+  p.head_dim = 1;
+  for (bool causal : {false, true}) {
+    for (auto [left, right] : {std::pair<int64_t, int64_t>{0, -1},
+                               {3, -1},
+                               {-1, 5},
+                               {17, 2},
+                               {0, 1},
+                               {4096, -1}}) {
+      for (auto [seq_q, seq_k] : {std::pair<int64_t, int64_t>{1, 1},
+                                  {17, 113},
+                                  {113, 17},
+                                  {64, 64},
+                                  {1023, 2048}}) {
+        p.causal = causal;
+        p.window_left = left;
+        p.window_right = causal ? -1 : right;
+        p.seq_q = seq_q;
+        p.seq_k = seq_k;
+        const int64_t shift = seq_k - seq_q;
+        double pairs = 0;
+        for (int64_t i = 0; i < seq_q; ++i) {
+          for (int64_t j = 0; j < seq_k; ++j) {
+            const bool seen =
+                (left < 0 || j >= i + shift - left) &&
+                (causal ? j <= i + shift : right < 0 || j <= i + shift + right);
+            pairs += seen;
+          }
+        }
+        EXPECT_DOUBLE_EQ(ProblemFlops(p), 4 * pairs)
+            << causal << " " << left << " " << right << " " << seq_q << "x"
+            << seq_k;
+      }
     }
   }
 }

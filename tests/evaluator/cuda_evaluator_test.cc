@@ -386,6 +386,87 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
   }
 }
 
+// Sliding windows (one side, both, causal, a window of the diagonal alone)
+// and logit softcapping, alone and together, over every layout, on every
+// template the device runs: two random configs each (the split-KV and
+// persistent ones among them), each checked against the reference.
+TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsAndSoftcaps) {
+  struct Case {
+    int64_t sq, sk;
+    bool causal;
+    int64_t left, right;
+    float softcap;
+    Layout layout;
+  };
+  const std::vector<Case> cases = {
+      {1000, 1000, true, 256, -1, 0, Layout::kDense},
+      {129, 4096, false, 100, 50, 0, Layout::kDense},
+      {1024, 1024, false, -1, -1, 2, Layout::kDense},
+      {17, 1, false, 0, 3, 0, Layout::kDense},
+      {640, 640, true, 0, -1, 0, Layout::kDense},
+      {300, 700, true, 64, -1, 30, Layout::kVarlen},
+      {1, 4097, true, 1000, -1, 0, Layout::kKvCache},
+      {4, 2048, true, 512, -1, 50, Layout::kPaged},
+      {1, 3000, false, -1, -1, 5, Layout::kKvCache},
+  };
+  const DeviceLimits& limits = evaluator_->device().limits;
+  std::mt19937 gen(67);
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    if (t.test_only || !CheckDevice(t, limits).ok()) continue;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      Problem p;
+      p.batch = 2;
+      p.heads = 8;
+      p.kv_heads = i % 2 ? 2 : 8;
+      p.seq_q = c.sq;
+      p.seq_k = c.sk;
+      p.head_dim = i % 2 ? 128 : 64;
+      p.dtype = i % 3 ? DType::kBf16 : DType::kFp16;
+      p.causal = c.causal;
+      p.window_left = c.left;
+      p.window_right = c.right;
+      p.softcap = c.softcap;
+      p.layout = c.layout;
+      if (c.layout == Layout::kPaged) p.page_size = 16;
+      ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
+      if (!CheckSupports(t, p).ok()) continue;
+      std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
+      std::shuffle(feasible.begin(), feasible.end(), gen);
+      EXPECT_EQ(ExpectOkUntil(t, feasible, p, 2), 2)
+          << t.name << " " << ProblemKey(p);
+    }
+  }
+  // FP8 attention and an FP8 KV cache with both mods (descale factors
+  // folded into the softcap's scale).
+  if (limits.compute_capability != 90) return;
+  Problem fp8;
+  fp8.batch = 2;
+  fp8.heads = 8;
+  fp8.kv_heads = 2;
+  fp8.seq_q = 700;
+  fp8.seq_k = 1500;
+  fp8.head_dim = 128;
+  fp8.dtype = DType::kBf16;
+  fp8.causal = true;
+  fp8.window_left = 300;
+  fp8.softcap = 20;
+  fp8.kv_fp8 = fp8.q_fp8 = true;
+  const KernelTemplate& tma =
+      *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  std::vector<Config> feasible = FeasibleConfigs(tma, fp8, limits);
+  std::shuffle(feasible.begin(), feasible.end(), gen);
+  EXPECT_EQ(ExpectOkUntil(tma, feasible, fp8, 3), 3);
+  fp8.q_fp8 = false;
+  fp8.seq_q = 2;
+  fp8.layout = Layout::kKvCache;
+  const KernelTemplate& decode =
+      *TemplateRegistry::Builtin().Find("decode_fwd");
+  feasible = FeasibleConfigs(decode, fp8, limits);
+  std::shuffle(feasible.begin(), feasible.end(), gen);
+  EXPECT_EQ(ExpectOkUntil(decode, feasible, fp8, 2), 2);
+}
+
 // decode_fwd over an FP8 KV cache (e4m3 K and V, per-(sequence, KV head)
 // descale factors) against the reference on the dequantized inputs: both
 // head dims and dtypes, dense, cache and paged layouts, GQA and MQA, decode

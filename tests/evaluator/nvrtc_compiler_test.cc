@@ -77,6 +77,14 @@ Problem Paged(Problem p, int64_t page_size) {
   return p;
 }
 
+// `p` with a causal sliding window of 256 keys and a softcap of 50.
+Problem WithScoreMods(Problem p) {
+  p.causal = true;
+  p.window_left = 256;
+  p.softcap = 50;
+  return p;
+}
+
 TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
   std::vector<Job> jobs;
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
@@ -92,6 +100,8 @@ TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
         // The second form paged (pages of 32 keys) where the template
         // serves paged caches.
         if (i == 1 && CheckSupports(t, Paged(p, 32)).ok()) p = Paged(p, 32);
+        // The first with a causal sliding window and softcapping.
+        if (i == 0) p = WithScoreMods(p);
         std::vector<Config> configs = FeasibleConfigs(t, p, arch.limits);
         ASSERT_FALSE(configs.empty()) << t.name << " " << arch.name;
         const char* all = std::getenv("EVOTUNE_COMPILE_ALL");
@@ -135,16 +145,22 @@ TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
       forms.push_back(p);
     }
     forms.push_back(Paged(forms.back(), 16));  // Of the last dtype.
+    // A window and softcapping (their masks and tanh) on lengths on the
+    // device.
+    Problem mods = WithScoreMods(forms.front());
+    mods.layout = Layout::kVarlen;
+    forms.push_back(mods);
     if (t.q_fp8 && head_dim == 128) {
       // FP8 attention: dense, paged, and causal varlen with fp16 output
-      // (lengths on the device load the transposer warps most).
+      // (lengths on the device load the transposer warps most), a window
+      // and softcapping.
       Problem fp8 = forms.front();
       fp8.dtype = DType::kBf16;
       fp8.kv_fp8 = fp8.q_fp8 = true;
       forms.push_back(fp8);
       forms.push_back(Paged(fp8, 16));
       fp8.dtype = DType::kFp16;
-      fp8.causal = true;
+      fp8 = WithScoreMods(fp8);
       fp8.layout = Layout::kVarlen;
       forms.push_back(fp8);
     }
@@ -213,6 +229,28 @@ TEST(NvrtcCompilerTest, OnlyCheckedTemplatesFitEveryForm) {
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
     EXPECT_EQ(t.fits_every_form, t.name == "flash_fwd_tma") << t.name;
   }
+}
+
+// Kernels compiled with a window or softcap are other instantiations: a
+// cache keyed without them would serve one for the other.
+TEST(NvrtcCompilerTest, TheCompileKeyNamesWindowsAndSoftcaps) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
+  const Config c = t.defaults.front();
+  Problem p;
+  Problem window = p;
+  window.window_left = 8;
+  Problem cap = p;
+  cap.softcap = 30;
+  const std::string plain = CompileKey(t, c, p, "sm_90a");
+  EXPECT_NE(CompileKey(t, c, window, "sm_90a"), plain);
+  EXPECT_NE(CompileKey(t, c, cap, "sm_90a"), plain);
+  EXPECT_NE(CompileKey(t, c, cap, "sm_90a"),
+            CompileKey(t, c, window, "sm_90a"));
+  // The values are launch data: one kernel serves every window.
+  Problem other = window;
+  other.window_left = 4096;
+  EXPECT_EQ(CompileKey(t, c, other, "sm_90a"),
+            CompileKey(t, c, window, "sm_90a"));
 }
 
 TEST(NvrtcCompilerTest, ACompileErrorIsDataWithTheLog) {

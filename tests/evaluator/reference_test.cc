@@ -97,6 +97,36 @@ TEST(ReferenceTest, CausalIsBottomRightAlignedAndEmptyRowsAreZero) {
   }
 }
 
+TEST(ReferenceTest, AWindowKeepsTheKeysAroundTheDiagonal) {
+  Problem p = Tiny(1, 5, false);  // Row 0's diagonal key is key 4.
+  std::vector<float> q(2 * 4, 0.f), k(5 * 4, 0.f), v(5 * 4);
+  for (int j = 0; j < 5; ++j) v[j * 4] = static_cast<float>(j);
+  // Equal scores: the output is the mean of the visible keys' values.
+  p.window_left = 1;
+  EXPECT_FLOAT_EQ(ReferenceRows(p, q, k, v, {{0, 0, 0}})[0], 3.5f);
+  p.window_left = 0;
+  EXPECT_FLOAT_EQ(ReferenceRows(p, q, k, v, {{0, 0, 0}})[0], 4.f);
+  p.seq_q = 3;  // Row 0's diagonal is key 2: keys 1..3 with one each side.
+  q.resize(2 * 3 * 4);
+  p.window_left = p.window_right = 1;
+  EXPECT_FLOAT_EQ(ReferenceRows(p, q, k, v, {{0, 0, 0}})[0], 2.f);
+  p.causal = true;
+  p.window_right = -1;
+  EXPECT_FLOAT_EQ(ReferenceRows(p, q, k, v, {{0, 0, 0}})[0], 1.5f);
+}
+
+TEST(ReferenceTest, SoftcapBoundsTheScores) {
+  Problem p = Tiny(1, 2, false);
+  // Scores 2 * 0.5 = 1 and 0; capped at 0.5: 0.5 tanh(2) and 0.
+  std::vector<float> q = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> k = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> v = {1, 0, 0, 0, 0, 1, 0, 0};
+  p.softcap = 0.5f;
+  std::vector<float> out = ReferenceRows(p, q, k, v, {{0, 0, 0}});
+  const double e = std::exp(0.5 * std::tanh(2.0));
+  EXPECT_NEAR(out[0], e / (e + 1), 1e-6);
+}
+
 TEST(CompareRowsTest, NaNFailsAndErrorsAreMeasured) {
   EXPECT_TRUE(std::isinf(CompareRows({NAN, 1}, {1, 1}).max_abs));
   ErrorStats e = CompareRows({1.5f, 0}, {1, 0});

@@ -51,6 +51,9 @@ EVOTUNE_README="$src/docs/serving.md" \
 # FP8 attention, through the daemon (skipped but on Hopper).
 "$python" "$src/tests/python/fp8_attention_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")" || [ $? -eq 77 ]
+# Sliding windows and softcapping, through the daemon.
+"$python" "$src/tests/python/score_mods_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")"
 # New kinds of problems answered at once while the daemon's kernel comes.
 "$python" "$src/tests/python/unwaited_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"

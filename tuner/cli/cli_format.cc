@@ -12,6 +12,23 @@
 
 namespace evotune {
 
+namespace {
+
+// ", window (L, R)" and ", softcap C" where the problem has them; -1 for an
+// unbounded side, as FlashAttention's window_size.
+std::string ScoreModsText(const v1::Problem& p) {
+  std::string out;
+  if (p.has_window_left() || p.has_window_right()) {
+    absl::StrAppend(&out, ", window (",
+                    p.has_window_left() ? int64_t{p.window_left()} : -1, ", ",
+                    p.has_window_right() ? int64_t{p.window_right()} : -1, ")");
+  }
+  if (p.softcap() > 0) absl::StrAppend(&out, ", softcap ", p.softcap());
+  return out;
+}
+
+}  // namespace
+
 std::string FormatProblem(const v1::Problem& p) {
   // kv_heads 0 in a request means kv_heads = heads.
   const uint32_t kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
@@ -22,14 +39,14 @@ std::string FormatProblem(const v1::Problem& p) {
           ? absl::StrCat(" paged (", p.page_size(), "-key pages)")
           : "";
   return absl::StrFormat(
-      "B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s", p.batch(), p.heads(),
+      "B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s%s", p.batch(), p.heads(),
       kv_heads, p.seq_q(), p.seq_k(), p.head_dim(),
       p.causal() ? "causal" : "non-causal",
       absl::StrCat(p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16",
                    p.q_dtype() == v1::DTYPE_E4M3    ? " (Q/K/V e4m3)"
                    : p.kv_dtype() == v1::DTYPE_E4M3 ? " (K/V e4m3)"
                                                     : ""),
-      layout);
+      layout, ScoreModsText(p));
 }
 
 std::string FormatConfig(const v1::Config& c) {

@@ -52,6 +52,15 @@ ABSL_FLAG(int, seq_q, 512, "query length");
 ABSL_FLAG(int, seq_k, 0, "key length (0: same as --seq_q)");
 ABSL_FLAG(int, head_dim, 64, "head dimension");
 ABSL_FLAG(bool, causal, false, "causal mask (aligned bottom-right)");
+ABSL_FLAG(int, window_left, -1,
+          "sliding window: keys a row sees before its diagonal (-1: no "
+          "bound; FlashAttention's window_size[0])");
+ABSL_FLAG(int, window_right, -1,
+          "sliding window: keys a row sees after its diagonal (-1: no bound; "
+          "with --causal, -1)");
+ABSL_FLAG(double, softcap, 0,
+          "logit softcapping: scores become softcap * tanh(score / softcap) "
+          "(0: none; Gemma 2's is 50)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(std::string, kv_dtype, "",
           "the type of K and V: empty for --dtype's, or e4m3 (an FP8 KV "
@@ -201,6 +210,22 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   p->set_seq_k(seq_k == 0 ? absl::GetFlag(FLAGS_seq_q) : seq_k);
   p->set_head_dim(absl::GetFlag(FLAGS_head_dim));
   p->set_causal(absl::GetFlag(FLAGS_causal));
+  for (auto [name, bound] :
+       {std::pair{"--window_left", absl::GetFlag(FLAGS_window_left)},
+        {"--window_right", absl::GetFlag(FLAGS_window_right)}}) {
+    if (bound < -1) {
+      *error =
+          absl::StrCat(name, ": -1 (no bound) or a key count, got ", bound);
+      return false;
+    }
+  }
+  if (absl::GetFlag(FLAGS_window_left) >= 0) {
+    p->set_window_left(absl::GetFlag(FLAGS_window_left));
+  }
+  if (absl::GetFlag(FLAGS_window_right) >= 0) {
+    p->set_window_right(absl::GetFlag(FLAGS_window_right));
+  }
+  p->set_softcap(static_cast<float>(absl::GetFlag(FLAGS_softcap)));
   for (int flag : {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
                    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q),
                    seq_k, absl::GetFlag(FLAGS_head_dim)}) {
@@ -763,7 +788,8 @@ std::string Usage() {
   absl::StrAppend(
       &out,
       "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
-      "--head_dim --causal --dtype --kv_dtype --q_dtype --layout --page_size "
+      "--head_dim --causal --window_left --window_right --softcap --dtype "
+      "--kv_dtype --q_dtype --layout --page_size "
       "(default: the seed problem B=1 H=8 S=512 D=64 fp16)\nErrors print one "
       "line and exit non-zero. --json prints "
       "JSON.\n\nstrategies (--strategy, --strategy_options=NAME=value,...):\n",

@@ -38,7 +38,8 @@ std::string CompileKey(const KernelTemplate& t, const Config& config,
                        const Problem& problem, const std::string& arch) {
   static const std::string* const nvrtc = new std::string(NvrtcVersion());
   // What CompileDefines reads of the problem: head_dim, dtype, whether
-  // its lengths live on the device and a paged problem's page size.
+  // its lengths live on the device, a paged problem's page size, and
+  // whether it has a window or softcap (their values are launch data).
   const std::string lengths =
       problem.layout == Layout::kDense ? "-"
       : problem.layout == Layout::kPaged
@@ -46,7 +47,8 @@ std::string CompileKey(const KernelTemplate& t, const Config& config,
           : "-lengths-";
   return absl::StrCat(t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d",
                       problem.head_dim, "-", DTypesName(problem), lengths,
-                      ConfigKey(config));
+                      HasWindow(problem) ? "window-" : "",
+                      problem.softcap > 0 ? "softcap-" : "", ConfigKey(config));
 }
 
 bool NvrtcCompilesFor(int cc_major, int cc_minor) {

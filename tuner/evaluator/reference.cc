@@ -99,29 +99,34 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
                   const float* k_head, const float* v_head, float* out) {
   const int64_t d = p.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  int64_t visible = p.seq_k;
-  if (p.causal) {
-    visible = std::clamp<int64_t>(row + p.seq_k - p.seq_q + 1, 0, p.seq_k);
-  }
+  // Row `row` sees keys [first, last] of the window, cut to the keys.
+  const int64_t diagonal = row + p.seq_k - p.seq_q;
+  int64_t first = 0, last = p.seq_k - 1;
+  if (p.window_left >= 0)
+    first = std::max<int64_t>(first, diagonal - p.window_left);
+  if (p.causal) last = std::min(last, diagonal);
+  if (p.window_right >= 0) last = std::min(last, diagonal + p.window_right);
   std::vector<double> acc(d, 0.0);
-  if (visible > 0) {
-    std::vector<double> scores(visible);
+  if (first <= last) {
+    std::vector<double> scores(last - first + 1);
     double max_score = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = first; j <= last; ++j) {
       double s = 0;
       for (int64_t c = 0; c < d; ++c) {
         s += static_cast<double>(q_row[c]) * k_head[j * d + c];
       }
-      scores[j] = s * scale;
-      max_score = std::max(max_score, scores[j]);
+      s *= scale;
+      if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+      scores[j - first] = s;
+      max_score = std::max(max_score, s);
     }
     double sum = 0;
-    for (int64_t j = 0; j < visible; ++j) {
-      scores[j] = std::exp(scores[j] - max_score);
-      sum += scores[j];
+    for (double& s : scores) {
+      s = std::exp(s - max_score);
+      sum += s;
     }
-    for (int64_t j = 0; j < visible; ++j) {
-      const double w = scores[j] / sum;
+    for (int64_t j = first; j <= last; ++j) {
+      const double w = scores[j - first] / sum;
       for (int64_t c = 0; c < d; ++c) acc[c] += w * v_head[j * d + c];
     }
   }

@@ -51,7 +51,7 @@ Choice Nearest(const std::vector<CostSample>& samples, const Problem& problem,
                             s.problem.dtype == problem.dtype &&
                             s.problem.kv_fp8 == problem.kv_fp8 &&
                             s.problem.q_fp8 == problem.q_fp8 &&
-                            s.problem.causal == problem.causal;
+                            SameScoreMods(s.problem, problem);
       if ((same_class && !in_class) ||
           !RunsOn(*s.t, s.config, problem, limits)) {
         continue;

@@ -68,6 +68,9 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
         "(got ",
         p.q_dtype(), ")"));
   }
+  if (p.has_window_left()) out.window_left = p.window_left();
+  if (p.has_window_right()) out.window_right = p.window_right();
+  out.softcap = p.softcap();
   return out;
 }
 
@@ -88,6 +91,13 @@ v1::Problem ProblemToProto(const Problem& p) {
                  : p.layout == Layout::kPaged   ? v1::LAYOUT_PAGED
                                                 : v1::LAYOUT_DENSE);
   out.set_page_size(static_cast<uint32_t>(p.page_size));
+  if (p.window_left >= 0) {
+    out.set_window_left(static_cast<uint32_t>(p.window_left));
+  }
+  if (p.window_right >= 0) {
+    out.set_window_right(static_cast<uint32_t>(p.window_right));
+  }
+  out.set_softcap(p.softcap);
   return out;
 }
 

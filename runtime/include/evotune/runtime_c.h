@@ -32,6 +32,15 @@ typedef struct {
   /* 1: Q is float8 e4m3 too (FP8 attention; needs kv_fp8), dequantized by
    * q_descale; O is bf16's type. 0: Q is bf16's. */
   int32_t q_fp8;
+  /* 1: a sliding window (FlashAttention's window_size): row i sees keys
+   * [i + seq_k - seq_q - window_left, i + seq_k - seq_q + window_right],
+   * -1 for no bound on a side (window_right -1 with causal). 0: none (both
+   * bounds ignored). */
+  int32_t windowed;
+  int32_t window_left, window_right;
+  /* Logit softcapping: scores s * scale become softcap * tanh(s * scale /
+   * softcap); 0 for none. */
+  float softcap;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
@@ -66,7 +75,7 @@ typedef struct {
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 8
+#define EVOTUNE_RUNTIME_API_VERSION 9
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and

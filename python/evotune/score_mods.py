@@ -1,0 +1,74 @@
+"""Sliding windows and logit softcapping: FlashAttention's arguments in the
+one form a problem key has, and the plain PyTorch computation that answers
+calls no kernel serves.
+
+FlashAttention's window_size=(left, right) lets query row i (aligned to the
+bottom-right corner, shift = seq_k - seq_q) see keys [i + shift - left,
+i + shift + right], -1 for no bound on a side; causal=True sets right to 0.
+softcap > 0 replaces each score s (already scaled) by softcap *
+tanh(s / softcap), as Gemma 2 does.
+"""
+import math
+
+import torch
+
+from .checks import AttentionArgumentError
+
+NONE = (-1, -1, 0.0)  # No window, no softcap.
+
+
+def normalize(causal, window_size, softcap, where):
+    """(causal, (window_left, window_right, softcap)) in the problem key's
+    form: a causal call's right bound is the causal mask's (-1), and a
+    non-causal call whose right bound is 0 is the causal mask. Raises
+    AttentionArgumentError naming the argument for values evotune refuses."""
+    try:
+        left, right = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise AttentionArgumentError(
+            f"{where}: window_size must be a pair (left, right) of ints, "
+            f"got {window_size!r}") from None
+    for side, bound in (("left", left), ("right", right)):
+        if bound < -1:
+            raise AttentionArgumentError(
+                f"{where}: window_size's {side} bound must be -1 (none) or "
+                f"at least 0, got {bound}")
+    try:
+        cap = float(softcap)
+    except (TypeError, ValueError):
+        raise AttentionArgumentError(
+            f"{where}: softcap must be a number, got {softcap!r}") from None
+    if not math.isfinite(cap) or cap < 0:
+        raise AttentionArgumentError(
+            f"{where}: softcap must be 0 (none) or positive, got {softcap}")
+    causal = bool(causal) or right == 0
+    if causal:
+        right = -1
+    return causal, (left, right, cap)
+
+
+def reference(q, k, v, causal, scale, mods):
+    """softmax over the visible keys of softcapped scores, times v, in
+    float32 (q, k, v [batch, heads, seq, head_dim], k and v possibly with
+    fewer heads): the answer for calls no kernel serves."""
+    left, right, cap = mods
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1).float()
+    v = v.repeat_interleave(group, dim=1).float()
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = torch.matmul(q.float(), k.transpose(-1, -2)) * scale
+    if cap > 0:
+        s = cap * torch.tanh(s / cap)
+    n, m = q.shape[2], k.shape[2]
+    i = torch.arange(n, device=q.device).view(-1, 1) + (m - n)
+    j = torch.arange(m, device=q.device).view(1, -1)
+    visible = torch.ones(n, m, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        visible &= j >= i - left
+    if causal:
+        visible &= j <= i
+    elif right >= 0:
+        visible &= j <= i + right
+    s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # Rows that see no key: 0.
+    return torch.matmul(p, v).to(q.dtype)

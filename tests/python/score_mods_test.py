@@ -1,0 +1,132 @@
+"""evotune.torch.attention with sliding windows and logit softcapping, on a
+GPU through a daemon: every call served by an evotune kernel (not the
+fallback) and within FlashAttention's forward acceptance rule (the error
+against an fp32 reference at most twice that of a reference computed in the
+low-precision dtype, plus rounding), on odd lengths, GQA, causal and not,
+windows on one side and both, with and without softcap; bad arguments
+refused naming them; calls no kernel serves answered by the plain PyTorch
+computation.
+
+    PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
+      python3 tests/python/score_mods_test.py --daemon=127.0.0.1:PORT
+Exits 77 (skipped) without PyTorch or a GPU.
+"""
+import argparse
+import sys
+import unittest
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+if not torch.cuda.is_available():
+    sys.exit(77)
+
+import evotune.torch as et
+from evotune import score_mods
+from evotune.checks import AttentionArgumentError
+
+DAEMON = None
+
+# (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, window, softcap,
+# dtype, q scale): prefill and decode shapes, each mod alone and together.
+CASES = [
+    (1, 8, 8, 512, 512, 64, True, (128, -1), 0.0, torch.float16, 1),
+    (2, 8, 2, 113, 1023, 128, False, (37, 64), 0.0, torch.bfloat16, 1),
+    (1, 4, 4, 1023, 1023, 128, False, (-1, -1), 30.0, torch.bfloat16, 4),
+    (2, 8, 2, 300, 700, 64, True, (256, -1), 50.0, torch.float16, 4),
+    (1, 4, 1, 17, 4097, 128, True, (100, -1), 0.0, torch.bfloat16, 1),
+    (4, 32, 8, 1, 4097, 128, False, (1000, -1), 0.0, torch.bfloat16, 1),
+    (2, 16, 4, 1, 2048, 128, False, (-1, -1), 50.0, torch.float16, 4),
+    (1, 8, 8, 1024, 1024, 64, False, (0, 0), 0.0, torch.float16, 1),
+]
+
+
+def low_precision_reference(q, k, v, causal, mods):
+    """FlashAttention's reference without upcasting: scores and P V in the
+    dtype, the softmax in fp32."""
+    left, right, cap = mods
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    s = (torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5).float()
+    if cap > 0:
+        s = cap * torch.tanh(s / cap)
+    n, m = q.shape[2], k.shape[2]
+    i = torch.arange(n, device=q.device).view(-1, 1) + (m - n)
+    j = torch.arange(m, device=q.device).view(1, -1)
+    visible = torch.ones(n, m, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        visible &= j >= i - left
+    visible &= j <= i if causal else (j <= i + right if right >= 0 else True)
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), -1)
+    return torch.matmul(p.nan_to_num(0.0).to(q.dtype), v)
+
+
+class ScoreModsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        et.use(daemon=DAEMON)
+
+    def test_served_and_within_flash_attentions_rule(self):
+        for n, case in enumerate(CASES):
+            b, h, kvh, sq, sk, d, causal, window, cap, dtype, qs = case
+            with self.subTest(case=case):
+                g = torch.Generator(device="cuda").manual_seed(n)
+                q, k, v = (torch.randn(b, heads, s, d, generator=g,
+                                       device="cuda").to(dtype)
+                           for heads, s in ((h, sq), (kvh, sk), (kvh, sk)))
+                q = (q.float() * qs).to(dtype)
+                kernel, why = et.kernel_for(q, k, causal, v, reason=True,
+                                            window_size=window, softcap=cap)
+                self.assertIsNotNone(kernel, why)
+                o = et.attention(q, k, v, causal, window_size=window,
+                                 softcap=cap)
+                c, mods = score_mods.normalize(causal, window, cap, "test")
+                want = score_mods.reference(q.float(), k.float(), v.float(),
+                                            c, None, mods)
+                lp = low_precision_reference(q, k, v, c, mods).float()
+                rounding = (want - want.to(dtype).float()).abs().max()
+                err = (o.float() - want).abs().max().item()
+                bound = 2 * (lp - want).abs().max().item() + 2 * rounding
+                self.assertTrue(torch.isfinite(o).all())
+                self.assertLessEqual(err, bound, f"{kernel}")
+
+    def test_fa_window_semantics(self):
+        # causal with (left, 0) is causal with (left, -1); non-causal (l, 0)
+        # is causal.
+        self.assertEqual(score_mods.normalize(True, (5, 0), 0, "x"),
+                         (True, (5, -1, 0.0)))
+        self.assertEqual(score_mods.normalize(False, (5, 0), 0, "x"),
+                         (True, (5, -1, 0.0)))
+        self.assertEqual(score_mods.normalize(False, (-1, -1), 0, "x"),
+                         (False, score_mods.NONE))
+
+    def test_bad_arguments_name_themselves(self):
+        q = torch.randn(1, 2, 8, 64, device="cuda", dtype=torch.float16)
+        for kwargs, name in (({"window_size": (-2, 0)}, "window_size"),
+                             ({"window_size": 3}, "window_size"),
+                             ({"softcap": -1.0}, "softcap"),
+                             ({"softcap": float("nan")}, "softcap")):
+            with self.subTest(kwargs=kwargs):
+                with self.assertRaisesRegex(AttentionArgumentError, name):
+                    et.attention(q, q, q, **kwargs)
+
+    def test_unserved_problems_fall_back(self):
+        # head_dim 96: no template; the plain computation answers.
+        q = torch.randn(1, 2, 40, 96, device="cuda", dtype=torch.bfloat16)
+        kernel, why = et.kernel_for(q, q, True, q, reason=True,
+                                    window_size=(8, -1), softcap=20.0)
+        self.assertIsNone(kernel)
+        o = et.attention(q, q, q, True, window_size=(8, -1), softcap=20.0)
+        want = score_mods.reference(q.float(), q.float(), q.float(), True,
+                                    None, (8, -1, 20.0))
+        self.assertLess((o.float() - want).abs().max().item(), 3e-2)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--daemon", required=True)
+    args, rest = parser.parse_known_args()
+    DAEMON = args.daemon
+    unittest.main(argv=[sys.argv[0]] + rest)
