@@ -36,17 +36,16 @@ dequantizes in registers. New k and v must then be e4m3 too (quantize them
 with the cache's factors: quantize_fp8). q_descale is not served (q is
 never float8 here).
 
-Rotary embedding, sliding windows, softcapping, ALiBi and the softmax's LSE
-are not served: asking for them raises AttentionArgumentError naming the
-argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
+window_size and softcap are FlashAttention's (evotune/score_mods.py).
+Rotary embedding, ALiBi and the softmax's LSE are not served: asking for
+them raises AttentionArgumentError naming the argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
 """
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from . import runtime as _rt
+from . import score_mods
 from . import torch as _et
 from .checks import AttentionArgumentError
 from .varlen_checks import page_size_reason
@@ -54,8 +53,7 @@ from .varlen_checks import page_size_reason
 _UNSERVED = (
     ("rotary_cos", None), ("rotary_sin", None), ("cache_batch_idx", None),
     ("cache_leftpad", None), ("alibi_slopes", None),
-    ("window_size", (-1, -1)), ("softcap", 0.0), ("return_softmax_lse", False),
-    ("q_descale", None))
+    ("return_softmax_lse", False), ("q_descale", None))
 
 
 def _fail(message):
@@ -258,32 +256,33 @@ def _descale_views(q, k_cache, k_descale, v_descale):
     return k, v
 
 
-def _signature(q, k_cache, v_cache, block_table, causal, scale, stream_id):
+def _signature(q, k_cache, v_cache, block_table, causal, mods, scale,
+               stream_id):
     table = None if block_table is None else tuple(block_table.shape)
     return (_et._State.generation, tuple(q.shape), tuple(q.stride()),
             tuple(k_cache.shape), tuple(k_cache.stride()),
             tuple(v_cache.stride()), table, q.dtype, k_cache.dtype, q.device,
-            causal, scale, stream_id)
+            causal, mods, scale, stream_id)
 
 
-def _plan_for(q, k_cache, v_cache, block_table, o, causal, scale,
+def _plan_for(q, k_cache, v_cache, block_table, o, causal, mods, scale,
               stream_id):
     """The _Plan of the call's signature, or why SDPA answers it."""
-    key = _signature(q, k_cache, v_cache, block_table, causal, scale,
+    key = _signature(q, k_cache, v_cache, block_table, causal, mods, scale,
                      stream_id)
     entry = _plans.get(key)
     if entry is not None and not (isinstance(entry, _et._Pending) and
                                   entry.due()):
         return entry
-    entry = _make_plan(q, k_cache, v_cache, block_table, o, causal, scale,
-                       stream_id)
+    entry = _make_plan(q, k_cache, v_cache, block_table, o, causal, mods,
+                       scale, stream_id)
     if len(_plans) >= 4096:
         _plans.clear()
     _plans[key] = entry
     return entry
 
 
-def _make_plan(q, k_cache, v_cache, block_table, o, causal, scale,
+def _make_plan(q, k_cache, v_cache, block_table, o, causal, mods, scale,
                stream_id):
     runtime = _et._State.runtime
     if runtime is None:
@@ -295,7 +294,7 @@ def _make_plan(q, k_cache, v_cache, block_table, o, causal, scale,
         int(causal), int(q.dtype == torch.bfloat16),
         _rt.LAYOUT_PAGED if paged else _rt.LAYOUT_KV_CACHE,
         k_cache.shape[1] if paged else 0,
-        int(k_cache.dtype == torch.float8_e4m3fn))
+        int(k_cache.dtype == torch.float8_e4m3fn), **score_mods.problem_fields(mods))
     if problem.key() in _et._State.missing:
         return _et._State.missing[problem.key()]
     plan, why = _et.plan_problem(problem, stream_id)
@@ -369,12 +368,12 @@ def _dequantized(t, descale, b, dtype):
 
 
 def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
-                      block_table=None, k_descale=None, v_descale=None):
-    """The reference semantics, one SDPA call per sequence (syncs); a paged
-    cache's pages gathered through block_table; an FP8 cache dequantized
-    by the [batch, kv_heads] factors."""
+                      block_table=None, k_descale=None, v_descale=None,
+                      mods=score_mods.NONE):
+    """The reference semantics, one SDPA call per sequence (syncs;
+    score_mods.attend); a paged cache's pages gathered through block_table;
+    an FP8 cache dequantized by the [batch, kv_heads] factors."""
     o = torch.zeros_like(q)
-    group = q.shape[2] // k_cache.shape[2]
     for b, n in enumerate(used.tolist()):
         if n == 0:
             continue
@@ -388,22 +387,21 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
         ks = _dequantized(ks, k_descale, b, q.dtype)
         vs = _dequantized(vs, v_descale, b, q.dtype)
         ks, vs = (t.transpose(0, 1)[None] for t in (ks, vs))
-        mask = causal_lower_right(q.shape[1], n) if causal else None
-        out = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=group > 1)
-        o[b] = torch.nan_to_num(out[0].transpose(0, 1))
+        o[b] = score_mods.attend(qs, ks, vs, causal, scale,
+                                 mods)[0].transpose(0, 1)
     return o
 
 
 def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
-                  k_descale=None, v_descale=None, shape_reason=_UNCHECKED):
+                  k_descale=None, v_descale=None, mods=score_mods.NONE,
+                  shape_reason=_UNCHECKED):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     k_descale, v_descale = _descale_views(q, k_cache, k_descale, v_descale)
     if _served_reason(q, k_cache, v_cache, block_table, scale,
                       shape_reason) is None:
         stream_id = _et._stream_id(q.device)
-        plan = _plan_for(q, k_cache, v_cache, block_table, o, causal, scale,
-                         stream_id)
+        plan = _plan_for(q, k_cache, v_cache, block_table, o, causal, mods,
+                         scale, stream_id)
         if not isinstance(plan, str):
             scratch = [t.data_ptr() if t is not None else None
                        for t in _et._stream_scratch(q.device, stream_id).fit(
@@ -413,7 +411,7 @@ def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
                  (k_descale, v_descale), scratch, stream_id)
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
-                             block_table, k_descale, v_descale)
+                             block_table, k_descale, v_descale, mods)
 
 
 @torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
@@ -421,14 +419,16 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              used: torch.Tensor, block_table: Optional[torch.Tensor],
              causal: bool, scale: Optional[float],
              k_descale: Optional[torch.Tensor],
-             v_descale: Optional[torch.Tensor]) -> torch.Tensor:
+             v_descale: Optional[torch.Tensor], window_left: int = -1,
+             window_right: int = -1, softcap: float = 0.0) -> torch.Tensor:
     return _kvcache_impl(q, k_cache, v_cache, used, block_table, causal,
-                         scale, k_descale, v_descale)
+                         scale, k_descale, v_descale,
+                         (window_left, window_right, softcap))
 
 
 @_kvcache.register_fake
 def _(q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
-      v_descale):
+      v_descale, window_left=-1, window_right=-1, softcap=0.0):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -449,10 +449,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
     given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                  alibi_slopes=alibi_slopes,
-                 window_size=tuple(window_size), softcap=softcap,
                  return_softmax_lse=return_softmax_lse, q_descale=q_descale)
     scale = None if softmax_scale is None else float(softmax_scale)
-    causal = bool(causal)
+    causal, mods = score_mods.normalize(causal, window_size, softcap,
+                                        "evotune.flash_attn_with_kvcache")
     # A decode step (no new keys, nothing unserved) of a signature checked
     # before is not checked again: its checks see only the signature.
     step = k is None and v is None and isinstance(
@@ -475,8 +475,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
     args = (q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
             v_descale)
     if _et.eager(*(t for t in args if isinstance(t, torch.Tensor))):
-        return _kvcache_impl(*args, shape_reason=shape_reason)
-    return torch.ops.evotune.kvcache_attention(*args)
+        return _kvcache_impl(*args, mods=mods, shape_reason=shape_reason)
+    return torch.ops.evotune.kvcache_attention(*args, *mods)
 
 
 _checked = {}  # A decode step's signature: its _shape_reason.

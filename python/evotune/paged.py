@@ -27,10 +27,9 @@ sequence (which syncs).
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from . import runtime as _rt
+from . import score_mods
 from . import torch as _et
 from .checks import AttentionArgumentError
 from .kvcache import _tensor as _pages_tensor
@@ -63,7 +62,8 @@ class PagedPlan(VarlenPlan):
     def __init__(self, batch, heads, kv_heads, head_dim, page_size,
                  max_seqlen_q, max_seqlen_k, causal=False,
                  dtype=torch.bfloat16, device=None, softmax_scale=None,
-                 max_pages=None, _stream_scratch=False):
+                 max_pages=None, _stream_scratch=False, *,
+                 window_size=(-1, -1), softcap=0.0):
         if int(page_size) < 1:
             raise AttentionArgumentError(
                 f"evotune.PagedPlan: page_size must be at least 1, got "
@@ -72,7 +72,8 @@ class PagedPlan(VarlenPlan):
         self.max_pages = None if max_pages is None else int(max_pages)
         super().__init__(batch, heads, kv_heads, head_dim, max_seqlen_q,
                          max_seqlen_k, causal, dtype, device, softmax_scale,
-                         _stream_scratch)
+                         _stream_scratch, window_size=window_size,
+                         softcap=softcap)
 
     def _make_problem(self, bf16):
         batch, heads, kv_heads, head_dim = self.shape
@@ -80,7 +81,7 @@ class PagedPlan(VarlenPlan):
             batch, heads, kv_heads, bucket(self.max_seqlen_q),
             key_bound(self.max_seqlen_k, self.page_size, self.max_pages),
             head_dim, int(self.causal), int(bf16), _rt.LAYOUT_PAGED,
-            self.page_size)
+            self.page_size, **score_mods.problem_fields(self.mods))
 
     def _served_reason(self):
         return page_size_reason(self.page_size) or super()._served_reason()
@@ -100,7 +101,8 @@ class PagedPlan(VarlenPlan):
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                              block_table, self.causal, self.scale or None)
+                              block_table, self.causal, self.scale or None,
+                              self.mods)
         return o if out is None else out.copy_(o)
 
     def _check_plan(self, q, k_cache, cu_q, block_table, out):
@@ -141,13 +143,12 @@ class PagedPlan(VarlenPlan):
 
 
 def sdpa_per_sequence(q, k_cache, v_cache, cu_q, seqused_k, block_table,
-                      causal, scale):
+                      causal, scale, mods=score_mods.NONE):
     """The reference semantics, one SDPA call per sequence over its pages
-    gathered through the block table (syncs)."""
+    gathered through the block table (syncs; score_mods.attend)."""
     o = torch.zeros_like(q)
     starts, used = cu_q.tolist(), seqused_k.tolist()
     page_size = k_cache.shape[1]
-    group = q.shape[1] // k_cache.shape[2]
     for b, n in enumerate(used):
         q0, q1 = starts[b], starts[b + 1]
         if q1 == q0 or n == 0:
@@ -156,70 +157,78 @@ def sdpa_per_sequence(q, k_cache, v_cache, cu_q, seqused_k, block_table,
         ks, vs = (t[pages].flatten(0, 1)[:n].transpose(0, 1)[None]
                   for t in (k_cache, v_cache))
         qs = q[q0:q1].transpose(0, 1)[None]
-        mask = causal_lower_right(q1 - q0, n) if causal else None
-        out = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=group > 1)
-        o[q0:q1] = torch.nan_to_num(out[0].transpose(0, 1))
+        out = score_mods.attend(qs, ks, vs, causal, scale, mods)
+        o[q0:q1] = out[0].transpose(0, 1)
     return o
 
 
 _plans = {}  # The op's PagedPlans, by bucket, device and stream.
 
 
-def _op_plan(q, k_cache, cu_q, block_table, max_q, max_k, causal, scale):
+def _op_plan(q, k_cache, cu_q, block_table, max_q, max_k, causal, scale,
+             mods):
     """The op's plan for a call, one per bucket, block table width, device
     and stream, kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1],
            k_cache.shape[2], q.shape[2], k_cache.shape[1],
-           block_table.shape[1], bucket(max_q), bucket(max_k), causal,
+           block_table.shape[1], bucket(max_q), bucket(max_k), causal, mods,
            q.dtype, q.device, stream, scale)
     return cached_plan(_plans, key, lambda: PagedPlan(
         cu_q.shape[0] - 1, q.shape[1], k_cache.shape[2], q.shape[2],
         k_cache.shape[1], max_q, max_k, causal, q.dtype, q.device, scale,
-        max_pages=block_table.shape[1], _stream_scratch=True))
+        max_pages=block_table.shape[1], _stream_scratch=True,
+        window_size=mods[:2], softcap=mods[2]))
 
 
 def _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
-                max_seqlen_q, max_seqlen_k, causal, scale):
+                max_seqlen_q, max_seqlen_k, causal, scale,
+                mods=score_mods.NONE):
     if paged_fallback_reason(q, k_cache, v_cache, block_table,
                              scale) is None:
         plan = _op_plan(q, k_cache, cu_seqlens_q, block_table, max_seqlen_q,
-                        max_seqlen_k, causal, scale)
+                        max_seqlen_k, causal, scale, mods)
         o = plan._launch_paged(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                block_table, None)
         if o is not None:
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                             block_table, causal, scale)
+                             block_table, causal, scale, mods)
 
 
 @torch.library.custom_op("evotune::paged_varlen_attention", mutates_args=())
 def _paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
            block_table: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-           causal: bool, scale: Optional[float]) -> torch.Tensor:
+           causal: bool, scale: Optional[float], window_left: int = -1,
+           window_right: int = -1, softcap: float = 0.0) -> torch.Tensor:
     return _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                       block_table, max_seqlen_q, max_seqlen_k, causal, scale)
+                       block_table, max_seqlen_q, max_seqlen_k, causal, scale,
+                       (window_left, window_right, softcap))
 
 
 @_paged.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
-      max_seqlen_q, max_seqlen_k, causal, scale):
+      max_seqlen_q, max_seqlen_k, causal, scale, window_left=-1,
+      window_right=-1, softcap=0.0):
     return torch.empty_like(q)
 
 
 def paged_varlen_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                            block_table, max_seqlen_q, max_seqlen_k,
-                           causal=False, softmax_scale=None):
+                           causal=False, softmax_scale=None,
+                           window_size=(-1, -1), softcap=0.0):
     """The forward of a packed batch over a paged cache (see the module
-    docstring). Raises AttentionArgumentError naming the argument for
-    tensors that do not fit together."""
+    docstring), with FlashAttention's window_size and softcap
+    (evotune/score_mods.py). Raises AttentionArgumentError naming the
+    argument for tensors that do not fit together."""
     check_paged_varlen_call(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                             block_table, max_seqlen_q, max_seqlen_k)
+    causal, mods = score_mods.normalize(causal, window_size, softcap,
+                                        "evotune.paged_varlen_attention")
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
-            int(max_seqlen_q), int(max_seqlen_k), bool(causal),
-            None if softmax_scale is None else float(softmax_scale))
+            int(max_seqlen_q), int(max_seqlen_k), causal,
+            None if softmax_scale is None else float(softmax_scale)) + mods
     if _et.eager(*args[:6]):
         return _paged_impl(*args)
     return torch.ops.evotune.paged_varlen_attention(*args)

@@ -11,6 +11,8 @@ tanh(s / softcap), as Gemma 2 does.
 import math
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from .checks import AttentionArgumentError
 
@@ -22,6 +24,8 @@ def normalize(causal, window_size, softcap, where):
     form: a causal call's right bound is the causal mask's (-1), and a
     non-causal call whose right bound is 0 is the causal mask. Raises
     AttentionArgumentError naming the argument for values evotune refuses."""
+    if not softcap and (window_size == (-1, -1) or window_size == [-1, -1]):
+        return bool(causal), NONE  # The common call, at once.
     try:
         left, right = (int(x) for x in window_size)
     except (TypeError, ValueError):
@@ -45,6 +49,14 @@ def normalize(causal, window_size, softcap, where):
     if causal:
         right = -1
     return causal, (left, right, cap)
+
+
+def problem_fields(mods):
+    """The runtime Problem's fields (evotune/runtime.py) of (window_left,
+    window_right, softcap)."""
+    left, right, cap = mods
+    return dict(windowed=int((left, right) != (-1, -1)), window_left=left,
+                window_right=right, softcap=cap)
 
 
 def reference(q, k, v, causal, scale, mods):
@@ -72,3 +84,19 @@ def reference(q, k, v, causal, scale, mods):
     s = s.masked_fill(~visible, float("-inf"))
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # Rows that see no key: 0.
     return torch.matmul(p, v).to(q.dtype)
+
+
+def attend(q, k, v, causal, scale, mods=NONE):
+    """One sequence's attention in the op's semantics ([1, heads, seq,
+    head_dim] tensors, k and v possibly with fewer heads): SDPA, or
+    reference() for a window or softcap; rows that see no key are zeros.
+    The per-sequence fallbacks of the varlen and cache entry points."""
+    if mods != NONE:
+        return reference(q, k, v, causal, scale, mods)
+    mask = None
+    if causal and q.shape[2] != k.shape[2]:
+        mask = causal_lower_right(q.shape[2], k.shape[2])
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+        scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    return torch.nan_to_num(out)

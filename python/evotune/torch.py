@@ -89,11 +89,9 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
 
 def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE):
     b, h, sq, d = q.shape
-    left, right, cap = mods
     return _rt.Problem(b, h, kv_heads, sq, seq_k, d, int(causal),
                        int(q.dtype == torch.bfloat16),
-                       windowed=int((left, right) != (-1, -1)),
-                       window_left=left, window_right=right, softcap=cap)
+                       **score_mods.problem_fields(mods))
 
 
 def _tensor(t):

@@ -18,10 +18,9 @@ graphs (use(length_buckets=...) sets other bounds). Calls evotune cannot serve r
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from . import runtime as _rt
+from . import score_mods
 from . import torch as _et
 from .checks import AttentionArgumentError
 from .varlen_checks import (bucket_bound, check_varlen_call,
@@ -41,9 +40,11 @@ def _tensor(t):
                       t.stride(0), 1, heads, rows, d)
 
 
-def _problem(batch, heads, kv_heads, head_dim, max_q, max_k, causal, bf16):
+def _problem(batch, heads, kv_heads, head_dim, max_q, max_k, causal, bf16,
+             mods=score_mods.NONE):
     return _rt.Problem(batch, heads, kv_heads, bucket(max_q), bucket(max_k),
-                       head_dim, int(causal), int(bf16), _rt.LAYOUT_VARLEN)
+                       head_dim, int(causal), int(bf16), _rt.LAYOUT_VARLEN,
+                       **score_mods.problem_fields(mods))
 
 
 class VarlenPlan:
@@ -61,11 +62,13 @@ class VarlenPlan:
     transferred|default)"), or is None where evotune has none for the
     bucket (`reason` says why): run() then answers with SDPA per sequence,
     which syncs. A plan's scratch is its own: run it on one stream at a time.
+    window_size and softcap are FlashAttention's (evotune/score_mods.py).
     Raises AttentionArgumentError for sizes no attention takes."""
 
     def __init__(self, batch, heads, kv_heads, head_dim, max_seqlen_q,
                  max_seqlen_k, causal=False, dtype=torch.bfloat16,
-                 device=None, softmax_scale=None, _stream_scratch=False):
+                 device=None, softmax_scale=None, _stream_scratch=False, *,
+                 window_size=(-1, -1), softcap=0.0):
         device = torch.device("cuda" if device is None else device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
@@ -80,7 +83,9 @@ class VarlenPlan:
                 f"heads ({heads})")
         self.shape = (int(batch), int(heads), int(kv_heads), int(head_dim))
         self.max_seqlen_q, self.max_seqlen_k = max_seqlen_q, max_seqlen_k
-        self.causal, self.dtype, self.device = bool(causal), dtype, device
+        self.causal, self.mods = score_mods.normalize(
+            causal, window_size, softcap, f"evotune.{type(self).__name__}")
+        self.dtype, self.device = dtype, device
         self.scale = 0.0 if softmax_scale is None else float(softmax_scale)
         self.problem = self._make_problem(dtype == torch.bfloat16)
         self.kernel = self._plan = None
@@ -94,7 +99,7 @@ class VarlenPlan:
     def _make_problem(self, bf16):
         """The bucket's problem."""
         return _problem(*self.shape, self.max_seqlen_q, self.max_seqlen_k,
-                        self.causal, bf16)
+                        self.causal, bf16, self.mods)
 
     def _served_reason(self):
         if _et._State.runtime is None:
@@ -167,7 +172,8 @@ class VarlenPlan:
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                              self.causal, self.scale or None, seqused_k)
+                              self.causal, self.scale or None, seqused_k,
+                              self.mods)
         return o if out is None else out.copy_(o)
 
     def _launch(self, q, k, v, cu_q, cu_k, seqused_k, out):
@@ -206,16 +212,17 @@ def softmax_scale_refused(scale):
 _plans = {}  # (generation, problem, device, stream): the op's VarlenPlans.
 
 
-def _op_plan(q, k, cu_q, max_q, max_k, causal, scale):
+def _op_plan(q, k, cu_q, max_q, max_k, causal, scale, mods):
     """The op's plan for a call, one per bucket, device and stream (its
     scratch is its own), kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1], k.shape[1],
-           q.shape[2], bucket(max_q), bucket(max_k), causal, q.dtype,
+           q.shape[2], bucket(max_q), bucket(max_k), causal, mods, q.dtype,
            q.device, stream, scale)
     return cached_plan(_plans, key, lambda: VarlenPlan(
         cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q, max_k,
-        causal, q.dtype, q.device, scale, _stream_scratch=True))
+        causal, q.dtype, q.device, scale, _stream_scratch=True,
+        window_size=mods[:2], softcap=mods[2]))
 
 
 def cached_plan(plans, key, make):
@@ -230,12 +237,13 @@ def cached_plan(plans, key, make):
     return plan
 
 
-def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None):
-    """The reference semantics, one SDPA call per sequence (syncs)."""
+def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
+                      mods=score_mods.NONE):
+    """The reference semantics, one SDPA call per sequence (syncs;
+    score_mods.attend)."""
     o = torch.zeros_like(q)
     starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
     used = seqused_k.tolist() if seqused_k is not None else None
-    group = q.shape[1] // k.shape[1]
     for b in range(len(starts_q) - 1):
         q0, q1 = starts_q[b], starts_q[b + 1]
         k0 = starts_k[b]
@@ -244,56 +252,59 @@ def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None):
             continue
         qs, ks, vs = (t.transpose(0, 1).unsqueeze(0)
                       for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
-        mask = None
-        if causal:
-            mask = causal_lower_right(q1 - q0, k1 - k0)
-        out = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=group > 1)
-        o[q0:q1] = torch.nan_to_num(out[0].transpose(0, 1))
+        out = score_mods.attend(qs, ks, vs, causal, scale, mods)
+        o[q0:q1] = out[0].transpose(0, 1)
     return o
 
 
 def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                 max_seqlen_k, causal, scale, seqused_k):
+                 max_seqlen_k, causal, scale, seqused_k,
+                 mods=score_mods.NONE):
     if varlen_fallback_reason(q, k, v, scale) is None:
         plan = _op_plan(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
-                        causal, scale)
+                        causal, scale, mods)
         o = plan._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
                          None)
         if o is not None:
             return o
     return sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
-                             scale, seqused_k)
+                             scale, seqused_k, mods)
 
 
 @torch.library.custom_op("evotune::varlen_attention", mutates_args=())
 def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
             max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-            scale: Optional[float],
-            seqused_k: Optional[torch.Tensor]) -> torch.Tensor:
+            scale: Optional[float], seqused_k: Optional[torch.Tensor],
+            window_left: int = -1, window_right: int = -1,
+            softcap: float = 0.0) -> torch.Tensor:
     return _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                        max_seqlen_k, causal, scale, seqused_k)
+                        max_seqlen_k, causal, scale, seqused_k,
+                        (window_left, window_right, softcap))
 
 
 @_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      causal, scale, seqused_k):
+      causal, scale, seqused_k, window_left=-1, window_right=-1,
+      softcap=0.0):
     return torch.empty_like(q)
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, causal=False, softmax_scale=None,
-                     seqused_k=None):
-    """flash_attn_varlen_func's forward (see the module docstring). Raises
+                     seqused_k=None, window_size=(-1, -1), softcap=0.0):
+    """flash_attn_varlen_func's forward (see the module docstring), with
+    its window_size and softcap (evotune/score_mods.py). Raises
     AttentionArgumentError naming the argument for tensors that do not fit
     together."""
     check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, seqused_k)
+    causal, mods = score_mods.normalize(causal, window_size, softcap,
+                                        "evotune.varlen_attention")
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-            int(max_seqlen_k), bool(causal),
+            int(max_seqlen_k), causal,
             None if softmax_scale is None else float(softmax_scale),
-            seqused_k)
+            seqused_k) + mods
     lengths = (cu_seqlens_q, cu_seqlens_k) + (
         () if seqused_k is None else (seqused_k,))
     if _et.eager(q, k, v, *lengths):
@@ -309,17 +320,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                            seqused_k=None):
     """FlashAttention's flash_attn_varlen_func, forward: varlen_attention
     under FlashAttention's argument names, so that a caller swaps the
-    import. Dropout, sliding windows, softcapping, ALiBi and attention
-    probabilities are not served: asking for them raises
-    AttentionArgumentError naming the argument; `deterministic` is
+    import. Dropout, ALiBi and attention probabilities are not served:
+    asking for them raises AttentionArgumentError naming the argument;
+    window_size and softcap are FlashAttention's; `deterministic` is
     accepted (the forward pass is). With block_table, k and v are a
     paged cache [num_pages, page_size, kv_heads, head_dim] (evotune/paged.py)
     and each sequence's keys are seqused_k, or FlashAttention-2's cumulative
     cu_seqlens_k where seqused_k is None."""
     unserved = [("dropout_p", dropout_p != 0),
-                ("window_size", tuple(window_size) != (-1, -1)),
-                ("softcap", softcap != 0), ("alibi_slopes",
-                                            alibi_slopes is not None),
+                ("alibi_slopes", alibi_slopes is not None),
                 ("return_attn_probs", bool(return_attn_probs))]
     for name, asked in unserved:
         if asked:
@@ -335,7 +344,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             seqused_k = paged.lengths_from_cumulative(cu_seqlens_k)
         return paged.paged_varlen_attention(
             q, k, v, cu_seqlens_q, seqused_k, block_table, max_seqlen_q,
-            max_seqlen_k, causal=causal, softmax_scale=softmax_scale)
+            max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
+            window_size=window_size, softcap=softcap)
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, causal=causal,
-                            softmax_scale=softmax_scale, seqused_k=seqused_k)
+                            softmax_scale=softmax_scale, seqused_k=seqused_k,
+                            window_size=window_size, softcap=softcap)

@@ -137,8 +137,8 @@ class KvCacheTest(unittest.TestCase):
         bad = [
             (dict(block_table=table.long()), "block_table must be an int32"),
             (dict(block_table=table[:1]), "block_table must be an int32"),
-            (dict(window_size=(16, 0)), "window_size"),
-            (dict(softcap=30.0), "softcap"),
+            (dict(window_size=(-3, 0)), "window_size"),
+            (dict(softcap=-30.0), "softcap"),
             (dict(k=kc[:, :1]), "k and v come together"),
             (dict(cache_seqlens=lens.long()), "cache_seqlens must be an int32"),
             (dict(v_cache=kc[:, :16]), "v_cache holds 16 slots"),

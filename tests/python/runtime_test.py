@@ -84,6 +84,24 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(rc, runtime.INVALID_ARGUMENT)
         self.assertIn("head_dim", rt.last_error())
 
+    def test_refuses_bad_windows_and_softcaps_naming_the_field(self):
+        rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
+        seed = (1, 8, 8, 512, 512, 64)
+        for fields, name in (
+                (dict(windowed=1, window_left=-1, window_right=0),
+                 "problem.window_right"),
+                (dict(causal=1, windowed=1, window_left=8, window_right=4),
+                 "problem.window_right"),
+                (dict(windowed=1, window_left=-5, window_right=-1),
+                 "problem.window_left"),
+                (dict(softcap=-1.0), "problem.softcap")):
+            rc, _ = rt.describe(runtime.Problem(*seed, **fields), 0)
+            self.assertEqual(rc, runtime.INVALID_ARGUMENT, fields)
+            self.assertIn(name, rt.last_error())
+        # A zeroed struct has no window: the bounds are not read.
+        rc, _ = rt.describe(runtime.Problem(*seed, window_right=0), 0)
+        self.assertEqual(rc, runtime.FAILED_PRECONDITION)  # No GPU here.
+
     def test_refuses_an_unknown_layout_naming_the_field(self):
         rt = runtime.Runtime.open_bundle(self.bundle, LIBRARY)
         p = runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0, 7)

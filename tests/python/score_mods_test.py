@@ -92,6 +92,72 @@ class ScoreModsTest(unittest.TestCase):
                 self.assertTrue(torch.isfinite(o).all())
                 self.assertLessEqual(err, bound, f"{kernel}")
 
+    def test_varlen_kvcache_and_paged_entry_points(self):
+        """flash_attn_varlen_func (packed, and over pages) and
+        flash_attn_with_kvcache (dense cache and paged, decode and
+        speculative rows) with a window and a softcap: served by a kernel
+        and equal to the per-sequence fp32 reference."""
+        from evotune import kvcache
+        et.use(daemon=DAEMON, wait=True)  # Launches wait for new kernels.
+        g = torch.Generator(device="cuda").manual_seed(67)
+        dt, h, kvh, d = torch.bfloat16, 8, 2, 128
+        mods = dict(window_size=(96, -1), softcap=30.0)
+
+        def rand(*shape):
+            return torch.randn(*shape, generator=g, device="cuda").to(dt)
+
+        def ref(qs, ks, vs):  # [seq, heads, d] each: one sequence.
+            c, m = score_mods.normalize(True, (96, -1), 30.0, "test")
+            return score_mods.reference(
+                *(t.transpose(0, 1)[None].float() for t in (qs, ks, vs)),
+                c, None, m)[0].transpose(0, 1)
+
+        q_lens, k_lens = [1, 37, 300], [500, 37, 700]
+        cu_q = torch.tensor([0, 1, 38, 338], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, 500, 537, 1237], dtype=torch.int32,
+                            device="cuda")
+        q, k, v = rand(338, h, d), rand(1237, kvh, d), rand(1237, kvh, d)
+        plan = et.VarlenPlan(3, h, kvh, d, 300, 700, causal=True, dtype=dt,
+                             **mods)
+        self.assertIsNotNone(plan.kernel, plan.reason)
+        for o in (plan.run(q, k, v, cu_q, cu_k),
+                  et.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 300, 700,
+                                            causal=True, **mods)):
+            for b in range(3):
+                q0, k0 = cu_q[b].item(), cu_k[b].item()
+                want = ref(q[q0:q0 + q_lens[b]], k[k0:k0 + k_lens[b]],
+                           v[k0:k0 + k_lens[b]])
+                got = o[q0:q0 + q_lens[b]].float()
+                self.assertLess((got - want).abs().max().item(), 3e-2, b)
+        # A cache of 1024 slots, dense and as shuffled 16-key pages.
+        slots, page = 1024, 16
+        kc, vc = rand(3, slots, kvh, d), rand(3, slots, kvh, d)
+        used = torch.tensor([1000, 17, 513], dtype=torch.int32, device="cuda")
+        order = torch.randperm(3 * slots // page, generator=g,
+                               device="cuda").int()
+        table = order.view(3, slots // page)
+        kp = torch.empty(3 * slots // page, page, kvh, d, dtype=dt,
+                         device="cuda")
+        vp = torch.empty_like(kp)
+        kp[table.long()] = kc.view(3, slots // page, page, kvh, d)
+        vp[table.long()] = vc.view(3, slots // page, page, kvh, d)
+        for seq_q in (1, 4):
+            qd = rand(3, seq_q, h, d)
+            for paged in (False, True):
+                cache = (kp, vp) if paged else (kc, vc)
+                kvcache._plans.clear()
+                o = et.flash_attn_with_kvcache(
+                    qd, *cache, cache_seqlens=used, causal=True,
+                    block_table=table if paged else None, **mods)
+                served = list(kvcache._plans.values())
+                self.assertTrue(served and all(
+                    isinstance(e, kvcache._Plan) for e in served), served)
+                for b in range(3):
+                    n = used[b].item()
+                    want = ref(qd[b], kc[b, :n], vc[b, :n])
+                    err = (o[b].float() - want).abs().max().item()
+                    self.assertLess(err, 3e-2, (seq_q, paged, b))
+
     def test_fa_window_semantics(self):
         # causal with (left, 0) is causal with (left, -1); non-causal (l, 0)
         # is causal.
