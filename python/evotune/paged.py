@@ -228,10 +228,10 @@ def paged_varlen_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                         "evotune.paged_varlen_attention")
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
             int(max_seqlen_q), int(max_seqlen_k), causal,
-            None if softmax_scale is None else float(softmax_scale)) + mods
+            None if softmax_scale is None else float(softmax_scale))
     if _et.eager(*args[:6]):
-        return _paged_impl(*args)
-    return torch.ops.evotune.paged_varlen_attention(*args)
+        return _paged_impl(*args, mods)
+    return torch.ops.evotune.paged_varlen_attention(*args, *mods)
 
 
 def lengths_from_cumulative(cu_seqlens_k):

@@ -304,12 +304,12 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
             int(max_seqlen_k), causal,
             None if softmax_scale is None else float(softmax_scale),
-            seqused_k) + mods
+            seqused_k)
     lengths = (cu_seqlens_q, cu_seqlens_k) + (
         () if seqused_k is None else (seqused_k,))
     if _et.eager(q, k, v, *lengths):
-        return _varlen_impl(*args)
-    return torch.ops.evotune.varlen_attention(*args)
+        return _varlen_impl(*args, mods)
+    return torch.ops.evotune.varlen_attention(*args, *mods)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
