@@ -25,9 +25,10 @@ from paged_decode import graph_of, rel_err, time_graphs
 _flex = torch.compile(flex_attention, dynamic=False)
 
 # name: (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, window_left,
-# softcap, baseline): the baseline is evotune's call without the option
-# ("dense": the same shape without it; "keys": decode over the window's
-# keys alone).
+# softcap, baseline[, sinks]): the baseline is evotune's call without the
+# option ("dense": the same shape without it; "keys": decode over the
+# window's keys alone); sinks: gpt-oss's attention sinks, one logit per
+# query head (FlexAttention's output rescaled by its LSE).
 SHAPES = [
     ("mistral-swa4096-32k", (1, 32, 8, 32768, 32768, 128, True, 4096, 0.0,
                              "dense")),
@@ -39,6 +40,12 @@ SHAPES = [
                             "keys")),
     ("decode-softcap50-8k", (8, 32, 8, 1, 8192, 128, False, -1, 50.0,
                              "dense")),
+    ("gptoss-sinks-swa128-4k", (1, 64, 8, 4096, 4096, 64, True, 128, 0.0,
+                                "dense", True)),
+    ("gptoss-sinks-4k", (1, 64, 8, 4096, 4096, 64, True, -1, 0.0, "dense",
+                         True)),
+    ("decode-gptoss-sinks-8k", (8, 64, 8, 1, 8192, 64, True, -1, 0.0,
+                                "dense", True)),
 ]
 
 
@@ -50,7 +57,7 @@ def visible_pairs(sq, sk, causal, left):
     return (last - first + 1).clamp(min=0).sum().item()
 
 
-def flex_call(q, k, v, causal, left, cap):
+def flex_call(q, k, v, causal, left, cap, sinks=None):
     b, h, sq, _ = q.shape
     sk = k.shape[2]
     shift = sk - sq
@@ -68,19 +75,29 @@ def flex_call(q, k, v, causal, left, cap):
     if cap > 0:
         def score_mod(score, b_, h_, qi, kv):
             return cap * torch.tanh(score / cap)
-    return lambda: _flex(q, k, v, score_mod=score_mod, block_mask=block_mask,
-                         enable_gqa=q.shape[1] != k.shape[1])
+    gqa = q.shape[1] != k.shape[1]
+    if sinks is None:
+        return lambda: _flex(q, k, v, score_mod=score_mod,
+                             block_mask=block_mask, enable_gqa=gqa)
+
+    def with_sinks():  # The sink column's share, from the rows' LSE.
+        o, lse = _flex(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                       enable_gqa=gqa, return_lse=True)
+        keep = torch.sigmoid(lse - sinks.view(1, -1, 1))
+        return (o.float() * keep.unsqueeze(-1)).to(q.dtype)
+    return with_sinks
 
 
 def calls(shape):
-    b, h, kvh, sq, sk, d, causal, left, cap, baseline = shape
+    b, h, kvh, sq, sk, d, causal, left, cap, baseline, *rest = shape
+    sinks = (torch.randn(h, device="cuda") * 2) if rest and rest[0] else None
     q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, kvh, sk, d, device="cuda", dtype=torch.bfloat16)
             for _ in range(2))
     window = (left, -1)
     out = {"evotune": lambda: et.attention(q, k, v, causal, window_size=window,
-                                           softcap=cap),
-           "flex": flex_call(q, k, v, causal, left, cap)}
+                                           softcap=cap, sinks=sinks),
+           "flex": flex_call(q, k, v, causal, left, cap, sinks)}
     if baseline == "dense":
         out["evotune_without"] = lambda: et.attention(q, k, v, causal)
         out["sdpa_without"] = lambda: et._sdpa(q, k, v, causal, None)
@@ -91,12 +108,13 @@ def calls(shape):
         vw = vw.contiguous()
         out["evotune_without"] = lambda: et.attention(q, kw, vw, causal)
         out["sdpa_without"] = lambda: et._sdpa(q, kw, vw, causal, None)
-    kernel = et.kernel_for(q, k, causal, v, window_size=window, softcap=cap)
+    kernel = et.kernel_for(q, k, causal, v, window_size=window, softcap=cap,
+                           sinks=sinks)
     return out, kernel, base_keys
 
 
 def run_shape(name, shape, args):
-    b, h, kvh, sq, sk, d, causal, left, cap, baseline = shape
+    b, h, kvh, sq, sk, d, causal, left, cap, baseline, *rest = shape
     fns, kernel, base_keys = calls(shape)
     outs, graphs, skipped = {}, {}, {}
     for call, fn in fns.items():
@@ -113,7 +131,7 @@ def run_shape(name, shape, args):
     row = {"name": name,
            "shape": dict(batch=b, heads=h, kv_heads=kvh, seq_q=sq, seq_k=sk,
                          head_dim=d, causal=causal, window_left=left,
-                         softcap=cap),
+                         softcap=cap, sinks=bool(rest and rest[0])),
            "kernel": kernel, "us": us,
            "tflops_visible": {c: flops[c] / t / 1e6 for c, t in us.items()},
            "skipped": skipped}

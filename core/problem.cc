@@ -105,15 +105,16 @@ bool ParseScoreMods(const std::vector<absl::string_view>& parts, Problem& p) {
   if (!bound("wl", &p.window_left) || !bound("wr", &p.window_right)) {
     return false;
   }
-  if (i < parts.size()) {
-    absl::string_view cap = parts[i++];
-    if (!absl::ConsumePrefix(&cap, "cap") ||
-        !absl::SimpleAtof(cap, &p.softcap) || !(p.softcap > 0) ||
+  absl::string_view cap = i < parts.size() ? parts[i] : "";
+  if (absl::ConsumePrefix(&cap, "cap")) {
+    ++i;
+    if (!absl::SimpleAtof(cap, &p.softcap) || !(p.softcap > 0) ||
         ShortestFloat(p.softcap) != cap) {
       return false;
     }
   }
-  return i == parts.size();
+  p.sinks = i < parts.size() && parts[i] == "sinks";
+  return i + (p.sinks ? 1 : 0) == parts.size();
 }
 
 }  // namespace
@@ -172,12 +173,13 @@ bool Problem::operator==(const Problem& o) const {
          causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
          q_fp8 == o.q_fp8 && layout == o.layout && page_size == o.page_size &&
          window_left == o.window_left && window_right == o.window_right &&
-         softcap == o.softcap;
+         softcap == o.softcap && sinks == o.sinks;
 }
 
 bool SameScoreMods(const Problem& a, const Problem& b) {
   return a.causal == b.causal && a.window_left == b.window_left &&
-         a.window_right == b.window_right && a.softcap == b.softcap;
+         a.window_right == b.window_right && a.softcap == b.softcap &&
+         a.sinks == b.sinks;
 }
 
 std::string ScoreModsName(const Problem& p) {
@@ -185,6 +187,7 @@ std::string ScoreModsName(const Problem& p) {
   if (p.window_left >= 0) absl::StrAppend(&out, "_wl", p.window_left);
   if (p.window_right >= 0) absl::StrAppend(&out, "_wr", p.window_right);
   if (p.softcap > 0) absl::StrAppend(&out, "_cap", ShortestFloat(p.softcap));
+  if (p.sinks) absl::StrAppend(&out, "_sinks");
   return out;
 }
 
@@ -343,11 +346,12 @@ double ProblemFlops(const Problem& p) {
 }
 
 double KindDistance(const Problem& p, const Problem& q) {
-  double d = (p.dtype != q.dtype) + (p.kv_fp8 != q.kv_fp8) +
-             (p.q_fp8 != q.q_fp8) + (p.causal != q.causal) +
-             (p.window_left != q.window_left ||
-              p.window_right != q.window_right || p.softcap != q.softcap) +
-             (p.layout != q.layout);
+  double d =
+      (p.dtype != q.dtype) + (p.kv_fp8 != q.kv_fp8) + (p.q_fp8 != q.q_fp8) +
+      (p.causal != q.causal) +
+      (p.window_left != q.window_left || p.window_right != q.window_right ||
+       p.softcap != q.softcap || p.sinks != q.sinks) +
+      (p.layout != q.layout);
   if (p.page_size > 0 && q.page_size > 0) {
     const double x = std::log2(static_cast<double>(p.page_size) / q.page_size);
     d += x * x;

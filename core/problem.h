@@ -63,7 +63,9 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name);
 // A sliding window (window_left, window_right; FlashAttention's window_size)
 // narrows row i's keys to [i + shift - window_left, i + shift +
 // window_right], shift = seq_k - seq_q; logit softcapping replaces each
-// score s * scale by softcap * tanh(s * scale / softcap).
+// score s * scale by softcap * tanh(s * scale / softcap); with sinks, a
+// learned logit per query head joins every row's softmax (its probability
+// is dropped: it only lowers the others), as gpt-oss has it.
 struct Problem {
   int64_t batch = 1;
   int64_t heads = 1;
@@ -90,6 +92,9 @@ struct Problem {
   int64_t window_right = -1;
   // Logit softcapping's cap (Gemma 2's 50); 0 for none.
   float softcap = 0;
+  // Attention sinks: each query head's logit (in the units of the scaled
+  // scores, not softcapped) joins its rows' softmax; the call passes them.
+  bool sinks = false;
 
   bool operator==(const Problem& o) const;
   bool operator!=(const Problem& o) const { return !(*this == o); }
@@ -135,11 +140,11 @@ inline bool HasWindow(const Problem& p) {
 
 // The key's parts after the layout for a window and a softcap, each led by
 // '_': "_wl<window_left>" and "_wr<window_right>" for the bounds set,
-// "_cap<softcap>" (shortest round-trip form); "" for neither.
+// "_cap<softcap>" (shortest round-trip form), "_sinks"; "" for none.
 std::string ScoreModsName(const Problem& problem);
 
 // Whether two problems compute the same function of their scores: causal,
-// window and softcap alike (the classes configs transfer within).
+// window, softcap and sinks alike (the classes configs transfer within).
 bool SameScoreMods(const Problem& a, const Problem& b);
 
 // The types of a problem's tensors as its key names them: DTypeName(dtype)

@@ -186,9 +186,8 @@ std::vector<std::string> CompileDefines(const Config& config,
     out.push_back(absl::StrCat("-DEVT_PAGE_SIZE=", problem.page_size));
   }
   if (HasWindow(problem)) out.push_back("-DEVT_WINDOW=1");
-  if (problem.softcap > 0) {
-    out.push_back("-DEVT_SOFTCAP=1");
-  }
+  if (problem.softcap > 0) out.push_back("-DEVT_SOFTCAP=1");
+  if (problem.sinks) out.push_back("-DEVT_SINKS=1");
   return out;
 }
 

@@ -152,7 +152,8 @@ bool Overlap(const AttentionTensor& o, const AttentionTensor& t,
   return begin(o) < end(t, element_bytes) && begin(t) < end(o, 2);
 }
 
-// The descale factors: only for FP8 inputs, fp32-aligned, strides from 0.
+// The descale factors: only for FP8 inputs, fp32-aligned, strides from 0;
+// the sinks exactly where the problem has them.
 absl::Status CheckDescale(const AttentionCall& call) {
   for (auto [field, ptr, allowed] :
        {std::tuple{"q_descale", call.q_descale, call.problem.q_fp8},
@@ -166,6 +167,14 @@ absl::Status CheckDescale(const AttentionCall& call) {
     if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) {
       return Field(field, "data", "must be 4-byte aligned (fp32)");
     }
+  }
+  if ((call.sinks != nullptr) != call.problem.sinks) {
+    return Field("sinks", "data",
+                 call.problem.sinks ? "must be given: the problem has sinks"
+                                    : "must be null: the problem has no sinks");
+  }
+  if (reinterpret_cast<uintptr_t>(call.sinks) % 4 != 0) {
+    return Field("sinks", "data", "must be 4-byte aligned (fp32)");
   }
   constexpr int64_t kMaxStride = int64_t{1} << 24;
   for (auto [field, stride] :

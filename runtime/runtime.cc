@@ -79,6 +79,7 @@ AttentionParams CallParams(const AttentionCall& call) {
   p.v_descale = call.v_descale;
   p.descale_batch_stride = static_cast<int>(call.descale_batch_stride);
   p.descale_head_stride = static_cast<int>(call.descale_head_stride);
+  p.sinks = call.sinks;
   return p;
 }
 

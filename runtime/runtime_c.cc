@@ -49,6 +49,7 @@ evotune::Problem ToProblem(const evotune_problem& p) {
     out.window_right = p.window_right;
   }
   out.softcap = p.softcap;
+  out.sinks = p.sinks != 0;
   return out;
 }
 
@@ -104,6 +105,7 @@ evotune::AttentionCall ToCall(const evotune_problem& problem,
     call.v_descale = lengths->v_descale;
     call.descale_batch_stride = lengths->descale_batch_stride;
     call.descale_head_stride = lengths->descale_head_stride;
+    call.sinks = lengths->sinks;
   }
   call.problem = ToProblem(problem);
   call.q = ToTensor(q);

@@ -58,6 +58,10 @@ struct AttentionParams {
   // softcap).
   int window_left, window_right;
   float softcap;
+  // Attention sinks (read with EVT_SINKS): query head h's logit sinks[h]
+  // (fp32, in the units of the scaled scores) joins the softmax of each of
+  // its rows, adding exp(sinks[h] - max) to the row's sum only.
+  const float* sinks;
   // FP8 inputs (a kernel compiled with EVT_KV_FP8 reads e4m3 K and V): the
   // value of an element of K of sequence b and KV head h is its e4m3 value
   // times k_descale[b * descale_batch_stride + h * descale_head_stride]

@@ -244,6 +244,31 @@ constexpr bool kWindow = EVT_WINDOW != 0;
 #endif
 constexpr bool kSoftcap = EVT_SOFTCAP != 0;
 
+// EVT_SINKS: 1 where each query head's sink logit (AttentionParams::sinks)
+// joins its rows' softmax, else 0.
+#ifndef EVT_SINKS
+#define EVT_SINKS 0
+#endif
+constexpr bool kSinks = EVT_SINKS != 0;
+
+// Query head h's sink logit in the exp2 domain of the softmax; -inf without
+// sinks. It is a partial softmax state of its own (max the logit, sum 1, no
+// output) that every row of the head merges in: CombineSplits takes it as
+// one more split, SinkTerm adds it to a finished row's sum.
+__device__ __forceinline__ float SinkLog2(const AttentionParams& p, int h) {
+  return kSinks ? __ldg(p.sinks + h) * 1.4426950408889634f : NegInf();
+}
+
+// The sink's part of the sum of a row whose probabilities were taken
+// against its max `row_max` (exp2 domain; 0 where it saw no key) less
+// `shift`; 0 without sinks.
+__device__ __forceinline__ float SinkTerm(float sink_log2, float row_max,
+                                          float shift = 0.f) {
+  if (!kSinks) return 0.f;
+  const float ref = row_max == NegInf() ? 0.f : row_max;
+  return Exp2(sink_log2 - ref + shift);
+}
+
 // Past every key from every row: a window side with no bound.
 constexpr int kNoBound = 1 << 30;
 
@@ -640,18 +665,21 @@ __device__ __forceinline__ void StorePartialRows(
 
 // Eight output columns of one row from kSplits partial results: each
 // split's running max m (exp2 domain), row sum l and unnormalised columns
-// lo (0-3) and hi (4-7). A row no split saw a key for is zero.
+// lo (0-3) and hi (4-7), and the row's sink (SinkLog2: one more state of
+// sum 1 and no output; -inf for none). A row no split saw a key for is zero.
 template <int kSplits>
 __device__ __forceinline__ uint4 CombineSplits(const float (&m)[kSplits],
                                                const float (&l)[kSplits],
                                                const float4 (&lo)[kSplits],
-                                               const float4 (&hi)[kSplits]) {
-  float mx = NegInf();
+                                               const float4 (&hi)[kSplits],
+                                               float sink = NegInf()) {
+  float mx = sink;
 #pragma unroll
   for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
   float total = 0.f;
   float acc[8] = {};
   if (mx != NegInf()) {
+    total = Exp2(sink - mx);
 #pragma unroll
     for (int s = 0; s < kSplits; ++s) {
       const float w = Exp2(m[s] - mx);
@@ -690,12 +718,14 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
                                             int lane) {
   constexpr int kDTiles = kD / 8;
   evt_elem* o = t.o;
+  const float sink = SinkLog2(p, t.h);
   if constexpr (kSplits == 1) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float sum = QuadSum(row_sum[mt][half]);
+        const float sum =
+            QuadSum(row_sum[mt][half]) + SinkTerm(sink, row_max[mt][half]);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = row0 + mt * 16 + lane / 4 + half * 8;
         if (row >= t.seq_q) continue;
@@ -745,7 +775,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
         lo[s] = __ldcg(src);
         hi[s] = __ldcg(src + 1);
       }
-      const uint4 packed = CombineSplits(m, l, lo, hi);
+      const uint4 packed = CombineSplits(m, l, lo, hi, sink);
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = packed;
     }
   }

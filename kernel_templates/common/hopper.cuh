@@ -400,12 +400,14 @@ __device__ __forceinline__ void ClusterSync() {
 // kSplits from all of them and stores those. Every thread of the cluster
 // calls it (or, having no rows, ClusterSync twice); `threads` of them,
 // numbered by `thread`, hold rows and share the combining: a warp's rows
-// start at row0.
+// start at row0. `sink_shift`: what the sums' reference lies below the
+// rows' max (flash_common's SinkTerm).
 template <int kM, int kD, int kSplits>
 __device__ __forceinline__ void CombineInCluster(
     const AttentionParams& p, const flash::BlockPlan& w, float* part, int row0,
     const float (&o_acc)[1][kD / 8][4], const float (&row_max)[1][2],
-    const float (&row_sum)[1][2], int lane, int thread, int threads) {
+    const float (&row_sum)[1][2], int lane, int thread, int threads,
+    float sink_shift = 0.f) {
   constexpr int kStride = flash::kPartRowStride<kD>;
   float* part_ml = part + kM * kStride;
   flash::StorePartialRows(part, kStride, part_ml, row0, o_acc, row_max, row_sum,
@@ -418,6 +420,7 @@ __device__ __forceinline__ void CombineInCluster(
     peer_ml[s] = ClusterAddress(flash::SmemAddress(part_ml), s);
   }
   evt_elem* o = w.o;
+  const float sink = flash::SinkLog2(p, w.h) + sink_shift;
   constexpr int kRows = kM / kSplits;
   constexpr int kVecs = kD / 8;  // Eight columns per thread and step.
   for (int idx = thread; idx < kRows * kVecs; idx += threads) {
@@ -436,7 +439,7 @@ __device__ __forceinline__ void CombineInCluster(
       hi[s] = LoadCluster4(at + 16);
     }
     *reinterpret_cast<uint4*>(o + (w.q0 + row) * p.o_row_stride + col) =
-        flash::CombineSplits(m, l, lo, hi);
+        flash::CombineSplits(m, l, lo, hi, sink);
   }
   ClusterSync();  // No block leaves while a peer reads its rows.
 }

@@ -147,6 +147,12 @@ __device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
   return w;
 }
 
+// The sink logit (SinkLog2) of packed row r's query head.
+__device__ __forceinline__ float RowSink(const AttentionParams& p,
+                                         const DecodePlan& w, int r) {
+  return SinkLog2(p, w.kvh * w.group + r % w.group);
+}
+
 // Element offset of packed row r's query in Q or O: `base` is the
 // sequence's offset in that tensor (strides in elements).
 __device__ __forceinline__ long long RowOffset(const DecodePlan& w, int r,
@@ -826,7 +832,8 @@ __device__ __forceinline__ void MergeFew(const AttentionParams& p,
       lo[s] = __ldcg(src);
       hi[s] = __ldcg(src + 1);
     }
-    StoreRow(p, w, row, col, CombineSplits(m, l, lo, hi));
+    StoreRow(p, w, row, col,
+             CombineSplits(m, l, lo, hi, RowSink(p, w, w.r0 + row)));
   }
 }
 
@@ -852,10 +859,11 @@ __device__ __forceinline__ void MergeMany(const AttentionParams& p,
     const int row = idx / kChunks;
     const int col = (idx % kChunks) * 8;
     const float2* row_ml = ml + row * kSplits;
-    float mx = NegInf();
+    const float sink = RowSink(p, w, w.r0 + row);  // One more state.
+    float mx = sink;
     for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, row_ml[s].x);
     const float ref = mx == NegInf() ? 0.f : mx;
-    float total = 0.f;
+    float total = Exp2(sink - ref);
     float acc[8] = {};
     for (int s0 = 0; s0 < kSplits; s0 += kMergeBatch) {
       float4 part[kMergeBatch][2];
@@ -991,6 +999,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       merge.Add(ml[0], ml[1], part[0], part[1]);
     }
     if constexpr (kSplits == 1) {
+      const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (kSinks) merge.Add(RowSink(p, w, w.r0 + row), 1.f, none, none);
       const long long at =
           RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
       *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();

@@ -1012,9 +1012,11 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
     if (thread == 0) TmaStoreWait</*kRead=*/true>();
     NamedBarrierSync(1 + consumer, 128);
   }
+  const float sink = SinkLog2(p, w.h);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float sum = QuadSum(r.row_sum[0][half]);
+    const float sum = QuadSum(r.row_sum[0][half]) +
+                      SinkTerm(sink, r.row_max[0][half], kProbShift);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int row = (thread / 32) * 16 + lane / 4 + half * 8;
 #pragma unroll
@@ -1099,9 +1101,10 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
       StoreRows(r, p, maps, w, s, consumer, thread);
     } else {
       NamedBarrierSync(kDone, 128 * kConsumers);  // Done with the tiles.
-      CombineInCluster<kM, kD, kSplits>(
-          p, w, reinterpret_cast<float*>(s.tiles), row0, r.o, r.row_max,
-          r.row_sum, lane, consumer * 128 + thread, 128 * kConsumers);
+      CombineInCluster<kM, kD, kSplits>(p, w, reinterpret_cast<float*>(s.tiles),
+                                        row0, r.o, r.row_max, r.row_sum, lane,
+                                        consumer * 128 + thread,
+                                        128 * kConsumers, kProbShift);
     }
   }
   turns.FinishBlock();

@@ -11,8 +11,9 @@
 //   WARPS    query rows (warps) per block: more rows share each staged tile.
 //   KV_TILE  keys staged in shared memory per step: larger tiles mean fewer
 //            barriers but more shared memory (2 * KV_TILE * HEAD_DIM * 2 B).
-// Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16, EVT_WINDOW and
-// EVT_SOFTCAP (a sliding window, logit softcapping: attention_params.cuh).
+// Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16, EVT_WINDOW,
+// EVT_SOFTCAP and EVT_SINKS (a sliding window, logit softcapping, attention
+// sinks: attention_params.cuh).
 //
 // Grid: (ceil(seq_q / WARPS), heads, batch); block: WARPS * 32 threads.
 #include "attention_params.cuh"
@@ -24,6 +25,9 @@
 #endif
 #ifndef EVT_SOFTCAP
 #define EVT_SOFTCAP 0
+#endif
+#ifndef EVT_SINKS
+#define EVT_SINKS 0
 #endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -126,6 +130,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   }
 
   if (!active) return;
+#if EVT_SINKS  // The head's sink logit joins the softmax's sum only.
+  const float sink = p.sinks[h] * 1.4426950408889634f;
+  const float top = fmaxf(row_max, sink);
+  row_sum = row_sum * exp2f(row_max - top) + exp2f(sink - top);
+  const float rescale = exp2f(row_max - top);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) acc[i] *= rescale;
+#endif
   evt_elem* o = static_cast<evt_elem*>(p.o) + seq.o + h * p.o_head_stride +
                 row * p.o_row_stride;
   const float inv = row_sum > 0.f ? 1.f / row_sum : 0.f;

@@ -32,13 +32,14 @@ class Problem(ctypes.Structure):
     K and V (an FP8 KV cache); q_fp8 1 for e4m3 Q as well (FP8
     attention); windowed 1 for a sliding window of window_left and
     window_right keys (FlashAttention's window_size, -1 for no bound;
-    window_right -1 when causal); softcap the logit softcap (0 for none)."""
+    window_right -1 when causal); softcap the logit softcap (0 for none);
+    sinks 1 for attention sinks (their logits in Lengths.sinks)."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
             (n, ctypes.c_int32)
             for n in ("causal", "bf16", "layout", "page_size", "kv_fp8",
                       "q_fp8", "windowed", "window_left", "window_right")] + [
-                          ("softcap", ctypes.c_float)]
+                          ("softcap", ctypes.c_float), ("sinks", ctypes.c_int32)]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)
@@ -54,14 +55,16 @@ class Tensor(ctypes.Structure):
 class Lengths(ctypes.Structure):
     """evotune_lengths: device pointers of int32 arrays (0 for none), the
     block table's row stride (LAYOUT_PAGED), and an FP8 KV cache's fp32
-    descale factors (0 for 1) with their strides in elements."""
+    descale factors (0 for 1) with their strides in elements, and the
+    attention sinks' fp32 [heads] logits (with Problem.sinks)."""
     _fields_ = [(n, ctypes.c_void_p) for n in (
         "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")] + [
             ("block_table_stride", ctypes.c_int64)] + [
                 (n, ctypes.c_void_p)
                 for n in ("q_descale", "k_descale", "v_descale")] + [
                     (n, ctypes.c_int64) for n in ("descale_batch_stride",
-                                                  "descale_head_stride")]
+                                                  "descale_head_stride")] + [
+                        ("sinks", ctypes.c_void_p)]
 
 
 def _declare(lib):

@@ -1,12 +1,14 @@
-"""Sliding windows and logit softcapping: FlashAttention's arguments in the
-one form a problem key has, and the plain PyTorch computation that answers
-calls no kernel serves.
+"""Sliding windows, logit softcapping and attention sinks: FlashAttention's
+arguments in the one form a problem key has, and the plain PyTorch
+computation that answers calls no kernel serves.
 
 FlashAttention's window_size=(left, right) lets query row i (aligned to the
 bottom-right corner, shift = seq_k - seq_q) see keys [i + shift - left,
 i + shift + right], -1 for no bound on a side; causal=True sets right to 0.
 softcap > 0 replaces each score s (already scaled) by softcap *
-tanh(s / softcap), as Gemma 2 does.
+tanh(s / softcap), as Gemma 2 does. Sinks (gpt-oss's): a float tensor
+[heads] of logits, one per query head, each joining its head's softmax as
+one more column whose probability is dropped.
 """
 import math
 
@@ -51,18 +53,35 @@ def normalize(causal, window_size, softcap, where):
     return causal, (left, right, cap)
 
 
-def problem_fields(mods):
+def problem_fields(mods, has_sinks=False):
     """The runtime Problem's fields (evotune/runtime.py) of (window_left,
-    window_right, softcap)."""
+    window_right, softcap) and of whether the call has sinks."""
     left, right, cap = mods
     return dict(windowed=int((left, right) != (-1, -1)), window_left=left,
-                window_right=right, softcap=cap)
+                window_right=right, softcap=cap, sinks=int(has_sinks))
 
 
-def reference(q, k, v, causal, scale, mods):
-    """softmax over the visible keys of softcapped scores, times v, in
-    float32 (q, k, v [batch, heads, seq, head_dim], k and v possibly with
-    fewer heads): the answer for calls no kernel serves."""
+def check_sinks(sinks, q, where):
+    """sinks as the kernels read them (float32, contiguous, [heads] on q's
+    device), or None. Raises AttentionArgumentError naming the argument."""
+    if sinks is None or len(getattr(q, "shape", ())) != 4:
+        return sinks  # None, or a call check_call refuses first.
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+        raise AttentionArgumentError(
+            f"{where}: sinks must be a floating-point tensor, got "
+            f"{type(sinks).__name__}")
+    if tuple(sinks.shape) != (q.shape[1],) or sinks.device != q.device:
+        raise AttentionArgumentError(
+            f"{where}: sinks must be [heads] = [{q.shape[1]}] on {q.device}, "
+            f"got {tuple(sinks.shape)} on {sinks.device}")
+    return sinks.to(torch.float32).contiguous()
+
+
+def reference(q, k, v, causal, scale, mods, sinks=None):
+    """softmax over the visible keys of softcapped scores (and the head's
+    sink), times v, in float32 (q, k, v [batch, heads, seq, head_dim], k
+    and v possibly with fewer heads): the answer for calls no kernel
+    serves."""
     left, right, cap = mods
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1).float()
@@ -82,17 +101,22 @@ def reference(q, k, v, causal, scale, mods):
     elif right >= 0:
         visible &= j <= i + right
     s = s.masked_fill(~visible, float("-inf"))
+    if sinks is not None:  # One more column, dropped after the softmax.
+        column = sinks.float().view(1, -1, 1, 1).expand(*s.shape[:3], 1)
+        s = torch.cat([s, column], dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # Rows that see no key: 0.
+    if sinks is not None:
+        p = p[..., :-1]
     return torch.matmul(p, v).to(q.dtype)
 
 
-def attend(q, k, v, causal, scale, mods=NONE):
+def attend(q, k, v, causal, scale, mods=NONE, sinks=None):
     """One sequence's attention in the op's semantics ([1, heads, seq,
     head_dim] tensors, k and v possibly with fewer heads): SDPA, or
     reference() for a window or softcap; rows that see no key are zeros.
     The per-sequence fallbacks of the varlen and cache entry points."""
-    if mods != NONE:
-        return reference(q, k, v, causal, scale, mods)
+    if mods != NONE or sinks is not None:
+        return reference(q, k, v, causal, scale, mods, sinks)
     mask = None
     if causal and q.shape[2] != k.shape[2]:
         mask = causal_lower_right(q.shape[2], k.shape[2])

@@ -87,11 +87,12 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         _State.generation += 1
 
 
-def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE):
+def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE,
+             has_sinks=False):
     b, h, sq, d = q.shape
     return _rt.Problem(b, h, kv_heads, sq, seq_k, d, int(causal),
                        int(q.dtype == torch.bfloat16),
-                       **score_mods.problem_fields(mods))
+                       **score_mods.problem_fields(mods, has_sinks))
 
 
 def _tensor(t):
@@ -206,7 +207,9 @@ class _Launch:
         # o's struct from an output like every call's (empty_like keeps q's
         # strides only where q is dense).
         self.tensors = [_tensor(t) for t in (q, k, v, torch.empty_like(q))]
-        self.args = plan.run_args(self.problem, *self.tensors, None,
+        # The sinks' pointer, each call's, where the problem has them.
+        self.lengths = _rt.Lengths() if p.sinks else None
+        self.args = plan.run_args(self.problem, *self.tensors, self.lengths,
                                   0.0 if scale is None else scale, *scratch,
                                   stream_id)
         self.replan_at = time.monotonic() + _REPLAN_S
@@ -224,10 +227,12 @@ class _Launch:
         t[2].batch_stride, t[2].head_stride, t[2].row_stride = v_strides
         return True
 
-    def __call__(self, q, k, v):
+    def __call__(self, q, k, v, sinks=None):
         """The output, or None where SDPA serves the call (serves())."""
         if not self.serves(q, k, v):
             return None
+        if self.lengths is not None:
+            self.lengths.sinks = sinks.data_ptr()
         o = torch.empty_like(q)
         t = self.tensors
         t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),
@@ -239,7 +244,8 @@ class _Launch:
         return o
 
 
-def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False):
+def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False,
+             has_sinks=False):
     """A _Launch for the call, or why SDPA answers it (a _Pending while a
     daemon's kernel is on its way, unless `wait`). Raises
     AttentionArgumentError for tensors that do not fit together."""
@@ -256,7 +262,7 @@ def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False):
     seq_q, seq_k = q.shape[2], k.shape[2]
     # The bucket's plan, or where that is past evotune's limits the call's.
     for n in dict.fromkeys((key_bucket(seq_q, seq_k), seq_k)):
-        p = _problem(q, k.shape[1], n, causal, mods)
+        p = _problem(q, k.shape[1], n, causal, mods, has_sinks)
         if p.key() in _State.missing:
             continue
         planned = _plan(p, q, stream_id, wait)
@@ -271,7 +277,7 @@ _local = threading.local()
 _MAX_PREPARED = 4096  # Signatures remembered per thread.
 
 
-def _signature(q, k, v, causal, mods, scale, stream_id):
+def _signature(q, k, v, causal, mods, scale, stream_id, has_sinks=False):
     """What a prepared call depends on: the tensors' shapes, dtype and
     device with the key length as its bucket (and whether it is 0 or 1,
     which the checks treat apart), q's strides."""
@@ -279,7 +285,7 @@ def _signature(q, k, v, causal, mods, scale, stream_id):
     keys = (key_bucket(q.shape[2], n), min(n, 2), k.shape[0], k.shape[1],
             k.shape[3], v.shape[0], v.shape[1], v.shape[3])
     return checks.meta(q), keys, k.dtype, k.device, v.dtype, v.device, \
-        causal, mods, scale, stream_id
+        causal, mods, has_sinks, scale, stream_id
 
 
 def _stale(entry):
@@ -291,7 +297,7 @@ def _stale(entry):
         and not torch.cuda.is_current_stream_capturing()
 
 
-def _lookup(q, k, v, causal, mods, scale, wait=False):
+def _lookup(q, k, v, causal, mods, scale, wait=False, has_sinks=False):
     """_prepare's answer for the call's signature, remembered per thread
     until the next use() (a plan for _REPLAN_S seconds, a kernel on its way
     until due)."""
@@ -301,28 +307,31 @@ def _lookup(q, k, v, causal, mods, scale, wait=False):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or \
             k.shape[2] != v.shape[2]:
         return _prepare(q, k, v, causal, mods, scale, stream_id)  # Raises.
-    signature = _signature(q, k, v, causal, mods, scale, stream_id)
+    signature = _signature(q, k, v, causal, mods, scale, stream_id,
+                           has_sinks)
     entry = _local.calls.get(signature)
     if entry is None or _stale(entry) or (
             wait and isinstance(entry, _Pending)):
-        entry = _prepare(q, k, v, causal, mods, scale, stream_id, wait)
+        entry = _prepare(q, k, v, causal, mods, scale, stream_id, wait,
+                         has_sinks)
         if len(_local.calls) >= _MAX_PREPARED:
             _local.calls.clear()  # Lengths that only grow (decode).
         _local.calls[signature] = entry
     return entry
 
 
-def _sdpa(q, k, v, causal, scale, setup_free=False, mods=score_mods.NONE):
+def _sdpa(q, k, v, causal, scale, setup_free=False, mods=score_mods.NONE,
+          sinks=None):
     """SDPA with the op's semantics. setup_free: without its cuDNN backend,
     which builds a plan for every new shape (65 ms a call on the H200 for
     decode steps of new lengths): the calls answered while a kernel is on
     its way are each of a new length in a decode loop. (A switch, not
     sdpa_kernel(), whose context costs tens of microseconds a call; SDPA
-    calls of other threads meanwhile may take another backend.) A window
-    or softcap, which SDPA does not take, is computed in plain PyTorch
-    (score_mods.reference)."""
-    if mods != score_mods.NONE:
-        return score_mods.reference(q, k, v, causal, scale, mods)
+    calls of other threads meanwhile may take another backend.) A window,
+    softcap or sinks, which SDPA does not take, are computed in plain
+    PyTorch (score_mods.reference)."""
+    if mods != score_mods.NONE or sinks is not None:
+        return score_mods.reference(q, k, v, causal, scale, mods, sinks)
     if setup_free and torch.backends.cuda.cudnn_sdp_enabled():
         torch.backends.cuda.enable_cudnn_sdp(False)
         try:
@@ -364,24 +373,29 @@ def eager(*tensors):
     return True
 
 
-def _attention_impl(q, k, v, causal, scale, mods=score_mods.NONE):
-    entry = _lookup(q, k, v, causal, mods, scale)
-    o = None if isinstance(entry, str) else entry(q, k, v)
+def _attention_impl(q, k, v, causal, scale, mods=score_mods.NONE,
+                    sinks=None):
+    entry = _lookup(q, k, v, causal, mods, scale,
+                    has_sinks=sinks is not None)
+    o = None if isinstance(entry, str) else entry(q, k, v, sinks)
     if o is not None:
         return o
-    return _sdpa(q, k, v, causal, scale, isinstance(entry, _Pending), mods)
+    return _sdpa(q, k, v, causal, scale, isinstance(entry, _Pending), mods,
+                 sinks)
 
 
 @torch.library.custom_op("evotune::attention", mutates_args=())
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                causal: bool, scale: Optional[float], window_left: int = -1,
-               window_right: int = -1, softcap: float = 0.0) -> torch.Tensor:
+               window_right: int = -1, softcap: float = 0.0,
+               sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _attention_impl(q, k, v, causal, scale,
-                           (window_left, window_right, softcap))
+                           (window_left, window_right, softcap), sinks)
 
 
 @_attention.register_fake
-def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
+def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
+      sinks=None):
     checks.check_call(q, k, v, scale)
     if v.shape[-1] == q.shape[-1]:
         return torch.empty_like(q)
@@ -389,14 +403,15 @@ def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
 
 
 def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
-              softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
-              out_dtype=None):
+              softcap=0.0, sinks=None, q_descale=None, k_descale=None,
+              v_descale=None, out_dtype=None):
     """softmax(q k^T * scale) v for [batch, heads, seq, head_dim] tensors;
     k and v may have fewer heads (grouped). scale defaults to
     1/sqrt(head_dim). window_size=(left, right) and softcap are
     FlashAttention's: a sliding window (-1 for no bound on a side) and logit
-    softcapping (softcap * tanh(score / softcap); 0 for none), see
-    evotune/score_mods.py. Raises AttentionArgumentError (a ValueError and a
+    softcapping (softcap * tanh(score / softcap); 0 for none); sinks, a
+    float tensor [heads] of gpt-oss's attention-sink logits (one per query
+    head, joining its softmax); see evotune/score_mods.py. Raises AttentionArgumentError (a ValueError and a
     RuntimeError) naming the argument for tensors that do not fit
     together, as SDPA refuses them. float8_e4m3fn q, k and v run FP8
     attention with their descale factors and out_dtype (fp8_attention;
@@ -404,10 +419,10 @@ def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
     fp8 = getattr(q, "dtype", None) == torch.float8_e4m3fn
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.attention")
-    if fp8 and mods != score_mods.NONE:
+    if fp8 and (mods != score_mods.NONE or sinks is not None):
         raise checks.AttentionArgumentError(
-            "evotune.attention: window_size and softcap are not served with "
-            "float8_e4m3fn q, k and v yet")
+            "evotune.attention: window_size, softcap and sinks are not "
+            "served with float8_e4m3fn q, k and v yet")
     if fp8:
         return fp8_attention(q, k, v, causal, scale, q_descale, k_descale,
                              v_descale, out_dtype or torch.bfloat16)
@@ -418,13 +433,14 @@ def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
                 f"evotune.attention: {name} is for float8_e4m3fn q, k and v "
                 f"(FP8 attention); q is {getattr(q, 'dtype', type(q))}")
     scale = None if scale is None else float(scale)
-    if eager(q, k, v):
-        return _attention_impl(q, k, v, causal, scale, mods)
-    return torch.ops.evotune.attention(q, k, v, causal, scale, *mods)
+    sinks = score_mods.check_sinks(sinks, q, "evotune.attention")
+    if eager(q, k, v) and (sinks is None or eager(sinks)):
+        return _attention_impl(q, k, v, causal, scale, mods, sinks)
+    return torch.ops.evotune.attention(q, k, v, causal, scale, *mods, sinks)
 
 
 def kernel_for(q, k, causal=False, v=None, scale=None, reason=False, *,
-               window_size=(-1, -1), softcap=0.0):
+               window_size=(-1, -1), softcap=0.0, sinks=None):
     """Which kernel serves attention(q, k, v, causal, scale): "template
     CONFIG arch (tuned|transferred|default)", or None when the call falls
     back to SDPA. With reason=True, a pair (kernel, why) where `why` says
@@ -434,7 +450,8 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False, *,
     v = k if v is None else v
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.kernel_for")
-    entry = _lookup(q, k, v, causal, mods, scale, wait=True)
+    entry = _lookup(q, k, v, causal, mods, scale, wait=True,
+                    has_sinks=sinks is not None)
     kernel, why = None, entry if isinstance(entry, str) else None
     if why is None and not entry.serves(q, k, v):
         why = checks.fallback_reason(q, k, v, scale)

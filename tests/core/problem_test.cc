@@ -26,7 +26,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(19, p);
+  std::vector<Problem> variants(21, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -51,6 +51,9 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[18].causal = true;
   variants[18].window_left = 4096;
   variants[18].softcap = 50;
+  variants[19].sinks = true;
+  variants[20] = variants[18];
+  variants[20].sinks = true;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -71,11 +74,13 @@ TEST(ProblemTest, WindowsAndSoftcapsEndTheKey) {
   EXPECT_TRUE(HasWindow(p));
   EXPECT_FALSE(SameScoreMods(p, Seed()));
   const std::string base = "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd";
-  for (const char* bad : {"_cap50_wl4", "_wl-2", "_wl", "_cap0", "_cap-1",
-                          "_cap50.0", "_wr3_wl4", "_cap50_cap50", "_x"}) {
+  for (const char* bad :
+       {"_cap50_wl4", "_wl-2", "_wl", "_cap0", "_cap-1", "_cap50.0", "_wr3_wl4",
+        "_cap50_cap50", "_x", "_sinks_cap5", "_sinks_sinks"}) {
     EXPECT_FALSE(ParseProblemKey(base + bad).ok()) << bad;
   }
   EXPECT_EQ(ParseProblemKey(base + "_wl0_wr3")->window_right, 3);
+  EXPECT_TRUE(ParseProblemKey(base + "_wl8_sinks")->sinks);
 }
 
 TEST(ProblemTest, ValidationNamesTheScoreModField) {

@@ -386,17 +386,19 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
   }
 }
 
-// Sliding windows (one side, both, causal, a window of the diagonal alone)
-// and logit softcapping, alone and together, over every layout, on every
-// template the device runs: two random configs each (the split-KV and
-// persistent ones among them), each checked against the reference.
-TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsAndSoftcaps) {
+// Sliding windows (one side, both, causal, a window of the diagonal alone),
+// logit softcapping and attention sinks, alone and together, over every
+// layout, on every template the device runs: two random configs each (the
+// split-KV and persistent ones among them), each checked against the
+// reference.
+TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
   struct Case {
     int64_t sq, sk;
     bool causal;
     int64_t left, right;
     float softcap;
     Layout layout;
+    bool sinks = false;
   };
   const std::vector<Case> cases = {
       {1000, 1000, true, 256, -1, 0, Layout::kDense},
@@ -408,6 +410,11 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsAndSoftcaps) {
       {1, 4097, true, 1000, -1, 0, Layout::kKvCache},
       {4, 2048, true, 512, -1, 50, Layout::kPaged},
       {1, 3000, false, -1, -1, 5, Layout::kKvCache},
+      {512, 512, true, 128, -1, 0, Layout::kDense, true},
+      {1000, 1000, false, -1, -1, 0, Layout::kDense, true},
+      {1, 4097, false, -1, -1, 0, Layout::kKvCache, true},
+      {300, 700, true, -1, -1, 20, Layout::kVarlen, true},
+      {4, 2048, true, 512, -1, 0, Layout::kPaged, true},
   };
   const DeviceLimits& limits = evaluator_->device().limits;
   std::mt19937 gen(67);
@@ -428,6 +435,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsAndSoftcaps) {
       p.window_right = c.right;
       p.softcap = c.softcap;
       p.layout = c.layout;
+      p.sinks = c.sinks;
       if (c.layout == Layout::kPaged) p.page_size = 16;
       ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
       if (!CheckSupports(t, p).ok()) continue;
@@ -437,7 +445,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsAndSoftcaps) {
           << t.name << " " << ProblemKey(p);
     }
   }
-  // FP8 attention and an FP8 KV cache with both mods (descale factors
+  // FP8 attention and an FP8 KV cache with all three (descale factors
   // folded into the softcap's scale).
   if (limits.compute_capability != 90) return;
   Problem fp8;
@@ -451,6 +459,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsAndSoftcaps) {
   fp8.causal = true;
   fp8.window_left = 300;
   fp8.softcap = 20;
+  fp8.sinks = true;
   fp8.kv_fp8 = fp8.q_fp8 = true;
   const KernelTemplate& tma =
       *TemplateRegistry::Builtin().Find("flash_fwd_tma");

@@ -77,11 +77,12 @@ Problem Paged(Problem p, int64_t page_size) {
   return p;
 }
 
-// `p` with a causal sliding window of 256 keys and a softcap of 50.
+// `p` with a causal sliding window of 256 keys, a softcap of 50 and sinks.
 Problem WithScoreMods(Problem p) {
   p.causal = true;
   p.window_left = 256;
   p.softcap = 50;
+  p.sinks = true;
   return p;
 }
 
@@ -233,7 +234,7 @@ TEST(NvrtcCompilerTest, OnlyCheckedTemplatesFitEveryForm) {
 
 // Kernels compiled with a window or softcap are other instantiations: a
 // cache keyed without them would serve one for the other.
-TEST(NvrtcCompilerTest, TheCompileKeyNamesWindowsAndSoftcaps) {
+TEST(NvrtcCompilerTest, TheCompileKeyNamesWindowsSoftcapsAndSinks) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("naive");
   const Config c = t.defaults.front();
   Problem p;
@@ -246,6 +247,9 @@ TEST(NvrtcCompilerTest, TheCompileKeyNamesWindowsAndSoftcaps) {
   EXPECT_NE(CompileKey(t, c, cap, "sm_90a"), plain);
   EXPECT_NE(CompileKey(t, c, cap, "sm_90a"),
             CompileKey(t, c, window, "sm_90a"));
+  Problem sinks = p;
+  sinks.sinks = true;
+  EXPECT_NE(CompileKey(t, c, sinks, "sm_90a"), plain);
   // The values are launch data: one kernel serves every window.
   Problem other = window;
   other.window_left = 4096;

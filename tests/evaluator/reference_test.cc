@@ -127,6 +127,22 @@ TEST(ReferenceTest, SoftcapBoundsTheScores) {
   EXPECT_NEAR(out[0], e / (e + 1), 1e-6);
 }
 
+TEST(ReferenceTest, ASinkJoinsTheSumOnly) {
+  Problem p = Tiny(1, 2, false);
+  p.sinks = true;
+  // Scores 1 and 0 (as above) and a sink of 0.5 for head 0.
+  std::vector<float> q = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> k = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> v = {1, 0, 0, 0, 0, 1, 0, 0};
+  std::vector<float> out =
+      ReferenceRows(p, q, k, v, {{0, 0, 0}, {0, 1, 0}}, {0.5f, -100.f});
+  const double sum = std::exp(1.0) + 1.0 + std::exp(0.5);
+  EXPECT_NEAR(out[0], std::exp(1.0) / sum, 1e-6);
+  EXPECT_NEAR(out[1], 1.0 / sum, 1e-6);
+  // Head 1's sink is far below: the plain softmax (q row of zeros there).
+  EXPECT_NEAR(out[4], 0.5, 1e-6);
+}
+
 TEST(CompareRowsTest, NaNFailsAndErrorsAreMeasured) {
   EXPECT_TRUE(std::isinf(CompareRows({NAN, 1}, {1, 1}).max_abs));
   ErrorStats e = CompareRows({1.5f, 0}, {1, 0});

@@ -1,5 +1,5 @@
-"""evotune.torch.attention with sliding windows and logit softcapping, on a
-GPU through a daemon: every call served by an evotune kernel (not the
+"""evotune.torch.attention with sliding windows, logit softcapping and
+attention sinks, on a GPU through a daemon: every call served by an evotune kernel (not the
 fallback) and within FlashAttention's forward acceptance rule (the error
 against an fp32 reference at most twice that of a reference computed in the
 low-precision dtype, plus rounding), on odd lengths, GQA, causal and not,
@@ -157,6 +157,46 @@ class ScoreModsTest(unittest.TestCase):
                     want = ref(qd[b], kc[b, :n], vc[b, :n])
                     err = (o[b].float() - want).abs().max().item()
                     self.assertLess(err, 3e-2, (seq_q, paged, b))
+
+    def test_sinks_as_gpt_oss_has_them(self):
+        """gpt-oss's attention: 64 query heads on 8, head_dim 64, a sink
+        logit per head, with and without its 128-key window, prefill and
+        decode: served by a kernel and equal to gpt-oss's own formulation
+        (the sinks as one more softmax column, dropped)."""
+        g = torch.Generator(device="cuda").manual_seed(120)
+        for sq, sk, window in ((300, 300, (128, -1)), (1000, 1000, (-1, -1)),
+                               (1, 3000, (128, -1)), (1, 3000, (-1, -1))):
+            q = torch.randn(1, 64, sq, 64, generator=g, device="cuda")
+            k, v = (torch.randn(1, 8, sk, 64, generator=g, device="cuda")
+                    for _ in range(2))
+            q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+            sinks = torch.randn(64, generator=g, device="cuda") * 2
+            with self.subTest(sq=sq, sk=sk, window=window):
+                kernel, why = et.kernel_for(q, k, True, v, reason=True,
+                                            window_size=window, sinks=sinks)
+                self.assertIsNotNone(kernel, why)
+                o = et.attention(q, k, v, True, window_size=window,
+                                 sinks=sinks.to(torch.bfloat16))
+                # gpt-oss: scores, masked, the sink column, softmax, drop.
+                kk = k.float().repeat_interleave(8, dim=1)
+                vv = v.float().repeat_interleave(8, dim=1)
+                s = q.float() @ kk.transpose(-1, -2) / 8.0
+                i = torch.arange(sq, device="cuda").view(-1, 1) + sk - sq
+                j = torch.arange(sk, device="cuda").view(1, -1)
+                seen = (j <= i) & ((j >= i - window[0]) if window[0] >= 0
+                                   else True)
+                s = s.masked_fill(~seen, float("-inf"))
+                col = sinks.to(torch.bfloat16).float().view(1, 64, 1, 1)
+                s = torch.cat([s, col.expand(1, 64, sq, 1)], dim=-1)
+                want = torch.softmax(s, -1)[..., :-1] @ vv
+                err = (o.float() - want).abs().max().item()
+                self.assertLess(err, 2e-2, kernel)
+        # Bad sinks name themselves.
+        q = torch.randn(1, 4, 8, 64, device="cuda", dtype=torch.float16)
+        for bad in (torch.zeros(3, device="cuda"), torch.zeros(4),
+                    torch.zeros(4, device="cuda", dtype=torch.int32)):
+            with self.assertRaisesRegex(AttentionArgumentError, "sinks"):
+                et.attention(q, q, q, sinks=bad)
 
     def test_fa_window_semantics(self):
         # causal with (left, 0) is causal with (left, -1); non-causal (l, 0)

@@ -179,6 +179,27 @@ TEST(AttentionCallTest, AnFp8KvCacheTakesByteStridesAndDescaleFactors) {
   }
 }
 
+// Attention sinks: their logits exactly where the problem has them.
+TEST(AttentionCallTest, SinksComeExactlyWithAProblemOfSinks) {
+  Problem p = Seed();
+  p.sinks = true;
+  AttentionCall call = Call(p);
+  call.sinks = reinterpret_cast<const float*>(0x5000000);
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  for (auto [sinks, with, want] :
+       {std::tuple{static_cast<const float*>(nullptr), true,
+                   "sinks.data: must be given"},
+        {reinterpret_cast<const float*>(0x5000000), false,
+         "sinks.data: must be null"},
+        {reinterpret_cast<const float*>(0x5000002), true,
+         "sinks.data: must be 4-byte aligned"}}) {
+    AttentionCall c = call;
+    c.sinks = sinks;
+    c.problem.sinks = with;
+    EXPECT_THAT(std::string(CheckAttentionCall(c).message()), StartsWith(want));
+  }
+}
+
 // FP8 attention: Q of one byte an element too, and its descale factors.
 TEST(AttentionCallTest, Fp8AttentionTakesByteQueriesAndTheirFactors) {
   Problem p = Seed();

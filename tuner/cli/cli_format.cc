@@ -14,8 +14,8 @@ namespace evotune {
 
 namespace {
 
-// ", window (L, R)" and ", softcap C" where the problem has them; -1 for an
-// unbounded side, as FlashAttention's window_size.
+// ", window (L, R)", ", softcap C" and ", sinks" where the problem has them;
+// -1 for an unbounded side, as FlashAttention's window_size.
 std::string ScoreModsText(const v1::Problem& p) {
   std::string out;
   if (p.has_window_left() || p.has_window_right()) {
@@ -24,6 +24,7 @@ std::string ScoreModsText(const v1::Problem& p) {
                     p.has_window_right() ? int64_t{p.window_right()} : -1, ")");
   }
   if (p.softcap() > 0) absl::StrAppend(&out, ", softcap ", p.softcap());
+  if (p.sinks()) absl::StrAppend(&out, ", sinks");
   return out;
 }
 

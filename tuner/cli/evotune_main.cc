@@ -61,6 +61,9 @@ ABSL_FLAG(int, window_right, -1,
 ABSL_FLAG(double, softcap, 0,
           "logit softcapping: scores become softcap * tanh(score / softcap) "
           "(0: none; Gemma 2's is 50)");
+ABSL_FLAG(bool, sinks, false,
+          "attention sinks: a logit per query head joins its softmax "
+          "(gpt-oss's)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(std::string, kv_dtype, "",
           "the type of K and V: empty for --dtype's, or e4m3 (an FP8 KV "
@@ -226,6 +229,7 @@ bool FillProblem(v1::Problem* p, std::string* error) {
     p->set_window_right(absl::GetFlag(FLAGS_window_right));
   }
   p->set_softcap(static_cast<float>(absl::GetFlag(FLAGS_softcap)));
+  p->set_sinks(absl::GetFlag(FLAGS_sinks));
   for (int flag : {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
                    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q),
                    seq_k, absl::GetFlag(FLAGS_head_dim)}) {
@@ -788,7 +792,8 @@ std::string Usage() {
   absl::StrAppend(
       &out,
       "\n\nproblem flags: --batch --heads --kv_heads --seq_q --seq_k "
-      "--head_dim --causal --window_left --window_right --softcap --dtype "
+      "--head_dim --causal --window_left --window_right --softcap --sinks "
+      "--dtype "
       "--kv_dtype --q_dtype --layout --page_size "
       "(default: the seed problem B=1 H=8 S=512 D=64 fp16)\nErrors print one "
       "line and exit non-zero. --json prints "

@@ -63,13 +63,16 @@ class DeviceBuffer {
 // timed on it.
 struct ProblemBuffers {
   ProblemBuffers(const CudaDriver* d, const Problem& p)
-      : q(d), k(d), v(d), o(d), lengths(d), descale(d), layout(p) {}
+      : q(d), k(d), v(d), o(d), lengths(d), descale(d), sinks(d), layout(p) {}
   DeviceBuffer q, k, v, o;
   DeviceBuffer lengths;  // InputLayout::LengthArrays, when it has any.
   // An FP8 KV cache's descale factors, [batch, kv_heads] for K then V; on
   // the host too, for the reference.
   DeviceBuffer descale;
   std::vector<float> descale_host;
+  // Attention sinks: each query head's logit, on the host too.
+  DeviceBuffer sinks;
+  std::vector<float> sinks_host;
   InputLayout layout;
   AttentionParams params{};  // Without scratch.
   InputSeeds seeds{};
@@ -348,6 +351,9 @@ class CudaEvaluator : public Evaluator {
     if (p.kv_fp8) {
       if (absl::Status s = PrepareDescale(p, b); !s.ok()) return s;
     }
+    if (p.sinks) {
+      if (absl::Status s = PrepareSinks(p, b); !s.ok()) return s;
+    }
     const std::vector<int32_t>& lengths = b->layout.LengthArrays();
     if (!lengths.empty()) {
       if (absl::Status s = b->lengths.Allocate(lengths.size() * 4); !s.ok()) {
@@ -399,6 +405,27 @@ class CudaEvaluator : public Evaluator {
     if (p.q_fp8) b->params.q_descale = k + 2 * per_tensor;
     b->params.descale_batch_stride = static_cast<int>(p.kv_heads);
     b->params.descale_head_stride = 1;
+    return absl::OkStatus();
+  }
+
+  // Attention sinks per query head from the seeds: -1 to 6 in steps of 1,
+  // about the scores' own range, so that a sink taken from the wrong head,
+  // or added twice, shows.
+  absl::Status PrepareSinks(const Problem& p, ProblemBuffers* b) {
+    b->sinks_host.resize(p.heads);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const uint16_t bits =
+          RandomInputBits(b->seeds.q ^ b->seeds.k, h, 0.f, DType::kFp16);
+      b->sinks_host[h] = static_cast<float>(bits & 7) - 1.f;
+    }
+    if (absl::Status s = b->sinks.Allocate(p.heads * 4); !s.ok()) return s;
+    if (absl::Status s = d_->Check(
+            d_->cuMemcpyHtoD(b->sinks.get(), b->sinks_host.data(), p.heads * 4),
+            "copy sinks");
+        !s.ok()) {
+      return s;
+    }
+    b->params.sinks = reinterpret_cast<const float*>(b->sinks.get());
     return absl::OkStatus();
   }
 
@@ -483,15 +510,15 @@ class CudaEvaluator : public Evaluator {
                          at, "): a race"));
       }
     }
-    return CompareWithReference(b.layout, b.seeds, b.descale_host, ho);
+    return CompareWithReference(b, ho);
   }
 
-  Gate CompareWithReference(const InputLayout& layout, const InputSeeds& seeds,
-                            const std::vector<float>& descale,
+  Gate CompareWithReference(const ProblemBuffers& b,
                             const std::vector<uint16_t>& ho) {
+    const InputLayout& layout = b.layout;
     const Problem& p = layout.problem();
     std::vector<RowIndex> rows = SampleRows(layout);
-    std::vector<float> want = Reference(layout, seeds, descale, rows);
+    std::vector<float> want = Reference(b, rows);
     std::vector<float> got;
     got.reserve(want.size());
     const int64_t d = p.head_dim;
@@ -545,11 +572,13 @@ class CudaEvaluator : public Evaluator {
   }
 
   // The reference output of `rows`, from inputs recomputed on the host
-  // (e4m3 K and V dequantized by `descale`, PrepareDescale's factors).
-  std::vector<float> Reference(const InputLayout& layout,
-                               const InputSeeds& seeds,
-                               const std::vector<float>& descale,
+  // (e4m3 K and V dequantized by PrepareDescale's factors; PrepareSinks's
+  // sinks).
+  std::vector<float> Reference(const ProblemBuffers& b,
                                const std::vector<RowIndex>& rows) {
+    const InputLayout& layout = b.layout;
+    const InputSeeds& seeds = b.seeds;
+    const std::vector<float>& descale = b.descale_host;
     const Problem& p = layout.problem();
     const int64_t d = p.head_dim;
     auto element = [&](uint64_t seed, uint64_t index, float offset,
@@ -593,7 +622,8 @@ class CudaEvaluator : public Evaluator {
       for (int64_t c = 0; c < d; ++c) {
         q_row[c] = q_scale * element(seeds.q, q_base + c, 0.f, QDType(p));
       }
-      ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d]);
+      ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d],
+                   p.sinks ? b.sinks_host[r.head] : 0.f);
     }
     return out;
   }

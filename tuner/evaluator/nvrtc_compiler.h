@@ -30,7 +30,7 @@ std::string NvrtcVersion();
 // Names everything that changes a compiled instantiation: template version,
 // architecture, NVRTC version, the problem fields the compiler sees
 // (head_dim, dtype, whether lengths live on the device, the page size, a
-// window or softcap: CompileDefines) and the config. Usable as a file
+// window, softcap or sinks: CompileDefines) and the config. Usable as a file
 // name.
 std::string CompileKey(const KernelTemplate& t, const Config& config,
                        const Problem& problem, const std::string& arch);

@@ -96,7 +96,8 @@ float HalfBitsToFloat(uint16_t bits, DType dtype) {
 }
 
 void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
-                  const float* k_head, const float* v_head, float* out) {
+                  const float* k_head, const float* v_head, float* out,
+                  float sink) {
   const int64_t d = p.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // Row `row` sees keys [first, last] of the window, cut to the keys.
@@ -120,7 +121,9 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
       scores[j - first] = s;
       max_score = std::max(max_score, s);
     }
-    double sum = 0;
+    // A sink joins the softmax's sum, not its output.
+    if (p.sinks) max_score = std::max<double>(max_score, sink);
+    double sum = p.sinks ? std::exp(sink - max_score) : 0;
     for (double& s : scores) {
       s = std::exp(s - max_score);
       sum += s;
@@ -136,7 +139,8 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
 std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
                                  const std::vector<float>& k,
                                  const std::vector<float>& v,
-                                 const std::vector<RowIndex>& rows) {
+                                 const std::vector<RowIndex>& rows,
+                                 const std::vector<float>& sinks) {
   const int64_t d = p.head_dim;
   const int64_t group = p.heads / p.kv_heads;
   std::vector<float> out(rows.size() * d);
@@ -146,7 +150,7 @@ std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
     const int64_t kv = (r.batch * p.kv_heads + kv_head) * p.seq_k * d;
     ReferenceRow(p, r.row,
                  &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d],
-                 &k[kv], &v[kv], &out[i * d]);
+                 &k[kv], &v[kv], &out[i * d], p.sinks ? sinks.at(r.head) : 0.f);
   }
   return out;
 }

@@ -71,6 +71,7 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
   if (p.has_window_left()) out.window_left = p.window_left();
   if (p.has_window_right()) out.window_right = p.window_right();
   out.softcap = p.softcap();
+  out.sinks = p.sinks();
   return out;
 }
 
@@ -98,6 +99,7 @@ v1::Problem ProblemToProto(const Problem& p) {
     out.set_window_right(static_cast<uint32_t>(p.window_right));
   }
   out.set_softcap(p.softcap);
+  out.set_sinks(p.sinks);
   return out;
 }
 

@@ -83,6 +83,9 @@ struct AttentionCall {
   const float* v_descale = nullptr;
   int64_t descale_batch_stride = 0;
   int64_t descale_head_stride = 0;
+  // Attention sinks (problem.sinks, and only then): fp32 [heads] on the
+  // device, query head h's logit joining its rows' softmax.
+  const float* sinks = nullptr;
 };
 
 // A call on contiguous tensors (the layout `evotune` tunes).

@@ -41,6 +41,8 @@ typedef struct {
   /* Logit softcapping: scores s * scale become softcap * tanh(s * scale /
    * softcap); 0 for none. */
   float softcap;
+  /* 1: attention sinks, whose logits evotune_lengths.sinks passes. */
+  int32_t sinks;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
@@ -71,6 +73,9 @@ typedef struct {
   const float* k_descale;
   const float* v_descale;
   int64_t descale_batch_stride, descale_head_stride;
+  /* Attention sinks (evotune_problem.sinks, and only then): fp32 [heads],
+   * query head h's logit joining its rows' softmax. */
+  const float* sinks;
 } evotune_lengths;
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
