@@ -158,14 +158,15 @@ def main():
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--turns", type=int, default=7)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="",
+                    help="comma-separated parts of the names to run")
     ap.add_argument("--json")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
     et.use(daemon=args.daemon, wait=True)
     rows = []
     for name, shape in SHAPES:
-        if args.only and args.only not in name:
+        if args.only and not any(o in name for o in args.only.split(",")):
             continue
         row = run_shape(name, shape, args)
         rows.append(row)
