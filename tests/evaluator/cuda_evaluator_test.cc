@@ -639,7 +639,8 @@ TEST(CudaEvaluatorStressTest, AHundredRunsGiveTheSameBits) {
 
 // Small problems for compute-sanitizer (tests/evaluator/sanitizer_test.sh
 // runs this test under racecheck and memcheck): every template, split and
-// unsplit, with a ring that wraps and a tail tile.
+// unsplit, with a ring that wraps and a tail tile, and with a window,
+// softcap and sinks.
 TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
   const TemplateRegistry& registry = TemplateRegistry::Builtin();
   const std::vector<std::pair<const char*, Config>> cases = {
@@ -742,6 +743,22 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
           ExpectOk(t, c, p);
         }
       }
+    }
+    // A window (its first tiles skipped), softcapping and sinks, on
+    // lengths on the device.
+    Problem p;
+    p.batch = 3;
+    p.heads = 2;
+    p.kv_heads = 1;
+    p.seq_q = 100;
+    p.seq_k = 450;
+    p.causal = true;
+    p.window_left = 60;
+    p.softcap = 20;
+    p.sinks = true;
+    p.layout = Layout::kVarlen;
+    if (CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
+      ExpectOk(t, c, p);
     }
   }
 }
