@@ -42,9 +42,9 @@ CASES = [
 ]
 
 
-def low_precision_reference(q, k, v, causal, mods):
+def low_precision_reference(q, k, v, causal, mods, sinks=None):
     """FlashAttention's reference without upcasting: scores and P V in the
-    dtype, the softmax in fp32."""
+    dtype, the softmax in fp32 (the sinks as one more column, dropped)."""
     left, right, cap = mods
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
@@ -59,8 +59,14 @@ def low_precision_reference(q, k, v, causal, mods):
     if left >= 0:
         visible &= j >= i - left
     visible &= j <= i if causal else (j <= i + right if right >= 0 else True)
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")), -1)
-    return torch.matmul(p.nan_to_num(0.0).to(q.dtype), v)
+    s = s.masked_fill(~visible, float("-inf"))
+    if sinks is not None:
+        column = sinks.float().view(1, -1, 1, 1).expand(*s.shape[:3], 1)
+        s = torch.cat([s, column], dim=-1)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    if sinks is not None:
+        p = p[..., :-1]
+    return torch.matmul(p.to(q.dtype), v)
 
 
 class ScoreModsTest(unittest.TestCase):
@@ -91,6 +97,49 @@ class ScoreModsTest(unittest.TestCase):
                 bound = 2 * (lp - want).abs().max().item() + 2 * rounding
                 self.assertTrue(torch.isfinite(o).all())
                 self.assertLessEqual(err, bound, f"{kernel}")
+
+    def test_each_option_on_four_input_distributions(self):
+        """A window, a softcap and sinks, each alone, on normal inputs, a
+        peaked softmax (q x4), V of nonzero mean (v + 2) and magnitudes far
+        from 1 (q / 100, k x100, v x100): FlashAttention's acceptance rule
+        against the fp32 reference, every element finite."""
+        options = {"window": dict(window_size=(96, -1)),
+                   "softcap": dict(softcap=30.0),
+                   "sinks": dict(sinks="per head")}
+        for kind in ("normal", "peaked", "offset", "large"):
+            g = torch.Generator(device="cuda").manual_seed(len(kind))
+            q, k, v = (torch.randn(2, n, s, 128, generator=g, device="cuda")
+                       for n, s in ((8, 300), (2, 700), (2, 700)))
+            if kind == "peaked":
+                q = q * 4
+            elif kind == "offset":
+                v = v + 2
+            elif kind == "large":
+                q, k, v = q / 100, k * 100, v * 100
+            q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+            for name, option in options.items():
+                with self.subTest(kind=kind, option=name):
+                    kw = dict(option)
+                    if "sinks" in kw:
+                        kw["sinks"] = torch.randn(8, generator=g,
+                                                  device="cuda") * 2
+                    kernel, why = et.kernel_for(q, k, True, v, reason=True,
+                                                **kw)
+                    self.assertIsNotNone(kernel, why)
+                    o = et.attention(q, k, v, True, **kw)
+                    c, mods = score_mods.normalize(
+                        True, kw.get("window_size", (-1, -1)),
+                        kw.get("softcap", 0.0), "test")
+                    want = score_mods.reference(q.float(), k.float(),
+                                                v.float(), c, None, mods,
+                                                kw.get("sinks"))
+                    lp = low_precision_reference(q, k, v, c, mods,
+                                                 kw.get("sinks")).float()
+                    rounding = (want - want.to(q.dtype).float()).abs().max()
+                    err = (o.float() - want).abs().max().item()
+                    bound = 2 * (lp - want).abs().max().item() + 2 * rounding
+                    self.assertTrue(torch.isfinite(o).all())
+                    self.assertLessEqual(err, bound.item(), kernel)
 
     def test_varlen_kvcache_and_paged_entry_points(self):
         """flash_attn_varlen_func (packed, and over pages) and
