@@ -138,6 +138,11 @@ inline bool HasWindow(const Problem& p) {
   return p.window_left >= 0 || p.window_right >= 0;
 }
 
+// Whether it has any score mod: a window, a softcap or sinks.
+inline bool HasScoreMods(const Problem& p) {
+  return HasWindow(p) || p.softcap > 0 || p.sinks;
+}
+
 // The key's parts after the layout for a window and a softcap, each led by
 // '_': "_wl<window_left>" and "_wr<window_right>" for the bounds set,
 // "_cap<softcap>" (shortest round-trip form), "_sinks"; "" for none.

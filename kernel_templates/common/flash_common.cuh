@@ -254,32 +254,35 @@ constexpr bool kSinks = EVT_SINKS != 0;
 // Query head h's sink logit in the exp2 domain of the softmax; -inf without
 // sinks. It is a partial softmax state of its own (max the logit, sum 1, no
 // output) that every row of the head merges in: CombineSplits takes it as
-// one more split, SinkTerm adds it to a finished row's sum.
+// one more split, WithSink adds it to a finished row's sum.
 __device__ __forceinline__ float SinkLog2(const AttentionParams& p, int h) {
   return kSinks ? __ldg(p.sinks + h) * 1.4426950408889634f : NegInf();
 }
 
-// The sink's part of the sum of a row whose probabilities were taken
-// against its max `row_max` (exp2 domain; 0 where it saw no key) less
-// `shift`; 0 without sinks.
-__device__ __forceinline__ float SinkTerm(float sink_log2, float row_max,
-                                          float shift = 0.f) {
-  if (!kSinks) return 0.f;
+// A finished row's sum with its sink's part: the row's probabilities were
+// taken against its max `row_max` (exp2 domain; 0 where it saw no key)
+// less `shift`. Without sinks, `sum` itself (no instruction).
+__device__ __forceinline__ float WithSink(float sum, float sink_log2,
+                                          float row_max, float shift = 0.f) {
+  if constexpr (!kSinks) return sum;
   const float ref = row_max == NegInf() ? 0.f : row_max;
-  return Exp2(sink_log2 - ref + shift);
+  return sum + Exp2(sink_log2 - ref + shift);
 }
 
 // Past every key from every row: a window side with no bound.
 constexpr int kNoBound = 1 << 30;
 
-// A sequence's window: row i sees keys [i + shift - left, i + shift +
-// right]; the causal mask is right = 0, no bound is kNoBound.
-__device__ __forceinline__ void WindowBounds(const AttentionParams& p,
-                                             int& left, int& right) {
-  left = kWindow && p.window_left >= 0 ? p.window_left : kNoBound;
-  right = p.causal
-              ? 0
-              : (kWindow && p.window_right >= 0 ? p.window_right : kNoBound);
+// A sequence's window: row i sees keys [i + shift - WindowLeft(p), i +
+// shift + WindowRight(p)]; the causal mask is a right bound of 0, no bound
+// is kNoBound. Read from the launch parameters where used (they live in
+// constant memory), so that they hold no register across the key loop.
+__device__ __forceinline__ int WindowLeft(const AttentionParams& p) {
+  return kWindow && p.window_left >= 0 ? p.window_left : kNoBound;
+}
+__device__ __forceinline__ int WindowRight(const AttentionParams& p) {
+  return p.causal
+             ? 0
+             : (kWindow && p.window_right >= 0 ? p.window_right : kNoBound);
 }
 
 // The factors scores take: softmax(s * scale) is exp2 of s * log2 less a
@@ -305,9 +308,7 @@ struct BlockPlan {
   int b, h, q_blocks, q_block, split, q0;
   int seq_q, seq_k;  // Sequence b's lengths.
   int shift;         // seq_k - seq_q. Causal: row i sees keys j <= i + shift.
-  // Row i sees keys [i + shift - left, i + shift + right] (WindowBounds).
-  int left, right;
-  int last_row;  // The block's last row with a query.
+  int last_row;      // The block's last row with a query.
   int block0, num_blocks;
   const evt_elem* q;  // This head's rows of Q, K, V and O.
   const evt_elem* k;
@@ -341,19 +342,26 @@ __device__ __forceinline__ BlockPlan PlanWork(const AttentionParams& p, int b,
   w.o = static_cast<evt_elem*>(p.o) + s.o + w.h * p.o_head_stride;
   w.k = static_cast<const evt_elem*>(p.k) + s.k + kvh * p.k_head_stride;
   w.v = static_cast<const evt_elem*>(p.v) + s.v + kvh * p.v_head_stride;
-  WindowBounds(p, w.left, w.right);
-  // Keys any row of this block may see: [kv_begin, kv_end).
+  // Keys any row of this block may see: [first * kN, kv_end), `first`
+  // past 0 only with a window.
   w.last_row = min(w.seq_q - 1, w.q0 + kM - 1);
-  const int kv_end =
-      w.q0 < w.seq_q ? min(w.seq_k, max(0, w.last_row + w.shift + w.right + 1))
-                     : 0;
-  const int first = kWindow ? max(0, w.q0 + w.shift - w.left) / kN : 0;
+  int kv_end = w.q0 < w.seq_q ? w.seq_k : 0;
+  if (kWindow) {
+    kv_end = min(kv_end, max(0, w.last_row + w.shift + WindowRight(p) + 1));
+  } else if (p.causal) {
+    kv_end = min(kv_end, max(0, w.last_row + w.shift + 1));
+  }
+  int first = 0;
+  if constexpr (kWindow) {
+    first = min(max(0, w.q0 + w.shift - WindowLeft(p)) / kN,
+                (kv_end + kN - 1) / kN);
+  }
   // A contiguous range of the key tiles from `first` per split.
-  const int tiles = max(0, (kv_end + kN - 1) / kN - first);
-  const int per_split = (tiles + kSplits - 1) / kSplits;
+  const int all_blocks = (kv_end + kN - 1) / kN - first;
+  const int per_split = (all_blocks + kSplits - 1) / kSplits;
   const int begin = w.split * per_split;
   w.block0 = first + begin;
-  w.num_blocks = max(0, min(tiles, begin + per_split) - begin);
+  w.num_blocks = max(0, min(all_blocks, begin + per_split) - begin);
   return w;
 }
 
@@ -371,8 +379,12 @@ __device__ __forceinline__ BlockPlan PlanBlock(const AttentionParams& p) {
 template <int kN>
 __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p,
                                               const BlockPlan& w, int kv0) {
-  return kv0 + kN > w.seq_k || kv0 + kN - 1 > w.q0 + w.shift + w.right ||
-         (kWindow && kv0 < w.last_row + w.shift - w.left);
+  if constexpr (kWindow) {
+    return kv0 + kN > w.seq_k ||
+           kv0 + kN - 1 > w.q0 + w.shift + WindowRight(p) ||
+           kv0 < w.last_row + w.shift - WindowLeft(p);
+  }
+  return kv0 + kN > w.seq_k || (p.causal && kv0 + kN - 1 > w.q0 + w.shift);
 }
 
 // Sets to -inf the scores of keys past the sequence's seq_k and outside
@@ -393,8 +405,12 @@ __device__ __forceinline__ void MaskTile(float (&s)[kMTiles][kNTiles][4],
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + mt * 16 + lane / 4 + half * 8;
-      const int limit = min(key_limit, row + w.shift + w.right + 1 - c);
-      const int start = row + w.shift - w.left - c;  // Keys before: masked.
+      const int limit =
+          kWindow    ? min(key_limit, row + w.shift + WindowRight(p) + 1 - c)
+          : p.causal ? min(key_limit, row + w.shift + 1 - c)
+                     : key_limit;
+      // Keys before `start` are masked.
+      const int start = row + w.shift - WindowLeft(p) - c;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -673,13 +689,14 @@ __device__ __forceinline__ uint4 CombineSplits(const float (&m)[kSplits],
                                                const float4 (&lo)[kSplits],
                                                const float4 (&hi)[kSplits],
                                                float sink = NegInf()) {
-  float mx = sink;
+  float mx = NegInf();
 #pragma unroll
   for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, m[s]);
+  if constexpr (kSinks) mx = fmaxf(mx, sink);
   float total = 0.f;
   float acc[8] = {};
   if (mx != NegInf()) {
-    total = Exp2(sink - mx);
+    if constexpr (kSinks) total = Exp2(sink - mx);
 #pragma unroll
     for (int s = 0; s < kSplits; ++s) {
       const float w = Exp2(m[s] - mx);
@@ -725,7 +742,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float sum =
-            QuadSum(row_sum[mt][half]) + SinkTerm(sink, row_max[mt][half]);
+            WithSink(QuadSum(row_sum[mt][half]), sink, row_max[mt][half]);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = row0 + mt * 16 + lane / 4 + half * 8;
         if (row >= t.seq_q) continue;

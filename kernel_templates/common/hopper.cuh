@@ -401,7 +401,7 @@ __device__ __forceinline__ void ClusterSync() {
 // calls it (or, having no rows, ClusterSync twice); `threads` of them,
 // numbered by `thread`, hold rows and share the combining: a warp's rows
 // start at row0. `sink_shift`: what the sums' reference lies below the
-// rows' max (flash_common's SinkTerm).
+// rows' max (flash_common's WithSink).
 template <int kM, int kD, int kSplits>
 __device__ __forceinline__ void CombineInCluster(
     const AttentionParams& p, const flash::BlockPlan& w, float* part, int row0,

@@ -113,9 +113,9 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 struct DecodePlan {
   int b, kvh, group, rows, r0, shift;
   int row_block, row_blocks, split;
-  int kv_end;        // Keys any row of the block may see: below kv_end,
-  int left, right;   // and for query q in [q + shift - left, q + shift +
-                     // right] (WindowBounds).
+  // Keys any row of the block may see: below kv_end, and for query q in
+  // [q + shift - WindowLeft(p), q + shift + WindowRight(p)].
+  int kv_end;
   int tile0, tiles;  // This split's key tiles.
   Sequence seq;      // Sequence b: its lengths and row offsets.
 };
@@ -132,13 +132,15 @@ __device__ __forceinline__ DecodePlan PlanDecode(const AttentionParams& p) {
   w.split = blockIdx.x % kSplits;
   w.r0 = w.row_block * kRows;
   w.shift = w.seq.seq_k - w.seq.seq_q;
-  WindowBounds(p, w.left, w.right);
   const int last_q = min(w.seq.seq_q - 1, (w.r0 + kRows - 1) / w.group);
-  w.kv_end = w.r0 < w.rows
-                 ? min(w.seq.seq_k, max(0, last_q + w.shift + w.right + 1))
-                 : 0;
+  w.kv_end = w.r0 < w.rows ? w.seq.seq_k : 0;
+  if (kWindow) {
+    w.kv_end = min(w.kv_end, max(0, last_q + w.shift + WindowRight(p) + 1));
+  } else if (p.causal) {
+    w.kv_end = min(w.kv_end, max(0, last_q + w.shift + 1));
+  }
   const int first =
-      kWindow ? max(0, w.r0 / w.group + w.shift - w.left) / kN : 0;
+      kWindow ? max(0, w.r0 / w.group + w.shift - WindowLeft(p)) / kN : 0;
   const int tiles = max(0, (w.kv_end + kN - 1) / kN - first);
   const int per_split = (tiles + kSplits - 1) / kSplits;
   const int begin = w.split * per_split;
@@ -704,8 +706,11 @@ __device__ __forceinline__ void StreamKeys(
       const int q = r / w.group;
       const bool row = r < w.rows;
       limit[mt][half] =
-          row ? min(w.kv_end, max(0, q + w.shift + w.right + 1)) : w.kv_end;
-      start[mt][half] = row && kWindow ? q + w.shift - w.left : 0;
+          !row       ? w.kv_end
+          : kWindow  ? min(w.kv_end, max(0, q + w.shift + WindowRight(p) + 1))
+          : p.causal ? min(w.kv_end, max(0, q + w.shift + 1))
+                     : w.kv_end;
+      start[mt][half] = row && kWindow ? q + w.shift - WindowLeft(p) : 0;
       mask_from = min(mask_from, limit[mt][half]);
       mask_before = max(mask_before, start[mt][half]);
     }
@@ -860,10 +865,11 @@ __device__ __forceinline__ void MergeMany(const AttentionParams& p,
     const int col = (idx % kChunks) * 8;
     const float2* row_ml = ml + row * kSplits;
     const float sink = RowSink(p, w, w.r0 + row);  // One more state.
-    float mx = sink;
+    float mx = NegInf();
     for (int s = 0; s < kSplits; ++s) mx = fmaxf(mx, row_ml[s].x);
+    if constexpr (kSinks) mx = fmaxf(mx, sink);
     const float ref = mx == NegInf() ? 0.f : mx;
-    float total = Exp2(sink - ref);
+    float total = kSinks ? Exp2(sink - ref) : 0.f;
     float acc[8] = {};
     for (int s0 = 0; s0 < kSplits; s0 += kMergeBatch) {
       float4 part[kMergeBatch][2];

@@ -1015,8 +1015,8 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
   const float sink = SinkLog2(p, w.h);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float sum = QuadSum(r.row_sum[0][half]) +
-                      SinkTerm(sink, r.row_max[0][half], kProbShift);
+    const float sum = WithSink(QuadSum(r.row_sum[0][half]), sink,
+                               r.row_max[0][half], kProbShift);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int row = (thread / 32) * 16 + lane / 4 + half * 8;
 #pragma unroll

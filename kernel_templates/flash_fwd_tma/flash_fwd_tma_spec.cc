@@ -23,11 +23,12 @@ int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
 // (nvrtc_compiler_test's FlashFwdTmaConfigsDoNotSpill holds the rest to it).
 // With OVERLAP the kernel keeps Q in registers (HEAD_DIM / 4 more) where
 // that still fits (its kQInRegs).
-// FP8 packs P four to a register.
+// FP8 packs P four to a register. A window, softcap or sinks (MODS) take
+// 8 more: bounds, the softcap's factor, the sink.
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
   return p.head_dim / 2 + c.at("BLOCK_N") / 2 +
          c.at("OVERLAP") * c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + 32 +
-         8 * c.at("PERSISTENT");
+         8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
 }
 
 std::vector<Constraint> Constraints() {
@@ -41,7 +42,7 @@ std::vector<Constraint> Constraints() {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
        }},
       {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / (Q_FP8 ? 8 : 4) + "
-       "32 + 8 * PERSISTENT <= "
+       "32 + 8 * PERSISTENT + 8 * MODS <= "
        "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? (Q_FP8 ? 208 : 240) : 160)",
        [](const Config& c, const Problem& p) {
          return RegisterEstimate(c, p) <=
@@ -61,6 +62,13 @@ std::vector<Constraint> Constraints() {
        [](const Config& c, const Problem& p) {
          return p.layout != Layout::kPaged || c.at("KV_SPLITS") == 1 ||
                 c.at("CONSUMERS") == 1;
+       }},
+      // FP8 attention with score mods spills (4 bytes) in split clusters
+      // and under ping-pong.
+      {"Q_FP8 == 0 || MODS == 0 || (KV_SPLITS == 1 && PINGPONG == 0)",
+       [](const Config& c, const Problem& p) {
+         return !p.q_fp8 || !HasScoreMods(p) ||
+                (c.at("KV_SPLITS") == 1 && c.at("PINGPONG") == 0);
        }},
       {"HEAD_DIM % 64 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
