@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace evotune {
 namespace {
@@ -65,9 +66,19 @@ absl::Status ValidateEnvelope(const Envelope& e) {
   return absl::OkStatus();
 }
 
+std::string LayerKindName(const LayerKind& kind) {
+  std::vector<std::string> parts;
+  if (kind.window_left >= 0) {
+    parts.push_back(absl::StrCat("window ", kind.window_left));
+  }
+  if (kind.softcap > 0) parts.push_back(absl::StrCat("softcap ", kind.softcap));
+  if (kind.sinks) parts.push_back("sinks");
+  return parts.empty() ? "full attention" : absl::StrJoin(parts, ", ");
+}
+
 std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
                                      int64_t kv_heads, int64_t head_dim,
-                                     DType dtype) {
+                                     DType dtype, const LayerKind& kind) {
   std::vector<Problem> out;
   std::set<std::string> seen;
   auto add = [&](int64_t batch, int64_t seq_q, int64_t seq_k, bool causal) {
@@ -80,6 +91,9 @@ std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
     p.head_dim = head_dim;
     p.causal = causal;
     p.dtype = dtype;
+    p.window_left = kind.window_left;
+    p.softcap = kind.softcap;
+    p.sinks = kind.sinks;
     if (seen.insert(ProblemKey(p)).second) out.push_back(p);
   };
   const int64_t longest = std::max(kShortest, e.max_context);

@@ -8,6 +8,7 @@
 #define EVOTUNE_CORE_ENVELOPE_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,24 @@ struct Envelope {
   std::vector<int64_t> decode_queries = {1, 4};
 };
 
+// One kind of a model's layers beyond heads and head_dim (Hugging Face's
+// layer_types): a sliding window of window_left keys before each query's
+// own (-1: none), logit softcapping (0: none), attention sinks, as the
+// Problem fields of those names.
+struct LayerKind {
+  int64_t window_left = -1;
+  float softcap = 0;
+  bool sinks = false;
+
+  bool operator==(const LayerKind& o) const {
+    return window_left == o.window_left && softcap == o.softcap &&
+           sinks == o.sinks;
+  }
+};
+
+// "full attention", or what the kind has: "window 4095, softcap 50, sinks".
+std::string LayerKindName(const LayerKind& kind);
+
 // INVALID_ARGUMENT naming the field ("max_batch: ...") for an envelope
 // outside the problems evotune takes.
 absl::Status ValidateEnvelope(const Envelope& envelope);
@@ -42,10 +61,11 @@ absl::Status ValidateEnvelope(const Envelope& envelope);
 //   chunks (causal): up to prefill_chunk queries on prefill_chunk ..
 //     max_context keys, the batches (up to max_batch) a call of at most
 //     max_prefill_tokens queries falls in.
-// In that order, each list by batch then length; none twice.
+// In that order, each list by batch then length; none twice. Each bucket
+// has the kind's window (window_right -1), softcap and sinks.
 std::vector<Problem> EnvelopeBuckets(const Envelope& envelope, int64_t heads,
                                      int64_t kv_heads, int64_t head_dim,
-                                     DType dtype);
+                                     DType dtype, const LayerKind& kind = {});
 
 }  // namespace evotune
 

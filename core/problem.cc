@@ -182,6 +182,22 @@ bool SameScoreMods(const Problem& a, const Problem& b) {
          a.sinks == b.sinks;
 }
 
+Problem ActiveScoreMods(Problem call) {
+  if (call.seq_q == 1) call.causal = false;
+  const bool acts =
+      (call.window_left >= 0 && call.window_left < call.seq_k - 1) ||
+      (call.window_right >= 0 && call.window_right < call.seq_q - 1);
+  if (!acts) call.window_left = call.window_right = -1;
+  return call;
+}
+
+bool ServesScoreMods(const Problem& served, const Problem& call) {
+  const Problem active = ActiveScoreMods(call);
+  return served.softcap == call.softcap && served.sinks == call.sinks &&
+         (served.causal == call.causal || call.seq_q == 1) &&
+         (HasWindow(served) || !HasWindow(active));
+}
+
 std::string ScoreModsName(const Problem& p) {
   std::string out;
   if (p.window_left >= 0) absl::StrAppend(&out, "_wl", p.window_left);

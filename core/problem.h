@@ -152,6 +152,19 @@ std::string ScoreModsName(const Problem& problem);
 // window, softcap and sinks alike (the classes configs transfer within).
 bool SameScoreMods(const Problem& a, const Problem& b);
 
+// The call with the score mods that act on it: not causal where it has
+// one query (which sees every key either way), no window where the window
+// reaches past its keys (window_left >= seq_k - 1 and window_right -1 or
+// >= seq_q - 1).
+Problem ActiveScoreMods(Problem call);
+
+// Whether a kernel compiled for `served`'s score mods computes `call`'s
+// attention (the kernels take the causal flag and the window bounds as
+// launch data, and compile in whether a window, a softcap or sinks are
+// read): the same softcap and sinks, the same causal flag unless the call
+// has one query, and a window in `served` or none acting on the call.
+bool ServesScoreMods(const Problem& served, const Problem& call);
+
 // The types of a problem's tensors as its key names them: DTypeName(dtype)
 // (O's), followed by ".kve4m3" for an FP8 KV cache ("bf16.kve4m3") or
 // ".qkve4m3" for FP8 attention ("bf16.qkve4m3").

@@ -1,6 +1,7 @@
 #include "evotune/runtime.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -205,20 +206,28 @@ absl::StatusOr<std::unique_ptr<BundleSource>> BundleSource::Open(
 
 std::string BundleSource::BucketKey(const Problem& problem,
                                     const std::string& arch) const {
-  const Problem* best = nullptr;
   auto size = [](const Problem& p) { return p.batch * p.seq_q * p.seq_k; };
-  for (const auto& [p, a] : problems_) {
-    const bool holds =
-        a == arch && p.heads == problem.heads &&
-        p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
-        SameScoreMods(p, problem) && p.dtype == problem.dtype &&
-        p.kv_fp8 == problem.kv_fp8 && p.q_fp8 == problem.q_fp8 &&
-        p.layout == problem.layout && p.page_size == problem.page_size &&
-        p.batch >= problem.batch && p.seq_q >= problem.seq_q &&
-        p.seq_k >= problem.seq_k;
-    if (holds && (best == nullptr || size(p) < size(*best))) best = &p;
+  // The smallest of the score mods acting on the problem, else of mods
+  // serving them alike.
+  const Problem active = ActiveScoreMods(problem);
+  auto same = [&](const Problem& p) { return SameScoreMods(p, active); };
+  auto serves = [&](const Problem& p) { return ServesScoreMods(p, problem); };
+  const std::function<bool(const Problem&)> passes[] = {same, serves};
+  for (const auto& mods : passes) {
+    const Problem* best = nullptr;
+    for (const auto& [p, a] : problems_) {
+      const bool holds =
+          a == arch && p.heads == problem.heads &&
+          p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
+          mods(p) && p.dtype == problem.dtype && p.kv_fp8 == problem.kv_fp8 &&
+          p.q_fp8 == problem.q_fp8 && p.layout == problem.layout &&
+          p.page_size == problem.page_size && p.batch >= problem.batch &&
+          p.seq_q >= problem.seq_q && p.seq_k >= problem.seq_k;
+      if (holds && (best == nullptr || size(p) < size(*best))) best = &p;
+    }
+    if (best != nullptr) return BundleKey(ProblemKey(*best), arch);
   }
-  return best == nullptr ? "" : BundleKey(ProblemKey(*best), arch);
+  return "";
 }
 
 absl::StatusOr<v1::Kernel> BundleSource::Find(const Problem& problem,
@@ -399,8 +408,8 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Install(
   absl::StatusOr<Problem> served = ProblemFromProto(kernel->problem());
   if (served.ok() && *served != problem) {
     // A bucket's kernel (a bundle's for a problem holding this one): of
-    // the same score mods, which are compiled in.
-    absl::Status s = SameScoreMods(*served, problem)
+    // score mods serving this problem's (their presence is compiled in).
+    absl::Status s = ServesScoreMods(*served, problem)
                          ? Rebase(problem, device.limits, &*kernel)
                          : absl::InvalidArgumentError(
                                "another causal mask, window or softcap");

@@ -150,14 +150,31 @@ class Client:
     def tune_model(self, heads, kv_heads, head_dim, dtype="bf16",
                    max_batch=256, max_context=8192, prefill_chunk=2048,
                    max_prefill_tokens=8192, decode_queries=(1, 4),
-                   max_trials=12, max_seconds=600, device="", dry_run=False):
+                   max_trials=12, max_seconds=600, device="", dry_run=False,
+                   layer_kinds=()):
         """One search per bucket of a model's serving envelope that needs
         one (Tuner.TuneModel; `evotune tune-model` reads the fields from a
         config.json): returns the buckets (problem, job_id, state,
-        submitted). Asked again, it resumes; dry_run submits nothing."""
+        submitted). layer_kinds: the kinds of the model's layers, each a
+        dict of window_left (keys before each query's own; absent or -1:
+        none), softcap and sinks, e.g. gpt-oss's [{"sinks": True},
+        {"window_left": 127, "sinks": True}]; none: full attention. Asked
+        again, it resumes; dry_run submits nothing."""
         if dtype not in _DTYPES:
             raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
-        req = evotune_pb2.TuneModelRequest(
+        kinds = []
+        for i, kind in enumerate(layer_kinds):
+            unknown = set(kind) - {"window_left", "softcap", "sinks"}
+            if unknown:
+                raise ValueError(f"layer_kinds[{i}]: unknown fields "
+                                 f"{sorted(unknown)} (window_left, softcap, "
+                                 "sinks)")
+            k = evotune_pb2.LayerKind(softcap=kind.get("softcap", 0),
+                                      sinks=kind.get("sinks", False))
+            if kind.get("window_left", -1) >= 0:
+                k.window_left = kind["window_left"]
+            kinds.append(k)
+        req = evotune_pb2.TuneModelRequest(layer_kinds=kinds,
             heads=heads, kv_heads=kv_heads, head_dim=head_dim,
             dtype=_DTYPES[dtype], envelope=evotune_pb2.Envelope(
                 max_batch=max_batch, max_context=max_context,

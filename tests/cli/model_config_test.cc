@@ -1,5 +1,10 @@
 #include "tuner/cli/model_config.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -66,11 +71,17 @@ TEST(ModelConfigTest, BadConfigsNameTheField) {
            "torch_dtype": "float32"})",
        "torch_dtype: \"float32\""},
       {R"({"num_attention_heads": 32, "head_dim": 128,
-           "sliding_window": 4096})",
-       "sliding_window: 4096 keys, below --max_context 8192"},
+           "sliding_window": 0})",
+       "sliding_window: must be a positive integer"},
       {R"({"num_attention_heads": 8, "head_dim": 256,
-           "attn_logit_softcapping": 50.0})",
-       "attn_logit_softcapping"},
+           "attn_logit_softcapping": -50.0})",
+       "attn_logit_softcapping: must be a positive number"},
+      {R"({"num_attention_heads": 8, "head_dim": 64, "sliding_window": 128,
+           "layer_types": ["full_attention", "chunked_attention"]})",
+       "layer_types[1]: \"chunked_attention\""},
+      {R"({"num_attention_heads": 8, "head_dim": 64, "sliding_window": 128,
+           "max_window_layers": -1})",
+       "max_window_layers: must be a count"},
       {R"({"text_config": {"num_attention_heads": 8}})",
        "text_config.head_dim"},
       {"not json", "not a JSON object"},
@@ -86,6 +97,67 @@ TEST(ModelConfigTest, BadConfigsNameTheField) {
                                    "use_sliding_window": false})",
                                8192)
                   .ok());
+}
+
+// The kinds of layers, as "full attention" or what they have.
+std::vector<std::string> Kinds(const char* json, int64_t max_context) {
+  absl::StatusOr<ModelAttention> m = ParseModelConfig(json, max_context);
+  EXPECT_TRUE(m.ok()) << m.status();
+  std::vector<std::string> out;
+  if (m.ok()) {
+    for (const LayerKind& k : m->kinds) out.push_back(LayerKindName(k));
+  }
+  return out;
+}
+
+// Windows as Hugging Face masks them (sliding_window W: the query's own key
+// and W - 1 before it), on the layers its config says; softcap and sinks on
+// every layer.
+TEST(ModelConfigTest, ReadsTheKindsOfAModelsLayers) {
+  using ::testing::ElementsAre;
+  EXPECT_THAT(Kinds(kLlama3, 8192), ElementsAre("full attention"));
+  // Mistral 7B v0.1: every layer slides; no window within a shorter context.
+  constexpr char kMistral[] = R"({"model_type": "mistral",
+      "num_attention_heads": 32, "num_key_value_heads": 8,
+      "hidden_size": 4096, "sliding_window": 4096})";
+  EXPECT_THAT(Kinds(kMistral, 32768), ElementsAre("window 4095"));
+  EXPECT_THAT(Kinds(kMistral, 4096), ElementsAre("full attention"));
+  // Gemma 2: alternate layers slide, every one softcapped.
+  EXPECT_THAT(Kinds(R"({"model_type": "gemma2", "num_attention_heads": 8,
+                        "num_key_value_heads": 4, "head_dim": 256,
+                        "sliding_window": 4096,
+                        "attn_logit_softcapping": 50.0,
+                        "final_logit_softcapping": 30.0})",
+                    8192),
+              ElementsAre("softcap 50", "window 4095, softcap 50"));
+  // gpt-oss: layer_types, sinks on every layer.
+  EXPECT_THAT(Kinds(R"({"model_type": "gpt_oss", "num_attention_heads": 64,
+                        "num_key_value_heads": 8, "head_dim": 64,
+                        "sliding_window": 128,
+                        "layer_types": ["sliding_attention",
+                                        "full_attention"]})",
+                    8192),
+              ElementsAre("sinks", "window 127, sinks"));
+  // Gemma 3's older spelling: every sixth layer full.
+  EXPECT_THAT(Kinds(R"({"model_type": "gemma3_text", "num_attention_heads": 8,
+                        "head_dim": 128, "sliding_window": 1024,
+                        "sliding_window_pattern": 6,
+                        "attn_logit_softcapping": null})",
+                    8192),
+              ElementsAre("full attention", "window 1023"));
+  // Qwen2: the first max_window_layers layers full, the rest slide.
+  constexpr char kQwen2[] = R"({"model_type": "qwen2",
+      "num_attention_heads": 28, "num_key_value_heads": 4, "head_dim": 128,
+      "num_hidden_layers": 28, "sliding_window": 4096,
+      "use_sliding_window": true, "max_window_layers": )";
+  for (const auto& [layers, want] :
+       std::vector<std::pair<int, std::vector<std::string>>>{
+           {0, {"window 4095"}},
+           {21, {"full attention", "window 4095"}},
+           {28, {"full attention"}}}) {
+    EXPECT_EQ(Kinds(absl::StrCat(kQwen2, layers, "}").c_str(), 8192), want)
+        << layers;
+  }
 }
 
 TEST(ModelConfigTest, AFileThatCannotBeReadIsNotFound) {

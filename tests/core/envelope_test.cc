@@ -79,6 +79,33 @@ TEST(EnvelopeTest, EveryCallWithinTheEnvelopeFallsInABucket) {
   }
 }
 
+// A kind of layers with a window, softcap and sinks: the same buckets,
+// each with the kind's score mods (valid problems, causal or not).
+TEST(EnvelopeTest, EachBucketHasTheLayersScoreMods) {
+  const std::vector<Problem> plain = Llama3Buckets(Envelope());
+  LayerKind kind;
+  kind.window_left = 4095;
+  kind.softcap = 50;
+  kind.sinks = true;
+  const std::vector<Problem> windowed =
+      EnvelopeBuckets(Envelope(), 32, 8, 128, DType::kBf16, kind);
+  ASSERT_EQ(windowed.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    Problem same = windowed[i];
+    EXPECT_EQ(same.window_left, 4095);
+    EXPECT_EQ(same.window_right, -1);
+    EXPECT_EQ(same.softcap, 50);
+    EXPECT_TRUE(same.sinks);
+    EXPECT_TRUE(ValidateProblem(same).ok()) << ProblemKey(same);
+    same.window_left = -1;
+    same.softcap = 0;
+    same.sinks = false;
+    EXPECT_EQ(same, plain[i]);
+  }
+  EXPECT_EQ(LayerKindName(kind), "window 4095, softcap 50, sinks");
+  EXPECT_EQ(LayerKindName(LayerKind()), "full attention");
+}
+
 TEST(EnvelopeTest, AnEnvelopeOutOfRangeNamesTheField) {
   struct Case {
     const char* field;

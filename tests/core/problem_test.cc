@@ -124,6 +124,54 @@ TEST(ProblemTest, AnotherWindowOrSoftcapIsOneStepAway) {
   EXPECT_EQ(ProblemDistance(p, q), 2.0);
 }
 
+// A kernel serves a call of other score mods only where they do nothing
+// to it, or where the call's window is launch data for its compiled one.
+TEST(ProblemTest, ScoreModsServeCallsTheyComputeAlike) {
+  Problem decode = Seed();  // One query on 512 keys.
+  decode.seq_q = 1;
+  Problem causal = decode;
+  causal.causal = true;
+  EXPECT_TRUE(ServesScoreMods(decode, causal));
+  EXPECT_TRUE(ServesScoreMods(causal, decode));
+  Problem prompt = Seed();
+  prompt.causal = true;
+  EXPECT_FALSE(ServesScoreMods(Seed(), prompt));
+  EXPECT_FALSE(ServesScoreMods(prompt, Seed()));
+  // A window that reaches past the call's keys is none.
+  Problem idle = prompt;
+  idle.window_left = 511;
+  EXPECT_TRUE(ServesScoreMods(prompt, idle));
+  idle.window_left = 510;
+  EXPECT_FALSE(ServesScoreMods(prompt, idle));
+  Problem right = Seed();
+  right.window_left = 600;
+  right.window_right = 511;
+  EXPECT_TRUE(ServesScoreMods(Seed(), right));
+  right.window_right = 510;
+  EXPECT_FALSE(ServesScoreMods(Seed(), right));
+  // A windowed kernel takes any window (or none) at launch.
+  Problem windowed = prompt;
+  windowed.window_left = 128;
+  EXPECT_TRUE(ServesScoreMods(windowed, prompt));
+  EXPECT_TRUE(ServesScoreMods(windowed, idle));
+  // Softcap and sinks are alike or not at all.
+  Problem capped = windowed;
+  capped.softcap = 30;
+  EXPECT_FALSE(ServesScoreMods(windowed, capped));
+  EXPECT_FALSE(ServesScoreMods(capped, windowed));
+  // The mods acting on a call.
+  EXPECT_FALSE(ActiveScoreMods(causal).causal);
+  EXPECT_TRUE(ActiveScoreMods(prompt).causal);
+  Problem past = prompt;
+  past.window_left = 511;
+  EXPECT_EQ(ActiveScoreMods(past), prompt);
+  EXPECT_EQ(ActiveScoreMods(idle), idle);
+  Problem sinks = decode;
+  sinks.sinks = true;
+  EXPECT_FALSE(ServesScoreMods(decode, sinks));
+  EXPECT_TRUE(ServesScoreMods(sinks, sinks));
+}
+
 TEST(ProblemTest, AnFp8KvCacheIsNamedAfterTheDtype) {
   Problem p = Seed();
   p.dtype = DType::kBf16;

@@ -858,6 +858,23 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
   // tokens (one or two sequences of up to 128).
   EXPECT_EQ(resp.buckets_size(), 6);
   EXPECT_EQ(jobs(), 0);
+  // Layers of two kinds (gpt-oss's): each kind's buckets, its mods on each.
+  v1::TuneModelRequest kinds = dry;
+  kinds.add_layer_kinds()->set_sinks(true);
+  v1::LayerKind* windowed = kinds.add_layer_kinds();
+  windowed->set_window_left(127);
+  windowed->set_sinks(true);
+  v1::TuneModelResponse two;
+  ASSERT_TRUE(call(kinds, &two).ok());
+  ASSERT_EQ(two.buckets_size(), 12);
+  EXPECT_TRUE(two.buckets(0).problem().sinks());
+  EXPECT_FALSE(two.buckets(0).problem().has_window_left());
+  EXPECT_EQ(two.buckets(6).problem().window_left(), 127u);
+  EXPECT_TRUE(two.buckets(11).problem().sinks());
+  kinds.mutable_layer_kinds(1)->set_softcap(-1);
+  EXPECT_THAT(call(kinds, &two).error_message(),
+              StartsWith("layer_kinds[1].softcap:"));
+  EXPECT_EQ(jobs(), 0);
 
   ASSERT_TRUE(call(req, &resp).ok());
   ASSERT_EQ(resp.buckets_size(), 6);

@@ -77,6 +77,20 @@ again = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
                      decode_queries=[1], max_trials=2)
 assert [b.job_id for b in again] == [b.job_id for b in buckets], again
 assert not any(b.submitted for b in again), again
+# gpt-oss's two kinds of layers: the buckets of each.
+kinds = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
+                     prefill_chunk=0, max_prefill_tokens=128,
+                     decode_queries=[1], dry_run=True,
+                     layer_kinds=[{"sinks": True},
+                                  {"window_left": 127, "sinks": True}])
+assert len(kinds) == 12 and all(b.problem.sinks for b in kinds), kinds
+assert not kinds[0].problem.HasField("window_left"), kinds[0]
+assert kinds[6].problem.window_left == 127, kinds[6]
+try:
+    c.tune_model(8, 2, 64, layer_kinds=[{"window": 127}])
+    raise AssertionError("an unknown layer kind field was taken")
+except ValueError as e:
+    assert str(e).startswith("layer_kinds[0]: unknown fields"), e
 
 def refused(code, prefix, call):
     try:

@@ -65,6 +65,24 @@ grep -qx "b2_h32_kv8_q4_k256_d128_causal_bf16_bhsd" "$work/buckets" ||
   fail "no speculative decode bucket: $(cat "$work/buckets")"
 [ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
 
+# gpt-oss's layers (sinks; a 128-key window on alternate layers): each
+# kind's buckets, named on the progress line.
+cat >"$work/gpt-oss.json" <<'JSON'
+{"model_type": "gpt_oss", "num_attention_heads": 64,
+ "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,
+ "layer_types": ["sliding_attention", "full_attention"]}
+JSON
+cli tune-model --model_config="$work/gpt-oss.json" "${envelope[@]}" \
+  --dry_run >"$work/buckets" 2>"$work/err" || fail "gpt-oss dry run"
+n=$(wc -l <"$work/buckets")
+[ "$n" -eq 26 ] || fail "expected 26 buckets, got $n: $(cat "$work/buckets")"
+grep -qx "b2_h64_kv8_q4_k256_d64_causal_bf16_bhsd_sinks" "$work/buckets" &&
+  grep -qx "b2_h64_kv8_q4_k256_d64_causal_bf16_bhsd_wl127_sinks" \
+    "$work/buckets" || fail "gpt-oss's kinds: $(cat "$work/buckets")"
+grep -q "layers of sinks and of window 127, sinks" "$work/err" ||
+  fail "gpt-oss's kinds unnamed: $(cat "$work/err")"
+[ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
+
 # Killed with -9 mid-way; the next run finishes the searches and exports.
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
   --output="$work/model.evtb" >/dev/null 2>"$work/first.err" &

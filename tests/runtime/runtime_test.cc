@@ -117,6 +117,46 @@ TEST(BundleSourceTest, AProblemWithinABucketFindsTheSmallestHoldingIt) {
   EXPECT_THAT(found(dense), HasSubstr("nor for a problem"));
 }
 
+// A call whose score mods differ from a bucket's only where they do
+// nothing (a decode step's causal flag, a window past its keys) finds that
+// bucket; a bucket of its own mods comes first.
+TEST(BundleSourceTest, ABucketServesCallsItsModsComputeAlike) {
+  auto bucket = [](int64_t seq_q, bool causal, int64_t window_left) {
+    Problem p = Seed();
+    p.batch = 8;
+    p.seq_q = seq_q;
+    p.seq_k = 4096;
+    p.causal = causal;
+    p.window_left = window_left;
+    return p;
+  };
+  absl::StatusOr<std::unique_ptr<BundleSource>> source =
+      BundleSource::Open(BundleOf({{bucket(1, false, -1), "sm_90a"},
+                                   {bucket(1, false, 1023), "sm_90a"},
+                                   {bucket(512, true, -1), "sm_90a"}}));
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto found = [&](const Problem& p) {
+    absl::StatusOr<v1::Kernel> k = (*source)->Find(p, "", "sm_90a");
+    return k.ok() ? ProblemKey(*ProblemFromProto(k->problem()))
+                  : std::string(k.status().message());
+  };
+  Problem step = bucket(1, true, -1);  // Causal, as an engine may call it.
+  step.batch = 3;
+  step.seq_k = 700;
+  EXPECT_EQ(found(step), ProblemKey(bucket(1, false, -1)));
+  step.window_left = 1023;  // A window past the step's 700 keys: none.
+  EXPECT_EQ(found(step), ProblemKey(bucket(1, false, -1)));
+  step.seq_k = 2000;  // One that acts: the windowed layers' bucket.
+  EXPECT_EQ(found(step), ProblemKey(bucket(1, false, 1023)));
+  step.window_left = 255;  // Another window: a windowed kernel takes it.
+  EXPECT_EQ(found(step), ProblemKey(bucket(1, false, 1023)));
+  Problem prompt = bucket(300, true, 1023);  // The window reaches past 300.
+  prompt.seq_k = 300;
+  EXPECT_EQ(found(prompt), ProblemKey(bucket(512, true, -1)));
+  prompt.seq_q = prompt.seq_k = 2000;
+  EXPECT_THAT(found(prompt), HasSubstr("nor for a problem"));
+}
+
 TEST(GeometryTest, SurvivesTheWire) {
   LaunchGeometry g;
   g.grid[0] = 132;

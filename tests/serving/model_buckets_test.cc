@@ -57,6 +57,24 @@ TEST(ModelBucketsTest, ARunResumesWhereTheLastOneStopped) {
   for (const ModelBucket& b : plan) EXPECT_FALSE(b.submitted);
 }
 
+// A model of two kinds of layers: each kind's buckets in turn, apart (a
+// job of one kind's bucket does not decide the other's).
+TEST(ModelBucketsTest, EachKindOfLayersHasItsBuckets) {
+  ModelTuneRequest r = Llama3();
+  LayerKind windowed;
+  windowed.window_left = 4095;
+  r.kinds.push_back(windowed);
+  const std::vector<ModelBucket> plain = PlanModelBuckets(Llama3(), {});
+  const std::vector<ModelBucket> fresh = PlanModelBuckets(r, {});
+  ASSERT_EQ(fresh.size(), 2 * plain.size());
+  EXPECT_EQ(ProblemKey(fresh[plain.size()].problem),
+            "b1_h32_kv8_q1_k128_d128_full_bf16_bhsd_wl4095");
+  const std::vector<ModelBucket> plan =
+      PlanModelBuckets(r, {Job("a", plain[0].problem, JobState::kSucceeded)});
+  EXPECT_EQ(plan[0].job_id, "a");
+  EXPECT_FALSE(plan[plain.size()].state.has_value());
+}
+
 TEST(ModelBucketsTest, ARequestOutOfRangeNamesTheField) {
   EXPECT_TRUE(ValidateModelTune(Llama3()).ok());
   struct Case {
@@ -67,6 +85,12 @@ TEST(ModelBucketsTest, ARequestOutOfRangeNamesTheField) {
       {"heads: must be in", [](ModelTuneRequest* r) { r->heads = 0; }},
       {"kv_heads: must divide", [](ModelTuneRequest* r) { r->kv_heads = 5; }},
       {"head_dim", [](ModelTuneRequest* r) { r->head_dim = 0; }},
+      {"layer_kinds: at least one",
+       [](ModelTuneRequest* r) { r->kinds.clear(); }},
+      {"layer_kinds[1]: the same as layer_kinds[0] (full attention)",
+       [](ModelTuneRequest* r) { r->kinds.push_back(LayerKind()); }},
+      {"layer_kinds[0].window_left: must be -1",
+       [](ModelTuneRequest* r) { r->kinds[0].window_left = -2; }},
       {"envelope.max_batch",
        [](ModelTuneRequest* r) { r->envelope.max_batch = 0; }},
       {"envelope: bucket b",

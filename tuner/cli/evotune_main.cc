@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -634,6 +635,14 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   req.set_kv_heads(m->kv_heads);
   req.set_head_dim(m->head_dim);
   req.set_dtype(m->dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  std::vector<std::string> kinds;
+  for (const LayerKind& kind : m->kinds) {
+    v1::LayerKind* k = req.add_layer_kinds();
+    if (kind.window_left >= 0) k->set_window_left(kind.window_left);
+    k->set_softcap(kind.softcap);
+    k->set_sinks(kind.sinks);
+    kinds.push_back(LayerKindName(kind));
+  }
   v1::Envelope* e = req.mutable_envelope();
   e->set_max_batch(std::max(0, absl::GetFlag(FLAGS_max_batch)));
   e->set_max_context(std::max(0, absl::GetFlag(FLAGS_max_context)));
@@ -658,9 +667,10 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   *about = absl::StrCat(
       "tune-model ", m->name.empty() ? path : m->name, ": ", m->heads,
       " heads on ", m->kv_heads, ", head_dim ", m->head_dim, ", ",
-      DTypeName(m->dtype), "; batch up to ", e->max_batch(), ", context up to ",
-      e->max_context(), ", prefill chunks of ", e->prefill_chunk(),
-      ", prompts up to ", e->max_prefill_tokens(), " tokens, decode queries ",
+      DTypeName(m->dtype), "; layers of ", absl::StrJoin(kinds, " and of "),
+      "; batch up to ", e->max_batch(), ", context up to ", e->max_context(),
+      ", prefill chunks of ", e->prefill_chunk(), ", prompts up to ",
+      e->max_prefill_tokens(), " tokens, decode queries ",
       absl::GetFlag(FLAGS_decode_queries));
   return req;
 }

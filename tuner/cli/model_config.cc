@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
@@ -54,24 +56,95 @@ absl::StatusOr<DType> DTypeOf(const Struct& s) {
   return DType::kBf16;
 }
 
-// Variants no template serves yet.
-absl::Status CheckVariants(const Struct& s, int64_t max_context) {
-  const Value* window = Field(s, "sliding_window");
-  const Value* use = Field(s, "use_sliding_window");
-  const bool used = use == nullptr || use->bool_value();
-  if (window != nullptr && used && window->number_value() < max_context) {
-    return Invalid("sliding_window",
-                   absl::StrCat(window->number_value(),
-                                " keys, below --max_context ", max_context,
-                                ": sliding-window attention is not served "
-                                "yet (lower --max_context to it)"));
+// A positive number field (at most 1e6); 0 when absent or null.
+absl::StatusOr<double> Positive(const Struct& s, const std::string& name) {
+  const Value* v = Field(s, name);
+  if (v == nullptr) return 0.0;
+  const double x = v->number_value();
+  if (!v->has_number_value() || !(x > 0) || x > 1e6) {
+    return Invalid(name, "must be a positive number (at most 1e6) or null");
   }
-  for (const char* name : {"attn_logit_softcapping", "logit_softcapping"}) {
-    if (Field(s, name) != nullptr) {
-      return Invalid(name, "softcapped attention is not served yet");
+  return x;
+}
+
+// Which layers slide (first) and which attend to every key (second), of a
+// model with a sliding window: Hugging Face's layer_types where given, else
+// the older spellings of the layouts of Gemma (sliding_window_pattern, or
+// gemma2's alternation) and Qwen2 (max_window_layers); else every layer.
+absl::StatusOr<std::pair<bool, bool>> SlidingLayers(const Struct& s,
+                                                    const std::string& type) {
+  if (const Value* types = Field(s, "layer_types")) {
+    std::pair<bool, bool> out{false, false};
+    const auto& list = types->list_value().values();
+    for (int i = 0; i < list.size(); ++i) {
+      const std::string& t = list[i].string_value();
+      if (t == "sliding_attention") {
+        out.first = true;
+      } else if (t == "full_attention") {
+        out.second = true;
+      } else {
+        return Invalid(absl::StrCat("layer_types[", i, "]"),
+                       absl::StrCat("\"", t,
+                                    "\": evotune serves full_attention and "
+                                    "sliding_attention layers"));
+      }
     }
+    if (list.empty()) return Invalid("layer_types", "a list of layer types");
+    return out;
   }
-  return absl::OkStatus();
+  if (Field(s, "sliding_window_pattern") != nullptr) {
+    absl::StatusOr<int64_t> n = Count(s, "sliding_window_pattern", 0);
+    if (!n.ok()) return n.status();
+    return std::pair<bool, bool>{*n > 1, true};  // Every n-th layer full.
+  }
+  if (type == "gemma2") return std::pair<bool, bool>{true, true};
+  if (const Value* v = Field(s, "max_window_layers")) {
+    const double below = v->number_value();  // The first `below` are full.
+    if (!v->has_number_value() || below < 0 || below > 1e6 ||
+        std::floor(below) != below) {
+      return Invalid("max_window_layers", "must be a count of layers");
+    }
+    absl::StatusOr<int64_t> layers =
+        Count(s, "num_hidden_layers", static_cast<int64_t>(below) + 1);
+    if (!layers.ok()) return layers.status();
+    return std::pair<bool, bool>{below<*layers, below> 0};
+  }
+  return std::pair<bool, bool>{true, false};
+}
+
+// The kinds of the model's layers: full attention and/or a sliding window
+// (Hugging Face's `sliding_window` W is the query's own key and W - 1
+// before it: window_left W - 1; a window no shorter than max_context is
+// full attention within the envelope), each with the model's softcap and
+// sinks (gpt-oss's).
+absl::StatusOr<std::vector<LayerKind>> KindsOf(const Struct& s,
+                                               const std::string& type,
+                                               int64_t max_context) {
+  LayerKind full;
+  for (const char* name : {"attn_logit_softcapping", "logit_softcapping"}) {
+    absl::StatusOr<double> cap = Positive(s, name);
+    if (!cap.ok()) return cap.status();
+    if (*cap > 0) full.softcap = static_cast<float>(*cap);
+  }
+  full.sinks = type == "gpt_oss";
+  const Value* use = Field(s, "use_sliding_window");
+  if (Field(s, "sliding_window") == nullptr ||
+      (use != nullptr && !use->bool_value())) {
+    return std::vector<LayerKind>{full};
+  }
+  absl::StatusOr<int64_t> window = Count(s, "sliding_window", 0);
+  if (!window.ok()) return window.status();
+  absl::StatusOr<std::pair<bool, bool>> layers = SlidingLayers(s, type);
+  if (!layers.ok()) return layers.status();
+  const auto [sliding, dense] = *layers;
+  std::vector<LayerKind> out;
+  if (dense || !sliding || *window >= max_context) out.push_back(full);
+  if (sliding && *window < max_context) {
+    LayerKind windowed = full;
+    windowed.window_left = *window - 1;
+    out.push_back(windowed);
+  }
+  return out;
 }
 
 absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
@@ -106,7 +179,10 @@ absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
   }
   absl::StatusOr<DType> dtype = DTypeOf(s);
   if (!dtype.ok()) return dtype.status();
-  if (absl::Status v = CheckVariants(s, max_context); !v.ok()) return v;
+  absl::StatusOr<std::vector<LayerKind>> kinds =
+      KindsOf(s, m.name, max_context);
+  if (!kinds.ok()) return kinds.status();
+  m.kinds = *std::move(kinds);
   m.heads = *heads;
   m.kv_heads = *kv;
   m.head_dim = *head_dim;

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/envelope.h"
 #include "core/problem.h"
 
 namespace evotune {
@@ -18,16 +20,22 @@ struct ModelAttention {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   DType dtype = DType::kBf16;
+  // The kinds of its layers: one for a model whose layers attend alike.
+  std::vector<LayerKind> kinds = {LayerKind()};
 };
 
 // Reads a config.json's text (`max_context` bounds the lengths served):
 // num_attention_heads, num_key_value_heads (default: the heads),
 // head_dim (default: hidden_size / num_attention_heads), torch_dtype or
-// dtype ("bfloat16", "float16"; absent: bfloat16), from the object itself or
+// dtype ("bfloat16", "float16"; absent: bfloat16), and the kinds of its
+// layers: a sliding_window below max_context (W keys: window_left W - 1)
+// on the layers layer_types names "sliding_attention" (else as
+// sliding_window_pattern, Gemma 2's alternation or Qwen2's
+// max_window_layers say, else every layer; use_sliding_window false: none),
+// attn_logit_softcapping, and sinks for gpt-oss; from the object itself or
 // its "text_config" (multimodal models). INVALID_ARGUMENT naming the field
 // for a value that is missing, of the wrong type or inconsistent, a dtype
-// evotune does not tune, and for attention variants no template serves yet
-// (a sliding_window below max_context, attn_logit_softcapping).
+// evotune does not tune, or a layer type it does not serve.
 absl::StatusOr<ModelAttention> ParseModelConfig(const std::string& json,
                                                 int64_t max_context);
 

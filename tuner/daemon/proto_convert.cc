@@ -109,6 +109,14 @@ absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
     return absl::InvalidArgumentError(
         "dtype: DTYPE_FP16 or DTYPE_BF16 required");
   }
+  if (r.layer_kinds_size() > 0) out.kinds.clear();
+  for (const v1::LayerKind& k : r.layer_kinds()) {
+    LayerKind kind;
+    if (k.has_window_left()) kind.window_left = k.window_left();
+    kind.softcap = k.softcap();
+    kind.sinks = k.sinks();
+    out.kinds.push_back(kind);
+  }
   const v1::Envelope& e = r.envelope();
   out.envelope.max_batch = e.max_batch();
   out.envelope.max_context = e.max_context();

@@ -8,7 +8,40 @@ namespace evotune {
 namespace {
 
 std::vector<Problem> Buckets(const ModelTuneRequest& r) {
-  return EnvelopeBuckets(r.envelope, r.heads, r.kv_heads, r.head_dim, r.dtype);
+  std::vector<Problem> out;
+  for (const LayerKind& kind : r.kinds) {
+    for (Problem& p : EnvelopeBuckets(r.envelope, r.heads, r.kv_heads,
+                                      r.head_dim, r.dtype, kind)) {
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+// The kinds: at least one, none twice, each a valid problem's mods.
+absl::Status ValidateKinds(const std::vector<LayerKind>& kinds,
+                           const Problem& form) {
+  if (kinds.empty()) {
+    return absl::InvalidArgumentError(
+        "layer_kinds: at least one (full attention, for a model without "
+        "windows, softcapping or sinks)");
+  }
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const std::string name = absl::StrCat("layer_kinds[", i, "]");
+    Problem p = form;
+    p.window_left = kinds[i].window_left;
+    p.softcap = kinds[i].softcap;
+    p.sinks = kinds[i].sinks;
+    if (absl::Status s = ValidateProblem(p, name); !s.ok()) return s;
+    for (size_t j = 0; j < i; ++j) {
+      if (kinds[j] == kinds[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": the same as layer_kinds[", j, "] (",
+                         LayerKindName(kinds[i]), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -23,6 +56,7 @@ absl::Status ValidateModelTune(const ModelTuneRequest& r) {
   if (absl::Status s = ValidateProblem(form, ""); !s.ok()) {
     return absl::InvalidArgumentError(s.message().substr(1));
   }
+  if (absl::Status s = ValidateKinds(r.kinds, form); !s.ok()) return s;
   if (absl::Status s = ValidateEnvelope(r.envelope); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("envelope.", s.message()));
   }

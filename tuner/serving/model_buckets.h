@@ -20,6 +20,9 @@ struct ModelTuneRequest {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   DType dtype = DType::kBf16;
+  // The kinds of its layers (one for a model whose layers attend alike),
+  // each tuned over the whole envelope.
+  std::vector<LayerKind> kinds = {LayerKind()};
   Envelope envelope;
   int64_t max_trials = 12;    // Of each bucket's search.
   double max_seconds = 3600;  // Of each bucket's search.
@@ -34,12 +37,14 @@ struct ModelBucket {
   bool submitted = false;         // By this request.
 };
 
-// INVALID_ARGUMENT naming the field ("heads", "envelope.max_batch") for a
-// request whose attention or envelope evotune does not take, or whose
-// buckets are out of range.
+// INVALID_ARGUMENT naming the field ("heads", "layer_kinds[1].softcap",
+// "envelope.max_batch") for a request whose attention, layer kinds (none,
+// or two alike) or envelope evotune does not take, or whose buckets are out
+// of range.
 absl::Status ValidateModelTune(const ModelTuneRequest& request);
 
-// The request's buckets (EnvelopeBuckets), each with the job that decides
+// The request's buckets (EnvelopeBuckets of each kind in turn), each with
+// the job that decides
 // it: a succeeded one (searched before), else the last queued or running
 // one listed (being searched); none where only failed or cancelled ones
 // are (searched again). Jobs of any template and origin count.

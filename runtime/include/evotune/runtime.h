@@ -66,10 +66,11 @@ class KernelSource {
 // The kernels of a bundle file, by problem and architecture (the GPU name
 // does not matter: the bundle was exported for the GPUs it is deployed on).
 // A problem the bundle lacks is served by the kernel of its smallest bucket
-// there: a problem of the same heads, KV heads, head_dim, mask, dtype and
-// layout with at least its batch, seq_q and seq_k (the runtime computes the
-// launch for the problem itself), so that a bundle of buckets serves every
-// shape within them.
+// there: a problem of the same heads, KV heads, head_dim, dtype, layout and
+// score mods (or mods serving them alike: a decode call's causal flag, a
+// window that reaches past the call's keys) with at least its batch, seq_q
+// and seq_k (the runtime computes the launch for the problem itself), so
+// that a bundle of buckets serves every shape within them.
 class BundleSource : public KernelSource {
  public:
   // Errors as ReadKernelBundle's (tuner/wire/kernel_bundle.h).
@@ -86,7 +87,8 @@ class BundleSource : public KernelSource {
       : path_(std::move(path)),
         kernels_(std::move(kernels)),
         problems_(std::move(problems)) {}
-  // The key in kernels_ of the smallest bucket holding `problem`, or "".
+  // The key in kernels_ of the smallest bucket holding `problem`, of its
+  // score mods, else of mods serving them (ServesScoreMods), or "".
   std::string BucketKey(const Problem& problem, const std::string& arch) const;
 
   const std::string path_;
