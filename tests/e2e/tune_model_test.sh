@@ -79,7 +79,8 @@ n=$(wc -l <"$work/buckets")
 grep -qx "b2_h64_kv8_q4_k256_d64_causal_bf16_bhsd_sinks" "$work/buckets" &&
   grep -qx "b2_h64_kv8_q4_k256_d64_causal_bf16_bhsd_wl127_sinks" \
     "$work/buckets" || fail "gpt-oss's kinds: $(cat "$work/buckets")"
-grep -q "layers of sinks and of window 127, sinks" "$work/err" ||
+grep -q "layers of sinks and of window 127, sinks; .*: 26 buckets, 26 to search" \
+  "$work/err" ||
   fail "gpt-oss's kinds unnamed: $(cat "$work/err")"
 [ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
 

@@ -75,6 +75,33 @@ TEST(ModelBucketsTest, EachKindOfLayersHasItsBuckets) {
   EXPECT_FALSE(plan[plain.size()].state.has_value());
 }
 
+// The searches go where the cost model predicts the most time saved, and
+// a bucket predicted to gain little gets a check of its served config.
+TEST(ModelBucketsTest, TrialsGoWhereTheGainIsPredicted) {
+  std::vector<ModelBucket> b = PlanModelBuckets(Llama3(), {});
+  ASSERT_EQ(b.size(), 5u);
+  b[0].state = JobState::kSucceeded;  // Searched before: not again.
+  b[1].served_us = 100;               // Saves 10 us.
+  b[1].best_us = 90;
+  b[2].served_us = 1000;  // Saves 20 us, 2%.
+  b[2].best_us = 980;
+  // b[3]: no prediction (first, its gain unknown).
+  b[4].served_us = 50;  // Saves 25 us.
+  b[4].best_us = 25;
+  const std::vector<size_t> order = PlanSearches(&b, 12);
+  EXPECT_EQ(order, (std::vector<size_t>{3, 4, 2, 1}));
+  EXPECT_EQ(b[0].trials, 0);
+  EXPECT_EQ(b[1].trials, 12);
+  EXPECT_EQ(b[2].trials, kCheckTrials);
+  EXPECT_EQ(b[3].trials, 12);
+  EXPECT_EQ(b[4].trials, 12);
+  EXPECT_DOUBLE_EQ(PredictedGain(b[4]), 0.5);
+  EXPECT_EQ(PredictedGain(b[3]), 0);
+  // A budget under the check's is the budget.
+  PlanSearches(&b, 1);
+  EXPECT_EQ(b[2].trials, 1);
+}
+
 TEST(ModelBucketsTest, ARequestOutOfRangeNamesTheField) {
   EXPECT_TRUE(ValidateModelTune(Llama3()).ok());
   struct Case {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -233,6 +234,47 @@ TEST_F(ServingRecordingsTest, ADaemonWithoutTheGpuServesTheSame) {
   EXPECT_EQ(asked, 43);
   jobs.Shutdown();
   no_gpu.Close();
+}
+
+// A model's buckets on the recorded GPU, planned with its cost model:
+// every bucket predicted, the served config's time its own and a search's
+// best no slower; searches ordered by the time they are predicted to save,
+// those predicted to gain little given a check of the served config.
+TEST_F(ServingRecordingsTest, TuneModelPlansItsSearchesByPredictedGain) {
+  ModelTuneRequest r;
+  r.heads = 32;
+  r.kv_heads = 8;
+  r.head_dim = 128;
+  r.envelope.max_batch = 8;
+  r.envelope.max_context = 4096;
+  r.envelope.prefill_chunk = 1024;
+  r.envelope.max_prefill_tokens = 4096;
+  r.max_trials = 12;
+  r.dry_run = true;
+  absl::StatusOr<std::vector<ModelBucket>> plan = service_->TuneModel(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT(plan->size(), 40u);
+  int checks = 0;
+  for (const ModelBucket& b : *plan) {
+    EXPECT_GT(b.served_us, 0) << ProblemKey(b.problem);
+    EXPECT_GT(b.best_us, 0) << ProblemKey(b.problem);
+    EXPECT_LE(b.best_us, b.served_us) << ProblemKey(b.problem);
+    EXPECT_EQ(b.trials, PredictedGain(b) < kSmallGain ? kCheckTrials : 12)
+        << ProblemKey(b.problem);
+    checks += b.trials == kCheckTrials;
+    EXPECT_TRUE(b.job_id.empty());
+  }
+  std::cout << checks << " of " << plan->size()
+            << " buckets predicted to gain under 3%\n";
+  std::vector<ModelBucket> again = *plan;
+  const std::vector<size_t> order = PlanSearches(&again, 12);
+  ASSERT_EQ(order.size(), plan->size());
+  for (size_t i = 1; i < order.size(); ++i) {
+    const ModelBucket& a = again[order[i - 1]];
+    const ModelBucket& b = again[order[i]];
+    EXPECT_GE(a.served_us - a.best_us, b.served_us - b.best_us);
+  }
+  EXPECT_TRUE(store_->ListJobs(std::nullopt)->empty());
 }
 
 }  // namespace

@@ -738,7 +738,7 @@ int RunTuneModel(Client& client, const Args&) {
   grpc::Status s =
       client.stub()->TuneModel(client.Context(true).get(), *req, &buckets);
   if (!s.ok()) return FailRpc(client, s);
-  std::cerr << about << ": " << buckets.buckets_size() << " buckets\n";
+  std::cerr << about << ": " << FormatModelPlan(buckets) << "\n";
   std::vector<Problem> problems;
   for (const v1::ModelBucket& b : buckets.buckets()) {
     problems.push_back(*ProblemFromProto(b.problem()));

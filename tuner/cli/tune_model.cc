@@ -2,8 +2,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tuner/wire/message_convert.h"
 
 namespace evotune {
+namespace {
+
+// The daemon's kSmallGain (tuner/serving/model_buckets.h): below it a
+// bucket's search only checks the served config.
+constexpr double kSmallGain = 0.03;
+
+}  // namespace
 
 std::string FormatModelProgress(int done, int total, int64_t trials,
                                 absl::Duration elapsed, absl::Duration budget) {
@@ -14,6 +22,45 @@ std::string FormatModelProgress(int done, int total, int64_t trials,
   };
   return absl::StrCat("tune-model: ", done, "/", total, " buckets, ", trials,
                       " trials, ", clock(elapsed), " of ", clock(budget));
+}
+
+std::string FormatModelPlan(const v1::TuneModelResponse& buckets) {
+  int planned = 0, worth = 0, small = 0;
+  uint32_t worth_trials = 0, small_trials = 0;
+  double most = 0;
+  std::string most_key;
+  for (const v1::ModelBucket& b : buckets.buckets()) {
+    if (b.max_trials() == 0) continue;  // Searched before, or being.
+    ++planned;
+    if (b.predicted_served_us() <= 0 || b.predicted_best_us() <= 0) continue;
+    const double gain = 1 - b.predicted_best_us() / b.predicted_served_us();
+    if (gain < kSmallGain) {
+      ++small;
+      small_trials = b.max_trials();
+      continue;
+    }
+    ++worth;
+    worth_trials = b.max_trials();
+    absl::StatusOr<Problem> p = ProblemFromProto(b.problem());
+    if (gain > most && p.ok()) {
+      most = gain;
+      most_key = ProblemKey(*p);
+    }
+  }
+  std::string out =
+      absl::StrCat(buckets.buckets_size(), " buckets, ", planned, " to search");
+  if (worth + small == 0) return out;
+  absl::StrAppend(&out, "; predicted gain 3% or more on ", worth);
+  if (worth > 0) {
+    absl::StrAppendFormat(&out, " (%d trials each, at most %.0f%% on %s)",
+                          worth_trials, 100 * most, most_key);
+  }
+  absl::StrAppend(&out, ", under 3% on ", small);
+  if (small > 0) {
+    absl::StrAppend(&out, " (", small_trials,
+                    " trials each: the served config checked)");
+  }
+  return out;
 }
 
 }  // namespace evotune

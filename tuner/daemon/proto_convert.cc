@@ -142,6 +142,9 @@ v1::TuneModelResponse ModelBucketsToProto(
       m->set_state(static_cast<v1::JobState>(static_cast<int>(*b.state)));
     }
     m->set_submitted(b.submitted);
+    m->set_predicted_served_us(b.served_us);
+    m->set_predicted_best_us(b.best_us);
+    m->set_max_trials(static_cast<uint32_t>(b.trials));
   }
   return out;
 }

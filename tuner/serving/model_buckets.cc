@@ -1,5 +1,7 @@
 #include "tuner/serving/model_buckets.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,10 @@ absl::Status ValidateKinds(const std::vector<LayerKind>& kinds,
     }
   }
   return absl::OkStatus();
+}
+
+bool HasPrediction(const ModelBucket& b) {
+  return b.served_us > 0 && b.best_us > 0;
 }
 
 }  // namespace
@@ -87,6 +93,33 @@ std::vector<ModelBucket> PlanModelBuckets(const ModelTuneRequest& request,
     out.push_back(it == known.end() ? ModelBucket{p, "", std::nullopt, false}
                                     : it->second);
   }
+  return out;
+}
+
+double PredictedGain(const ModelBucket& b) {
+  if (!HasPrediction(b)) return 0;
+  return std::max(0.0, 1 - b.best_us / b.served_us);
+}
+
+std::vector<size_t> PlanSearches(std::vector<ModelBucket>* buckets,
+                                 int64_t max_trials) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < buckets->size(); ++i) {
+    ModelBucket& b = (*buckets)[i];
+    if (b.state.has_value()) continue;
+    b.trials = HasPrediction(b) && PredictedGain(b) < kSmallGain
+                   ? std::min(max_trials, kCheckTrials)
+                   : max_trials;
+    out.push_back(i);
+  }
+  // Seconds saved: unpredicted ones first (their gain is unknown).
+  auto saved = [&](size_t i) {
+    const ModelBucket& b = (*buckets)[i];
+    return HasPrediction(b) ? std::max(0.0, b.served_us - b.best_us)
+                            : std::numeric_limits<double>::infinity();
+  };
+  std::stable_sort(out.begin(), out.end(),
+                   [&](size_t a, size_t b) { return saved(a) > saved(b); });
   return out;
 }
 

@@ -35,7 +35,23 @@ struct ModelBucket {
   std::string job_id;             // Its search, if any.
   std::optional<JobState> state;  // That search's.
   bool submitted = false;         // By this request.
+  // The cost model's prediction where it made one (else 0): the time of the
+  // config served now, and of the fastest a search may find.
+  double served_us = 0;
+  double best_us = 0;
+  int64_t trials = 0;  // The budget of the search this request plans.
 };
+
+// Where the cost model predicts a search gains less than kSmallGain of the
+// served time, the bucket's search is kCheckTrials long: it measures (and
+// so checks) the served config and one more, and the budget goes to the
+// buckets with more to gain.
+inline constexpr double kSmallGain = 0.03;
+inline constexpr int64_t kCheckTrials = 2;
+
+// The share of the served time the cost model predicts a search saves on
+// the bucket; 0 without a prediction.
+double PredictedGain(const ModelBucket& bucket);
 
 // INVALID_ARGUMENT naming the field ("heads", "layer_kinds[1].softcap",
 // "envelope.max_batch") for a request whose attention, layer kinds (none,
@@ -50,6 +66,14 @@ absl::Status ValidateModelTune(const ModelTuneRequest& request);
 // are (searched again). Jobs of any template and origin count.
 std::vector<ModelBucket> PlanModelBuckets(const ModelTuneRequest& request,
                                           const std::vector<JobRecord>& jobs);
+
+// The searches to submit: the indices of the buckets without a job, in the
+// order to search them (those without a prediction first, in the
+// envelope's order; then by predicted time saved, most first), each given
+// its trials: max_trials, or kCheckTrials (at most max_trials) where its
+// PredictedGain is below kSmallGain.
+std::vector<size_t> PlanSearches(std::vector<ModelBucket>* buckets,
+                                 int64_t max_trials);
 
 }  // namespace evotune
 

@@ -1,6 +1,7 @@
 #include "tuner/serving/tuning_service.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,7 @@ TuningService::TuningService(ResultStore* store,
       templates_(templates),
       jobs_(jobs),
       tune_on_miss_(tune_on_miss),
+      models_(models),
       best_(
           store, templates, jobs,
           [this](const std::string& template_name, const Problem& problem,
@@ -194,13 +196,15 @@ absl::StatusOr<std::vector<ModelBucket>> TuningService::TuneModel(
   absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(std::nullopt);
   if (!jobs.ok()) return jobs.status();
   std::vector<ModelBucket> buckets = PlanModelBuckets(request, *jobs);
+  PredictBuckets(request.device, &buckets);
+  const std::vector<size_t> order = PlanSearches(&buckets, request.max_trials);
   if (request.dry_run) return buckets;
   int submitted = 0;
-  for (ModelBucket& b : buckets) {
-    if (b.state.has_value()) continue;
+  for (size_t i : order) {
+    ModelBucket& b = buckets[i];
     SearchRequest search;  // No template: the one ranked first.
     search.problem = b.problem;
-    search.max_trials = request.max_trials;
+    search.max_trials = b.trials;
     search.max_seconds = request.max_seconds;
     search.device = request.device;
     search.seed = 1;
@@ -218,6 +222,53 @@ absl::StatusOr<std::vector<ModelBucket>> TuningService::TuneModel(
     ++submitted;
   }
   return buckets;
+}
+
+void TuningService::PredictBuckets(const std::string& device_name,
+                                   std::vector<ModelBucket>* buckets) {
+  if (models_ == nullptr) return;
+  absl::StatusOr<DeviceInfo> device = LocalDevice(device_name);
+  if (!device.ok()) return;
+  std::shared_ptr<const ModelSnapshot> snapshot = models_->Get(*device);
+  if (snapshot == nullptr) return;
+  for (ModelBucket& b : *buckets) {
+    if (b.state.has_value()) continue;
+    absl::StatusOr<std::pair<double, double>> us =
+        PredictBucket(*snapshot->model, b.problem, *device);
+    if (us.ok()) std::tie(b.served_us, b.best_us) = *us;
+  }
+}
+
+absl::StatusOr<std::pair<double, double>> TuningService::PredictBucket(
+    const CostModel& model, const Problem& problem, const DeviceInfo& device) {
+  BestQuery query;
+  query.problem = problem;
+  query.device = device.name;
+  query.tune_on_miss = false;
+  query.wait_for_model = true;
+  absl::StatusOr<BestAnswer> answer = best_.Query(query);
+  if (!answer.ok()) return answer.status();
+  absl::StatusOr<const KernelTemplate*> t = ChooseTemplate(problem, device);
+  if (!t.ok()) return t.status();
+  const KernelTemplate* served =
+      answer->results.empty()
+          ? nullptr
+          : templates_->Find(answer->results.front().template_name);
+  if (served == nullptr) {
+    return absl::NotFoundError("no config is served for the bucket");
+  }
+  std::vector<CostSample> samples = {
+      {served, answer->results.front().trial.config, problem}};
+  const std::vector<Config> configs =
+      jobs_->SearchableConfigs(**t, problem, device);
+  const size_t step = std::max<size_t>(1, configs.size() / kGainSample);
+  for (size_t i = 0; i < configs.size(); i += step) {
+    samples.push_back({*t, configs[i], problem});
+  }
+  absl::StatusOr<std::vector<double>> us = model.PredictUs(samples);
+  if (!us.ok()) return us.status();
+  return std::pair<double, double>{us->front(),
+                                   *std::min_element(us->begin(), us->end())};
 }
 
 absl::StatusOr<JobView> TuningService::GetJob(const std::string& job_id) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +33,9 @@ namespace evotune {
 inline constexpr int64_t kMaxTrialsLimit = 1000000;
 inline constexpr double kMaxSecondsLimit = 30 * 24 * 3600.0;
 inline constexpr char kDefaultStrategy[] = "evolutionary";
+// The configs of a bucket's template the cost model predicts, at most, to
+// judge what a search may gain there (TuningService::TuneModel).
+inline constexpr size_t kGainSample = 256;
 
 struct SearchRequest {
   std::string template_name;
@@ -96,8 +100,10 @@ class TuningService {
 
   // One search per bucket of a model's envelope that needs one (the
   // template ranked first for it), or none in a dry run; the buckets with
-  // their jobs (tuner/serving/model_buckets.h). Errors: ValidateModelTune's,
-  // and SubmitSearch's of the first bucket (nothing submitted then).
+  // their jobs (tuner/serving/model_buckets.h). Where the device has a cost
+  // model, each bucket's predicted gain orders the searches and sets their
+  // trials (PlanSearches). Errors: ValidateModelTune's, and SubmitSearch's
+  // of the first bucket (nothing submitted then).
   absl::StatusOr<std::vector<ModelBucket>> TuneModel(
       const ModelTuneRequest& request);
 
@@ -128,6 +134,15 @@ class TuningService {
   // The device named `device_name` (empty: the default one) that trials can
   // run on.
   absl::StatusOr<DeviceInfo> LocalDevice(const std::string& device_name);
+  // Sets each bucket without a job's served_us and best_us where the
+  // device has a cost model (PredictBucket).
+  void PredictBuckets(const std::string& device_name,
+                      std::vector<ModelBucket>* buckets);
+  // The cost model's time of the config served now for `problem` (as
+  // QueryBest answers) and of the fastest of at most kGainSample configs
+  // its search may try (evenly spaced in the searchable ones).
+  absl::StatusOr<std::pair<double, double>> PredictBucket(
+      const CostModel& model, const Problem& problem, const DeviceInfo& device);
 
   // TuneModel plans and submits under it, so that two calls at once (a
   // run and its resumption) never submit a bucket twice.
@@ -136,6 +151,7 @@ class TuningService {
   const TemplateRegistry* const templates_;
   JobManager* const jobs_;
   const TuneOnMiss tune_on_miss_;
+  CostModels* const models_;
   BestAnswers best_;
 };
 
