@@ -115,4 +115,16 @@ cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
 [ "$(jobs_of)" -eq 13 ] || fail "a finished run searched again"
 [ "$(wc -c <"$work/again.evtb")" = "$(wc -c <"$work/model.evtb")" ] ||
   fail "the bundles differ in size"
+grep -q ": 13 buckets, 0 to search" "$work/third.err" ||
+  fail "the third run's plan: $(cat "$work/third.err")"
+
+# The run as a page: every bucket's search.
+cli model-report --model_config="$work/config.json" "${envelope[@]}" \
+  --output="$work/model.html" >"$work/out" 2>"$work/err" ||
+  fail "model-report: $(cat "$work/err")"
+[ "$(cat "$work/out")" = "$work/model.html" ] || fail "$(cat "$work/out")"
+[ "$(grep -c "^<tr><td>b" "$work/model.html")" -eq 13 ] &&
+  grep -q "<dd>13, 13 searched</dd>" "$work/model.html" ||
+  fail "the model report: $(head -c 2000 "$work/model.html")"
+[ "$(jobs_of)" -eq 13 ] || fail "model-report submitted a search"
 echo "PASS"

@@ -29,6 +29,7 @@
 #include "tuner/cli/comparison.h"
 #include "tuner/cli/export.h"
 #include "tuner/cli/model_config.h"
+#include "tuner/cli/model_report.h"
 #include "tuner/cli/report.h"
 #include "tuner/cli/tune_model.h"
 #include "tuner/common/help.h"
@@ -100,15 +101,17 @@ ABSL_FLAG(uint64_t, from_sequence, 0, "watch: skip events up to this one");
 ABSL_FLAG(std::string, output, "",
           "report: the HTML file to write (default: evotune-JOB.html); "
           "export: the bundle to write (default: evotune-kernels.evtb); "
-          "tune-model: the bundle to write (default: evotune-model.evtb)");
+          "tune-model: the bundle to write (default: evotune-model.evtb); "
+          "model-report: the HTML file (default: evotune-model.html)");
 ABSL_FLAG(std::string, problems, "",
           "export: problem keys, comma-separated, or a file of one per line "
           "(default: the problem flags' one)");
 ABSL_FLAG(std::string, compare, "",
-          "report: a comparison run (bench/sdpa_compare.py --json) whose rows "
-          "for the job's problem are shown beside PyTorch SDPA");
+          "report, model-report: a comparison run (bench/sdpa_compare.py "
+          "--json) whose rows for the job's problem (each bucket's) are shown "
+          "beside PyTorch SDPA");
 ABSL_FLAG(std::string, model_config, "",
-          "tune-model: the model's config.json (Hugging Face)");
+          "tune-model, model-report: the model's config.json (Hugging Face)");
 ABSL_FLAG(int, max_batch, 256,
           "tune-model: sequences of a decode step, at most");
 ABSL_FLAG(int, max_context, 8192,
@@ -753,6 +756,49 @@ int RunTuneModel(Client& client, const Args&) {
   return ExportBundle(client, problems, "", about, path);
 }
 
+// The model run of the tune-model flags as an HTML page (ModelReportHtml):
+// each bucket's deciding search, as TuneModel's dry run names it.
+int RunModelReport(Client& client, const Args&) {
+  std::string about;
+  absl::StatusOr<v1::TuneModelRequest> req = ModelRequest(&about);
+  if (!req.ok()) return Fail(std::string(req.status().message()));
+  req->set_dry_run(true);
+  std::optional<v1::SdpaComparison> run;
+  if (const std::string file = absl::GetFlag(FLAGS_compare); !file.empty()) {
+    absl::StatusOr<v1::SdpaComparison> read = ReadComparison(file);
+    if (!read.ok()) {
+      return Fail(absl::StrCat("--compare: ", read.status().message()));
+    }
+    run = *std::move(read);
+  }
+  v1::TuneModelResponse buckets;
+  grpc::Status s =
+      client.stub()->TuneModel(client.Context(true).get(), *req, &buckets);
+  if (!s.ok()) return FailRpc(client, s);
+  std::vector<BucketSearch> searches;
+  for (const v1::ModelBucket& b : buckets.buckets()) {
+    BucketSearch& search = searches.emplace_back();
+    search.problem = b.problem();
+    if (b.job_id().empty()) continue;
+    v1::GetJobRequest get;
+    get.set_job_id(b.job_id());
+    s = client.stub()->GetJob(client.Context(true).get(), get, &search.job);
+    if (!s.ok()) return FailRpc(client, s);
+    absl::StatusOr<std::vector<v1::TrialEvent>> events =
+        JobEvents(client, search.job);
+    if (!events.ok()) return Fail(std::string(events.status().message()));
+    search.events = *std::move(events);
+  }
+  std::string path = absl::GetFlag(FLAGS_output);
+  if (path.empty()) path = "evotune-model.html";
+  std::ofstream out(path);
+  out << ModelReportHtml(about, searches, run ? &*run : nullptr);
+  out.close();
+  if (!out) return Fail(absl::StrCat("--output: cannot write ", path));
+  std::cout << path << "\n";
+  return 0;
+}
+
 // The commands: usage and help come from this table.
 struct Command {
   const char* name;
@@ -788,6 +834,12 @@ constexpr Command kCommands[] = {
      "tune the buckets that cover a model's serving envelope and export "
      "them as one bundle (run again to resume)",
      RunTuneModel},
+    {"model-report", "",
+     "--model_config=config.json [the tune-model flags] [--compare=RUN.json] "
+     "[--output=FILE.html]",
+     "an HTML page of a tune-model run: each bucket's kernel, gain, trials "
+     "and time (prints the file name)",
+     RunModelReport},
 };
 
 std::string Usage() {

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "tuner/cli/cli_format.h"
 #include "tuner/cli/comparison.h"
+#include "tuner/cli/html.h"
 
 namespace evotune {
 namespace {
@@ -20,11 +20,6 @@ constexpr int kLeft = 64;    // Room for the time axis labels.
 constexpr int kBottom = 36;  // Room for the x axis labels.
 constexpr int kTop = 28;     // The band where failures are marked.
 constexpr int kTopTrials = 10;
-
-std::string Escape(const std::string& s) {
-  return absl::StrReplaceAll(
-      s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}});
-}
 
 const char* StatusColor(v1::TrialStatus s) {
   switch (s) {
@@ -84,7 +79,7 @@ std::string SvgOpen(const std::string& label) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
       "role=\"img\" aria-label=\"%s\">\n<rect x=\"%d\" y=\"%d\" width=\"%d\" "
       "height=\"%d\" class=\"frame\"/>\n",
-      kWidth, kHeight, Escape(label), kLeft, kTop, kWidth - kLeft - 8,
+      kWidth, kHeight, HtmlEscape(label), kLeft, kTop, kWidth - kLeft - 8,
       kHeight - kTop - kBottom);
 }
 
@@ -100,7 +95,7 @@ std::string ProgressSvg(const std::vector<v1::TrialEvent>& events) {
   double best = 0;
   for (int i = 0; i < static_cast<int>(events.size()); ++i) {
     const v1::Trial& t = events[i].trial();
-    const std::string title = Escape(
+    const std::string title = HtmlEscape(
         absl::StrCat("#", events[i].sequence(), " ", FormatConfig(t.config()),
                      " ", TrialStatusLabel(t.status()), " ", FormatLatency(t)));
     if (t.status() != v1::TRIAL_STATUS_OK || !(t.latency().median_us() > 0)) {
@@ -194,7 +189,7 @@ std::string TopTable(const std::vector<v1::TrialEvent>& events) {
         &out,
         "<tr><td>%d</td><td>%s</td><td>%.2f us</td><td>%.2f us</td>"
         "<td>%.2f us</td><td>%.1f%%</td><td>%d%s</td><td>#%d</td></tr>\n",
-        i + 1, Escape(FormatConfig(t.config())), t.latency().median_us(),
+        i + 1, HtmlEscape(FormatConfig(t.config())), t.latency().median_us(),
         t.latency().min_us(), t.latency().p90_us(), 100 * t.latency().cv(),
         t.latency().samples(),
         t.latency().timed_against() > 0
@@ -208,7 +203,7 @@ std::string TopTable(const std::vector<v1::TrialEvent>& events) {
 std::string Summary(const v1::Job& job) {
   std::string out = "<dl>\n";
   auto row = [&](const char* k, const std::string& v) {
-    absl::StrAppend(&out, "<dt>", k, "</dt><dd>", Escape(v), "</dd>\n");
+    absl::StrAppend(&out, "<dt>", k, "</dt><dd>", HtmlEscape(v), "</dd>\n");
   };
   row("template",
       absl::StrCat(job.template_name(), " (", job.template_hash(), ")"));
@@ -255,9 +250,10 @@ std::string ComparisonSvg(const JobComparison& c, const v1::Job& job) {
         "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" class=\"tick\">%s</text>"
         "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" class=\"%s\"/>"
         "<text x=\"%.1f\" y=\"%d\" class=\"tick\">%.2f us</text>\n",
-        kLabel - 6, 4 + kBar * static_cast<int>(i) + 15, Escape(label), kLabel,
-        4 + kBar * static_cast<int>(i), w, kBar - 6, sdpa ? "sdpa" : "ours",
-        kLabel + w + 6, 4 + kBar * static_cast<int>(i) + 15, us);
+        kLabel - 6, 4 + kBar * static_cast<int>(i) + 15, HtmlEscape(label),
+        kLabel, 4 + kBar * static_cast<int>(i), w, kBar - 6,
+        sdpa ? "sdpa" : "ours", kLabel + w + 6,
+        4 + kBar * static_cast<int>(i) + 15, us);
   }
   return svg + "</svg>\n";
 }
@@ -271,8 +267,8 @@ std::string ComparisonSection(const JobComparison& c, const v1::Job& job) {
   std::string out = absl::StrCat(
       "<h2>Beside PyTorch SDPA</h2>\n<p>Timed in one process by "
       "bench/sdpa_compare.py on ",
-      Escape(run.gpu()), " (", Escape(run.date()), ", commit ",
-      Escape(run.commit()), ", torch ", Escape(run.torch()),
+      HtmlEscape(run.gpu()), " (", HtmlEscape(run.date()), ", commit ",
+      HtmlEscape(run.commit()), ", torch ", HtmlEscape(run.torch()),
       "): the same inputs for every kernel, CUDA graphs, the median per "
       "call. These times are that run's, not this job's trials'; a ratio "
       "above 1 means the evotune kernel is faster.</p>\n");
@@ -290,38 +286,22 @@ std::string ComparisonSection(const JobComparison& c, const v1::Job& job) {
         &out,
         "<tr><td>%s%s</td><td>%s</td><td>%.2f us</td><td>%.1f</td><td>%s</td>"
         "<td>%s</td><td>%.1e%s</td></tr>\n",
-        Escape(r.template_name()),
-        IsJobWinner(r, job) ? " (this job's winner)" : "", Escape(r.config()),
-        r.us(), r.tflops(), Ratio(r, r.has_cudnn_us(), r.cudnn_us()),
+        HtmlEscape(r.template_name()),
+        IsJobWinner(r, job) ? " (this job's winner)" : "",
+        HtmlEscape(r.config()), r.us(), r.tflops(),
+        Ratio(r, r.has_cudnn_us(), r.cudnn_us()),
         Ratio(r, r.has_flash_us(), r.flash_us()), r.rel_err(),
         r.finite() ? "" : ", NON-FINITE OUTPUT");
   }
   return out + "</table>\n";
 }
 
-constexpr char kStyle[] =
-    "body{font-family:sans-serif;margin:2em;max-width:60em}"
-    "svg{display:block;margin:0.5em 0 1.5em}"
-    ".frame{fill:none;stroke:#ccc}.tick{font-size:11px;fill:#555}"
-    ".trial{fill:#1f77b4;fill-opacity:0.6}.best{fill:none;stroke:#ff7f0e;"
-    "stroke-width:2}.median{stroke:#ff7f0e;stroke-width:2}"
-    ".fail{font-size:12px;font-weight:bold}"
-    "table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-    "padding:2px 6px;font-size:13px}td{white-space:nowrap}"
-    "dt{font-weight:bold}"
-    ".ours{fill:#1f77b4}.sdpa{fill:#7f7f7f}";
-
 }  // namespace
 
 std::string JobReportHtml(const v1::Job& job,
                           const std::vector<v1::TrialEvent>& events,
                           const JobComparison* comparison) {
-  std::string html = absl::StrCat(
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      "<title>evotune job ",
-      Escape(job.job_id()), "</title>\n<style>", kStyle,
-      "</style>\n</head>\n<body>\n<h1>evotune job ", Escape(job.job_id()),
-      "</h1>\n", Summary(job));
+  std::string html = Summary(job);
   absl::StrAppend(&html,
                   "<h2>Search progress</h2>\n<p>Median time of every trial "
                   "(log scale, hover for its config), the best so far in "
@@ -335,7 +315,7 @@ std::string JobReportHtml(const v1::Job& job,
                   "value (trials in brackets), the median in orange.</p>\n");
   if (!events.empty()) {
     for (const v1::ParamValue& p : events[0].trial().config().params()) {
-      absl::StrAppend(&html, "<h3>", Escape(p.name()), "</h3>\n",
+      absl::StrAppend(&html, "<h3>", HtmlEscape(p.name()), "</h3>\n",
                       ParamSvg(p.name(), events, axis));
     }
   }
@@ -343,8 +323,7 @@ std::string JobReportHtml(const v1::Job& job,
   if (comparison != nullptr && !comparison->rows.empty()) {
     absl::StrAppend(&html, ComparisonSection(*comparison, job));
   }
-  absl::StrAppend(&html, "</body>\n</html>\n");
-  return html;
+  return HtmlPage(absl::StrCat("evotune job ", job.job_id()), html);
 }
 
 }  // namespace evotune
