@@ -100,6 +100,8 @@ cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
   fail "resumed run: $(cat "$work/second.err")"
 [ "$(cat "$work/out")" = "$work/model.evtb" ] || fail "output: $(cat "$work/out")"
 [ -s "$work/model.evtb" ] || fail "no bundle"
+grep -aq '"num_key_value_heads": 8' "$work/model.evtb" ||
+  fail "the bundle does not record the model's config.json"
 [ "$(jobs_of succeeded)" -eq 13 ] ||
   fail "expected 13 searches done, got $(jobs_of succeeded)"
 [ "$(jobs_of)" -eq 13 ] || fail "a bucket was searched twice: $(jobs_of) jobs"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -566,14 +567,13 @@ int RunReport(Client& client, const Args& args) {
 // GetKernel for every problem, then one bundle file; nothing is written
 // unless every problem got a kernel.
 // Writes the kernels the daemon serves for `problems` (of `template_name`,
-// empty: any) as one bundle at `path` (empty: evotune-kernels.evtb) and
-// prints its name; the exit code.
+// empty: any) as one bundle at `path` (empty: evotune-kernels.evtb), with
+// `bundle`'s other fields (what it is for), and prints its name; the exit
+// code.
 int ExportBundle(Client& client, const std::vector<Problem>& problems,
-                 const std::string& template_name, const std::string& about,
+                 const std::string& template_name, v1::KernelBundle bundle,
                  std::string path) {
-  v1::KernelBundle bundle;
   bundle.set_created_unix_s(absl::ToUnixSeconds(absl::Now()));
-  bundle.set_about(about);
   for (size_t i = 0; i < problems.size(); ++i) {
     v1::GetKernelRequest req;
     *req.mutable_problem() = ProblemToProto(problems[i]);
@@ -618,7 +618,7 @@ int RunExport(Client& client, const Args&) {
     if (!problem.ok()) return Fail(std::string(problem.status().message()));
     problems.push_back(*problem);
   }
-  return ExportBundle(client, problems, absl::GetFlag(FLAGS_template_name), "",
+  return ExportBundle(client, problems, absl::GetFlag(FLAGS_template_name), {},
                       absl::GetFlag(FLAGS_output));
 }
 
@@ -753,7 +753,13 @@ int RunTuneModel(Client& client, const Args&) {
   if (int rc = FollowBuckets(client, buckets); rc != 0) return rc;
   std::string path = absl::GetFlag(FLAGS_output);
   if (path.empty()) path = "evotune-model.evtb";
-  return ExportBundle(client, problems, "", about, path);
+  v1::KernelBundle head;
+  head.set_about(about);
+  *head.mutable_model() = *req;
+  std::ifstream config(absl::GetFlag(FLAGS_model_config));
+  head.set_model_config(std::string(std::istreambuf_iterator<char>(config),
+                                    std::istreambuf_iterator<char>()));
+  return ExportBundle(client, problems, "", std::move(head), path);
 }
 
 // The model run of the tune-model flags as an HTML page (ModelReportHtml):
