@@ -610,8 +610,9 @@ __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
       WgmmaRSFp8(o, pf[t],
                  Descriptor(v_stage + (t / 4) * kD * kRowBytes + (t % 4) * 32),
                  true);
-    } else if constexpr (kPvWide) {
-      WgmmaRS(o, pf[t], Descriptor(rows, kN * kRowBytes));
+    } else if constexpr (kPvWide) {  // o is 16 tiles then.
+      WgmmaRS(*reinterpret_cast<float(*)[16][4]>(&o[0]), pf[t],
+              Descriptor(rows, kN * kRowBytes));
     } else {
 #pragma unroll
       for (int db = 0; db < kD / 64; ++db) {
