@@ -11,6 +11,9 @@ namespace evotune {
 namespace {
 
 constexpr int64_t kShortest = 128;  // The shortest length bucket.
+// The fewest queries a packed call's bucket has (evotune.torch's varlen
+// entry points round their maxima up to a power of two, at least 16).
+constexpr int64_t kFewestPacked = 16;
 
 int64_t CeilPow2(int64_t n) {
   int64_t p = 1;
@@ -32,6 +35,37 @@ std::vector<int64_t> Pow2s(int64_t from, int64_t to) {
 // in the first bucket.
 int64_t Least(int64_t bucket, int64_t first) {
   return bucket == first ? 1 : bucket / 2 + 1;
+}
+
+// Every bucket's attention: all but the sizes and causal flag.
+Problem FormOf(const Envelope& e, int64_t heads, int64_t kv_heads,
+               int64_t head_dim, DType dtype, const LayerKind& kind) {
+  Problem form;
+  form.heads = heads;
+  form.kv_heads = kv_heads;
+  form.head_dim = head_dim;
+  form.dtype = dtype;
+  form.layout = e.layout;
+  form.page_size = e.layout == Layout::kPaged ? e.page_size : 0;
+  form.window_left = kind.window_left;
+  form.softcap = kind.softcap;
+  form.sinks = kind.sinks;
+  return form;
+}
+
+// The bucket of `form`'s attention (heads, dtype, layout, score mods) of
+// these sizes; a paged one's keys in whole pages.
+Problem BucketOf(const Problem& form, int64_t batch, int64_t seq_q,
+                 int64_t seq_k, bool causal) {
+  Problem p = form;
+  p.batch = batch;
+  p.seq_q = seq_q;
+  p.seq_k = seq_k;
+  p.causal = causal;
+  if (p.page_size > 0) {
+    p.seq_k = (seq_k + p.page_size - 1) / p.page_size * p.page_size;
+  }
+  return p;
 }
 
 absl::Status OutOfRange(const char* field, int64_t value, int64_t lo,
@@ -63,6 +97,18 @@ absl::Status ValidateEnvelope(const Envelope& e) {
   for (int64_t q : e.decode_queries) {
     if (q < 1 || q > 64) return OutOfRange("decode_queries", q, 1, 64);
   }
+  if (e.layout == Layout::kPaged) {
+    if (e.page_size < 16 || e.page_size > 256 || e.page_size % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "page_size: a multiple of 16 in [16, 256] for the paged layout, "
+          "got ",
+          e.page_size));
+    }
+  } else if (e.page_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: only with the paged layout (layout ",
+                     LayoutName(e.layout), "), got ", e.page_size));
+  }
   return absl::OkStatus();
 }
 
@@ -79,28 +125,21 @@ std::string LayerKindName(const LayerKind& kind) {
 std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
                                      int64_t kv_heads, int64_t head_dim,
                                      DType dtype, const LayerKind& kind) {
+  const Problem form = FormOf(e, heads, kv_heads, head_dim, dtype, kind);
   std::vector<Problem> out;
   std::set<std::string> seen;
   auto add = [&](int64_t batch, int64_t seq_q, int64_t seq_k, bool causal) {
-    Problem p;
-    p.batch = batch;
-    p.heads = heads;
-    p.kv_heads = kv_heads;
-    p.seq_q = seq_q;
-    p.seq_k = seq_k;
-    p.head_dim = head_dim;
-    p.causal = causal;
-    p.dtype = dtype;
-    p.window_left = kind.window_left;
-    p.softcap = kind.softcap;
-    p.sinks = kind.sinks;
+    Problem p = BucketOf(form, batch, seq_q, seq_k, causal);
     if (seen.insert(ProblemKey(p)).second) out.push_back(p);
   };
+  // Packed calls bucket their queries from 16, causal or not alike.
+  const bool packed = e.layout == Layout::kVarlen || e.layout == Layout::kPaged;
+  const int64_t fewest = packed ? kFewestPacked : 1;
   const int64_t longest = std::max(kShortest, e.max_context);
   for (int64_t q : e.decode_queries) {
     for (int64_t batch : Pow2s(1, e.max_batch)) {
       for (int64_t keys : Pow2s(kShortest, longest)) {
-        add(batch, CeilPow2(q), keys, q > 1);
+        add(batch, std::max(fewest, CeilPow2(q)), keys, packed || q > 1);
       }
     }
   }
@@ -113,7 +152,7 @@ std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
     }
   }
   if (e.prefill_chunk > 0) {
-    const int64_t chunk = CeilPow2(e.prefill_chunk);
+    const int64_t chunk = std::max(fewest, CeilPow2(e.prefill_chunk));
     for (int64_t batch : Pow2s(1, e.max_batch)) {
       // A chunk has queries as many as its tokens allow, up to the chunk.
       if (Least(batch, 1) > e.max_prefill_tokens) break;

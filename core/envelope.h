@@ -26,6 +26,11 @@ struct Envelope {
   // Queries per sequence of a decode step: 1, and more for speculative
   // decoding (each causal over the step's own keys).
   std::vector<int64_t> decode_queries = {1, 4};
+  // How the calls pass their tensors: fixed-length batches (kDense), packed
+  // sequences with lengths on the device (kVarlen), a KV cache (kKvCache),
+  // or one in pages of page_size keys (kPaged, vLLM's block size).
+  Layout layout = Layout::kDense;
+  int64_t page_size = 0;  // Paged only.
 };
 
 // One kind of a model's layers beyond heads and head_dim (Hugging Face's
@@ -51,7 +56,11 @@ std::string LayerKindName(const LayerKind& kind);
 absl::Status ValidateEnvelope(const Envelope& envelope);
 
 // The buckets of the envelope for attention of `heads` query heads on
-// `kv_heads`, head_dim and dtype (dense layout). Batch sizes and lengths go
+// `kv_heads`, head_dim and dtype, in the envelope's layout (paged: key
+// lengths rounded up to whole pages; packed layouts, varlen and paged,
+// bucket queries from 16 as evotune.torch's varlen entry points do, their
+// decode buckets causal as engines call them: one query sees the same
+// keys either way). Batch sizes and lengths go
 // by powers of two, lengths from 128 up to the first power of two at or
 // above the envelope's bound, so that every call within it falls in one:
 //   decode: each decode query count q (causal where q > 1), batch 1 ..

@@ -36,23 +36,25 @@ class EvotuneError(Exception):
         self.message = message
 
 
-_LAYOUTS = {"bhsd": 0, "thd": 1, "cache": 2}  # evotune.v1.Layout.
+# evotune.v1.Layout.
+_LAYOUTS = {"bhsd": 0, "thd": 1, "cache": 2, "paged": 3}
 
 
 def problem(batch=1, heads=8, kv_heads=0, seq_q=512, seq_k=0, head_dim=64,
-            causal=False, dtype="fp16", layout="bhsd"):
+            causal=False, dtype="fp16", layout="bhsd", page_size=0):
     """An evotune.v1.Problem; defaults are the seed problem. kv_heads 0 means
     heads, seq_k 0 means seq_q; dtype "fp16" or "bf16"; layout "bhsd",
-    "thd" (varlen: seq_q and seq_k bound a bucket) or "cache"
-    (docs/serving.md)."""
+    "thd" (varlen: seq_q and seq_k bound a bucket), "cache" or "paged"
+    (pages of page_size keys) (docs/serving.md)."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
     if layout not in _LAYOUTS:
-        raise ValueError(f"layout: bhsd, thd or cache, got {layout!r}")
+        raise ValueError(f"layout: bhsd, thd, cache or paged, got "
+                         f"{layout!r}")
     return evotune_pb2.Problem(
         batch=batch, heads=heads, kv_heads=kv_heads or heads, seq_q=seq_q,
         seq_k=seq_k or seq_q, head_dim=head_dim, causal=causal,
-        dtype=_DTYPES[dtype], layout=_LAYOUTS[layout])
+        dtype=_DTYPES[dtype], layout=_LAYOUTS[layout], page_size=page_size)
 
 
 def _config(values):
@@ -151,15 +153,20 @@ class Client:
                    max_batch=256, max_context=8192, prefill_chunk=2048,
                    max_prefill_tokens=8192, decode_queries=(1, 4),
                    max_trials=12, max_seconds=600, device="", dry_run=False,
-                   layer_kinds=()):
+                   layer_kinds=(), layout="bhsd", page_size=0):
         """One search per bucket of a model's serving envelope that needs
         one (Tuner.TuneModel; `evotune tune-model` reads the fields from a
         config.json): returns the buckets (problem, job_id, state,
         submitted). layer_kinds: the kinds of the model's layers, each a
         dict of window_left (keys before each query's own; absent or -1:
         none), softcap and sinks, e.g. gpt-oss's [{"sinks": True},
-        {"window_left": 127, "sinks": True}]; none: full attention. Asked
-        again, it resumes; dry_run submits nothing."""
+        {"window_left": 127, "sinks": True}]; none: full attention.
+        layout: how the model's calls pass tensors ("bhsd", "thd",
+        "cache", or "paged" with page_size keys a page). Asked again, it
+        resumes; dry_run submits nothing."""
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout: one of {sorted(_LAYOUTS)}, got "
+                             f"{layout!r}")
         if dtype not in _DTYPES:
             raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
         kinds = []
@@ -180,7 +187,8 @@ class Client:
                 max_batch=max_batch, max_context=max_context,
                 prefill_chunk=prefill_chunk,
                 max_prefill_tokens=max_prefill_tokens,
-                decode_queries=list(decode_queries)),
+                decode_queries=list(decode_queries),
+                layout=_LAYOUTS[layout], page_size=page_size),
             budget=evotune_pb2.Budget(max_trials=max_trials,
                                       max_seconds=max_seconds),
             device=device, dry_run=dry_run)

@@ -106,6 +106,51 @@ TEST(EnvelopeTest, EachBucketHasTheLayersScoreMods) {
   EXPECT_EQ(LayerKindName(LayerKind()), "full attention");
 }
 
+// An engine's calls over a paged cache (evotune.torch's varlen entry
+// points: queries bucketed from 16, keys in whole pages): every bucket a
+// valid paged problem, and every call within the envelope in one.
+TEST(EnvelopeTest, PagedBucketsHoldAnEnginesCalls) {
+  Envelope e;
+  e.max_batch = 64;
+  e.max_context = 3000;
+  e.prefill_chunk = 512;
+  e.max_prefill_tokens = 4096;
+  e.layout = Layout::kPaged;
+  e.page_size = 48;
+  const std::vector<Problem> buckets = Llama3Buckets(e);
+  for (const Problem& p : buckets) {
+    EXPECT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
+    EXPECT_EQ(p.page_size, 48);
+    EXPECT_GE(p.seq_q, 16) << ProblemKey(p);
+  }
+  EXPECT_EQ(ProblemKey(buckets.front()),
+            "b1_h32_kv8_q16_k144_d128_causal_bf16_paged48");
+  auto bound = [](int64_t n) {  // evotune.varlen.bucket's default policy.
+    int64_t b = 16;
+    while (b < n) b *= 2;
+    return b;
+  };
+  std::mt19937 rng(3);
+  auto upto = [&](int64_t n) {
+    return std::uniform_int_distribution<int64_t>(1, n)(rng);
+  };
+  for (int i = 0; i < 2000; ++i) {
+    Problem call = buckets.front();
+    // A step of decode rows and at most one prefill chunk.
+    call.batch = upto(e.max_batch);
+    const int64_t max_q = i % 2 ? 1 : upto(e.prefill_chunk);
+    call.seq_q = bound(max_q);
+    const int64_t keys = std::max(max_q, upto(e.max_context));
+    call.seq_k = (bound(keys) + 47) / 48 * 48;
+    bool held = false;
+    for (const Problem& b : buckets) {
+      held |= b.page_size == call.page_size && b.layout == call.layout &&
+              Holds(b, call);
+    }
+    EXPECT_TRUE(held) << ProblemKey(call) << " of " << max_q << " queries";
+  }
+}
+
 TEST(EnvelopeTest, AnEnvelopeOutOfRangeNamesTheField) {
   struct Case {
     const char* field;
@@ -121,6 +166,13 @@ TEST(EnvelopeTest, AnEnvelopeOutOfRangeNamesTheField) {
        [](Envelope* e) {
          e->decode_queries = {1, 65};
        }},
+      {"page_size: a multiple of 16",
+       [](Envelope* e) {
+         e->layout = Layout::kPaged;
+         e->page_size = 24;
+       }},
+      {"page_size: only with the paged layout",
+       [](Envelope* e) { e->page_size = 16; }},
   };
   EXPECT_TRUE(ValidateEnvelope(Envelope()).ok());
   for (const Case& c : cases) {

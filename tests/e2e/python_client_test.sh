@@ -86,6 +86,12 @@ kinds = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
 assert len(kinds) == 12 and all(b.problem.sinks for b in kinds), kinds
 assert not kinds[0].problem.HasField("window_left"), kinds[0]
 assert kinds[6].problem.window_left == 127, kinds[6]
+paged = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
+                     prefill_chunk=0, max_prefill_tokens=128,
+                     decode_queries=[1], dry_run=True, layout="paged",
+                     page_size=16)
+assert paged and all(b.problem.page_size == 16 and b.problem.layout == 3
+                     for b in paged), paged
 try:
     c.tune_model(8, 2, 64, layer_kinds=[{"window": 127}])
     raise AssertionError("an unknown layer kind field was taken")

@@ -65,6 +65,21 @@ grep -qx "b2_h32_kv8_q4_k256_d128_causal_bf16_bhsd" "$work/buckets" ||
   fail "no speculative decode bucket: $(cat "$work/buckets")"
 [ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
 
+# An engine's paged cache: buckets of 16-key pages, queries from 16.
+cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
+  --layout=paged --page_size=16 --dry_run >"$work/buckets" 2>"$work/err" ||
+  fail "paged dry run: $(cat "$work/err")"
+grep -qx "b1_h32_kv8_q16_k128_d128_causal_bf16_paged16" "$work/buckets" &&
+  ! grep -qv "_paged16$" "$work/buckets" ||
+  fail "paged buckets: $(cat "$work/buckets")"
+grep -q "; paged of 16-key pages: " "$work/err" || fail "$(cat "$work/err")"
+if cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
+  --layout=paged --page_size=20 --dry_run >/dev/null 2>"$work/err"; then
+  fail "pages of 20 keys were taken"
+fi
+grep -q "envelope.page_size: a multiple of 16" "$work/err" ||
+  fail "$(cat "$work/err")"
+
 # gpt-oss's layers (sinks; a 128-key window on alternate layers): each
 # kind's buckets, named on the progress line.
 cat >"$work/gpt-oss.json" <<'JSON'

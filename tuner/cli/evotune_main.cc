@@ -77,7 +77,8 @@ ABSL_FLAG(std::string, q_dtype, "",
 ABSL_FLAG(std::string, layout, "bhsd",
           "bhsd (fixed lengths), thd (varlen: packed, cu_seqlens; seq_q and "
           "seq_k bound a bucket), cache (KV cache, seqused_k) or paged (a "
-          "paged KV cache: a block table of --page_size pages)");
+          "paged KV cache: a block table of --page_size pages); tune-model: "
+          "the layout of the model's calls");
 ABSL_FLAG(int, page_size, 0, "keys per page of --layout=paged (16 to 256)");
 ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
 // Search (submit).
@@ -276,10 +277,7 @@ bool FillProblem(v1::Problem* p, std::string* error) {
     *error = absl::StrCat("--layout: ", layout.status().message());
     return false;
   }
-  p->set_layout(*layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
-                : *layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
-                : *layout == Layout::kPaged   ? v1::LAYOUT_PAGED
-                                              : v1::LAYOUT_DENSE);
+  p->set_layout(LayoutToProto(*layout));
   const int page_size = absl::GetFlag(FLAGS_page_size);
   if (page_size < 0) {
     *error = absl::StrCat("--page_size: must be positive, got ", page_size);
@@ -652,6 +650,13 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   e->set_prefill_chunk(std::max(0, absl::GetFlag(FLAGS_prefill_chunk)));
   e->set_max_prefill_tokens(
       std::max(0, absl::GetFlag(FLAGS_max_prefill_tokens)));
+  absl::StatusOr<Layout> layout = ParseLayout(absl::GetFlag(FLAGS_layout));
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout: ", layout.status().message()));
+  }
+  e->set_layout(LayoutToProto(*layout));
+  e->set_page_size(std::max(0, absl::GetFlag(FLAGS_page_size)));
   for (absl::string_view q :
        absl::StrSplit(absl::GetFlag(FLAGS_decode_queries), ',')) {
     uint32_t n = 0;
@@ -674,7 +679,10 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
       "; batch up to ", e->max_batch(), ", context up to ", e->max_context(),
       ", prefill chunks of ", e->prefill_chunk(), ", prompts up to ",
       e->max_prefill_tokens(), " tokens, decode queries ",
-      absl::GetFlag(FLAGS_decode_queries));
+      absl::GetFlag(FLAGS_decode_queries), "; ", LayoutName(*layout),
+      *layout == Layout::kPaged
+          ? absl::StrCat(" of ", e->page_size(), "-key pages")
+          : "");
   return req;
 }
 

@@ -124,6 +124,11 @@ absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
   out.envelope.max_prefill_tokens = e.max_prefill_tokens();
   out.envelope.decode_queries.assign(e.decode_queries().begin(),
                                      e.decode_queries().end());
+  absl::StatusOr<Layout> layout =
+      LayoutFromProto(e.layout(), "envelope.layout");
+  if (!layout.ok()) return layout.status();
+  out.envelope.layout = *layout;
+  out.envelope.page_size = e.page_size();
   out.max_trials = r.budget().max_trials();
   out.max_seconds = r.budget().max_seconds();
   out.device = r.device();

@@ -6,6 +6,33 @@
 
 namespace evotune {
 
+absl::StatusOr<Layout> LayoutFromProto(v1::Layout layout,
+                                       absl::string_view field) {
+  switch (layout) {
+    case v1::LAYOUT_DENSE:
+      return Layout::kDense;
+    case v1::LAYOUT_VARLEN:
+      return Layout::kVarlen;
+    case v1::LAYOUT_KV_CACHE:
+      return Layout::kKvCache;
+    case v1::LAYOUT_PAGED:
+      return Layout::kPaged;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field,
+                       ": LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE or "
+                       "LAYOUT_PAGED (got ",
+                       layout, ")"));
+  }
+}
+
+v1::Layout LayoutToProto(Layout layout) {
+  return layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
+         : layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
+         : layout == Layout::kPaged   ? v1::LAYOUT_PAGED
+                                      : v1::LAYOUT_DENSE;
+}
+
 absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
                                          absl::string_view prefix) {
   Problem out;
@@ -16,26 +43,10 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
   out.seq_k = p.seq_k();
   out.head_dim = p.head_dim();
   out.causal = p.causal();
-  switch (p.layout()) {
-    case v1::LAYOUT_DENSE:
-      out.layout = Layout::kDense;
-      break;
-    case v1::LAYOUT_VARLEN:
-      out.layout = Layout::kVarlen;
-      break;
-    case v1::LAYOUT_KV_CACHE:
-      out.layout = Layout::kKvCache;
-      break;
-    case v1::LAYOUT_PAGED:
-      out.layout = Layout::kPaged;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(prefix,
-                       ".layout: LAYOUT_DENSE, LAYOUT_VARLEN, LAYOUT_KV_CACHE "
-                       "or LAYOUT_PAGED (got ",
-                       p.layout(), ")"));
-  }
+  absl::StatusOr<Layout> layout =
+      LayoutFromProto(p.layout(), absl::StrCat(prefix, ".layout"));
+  if (!layout.ok()) return layout.status();
+  out.layout = *layout;
   out.page_size = p.page_size();
   switch (p.dtype()) {
     case v1::DTYPE_FP16:
@@ -87,10 +98,7 @@ v1::Problem ProblemToProto(const Problem& p) {
   out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   if (p.kv_fp8) out.set_kv_dtype(v1::DTYPE_E4M3);
   if (p.q_fp8) out.set_q_dtype(v1::DTYPE_E4M3);
-  out.set_layout(p.layout == Layout::kVarlen    ? v1::LAYOUT_VARLEN
-                 : p.layout == Layout::kKvCache ? v1::LAYOUT_KV_CACHE
-                 : p.layout == Layout::kPaged   ? v1::LAYOUT_PAGED
-                                                : v1::LAYOUT_DENSE);
+  out.set_layout(LayoutToProto(p.layout));
   out.set_page_size(static_cast<uint32_t>(p.page_size));
   if (p.window_left >= 0) {
     out.set_window_left(static_cast<uint32_t>(p.window_left));

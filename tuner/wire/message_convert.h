@@ -24,6 +24,10 @@ namespace evotune {
 absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
                                          absl::string_view prefix = "problem");
 v1::Problem ProblemToProto(const Problem& p);
+// INVALID_ARGUMENT naming `field` for a layout this build does not know.
+absl::StatusOr<Layout> LayoutFromProto(v1::Layout layout,
+                                       absl::string_view field);
+v1::Layout LayoutToProto(Layout layout);
 v1::Device DeviceToProto(const DeviceInfo& d);
 // The device key only; limits stay at their defaults.
 DeviceInfo DeviceKeyFromProto(const v1::Device& d);
