@@ -19,6 +19,7 @@ from torch.nn.attention.bias import causal_lower_right
 from .checks import AttentionArgumentError
 
 NONE = (-1, -1, 0.0)  # No window, no softcap.
+MAX_SOFTCAP = 1e6  # The largest cap a problem takes (core/problem.h).
 
 
 def normalize(causal, window_size, softcap, where):
@@ -44,9 +45,10 @@ def normalize(causal, window_size, softcap, where):
     except (TypeError, ValueError):
         raise AttentionArgumentError(
             f"{where}: softcap must be a number, got {softcap!r}") from None
-    if not math.isfinite(cap) or cap < 0:
+    if not math.isfinite(cap) or cap < 0 or cap > MAX_SOFTCAP:
         raise AttentionArgumentError(
-            f"{where}: softcap must be 0 (none) or positive, got {softcap}")
+            f"{where}: softcap must be 0 (none) or in (0, {MAX_SOFTCAP:g}], "
+            f"got {softcap}")
     causal = bool(causal) or right == 0
     if causal:
         right = -1

@@ -262,7 +262,8 @@ class ScoreModsTest(unittest.TestCase):
         for kwargs, name in (({"window_size": (-2, 0)}, "window_size"),
                              ({"window_size": 3}, "window_size"),
                              ({"softcap": -1.0}, "softcap"),
-                             ({"softcap": float("nan")}, "softcap")):
+                             ({"softcap": float("nan")}, "softcap"),
+                             ({"softcap": 2e6}, "softcap")):
             with self.subTest(kwargs=kwargs):
                 with self.assertRaisesRegex(AttentionArgumentError, name):
                     et.attention(q, q, q, **kwargs)
