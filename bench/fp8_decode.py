@@ -15,8 +15,6 @@ caches (pages shuffled, the same factors).
   python3 bench/fp8_decode.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
 import argparse
-import datetime
-import json
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +23,8 @@ from torch.nn.attention.bias import causal_lower_right
 
 import evotune.torch as et
 from evotune.kvcache import sdpa_per_sequence
-from paged_decode import SDPA, graph_of, paged, rel_err, time_graphs
+from paged_decode import (SDPA, graph_of, paged, rel_err, time_graphs,
+                          write_results)
 from sdpa_compare import ReadFloor
 
 # (batch, queries, heads, kv_heads, head_dim, keys): the suite's
@@ -167,11 +166,7 @@ def main():
     if args.sweep_keys:
         rows, fits = sweep(args, gen)
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"date": datetime.date.today().isoformat(),
-                           "gpu": torch.cuda.get_device_name(),
-                           "commit": args.commit, "rows": rows,
-                           "fits": fits}, f, indent=1)
+            write_results(args.json, args.commit, rows, fits=fits)
         return
     rows = []
     for shape in SHAPES:
@@ -190,11 +185,7 @@ def main():
                 if k.startswith("evotune_fp8")),
             "| skipped", list(row["skipped"]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(),
-                       "gpu": torch.cuda.get_device_name(),
-                       "commit": args.commit, "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+        write_results(args.json, args.commit, rows)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
   python3 bench/fp8_prefill.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
 import argparse
-import datetime
-import json
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +20,7 @@ from torch.nn.attention import sdpa_kernel
 
 import evotune.torch as et
 from evotune import fp8_attention as fa
-from paged_decode import SDPA, graph_of, rel_err, time_graphs
+from paged_decode import SDPA, graph_of, rel_err, time_graphs, write_results
 
 # The suite's FP8 prefill shapes (../shared/bench/shapes.json): name,
 # (batch, heads, kv_heads, seq, head_dim, causal).
@@ -110,11 +108,7 @@ def main():
             f"{row['rel_err_vs_bf16_inputs']['evotune_fp8']:.1e}",
             "| skipped", list(row["skipped"]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(),
-                       "gpu": torch.cuda.get_device_name(),
-                       "commit": args.commit, "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+        write_results(args.json, args.commit, rows)
 
 
 if __name__ == "__main__":

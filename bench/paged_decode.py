@@ -178,6 +178,16 @@ def run_shape(shape, args, gen):
     return row
 
 
+
+def write_results(path, commit, rows, **extra):
+    """A run's JSON for bench/results/: the date, GPU, commit, torch, the
+    rows and any `extra` fields."""
+    with open(path, "w") as f:
+        json.dump({"date": datetime.date.today().isoformat(),
+                   "gpu": torch.cuda.get_device_name(),
+                   "commit": commit, "torch": torch.__version__,
+                   "rows": rows, **extra}, f, indent=1)
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
@@ -212,11 +222,7 @@ def main():
             "| max err", f"{max(row['rel_err'].values()):.2e}",
             "| skipped", list(row["skipped"]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(),
-                       "gpu": torch.cuda.get_device_name(),
-                       "commit": args.commit, "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+        write_results(args.json, args.commit, rows)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ independent of each other; the GPU tests hold both to an fp32 reference).
   python3 bench/score_mods.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
 import argparse
-import datetime
-import json
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import evotune.torch as et
-from paged_decode import graph_of, rel_err, time_graphs
+from paged_decode import graph_of, rel_err, time_graphs, write_results
 
 _flex = torch.compile(flex_attention, dynamic=False)
 
@@ -180,11 +178,7 @@ def main():
             "| TB/s", row.get("kv_tb_s"),
             "| skipped", row["skipped"], flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(),
-                       "gpu": torch.cuda.get_device_name(),
-                       "commit": args.commit, "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+        write_results(args.json, args.commit, rows)
 
 
 if __name__ == "__main__":
