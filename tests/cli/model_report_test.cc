@@ -80,6 +80,12 @@ TEST_F(ModelReportTest, IsOneSelfContainedPageOfEveryBucket) {
   EXPECT_THAT(html, HasSubstr("<td>10.00 us</td>"));  // The first OK trial.
 }
 
+TEST_F(ModelReportTest, TheFirstTimeIsTheFirstCorrectTrials) {
+  EXPECT_EQ(FirstOkUs(buckets_[0].events), 10);
+  EXPECT_EQ(FirstOkUs({}), std::nullopt);
+  EXPECT_EQ(FirstOkUs({buckets_[0].events[0]}), std::nullopt);
+}
+
 TEST_F(ModelReportTest, TheSummarySaysWhatTheBudgetBought) {
   const std::string html = ModelReportHtml("m", buckets_);
   EXPECT_THAT(html, HasSubstr("<dd>3, 2 searched</dd>"));

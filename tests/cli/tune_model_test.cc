@@ -5,12 +5,31 @@
 namespace evotune {
 namespace {
 
-TEST(TuneModelTest, TheProgressLineSaysBucketsTrialsAndTime) {
-  EXPECT_EQ(
-      FormatModelProgress(37, 160, 296, absl::Seconds(130), absl::Minutes(10)),
-      "tune-model: 37/160 buckets, 296 trials, 2m10s of 10m00s");
-  EXPECT_EQ(FormatModelProgress(0, 3, 0, absl::Seconds(5), absl::Seconds(30)),
-            "tune-model: 0/3 buckets, 0 trials, 5s of 30s");
+TEST(TuneModelTest, TheProgressLineSaysBucketsTrialsGainAndTime) {
+  ModelProgress m;
+  m.done = 37;
+  m.total = 160;
+  m.trials = 296;
+  m.elapsed = absl::Seconds(130);
+  m.budget = absl::Minutes(10);
+  EXPECT_EQ(FormatModelProgress(m),
+            "tune-model: 37/160 buckets, 296 trials, 2m10s of 10m00s");
+  m.predicted_gain = 0.05;
+  EXPECT_EQ(FormatModelProgress(m),
+            "tune-model: 37/160 buckets, 296 trials, gain - (5.0% "
+            "predicted), 2m10s of 10m00s");
+  m.measured_gain = 0.041;
+  EXPECT_EQ(FormatModelProgress(m),
+            "tune-model: 37/160 buckets, 296 trials, gain 4.1% (5.0% "
+            "predicted), 2m10s of 10m00s");
+  m.predicted_gain = -1;
+  m.done = 0;
+  m.total = 3;
+  m.trials = 0;
+  m.elapsed = absl::Seconds(5);
+  m.budget = absl::Seconds(30);
+  EXPECT_EQ(FormatModelProgress(m),
+            "tune-model: 0/3 buckets, 0 trials, gain 4.1%, 5s of 30s");
 }
 
 // The plan names how many buckets are searched and, where the cost model
@@ -33,9 +52,12 @@ TEST(TuneModelTest, ThePlanSaysWhereTheTrialsGo) {
   add(128, 0, 0, 0);  // Searched before.
   add(256, 0, 0, 12);
   EXPECT_EQ(FormatModelPlan(r), "2 buckets, 1 to search");
+  EXPECT_EQ(PredictedGain(r), -1);
   add(512, 10, 9.9, 2);
   add(1024, 10, 8, 12);
   add(2048, 10, 9, 12);
+  // (0.1 + 2 + 1) of 30 predicted us saved.
+  EXPECT_NEAR(PredictedGain(r), 3.1 / 30, 1e-12);
   EXPECT_EQ(FormatModelPlan(r),
             "5 buckets, 4 to search; predicted gain 3% or more on 2 (12 "
             "trials each, at most 20% on "

@@ -120,6 +120,8 @@ grep -aq '"num_key_value_heads": 8' "$work/model.evtb" ||
 [ "$(jobs_of succeeded)" -eq 13 ] ||
   fail "expected 13 searches done, got $(jobs_of succeeded)"
 [ "$(jobs_of)" -eq 13 ] || fail "a bucket was searched twice: $(jobs_of) jobs"
+grep -q "^tune-model: 13/13 buckets, [0-9]* trials, gain [0-9.]*%, " \
+  "$work/second.err" || fail "no measured gain: $(cat "$work/second.err")"
 grep -q "^\[13/13\] .*decode_fwd\|^\[13/13\] .*flash_fwd" "$work/second.err" ||
   fail "export progress: $(cat "$work/second.err")"
 grep -q "^\[1/13\] B=1 H=32 KV=8 Sq=1 Sk=128 D=128 non-causal bf16: decode_fwd .*(tuned" \

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -686,6 +687,29 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   return req;
 }
 
+// The share of their first OK trials' summed time the ended searches'
+// best saved (-1 for none); each search's first time is asked for once
+// and kept in `first_us` (0 where it has none).
+double MeasuredGain(Client& client, const std::vector<v1::Job>& ended,
+                    std::map<std::string, double>* first_us) {
+  double first = 0, best = 0;
+  for (const v1::Job& job : ended) {
+    if (!job.has_best()) continue;
+    auto it = first_us->find(job.job_id());
+    if (it == first_us->end()) {
+      absl::StatusOr<std::vector<v1::TrialEvent>> events =
+          JobEvents(client, job);
+      const std::optional<double> us =
+          events.ok() ? FirstOkUs(*events) : std::nullopt;
+      it = first_us->emplace(job.job_id(), us.value_or(0)).first;
+    }
+    if (it->second <= 0) continue;
+    first += it->second;
+    best += std::min(job.best().latency().median_us(), it->second);
+  }
+  return first > 0 ? 1 - best / first : -1;
+}
+
 // Follows the buckets' jobs until all end or the budget is spent (then
 // cancels those left); progress on stderr. The exit code.
 int FollowBuckets(Client& client, const v1::TuneModelResponse& buckets) {
@@ -695,26 +719,34 @@ int FollowBuckets(Client& client, const v1::TuneModelResponse& buckets) {
   for (const v1::ModelBucket& b : buckets.buckets()) ids.insert(b.job_id());
   std::vector<std::string> open;
   const bool tty = isatty(STDERR_FILENO);
+  const double predicted = PredictedGain(buckets);
+  std::map<std::string, double> first_us;  // Of each ended search.
   std::string shown;
   while (true) {
     v1::ListJobsResponse jobs;
     grpc::Status s = client.stub()->ListJobs(client.Context(true).get(),
                                              v1::ListJobsRequest(), &jobs);
     if (!s.ok()) return FailRpc(client, s);
-    int64_t trials = 0;
+    ModelProgress m;
+    m.total = buckets.buckets_size();
+    m.elapsed = absl::Now() - start;
+    m.budget = budget;
+    m.predicted_gain = predicted;
+    std::vector<v1::Job> ended;
     open.clear();
     for (const v1::Job& job : jobs.jobs()) {
       if (ids.count(job.job_id()) == 0) continue;
-      trials += job.trials_done();
+      m.trials += job.trials_done();
       if (job.state() == v1::JOB_STATE_QUEUED ||
           job.state() == v1::JOB_STATE_RUNNING) {
         open.push_back(job.job_id());
+      } else if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+        ended.push_back(job);
       }
     }
-    const int total = buckets.buckets_size();
-    const std::string line =
-        FormatModelProgress(total - static_cast<int>(open.size()), total,
-                            trials, absl::Now() - start, budget);
+    m.done = m.total - static_cast<int>(open.size());
+    m.measured_gain = MeasuredGain(client, ended, &first_us);
+    const std::string line = FormatModelProgress(m);
     // A line per change where stderr is no terminal (a log).
     if (tty) {
       std::cerr << "\r" << line << std::flush;

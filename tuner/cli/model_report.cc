@@ -31,11 +31,7 @@ Found FoundBy(const BucketSearch& b) {
   Found f;
   absl::StatusOr<Problem> p = ProblemFromProto(b.problem);
   f.key = p.ok() ? ProblemKey(*p) : FormatProblem(b.problem);
-  for (const v1::TrialEvent& e : b.events) {
-    if (e.trial().status() != v1::TRIAL_STATUS_OK) continue;
-    f.first_us = e.trial().latency().median_us();
-    break;
-  }
+  f.first_us = FirstOkUs(b.events);
   if (b.job.has_best()) f.best_us = b.job.best().latency().median_us();
   return f;
 }
@@ -163,6 +159,15 @@ std::string Summary(const std::string& about,
 }
 
 }  // namespace
+
+std::optional<double> FirstOkUs(const std::vector<v1::TrialEvent>& events) {
+  for (const v1::TrialEvent& e : events) {
+    if (e.trial().status() == v1::TRIAL_STATUS_OK) {
+      return e.trial().latency().median_us();
+    }
+  }
+  return std::nullopt;
+}
 
 std::string ModelReportHtml(const std::string& about,
                             const std::vector<BucketSearch>& buckets,

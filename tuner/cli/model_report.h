@@ -8,6 +8,7 @@
 #ifndef EVOTUNE_TUNER_CLI_MODEL_REPORT_H_
 #define EVOTUNE_TUNER_CLI_MODEL_REPORT_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct BucketSearch {
   v1::Job job;  // Its search; job_id empty where none has run.
   std::vector<v1::TrialEvent> events;  // The search's trials, in order.
 };
+
+// The median time of the first correct trial of `events`, if any.
+std::optional<double> FirstOkUs(const std::vector<v1::TrialEvent>& events);
 
 // `about` says what model and envelope; `comparison` may be null.
 std::string ModelReportHtml(const std::string& about,

@@ -1,5 +1,7 @@
 #include "tuner/cli/tune_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/wire/message_convert.h"
@@ -13,15 +15,38 @@ constexpr double kSmallGain = 0.03;
 
 }  // namespace
 
-std::string FormatModelProgress(int done, int total, int64_t trials,
-                                absl::Duration elapsed, absl::Duration budget) {
+std::string FormatModelProgress(const ModelProgress& m) {
   auto clock = [](absl::Duration d) {
     const int64_t s = absl::ToInt64Seconds(d);
     return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
                    : absl::StrFormat("%ds", s);
   };
-  return absl::StrCat("tune-model: ", done, "/", total, " buckets, ", trials,
-                      " trials, ", clock(elapsed), " of ", clock(budget));
+  std::string gain;
+  if (m.measured_gain >= 0 || m.predicted_gain >= 0) {
+    gain = m.measured_gain >= 0
+               ? absl::StrFormat(", gain %.1f%%", 100 * m.measured_gain)
+               : ", gain -";
+    if (m.predicted_gain >= 0) {
+      absl::StrAppendFormat(&gain, " (%.1f%% predicted)",
+                            100 * m.predicted_gain);
+    }
+  }
+  return absl::StrCat("tune-model: ", m.done, "/", m.total, " buckets, ",
+                      m.trials, " trials", gain, ", ", clock(m.elapsed), " of ",
+                      clock(m.budget));
+}
+
+double PredictedGain(const v1::TuneModelResponse& buckets) {
+  double served = 0, best = 0;
+  for (const v1::ModelBucket& b : buckets.buckets()) {
+    if (b.max_trials() == 0 || b.predicted_served_us() <= 0 ||
+        b.predicted_best_us() <= 0) {
+      continue;
+    }
+    served += b.predicted_served_us();
+    best += std::min(b.predicted_best_us(), b.predicted_served_us());
+  }
+  return served > 0 ? 1 - best / served : -1;
 }
 
 std::string FormatModelPlan(const v1::TuneModelResponse& buckets) {
