@@ -146,4 +146,22 @@ cli model-report --model_config="$work/config.json" "${envelope[@]}" \
   grep -q "<dd>13, 13 searched</dd>" "$work/model.html" ||
   fail "the model report: $(head -c 2000 "$work/model.html")"
 [ "$(jobs_of)" -eq 13 ] || fail "model-report submitted a search"
+
+# A budget shorter than the searches: they are cancelled when it is spent,
+# their trials kept, and the bundle still covers every bucket.
+start=$(date +%s)
+cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
+  --max_context=1024 --bucket_trials=500 --budget=2s \
+  --output="$work/short.evtb" >/dev/null 2>"$work/short.err" ||
+  fail "budgeted run: $(cat "$work/short.err")"
+grep -q "the budget is spent; [0-9]* searches cancelled" "$work/short.err" ||
+  fail "the budget was not enforced: $(cat "$work/short.err")"
+[ $(($(date +%s) - start)) -lt 60 ] || fail "the budgeted run took too long"
+[ -s "$work/short.evtb" ] || fail "no bundle after the budget"
+for _ in $(seq 100); do  # A trial in flight ends first.
+  [ "$(jobs_of running)" -eq 0 ] && [ "$(jobs_of queued)" -eq 0 ] && break
+  sleep 0.1
+done
+[ "$(jobs_of running)" -eq 0 ] && [ "$(jobs_of queued)" -eq 0 ] ||
+  fail "searches left running after the budget"
 echo "PASS"

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <random>
 
+#include "core/envelope.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/cuda_driver.h"
@@ -155,6 +157,51 @@ TEST(BundleSourceTest, ABucketServesCallsItsModsComputeAlike) {
   EXPECT_EQ(found(prompt), ProblemKey(bucket(512, true, -1)));
   prompt.seq_q = prompt.seq_k = 2000;
   EXPECT_THAT(found(prompt), HasSubstr("nor for a problem"));
+}
+
+// A bundle of a model's buckets (tune-model's: two kinds of layers, one
+// with a 1,024-key window) serves every call within its envelope, as
+// engines make them: decode steps called causal or not, windows passed on
+// every call or dropped where they reach past the keys.
+TEST(BundleSourceTest, AModelsBucketsServeEveryCallInItsEnvelope) {
+  Envelope e;
+  e.max_batch = 16;
+  e.max_context = 4096;
+  e.prefill_chunk = 512;
+  e.max_prefill_tokens = 4096;
+  LayerKind windowed;
+  windowed.window_left = 1023;
+  std::vector<std::pair<Problem, std::string>> kernels;
+  for (const LayerKind& kind : {LayerKind(), windowed}) {
+    for (const Problem& p :
+         EnvelopeBuckets(e, 32, 8, 128, DType::kBf16, kind)) {
+      kernels.push_back({p, "sm_90a"});
+    }
+  }
+  absl::StatusOr<std::unique_ptr<BundleSource>> source =
+      BundleSource::Open(BundleOf(kernels));
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::mt19937 rng(5);
+  auto upto = [&](int64_t n) {
+    return std::uniform_int_distribution<int64_t>(1, n)(rng);
+  };
+  for (int i = 0; i < 1000; ++i) {
+    Problem call = kernels.front().first;
+    call.batch = upto(e.max_batch);
+    call.seq_q = i % 3 == 0 ? upto(e.prefill_chunk) : i % 3 == 1 ? 1 : 4;
+    call.seq_k = std::max(call.seq_q, upto(e.max_context));
+    call.causal = call.seq_q > 1 || i % 2 == 0;
+    const bool window = i % 4 < 2;
+    const bool passed = window && (i % 8 < 4 || call.seq_k > 1024);
+    call.window_left = passed ? 1023 : -1;
+    absl::StatusOr<v1::Kernel> k = (*source)->Find(call, "", "sm_90a");
+    ASSERT_TRUE(k.ok()) << ProblemKey(call) << ": " << k.status();
+    const Problem served = *ProblemFromProto(k->problem());
+    EXPECT_TRUE(ServesScoreMods(served, call))
+        << ProblemKey(served) << " for " << ProblemKey(call);
+    EXPECT_EQ(HasWindow(served), window && call.seq_k > 1024)
+        << ProblemKey(served) << " for " << ProblemKey(call);
+  }
 }
 
 TEST(GeometryTest, SurvivesTheWire) {
