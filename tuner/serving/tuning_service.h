@@ -107,6 +107,13 @@ class TuningService {
   absl::StatusOr<std::vector<ModelBucket>> TuneModel(
       const ModelTuneRequest& request);
 
+  // The cost model's time of the config served now for `problem` (as
+  // QueryBest answers) and of the fastest of at most kGainSample configs a
+  // search of it may try (evenly spaced in the searchable ones of the
+  // template a search would tune): what TuneModel plans by.
+  absl::StatusOr<std::pair<double, double>> PredictBucket(
+      const CostModel& model, const Problem& problem, const DeviceInfo& device);
+
   // Streams a snapshot, then every event with sequence > from_sequence as it
   // happens, then the final job; returns when the job is final and all was
   // sent, when `send` returns false, or when `stop` returns true (checked at
@@ -138,12 +145,6 @@ class TuningService {
   // device has a cost model (PredictBucket).
   void PredictBuckets(const std::string& device_name,
                       std::vector<ModelBucket>* buckets);
-  // The cost model's time of the config served now for `problem` (as
-  // QueryBest answers) and of the fastest of at most kGainSample configs
-  // its search may try (evenly spaced in the searchable ones).
-  absl::StatusOr<std::pair<double, double>> PredictBucket(
-      const CostModel& model, const Problem& problem, const DeviceInfo& device);
-
   // TuneModel plans and submits under it, so that two calls at once (a
   // run and its resumption) never submit a bucket twice.
   absl::Mutex tune_model_mu_;
