@@ -160,6 +160,16 @@ TEST(ModelConfigTest, ReadsTheKindsOfAModelsLayers) {
   }
 }
 
+TEST(ModelConfigTest, TheFieldsMayBeGivenInPlaceOfAFile) {
+  absl::StatusOr<ModelAttention> m = ReadModelConfig(
+      R"({"num_attention_heads": 32, "num_key_value_heads": 8,
+          "head_dim": 128, "sliding_window": 4096})",
+      8192);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kv_heads, 8);
+  EXPECT_EQ(LayerKindName(m->kinds.at(0)), "window 4095");
+}
+
 TEST(ModelConfigTest, AFileThatCannotBeReadIsNotFound) {
   absl::StatusOr<ModelAttention> m = ReadModelConfig("/no/such.json", 8192);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);

@@ -65,6 +65,13 @@ grep -qx "b2_h32_kv8_q4_k256_d128_causal_bf16_bhsd" "$work/buckets" ||
   fail "no speculative decode bucket: $(cat "$work/buckets")"
 [ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
 
+# The config's fields in place of a file: the same buckets, as JSON.
+cli tune-model --model_config='{"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}' \
+  "${envelope[@]}" --dry_run --json >"$work/plan.json" 2>"$work/err" ||
+  fail "fields in place of a file: $(cat "$work/err")"
+[ "$(grep -o '"problem"' "$work/plan.json" | wc -l)" -eq 13 ] ||
+  fail "the plan as JSON: $(cat "$work/plan.json")"
+
 # An engine's paged cache: buckets of 16-key pages, queries from 16.
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
   --layout=paged --page_size=16 --dry_run >"$work/buckets" 2>"$work/err" ||

@@ -114,7 +114,9 @@ ABSL_FLAG(std::string, compare, "",
           "--json) whose rows for the job's problem (each bucket's) are shown "
           "beside PyTorch SDPA");
 ABSL_FLAG(std::string, model_config, "",
-          "tune-model, model-report: the model's config.json (Hugging Face)");
+          "tune-model, model-report: the model's config.json (Hugging "
+          "Face), or its fields as a JSON object ('{\"num_attention_heads\": "
+          "32, ...}')");
 ABSL_FLAG(int, max_batch, 256,
           "tune-model: sequences of a decode step, at most");
 ABSL_FLAG(int, max_context, 8192,
@@ -674,13 +676,17 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   req.set_device(absl::GetFlag(FLAGS_device));
   req.set_dry_run(absl::GetFlag(FLAGS_dry_run));
   *about = absl::StrCat(
-      "tune-model ", m->name.empty() ? path : m->name, ": ", m->heads,
-      " heads on ", m->kv_heads, ", head_dim ", m->head_dim, ", ",
-      DTypeName(m->dtype), "; layers of ", absl::StrJoin(kinds, " and of "),
-      "; batch up to ", e->max_batch(), ", context up to ", e->max_context(),
-      ", prefill chunks of ", e->prefill_chunk(), ", prompts up to ",
-      e->max_prefill_tokens(), " tokens, decode queries ",
-      absl::GetFlag(FLAGS_decode_queries), "; ", LayoutName(*layout),
+      "tune-model ",
+      !m->name.empty()      ? m->name
+      : path.front() == '{' ? std::string("(fields given)")
+                            : path,
+      ": ", m->heads, " heads on ", m->kv_heads, ", head_dim ", m->head_dim,
+      ", ", DTypeName(m->dtype), "; layers of ",
+      absl::StrJoin(kinds, " and of "), "; batch up to ", e->max_batch(),
+      ", context up to ", e->max_context(), ", prefill chunks of ",
+      e->prefill_chunk(), ", prompts up to ", e->max_prefill_tokens(),
+      " tokens, decode queries ", absl::GetFlag(FLAGS_decode_queries), "; ",
+      LayoutName(*layout),
       *layout == Layout::kPaged
           ? absl::StrCat(" of ", e->page_size(), "-key pages")
           : "");
@@ -787,7 +793,11 @@ int RunTuneModel(Client& client, const Args&) {
     problems.push_back(*ProblemFromProto(b.problem()));
   }
   if (req->dry_run()) {
-    for (const Problem& p : problems) std::cout << ProblemKey(p) << "\n";
+    if (absl::GetFlag(FLAGS_json)) {
+      PrintJson(buckets);
+    } else {
+      for (const Problem& p : problems) std::cout << ProblemKey(p) << "\n";
+    }
     return 0;
   }
   if (int rc = FollowBuckets(client, buckets); rc != 0) return rc;
@@ -796,9 +806,14 @@ int RunTuneModel(Client& client, const Args&) {
   v1::KernelBundle head;
   head.set_about(about);
   *head.mutable_model() = *req;
-  std::ifstream config(absl::GetFlag(FLAGS_model_config));
-  head.set_model_config(std::string(std::istreambuf_iterator<char>(config),
-                                    std::istreambuf_iterator<char>()));
+  const std::string config_flag = absl::GetFlag(FLAGS_model_config);
+  if (config_flag.front() == '{') {  // The fields themselves.
+    head.set_model_config(config_flag);
+  } else {
+    std::ifstream config(config_flag);
+    head.set_model_config(std::string(std::istreambuf_iterator<char>(config),
+                                      std::istreambuf_iterator<char>()));
+  }
   return ExportBundle(client, problems, "", std::move(head), path);
 }
 

@@ -218,6 +218,9 @@ absl::StatusOr<ModelAttention> ParseModelConfig(const std::string& json,
 
 absl::StatusOr<ModelAttention> ReadModelConfig(const std::string& path,
                                                int64_t max_context) {
+  if (!path.empty() && path.front() == '{') {  // The fields themselves.
+    return ParseModelConfig(path, max_context);
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
   std::stringstream text;

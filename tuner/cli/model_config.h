@@ -39,8 +39,9 @@ struct ModelAttention {
 absl::StatusOr<ModelAttention> ParseModelConfig(const std::string& json,
                                                 int64_t max_context);
 
-// ParseModelConfig of the file at `path`; NOT_FOUND when it cannot be read,
-// and errors prefixed with the path.
+// ParseModelConfig of the file at `path` (or of `path` itself where it is a
+// JSON object, starting with "{"); NOT_FOUND when it cannot be read, and
+// errors prefixed with the path.
 absl::StatusOr<ModelAttention> ReadModelConfig(const std::string& path,
                                                int64_t max_context);
 
