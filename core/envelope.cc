@@ -112,6 +112,11 @@ absl::Status ValidateEnvelope(const Envelope& e) {
   return absl::OkStatus();
 }
 
+double GainShare(double from_us, double to_us) {
+  if (!(from_us > 0) || !(to_us > 0)) return 0;
+  return std::max(0.0, 1 - to_us / from_us);
+}
+
 std::string LayerKindName(const LayerKind& kind) {
   std::vector<std::string> parts;
   if (kind.window_left >= 0) {

@@ -48,6 +48,15 @@ struct LayerKind {
   }
 };
 
+// Tune-model's plan: a bucket whose search is predicted to save less than
+// this share of the served time gets a check of its served config, not a
+// search; a search that saved less gained little.
+inline constexpr double kSmallGain = 0.03;
+
+// The share of `from_us` that `to_us` saves: 1 - to / from, at least 0; 0
+// unless both are positive.
+double GainShare(double from_us, double to_us);
+
 // "full attention", or what the kind has: "window 4095, softcap 50, sinks".
 std::string LayerKindName(const LayerKind& kind);
 

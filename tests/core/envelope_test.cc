@@ -151,6 +151,13 @@ TEST(EnvelopeTest, PagedBucketsHoldAnEnginesCalls) {
   }
 }
 
+TEST(EnvelopeTest, AGainIsTheShareSaved) {
+  EXPECT_DOUBLE_EQ(GainShare(10, 8), 0.2);
+  EXPECT_EQ(GainShare(10, 12), 0);  // Slower saves nothing.
+  EXPECT_EQ(GainShare(0, 8), 0);    // Without both, no gain.
+  EXPECT_EQ(GainShare(10, 0), 0);
+}
+
 TEST(EnvelopeTest, AnEnvelopeOutOfRangeNamesTheField) {
   struct Case {
     const char* field;

@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/config.h"
+#include "core/envelope.h"
 #include "evotune/v1/evotune.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/cli/cli_format.h"
@@ -713,7 +714,7 @@ double MeasuredGain(Client& client, const std::vector<v1::Job>& ended,
     first += it->second;
     best += std::min(job.best().latency().median_us(), it->second);
   }
-  return first > 0 ? 1 - best / first : -1;
+  return first > 0 ? GainShare(first, best) : -1;
 }
 
 // Follows the buckets' jobs until all end or the budget is spent (then

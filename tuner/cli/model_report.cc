@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/envelope.h"
 #include "tuner/cli/cli_format.h"
 #include "tuner/cli/comparison.h"
 #include "tuner/cli/html.h"
@@ -13,7 +14,6 @@
 namespace evotune {
 namespace {
 
-constexpr double kSmallGain = 0.03;  // Below it a gain is "little".
 constexpr int kWidth = 720;
 constexpr int kHeight = 200;
 constexpr int kBottom = 20;
@@ -23,7 +23,7 @@ struct Found {
   std::string key;
   std::optional<double> first_us, best_us;
   double Gain() const {
-    return first_us && best_us ? std::max(0.0, 1 - *best_us / *first_us) : 0;
+    return first_us && best_us ? GainShare(*first_us, *best_us) : 0;
   }
 };
 
@@ -148,14 +148,14 @@ std::string Summary(const std::string& about,
       best += *found[i].best_us;
     }
   }
-  return absl::StrCat(
-      "<p>", HtmlEscape(about), "</p>\n<dl>\n<dt>buckets</dt><dd>",
-      buckets.size(), ", ", searched, " searched</dd>\n<dt>budget</dt><dd>",
-      trials, " trials, ", FormatDuration(seconds),
-      " of searching</dd>\n<dt>gain</dt><dd>",
-      absl::StrFormat("%.1f%%", first > 0 ? 100 * (1 - best / first) : 0.0),
-      " of the first trials' summed time; 3% or more on ", gained,
-      " buckets</dd>\n</dl>\n");
+  return absl::StrCat("<p>", HtmlEscape(about),
+                      "</p>\n<dl>\n<dt>buckets</dt><dd>", buckets.size(), ", ",
+                      searched, " searched</dd>\n<dt>budget</dt><dd>", trials,
+                      " trials, ", FormatDuration(seconds),
+                      " of searching</dd>\n<dt>gain</dt><dd>",
+                      absl::StrFormat("%.1f%%", 100 * GainShare(first, best)),
+                      " of the first trials' summed time; 3% or more on ",
+                      gained, " buckets</dd>\n</dl>\n");
 }
 
 }  // namespace

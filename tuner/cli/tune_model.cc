@@ -4,16 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/envelope.h"
 #include "tuner/wire/message_convert.h"
 
 namespace evotune {
-namespace {
-
-// The daemon's kSmallGain (tuner/serving/model_buckets.h): below it a
-// bucket's search only checks the served config.
-constexpr double kSmallGain = 0.03;
-
-}  // namespace
 
 std::string FormatModelProgress(const ModelProgress& m) {
   auto clock = [](absl::Duration d) {
@@ -46,7 +40,7 @@ double PredictedGain(const v1::TuneModelResponse& buckets) {
     served += b.predicted_served_us();
     best += std::min(b.predicted_best_us(), b.predicted_served_us());
   }
-  return served > 0 ? 1 - best / served : -1;
+  return served > 0 ? GainShare(served, best) : -1;
 }
 
 std::string FormatModelPlan(const v1::TuneModelResponse& buckets) {
@@ -58,7 +52,8 @@ std::string FormatModelPlan(const v1::TuneModelResponse& buckets) {
     if (b.max_trials() == 0) continue;  // Searched before, or being.
     ++planned;
     if (b.predicted_served_us() <= 0 || b.predicted_best_us() <= 0) continue;
-    const double gain = 1 - b.predicted_best_us() / b.predicted_served_us();
+    const double gain =
+        GainShare(b.predicted_served_us(), b.predicted_best_us());
     if (gain < kSmallGain) {
       ++small;
       small_trials = b.max_trials();

@@ -97,8 +97,7 @@ std::vector<ModelBucket> PlanModelBuckets(const ModelTuneRequest& request,
 }
 
 double PredictedGain(const ModelBucket& b) {
-  if (!HasPrediction(b)) return 0;
-  return std::max(0.0, 1 - b.best_us / b.served_us);
+  return GainShare(b.served_us, b.best_us);
 }
 
 std::vector<size_t> PlanSearches(std::vector<ModelBucket>* buckets,

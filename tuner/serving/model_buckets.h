@@ -42,11 +42,10 @@ struct ModelBucket {
   int64_t trials = 0;  // The budget of the search this request plans.
 };
 
-// Where the cost model predicts a search gains less than kSmallGain of the
-// served time, the bucket's search is kCheckTrials long: it measures (and
-// so checks) the served config and one more, and the budget goes to the
-// buckets with more to gain.
-inline constexpr double kSmallGain = 0.03;
+// Where the cost model predicts a search gains less than kSmallGain
+// (core/envelope.h) of the served time, the bucket's search is kCheckTrials
+// long: it measures (and so checks) the served config and one more, and the
+// budget goes to the buckets with more to gain.
 inline constexpr int64_t kCheckTrials = 2;
 
 // The share of the served time the cost model predicts a search saves on
