@@ -1,25 +1,18 @@
 #include "tuner/cli/model_report.h"
 
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/cli/html_testing.h"
 
 namespace evotune {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-int Count(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(
-      std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                    std::sregex_iterator()));
-}
 
 v1::TrialEvent Ok(double us) {
   v1::TrialEvent e;

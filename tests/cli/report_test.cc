@@ -1,24 +1,17 @@
 #include "tuner/cli/report.h"
 
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/cli/html_testing.h"
 
 namespace evotune {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-int Count(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(
-      std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                    std::sregex_iterator()));
-}
 
 v1::TrialEvent Event(int seq, int block, int warps, v1::TrialStatus status,
                      double us) {
