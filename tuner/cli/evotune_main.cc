@@ -542,6 +542,19 @@ absl::StatusOr<JobComparison> LoadComparison(const std::string& file,
   return JobComparison{*std::move(run), *std::move(rows)};
 }
 
+// Writes a report page to --output (or `fallback`) and prints its name;
+// the exit code.
+int WritePage(const std::string& fallback, const std::string& html) {
+  std::string path = absl::GetFlag(FLAGS_output);
+  if (path.empty()) path = fallback;
+  std::ofstream out(path);
+  out << html;
+  out.close();
+  if (!out) return Fail(absl::StrCat("--output: cannot write ", path));
+  std::cout << path << "\n";
+  return 0;
+}
+
 int RunReport(Client& client, const Args& args) {
   v1::GetJobRequest req;
   req.set_job_id(args[0]);
@@ -556,14 +569,9 @@ int RunReport(Client& client, const Args& args) {
   }
   absl::StatusOr<std::vector<v1::TrialEvent>> events = JobEvents(client, job);
   if (!events.ok()) return Fail(std::string(events.status().message()));
-  std::string path = absl::GetFlag(FLAGS_output);
-  if (path.empty()) path = absl::StrCat("evotune-", job.job_id(), ".html");
-  std::ofstream out(path);
-  out << JobReportHtml(job, *events, comparison ? &*comparison : nullptr);
-  out.close();
-  if (!out) return Fail(absl::StrCat("--output: cannot write ", path));
-  std::cout << path << "\n";
-  return 0;
+  return WritePage(
+      absl::StrCat("evotune-", job.job_id(), ".html"),
+      JobReportHtml(job, *events, comparison ? &*comparison : nullptr));
 }
 
 // GetKernel for every problem, then one bundle file; nothing is written
@@ -851,14 +859,8 @@ int RunModelReport(Client& client, const Args&) {
     if (!events.ok()) return Fail(std::string(events.status().message()));
     search.events = *std::move(events);
   }
-  std::string path = absl::GetFlag(FLAGS_output);
-  if (path.empty()) path = "evotune-model.html";
-  std::ofstream out(path);
-  out << ModelReportHtml(about, searches, run ? &*run : nullptr);
-  out.close();
-  if (!out) return Fail(absl::StrCat("--output: cannot write ", path));
-  std::cout << path << "\n";
-  return 0;
+  return WritePage("evotune-model.html",
+                   ModelReportHtml(about, searches, run ? &*run : nullptr));
 }
 
 // The commands: usage and help come from this table.
