@@ -14,7 +14,6 @@ caches (pages shuffled, the same factors).
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/fp8_decode.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
-import argparse
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +22,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 import evotune.torch as et
 from evotune.kvcache import sdpa_per_sequence
-from paged_decode import (SDPA, graph_of, paged, rel_err, time_graphs,
+from paged_decode import (SDPA, bench_parser, paged, rel_err, time_calls,
                           write_results)
 from sdpa_compare import ReadFloor
 
@@ -81,18 +80,10 @@ def calls(shape, page_sizes, gen):
 def run_shape(shape, args, gen):
     b, sq, h, kvh, d, n = shape
     fns, want8, want16 = calls(shape, args.page_sizes, gen)
-    graphs, errors, skipped = {}, {}, {}
-    err_vs_bf16 = {}
-    for name, fn in fns.items():
-        try:
-            got = fn()
-            fp8 = name.startswith("evotune_fp8")
-            errors[name] = rel_err(got, want8 if fp8 else want16)
-            err_vs_bf16[name] = rel_err(got, want16)
-            graphs[name] = graph_of(fn, args.reps)
-        except Exception as e:  # A backend that refuses the shape.
-            skipped[name] = str(e).splitlines()[0][:120]
-    us = time_graphs(graphs, args.reps, args.turns)
+    outs, us, skipped = time_calls(fns, args.reps, args.turns)
+    errors = {name: rel_err(o, want8 if name.startswith("evotune_fp8")
+                            else want16) for name, o in outs.items()}
+    err_vs_bf16 = {name: rel_err(o, want16) for name, o in outs.items()}
     elems = 2 * b * kvh * n * d
     floor = ReadFloor()
     row = {"shape": dict(batch=b, seq_q=sq, heads=h, kv_heads=kvh,
@@ -150,13 +141,8 @@ def sweep(args, gen):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--daemon", required=True)
+    ap = bench_parser(reps=20)
     ap.add_argument("--page_sizes", type=int, nargs="*", default=[64])
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--turns", type=int, default=7)
-    ap.add_argument("--json")
-    ap.add_argument("--commit", default="")
     ap.add_argument("--sweep_keys", type=int, nargs="*", default=[],
                     help="decode-long at these key counts instead, with "
                     "each call's fixed cost and streaming rate")

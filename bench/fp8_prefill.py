@@ -12,7 +12,6 @@ are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/fp8_prefill.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
-import argparse
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +19,7 @@ from torch.nn.attention import sdpa_kernel
 
 import evotune.torch as et
 from evotune import fp8_attention as fa
-from paged_decode import SDPA, graph_of, rel_err, time_graphs, write_results
+from paged_decode import SDPA, bench_parser, rel_err, time_calls, write_results
 
 # The suite's FP8 prefill shapes (../shared/bench/shapes.json): name,
 # (batch, heads, kv_heads, seq, head_dim, causal).
@@ -60,17 +59,10 @@ def calls(shape):
 def run_shape(name, shape, args):
     b, h, kvh, s, d, causal = shape
     fns, want8, want16, kernel = calls(shape)
-    graphs, errors, err_vs_bf16, skipped = {}, {}, {}, {}
-    for call, fn in fns.items():
-        try:
-            got = fn()
-            errors[call] = rel_err(got, want8 if call == "evotune_fp8"
-                                   else want16)
-            err_vs_bf16[call] = rel_err(got, want16)
-            graphs[call] = graph_of(fn, args.reps)
-        except Exception as e:  # A backend that refuses the shape.
-            skipped[call] = str(e).splitlines()[0][:120]
-    us = time_graphs(graphs, args.reps, args.turns)
+    outs, us, skipped = time_calls(fns, args.reps, args.turns)
+    errors = {call: rel_err(o, want8 if call == "evotune_fp8" else want16)
+              for call, o in outs.items()}
+    err_vs_bf16 = {call: rel_err(o, want16) for call, o in outs.items()}
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
     row = {"name": name,
            "shape": dict(batch=b, heads=h, kv_heads=kvh, seq_q=s, seq_k=s,
@@ -86,13 +78,7 @@ def run_shape(name, shape, args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--daemon", required=True)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--turns", type=int, default=7)
-    ap.add_argument("--json")
-    ap.add_argument("--commit", default="")
-    args = ap.parse_args()
+    args = bench_parser(reps=10).parse_args()
     et.use(daemon=args.daemon, wait=True)
     rows = []
     for name, shape in SHAPES:

@@ -151,17 +151,37 @@ def time_graphs(graphs, reps, turns):
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def time_calls(fns, reps, turns):
+    """Runs each call once, then times it as time_graphs does: (each call's
+    output, its median microseconds, the first line of why a call failed,
+    e.g. a backend that refuses the shape)."""
+    outs, graphs, skipped = {}, {}, {}
+    for name, fn in fns.items():
+        try:
+            outs[name] = fn()
+            graphs[name] = graph_of(fn, reps)
+        except Exception as e:  # A backend that refuses the shape.
+            skipped[name] = str(e).splitlines()[0][:160]
+    return outs, time_graphs(graphs, reps, turns), skipped
+
+
+def bench_parser(reps):
+    """The arguments of the scripts that time evotune.torch beside other
+    backends: --daemon, --reps (calls a graph), --turns, --json, --commit."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--turns", type=int, default=7)
+    ap.add_argument("--json")
+    ap.add_argument("--commit", default="")
+    return ap
+
+
 def run_shape(shape, args, gen):
     b, sq, h, kvh, d, n = shape
     fns, want = calls(shape, args.page_sizes, torch.bfloat16, gen, args.flex)
-    graphs, errors, skipped = {}, {}, {}
-    for name, fn in fns.items():
-        try:
-            errors[name] = rel_err(fn(), want)
-            graphs[name] = graph_of(fn, args.reps)
-        except Exception as e:  # A backend that refuses the shape.
-            skipped[name] = str(e).splitlines()[0][:120]
-    us = time_graphs(graphs, args.reps, args.turns)
+    outs, us, skipped = time_calls(fns, args.reps, args.turns)
+    errors = {name: rel_err(o, want) for name, o in outs.items()}
     kv_bytes = 2 * b * kvh * n * d * 2
     row = {"shape": dict(batch=b, seq_q=sq, heads=h, kv_heads=kvh,
                          head_dim=d, seq_k=n, dtype="bf16",
@@ -189,19 +209,14 @@ def write_results(path, commit, rows, **extra):
                    "rows": rows, **extra}, f, indent=1)
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--daemon", required=True)
+    ap = bench_parser(reps=20)
     ap.add_argument("--page_sizes", type=int, nargs="+", default=[16, 64])
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--turns", type=int, default=7)
     ap.add_argument("--suite_decode", action="store_true",
                     help="the suite's decode-gqa and decode-long shapes only")
     ap.add_argument("--flex", action="store_true",
                     help="FlexAttention's paged attention beside (decode)")
     ap.add_argument("--read_floor", action="store_true",
                     help="a streaming read of the K/V bytes beside")
-    ap.add_argument("--json")
-    ap.add_argument("--commit", default="")
     args = ap.parse_args()
     et.use(daemon=args.daemon, wait=True)
     gen = torch.Generator().manual_seed(1)

@@ -12,13 +12,12 @@ independent of each other; the GPU tests hold both to an fp32 reference).
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/score_mods.py --daemon 127.0.0.1:7433 [--json OUT.json]
 """
-import argparse
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import evotune.torch as et
-from paged_decode import graph_of, rel_err, time_graphs, write_results
+from paged_decode import bench_parser, rel_err, time_calls, write_results
 
 _flex = torch.compile(flex_attention, dynamic=False)
 
@@ -114,14 +113,7 @@ def calls(shape):
 def run_shape(name, shape, args):
     b, h, kvh, sq, sk, d, causal, left, cap, baseline, *rest = shape
     fns, kernel, base_keys = calls(shape)
-    outs, graphs, skipped = {}, {}, {}
-    for call, fn in fns.items():
-        try:
-            outs[call] = fn()
-            graphs[call] = graph_of(fn, args.reps)
-        except Exception as e:  # A backend that refuses the shape.
-            skipped[call] = str(e).splitlines()[0][:160]
-    us = time_graphs(graphs, args.reps, args.turns)
+    outs, us, skipped = time_calls(fns, args.reps, args.turns)
     pairs = visible_pairs(sq, sk, causal, left)
     base_pairs = visible_pairs(sq, base_keys, causal, -1)
     flops = {c: 4 * b * h * d * (base_pairs if c.endswith("_without")
@@ -152,14 +144,9 @@ def run_shape(name, shape, args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--daemon", required=True)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--turns", type=int, default=7)
+    ap = bench_parser(reps=10)
     ap.add_argument("--only", default="",
                     help="comma-separated parts of the names to run")
-    ap.add_argument("--json")
-    ap.add_argument("--commit", default="")
     args = ap.parse_args()
     et.use(daemon=args.daemon, wait=True)
     rows = []
