@@ -7,6 +7,8 @@
 
 namespace evotune {
 
+int64_t HeadDimIn64s(int64_t head_dim) { return (head_dim + 63) / 64 * 64; }
+
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                int64_t block_n, int64_t splits,
                                SplitCombine combine) {
@@ -20,7 +22,8 @@ LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
   if (combine == SplitCombine::kCluster) g.cluster_x = static_cast<int>(splits);
   if (splits > 1 && combine == SplitCombine::kWorkspace) {
     const int64_t heads = p.batch * p.heads;
-    g.workspace_floats = heads * splits * q_blocks * block_m * (p.head_dim + 2);
+    g.workspace_floats =
+        heads * splits * q_blocks * block_m * (HeadDimIn64s(p.head_dim) + 2);
     g.counters = heads * q_blocks;
   }
   return g;

@@ -135,12 +135,17 @@ struct KernelTemplate {
 // the shared memory of the thread block cluster they form.
 enum class SplitCombine { kWorkspace, kCluster };
 
+// The head_dim a template computes that pads it to whole 64-column blocks
+// (rows of 128-byte swizzled 16-bit values; the columns past the problem's
+// zero-filled, never stored): 32 as 64, 80 and 96 as 128.
+int64_t HeadDimIn64s(int64_t head_dim);
+
 // The grid and split-KV scratch of the FlashAttention-style templates
 // (kernel_templates/common/flash_common.cuh): grid (ceil(seq_q / block_m) *
 // splits, heads, batch), and with splits > 1 combined through the workspace
 // the fp32 workspace of partial rows and the per-query-block counters;
 // tile_rows block_m, tile_keys block_n. Threads and shared memory are left
-// to the caller.
+// to the caller. The workspace holds rows of HeadDimIn64s columns.
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                int64_t block_n, int64_t splits,
                                SplitCombine combine);

@@ -40,8 +40,10 @@ __device__ __forceinline__ void CpAsyncWait() {
 
 // Rows [row0, row0 + kRows) of a [seq][kD] matrix (row stride `stride`) into
 // a shared tile with 16-byte cp.async copies, chunk c of row r at element
-// offset(r, c); rows at or past `rows` are zero-filled.
-template <int kRows, int kD, int kThreads, class Offset>
+// offset(r, c); rows at or past `rows` are zero-filled. A kernel that
+// computes more columns (kD) than the matrix has (kDMem, padding the head
+// dim) gets the rest zero-filled.
+template <int kRows, int kD, int kThreads, int kDMem = kD, class Offset>
 __device__ __forceinline__ void CopyRows(evt_elem* tile, const evt_elem* g,
                                          long long stride, int row0, int rows,
                                          Offset offset) {
@@ -49,7 +51,7 @@ __device__ __forceinline__ void CopyRows(evt_elem* tile, const evt_elem* g,
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks;
     const int c = idx % kChunks;
-    const bool valid = row0 + r < rows;
+    const bool valid = row0 + r < rows && c < kDMem / 8;
     const evt_elem* src = g + (valid ? (row0 + r) * stride : 0) + c * 8;
     CpAsync16(SmemAddress(tile + offset(r, c)), src, valid);
   }
@@ -58,21 +60,21 @@ __device__ __forceinline__ void CopyRows(evt_elem* tile, const evt_elem* g,
 // Key rows [row0, row0 + kRows) of sequence b of K or V at `g` (its row 0,
 // as Sequence has it; `page_stride` its batch stride) into a tile as
 // CopyRows does; in a paged kernel each row comes from its page (KeyRow).
-template <int kRows, int kD, int kThreads, class Offset>
+template <int kRows, int kD, int kThreads, int kDMem = kD, class Offset>
 __device__ __forceinline__ void CopyKeyRows(evt_elem* tile, const evt_elem* g,
                                             const AttentionParams& p, int b,
                                             long long page_stride,
                                             long long stride, int row0,
                                             int rows, Offset offset) {
   if (kPageSize == 0) {
-    CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, offset);
+    CopyRows<kRows, kD, kThreads, kDMem>(tile, g, stride, row0, rows, offset);
     return;
   }
   constexpr int kChunks = kD / 8;
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks;
     const int c = idx % kChunks;
-    const bool valid = row0 + r < rows;
+    const bool valid = row0 + r < rows && c < kDMem / 8;
     const long long at =
         valid ? KeyRow(p, b, row0 + r, page_stride, stride) : 0;
     CpAsync16(SmemAddress(tile + offset(r, c)), g + at + c * 8, valid);
@@ -725,15 +727,17 @@ __device__ __forceinline__ uint4 CombineSplits(const float (&m)[kSplits],
 // split's unnormalised rows with their max and sum (fp32) instead, and the
 // block that finishes last combines the splits through the workspace: partial O
 // [batch*heads][splits][q_rows][kD], then (max, sum)
-// [batch*heads][splits][q_rows][2], with q_rows = q_blocks * kM.
-template <int kM, int kD, int kMTiles, int kSplits, int kThreads>
+// [batch*heads][splits][q_rows][2], with q_rows = q_blocks * kM. Only O's
+// first kDMem columns are stored (a kernel that pads the head dim computes
+// kD).
+template <int kM, int kD, int kMTiles, int kSplits, int kThreads,
+          int kDMem = kD>
 __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
                                             const BlockPlan& t, int row0,
                                             float (&o_acc)[kMTiles][kD / 8][4],
                                             const float (&row_max)[kMTiles][2],
                                             const float (&row_sum)[kMTiles][2],
                                             int lane) {
-  constexpr int kDTiles = kD / 8;
   evt_elem* o = t.o;
   const float sink = SinkLog2(p, t.h);
   if constexpr (kSplits == 1) {
@@ -748,7 +752,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
         if (row >= t.seq_q) continue;
         evt_elem* out = o + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
+        for (int dt = 0; dt < kDMem / 8; ++dt) {
           *reinterpret_cast<unsigned*>(out + dt * 8) = Pack(
               o_acc[mt][dt][2 * half] * inv, o_acc[mt][dt][2 * half + 1] * inv);
         }
@@ -778,7 +782,7 @@ __device__ __forceinline__ void StoreOutput(const AttentionParams& p,
     for (int idx = threadIdx.x; idx < kM * kD / kVec; idx += kThreads) {
       const int row = t.q0 + idx / (kD / kVec);
       const int col = (idx % (kD / kVec)) * kVec;
-      if (row >= t.seq_q) continue;
+      if (row >= t.seq_q || col >= kDMem) continue;
       float m[kSplits], l[kSplits];
       float4 lo[kSplits], hi[kSplits];
 #pragma unroll

@@ -401,8 +401,9 @@ __device__ __forceinline__ void ClusterSync() {
 // calls it (or, having no rows, ClusterSync twice); `threads` of them,
 // numbered by `thread`, hold rows and share the combining: a warp's rows
 // start at row0. `sink_shift`: what the sums' reference lies below the
-// rows' max (flash_common's WithSink).
-template <int kM, int kD, int kSplits>
+// rows' max (flash_common's WithSink). `kDMem`: O's columns in memory, the
+// first kDMem of the kD computed.
+template <int kM, int kD, int kSplits, int kDMem = kD>
 __device__ __forceinline__ void CombineInCluster(
     const AttentionParams& p, const flash::BlockPlan& w, float* part, int row0,
     const float (&o_acc)[1][kD / 8][4], const float (&row_max)[1][2],
@@ -422,7 +423,7 @@ __device__ __forceinline__ void CombineInCluster(
   evt_elem* o = w.o;
   const float sink = flash::SinkLog2(p, w.h) + sink_shift;
   constexpr int kRows = kM / kSplits;
-  constexpr int kVecs = kD / 8;  // Eight columns per thread and step.
+  constexpr int kVecs = kDMem / 8;  // Eight columns per thread and step.
   for (int idx = thread; idx < kRows * kVecs; idx += threads) {
     const int row = w.split * kRows + idx / kVecs;
     const int col = (idx % kVecs) * 8;

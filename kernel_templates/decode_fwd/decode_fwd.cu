@@ -36,7 +36,9 @@
 //   KV_SPLITS  blocks sharing one row block's keys.
 //   Q_IN_REGS  1: Q fragments stay in registers; 0: they are re-read from
 //              shared memory for every key tile (fewer registers).
-// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16, EVT_KV_FP8.
+// Fixed per problem: HEAD_DIM (32, 64, 80, 96, 128, 192 or 256, computed as
+// the next multiple of 64: D below; 64 or 128 with e4m3 K/V), EVT_BF16,
+// EVT_KV_FP8.
 //
 // An FP8 KV cache (EVT_KV_FP8, common/fp8.cuh): K and V are e4m3, one byte
 // an element, and stream at half the bytes. Their tiles are read from shared
@@ -62,11 +64,11 @@
 // Grid: (ceil(seq_q * group / ROWS) * KV_SPLITS, kv_heads, batch); block:
 // 32 * WARPS threads; dynamic shared memory: the larger of the Q tile plus
 // the warps' rings, (ROWS * 2 + WARPS * STAGES * 2 * TILE_N * KV_BYTES) *
-// HEAD_DIM B (KV_BYTES 1 for e4m3 K/V, else 2),
-// the merge area WARPS * ROWS * (HEAD_DIM + 10) * 4 B and, with KV_SPLITS >
+// D B (KV_BYTES 1 for e4m3 K/V, else 2),
+// the merge area WARPS * ROWS * (D + 10) * 4 B and, with KV_SPLITS >
 // 8, the splits' (max, sum) ROWS * KV_SPLITS * 8 B; plus 16 B. With
 // KV_SPLITS > 1 the workspace holds batch * kv_heads * row_blocks *
-// KV_SPLITS * ROWS * (HEAD_DIM + 2) floats and one counter per (batch,
+// KV_SPLITS * ROWS * (D + 2) floats and one counter per (batch,
 // kv_head, row block).
 #include "flash_common.cuh"
 #include "fp8.cuh"
@@ -81,7 +83,12 @@ constexpr int kWarps = WARPS;
 constexpr int kStages = STAGES;
 constexpr int kSplits = KV_SPLITS;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
-constexpr int kD = HEAD_DIM;
+// Columns of Q, K, V and O in memory, and the kernel's: HEAD_DIM rounded up
+// to whole 64-column blocks (the swizzle's 128 bytes). The columns past
+// HEAD_DIM are zero-filled in shared memory (adding nothing to Q K^T and
+// making O's zero there) and never stored.
+constexpr int kDMem = HEAD_DIM;
+constexpr int kD = (HEAD_DIM + 63) / 64 * 64;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMTiles = kRows / 16;  // 16-row MMA tiles, all in every warp.
 constexpr int kKSteps = kD / 16;     // k-steps of Q K^T.
@@ -100,9 +107,10 @@ static_assert(kPageSize % kN == 0 || kN % kPageSize == 0,
 // and the tile's rows in each.
 constexpr int kTilePages = kPageSize > 0 && kN > kPageSize ? kN / kPageSize : 1;
 constexpr int kPageRows = kN / kTilePages;
-static_assert(kD % 16 == 0, "HEAD_DIM");
+constexpr int kMemChunks = kDMem / 8;  // Of a row in memory.
+static_assert(kDMem % 16 == 0 && kChunks <= 32, "HEAD_DIM: 16 to 256");
+static_assert(!kKvFp8 || kDMem == kD, "HEAD_DIM: 64 or 128 with e4m3 K/V");
 static_assert(kStages >= 2, "STAGES");
-static_assert(32 % kChunks == 0, "HEAD_DIM: at most 256");
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile.
 __device__ __forceinline__ int Swizzled(int row, int chunk) {
@@ -173,7 +181,7 @@ __device__ __forceinline__ void LoadQ(evt_elem* tile, const AttentionParams& p,
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks;
     const int c = idx % kChunks;
-    const bool valid = w.r0 + r < w.rows;
+    const bool valid = w.r0 + r < w.rows && c < kMemChunks;
     const long long at =
         valid ? RowOffset(w, w.r0 + r, w.seq.q, p.q_head_stride, p.q_row_stride)
               : 0;
@@ -207,20 +215,31 @@ struct TileRows {
   const evt_kv* page[kTilePages];
 };
 
-// One warp's copies of a K or V tile: a pass of the warp's 32 lanes covers
+// The largest power of two at most n.
+constexpr int FloorPow2(int n) { return n < 2 ? 1 : 2 * FloorPow2(n / 2); }
+
+// One warp's copies of a K or V tile: a pass of the warp's lanes covers
 // kPass rows of kChunks 16-byte chunks; lane copies chunk lane % kChunks of
 // rows lane / kChunks + kPass * j. Everything that depends on the lane is
 // computed once, so a tile costs a pointer step and a compare per chunk.
+// kPass is a power of two (it divides the pages' rows and leaves the
+// swizzle's row bits to j); where kPass rows of chunks are fewer than 32
+// (HEAD_DIM 192: 24 chunks a row) the other lanes copy nothing.
 struct TileCopy {
-  static constexpr int kPass = 32 / kChunks;
+  static constexpr int kPass = FloorPow2(32 / kChunks);
+  static constexpr bool kEveryLane = kPass * kChunks == 32;
+  bool copies;       // Whether the lane copies at all.
+  bool in_memory;    // Whether its chunk is one of HEAD_DIM's (else zeros).
   int r0;            // The lane's first row.
   int swizzled;      // Its chunk XOR its first row's swizzle.
   long long offset;  // Element offset of its first chunk in global memory.
   long long pass;    // Elements between its chunks of consecutive passes.
 
   __device__ __forceinline__ TileCopy(long long row_stride, int lane) {
+    copies = kEveryLane || lane < kPass * kChunks;
     r0 = lane / kChunks;
     const int c = lane % kChunks;
+    in_memory = c < kMemChunks;
     swizzled = c ^ r0;  // r0 < kPass: the row's low bits, as in Swizzled.
     offset = r0 * row_stride + c * 8;
     pass = kPass * row_stride;
@@ -232,6 +251,7 @@ struct TileCopy {
   __device__ __forceinline__ void Copy(unsigned dst, const TileRows& rows,
                                        int valid_rows,
                                        unsigned long long policy) const {
+    if (!kEveryLane && !copies) return;
     const evt_elem* src = rows.page[0] + offset;
 #pragma unroll
     for (int j = 0; j < kN / kPass; ++j) {
@@ -243,7 +263,7 @@ struct TileCopy {
       // Row r0 + kPass * j: its swizzle is r0 ^ (kPass * j mod 8).
       const int r = r0 + kPass * j;
       const unsigned at = 2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
-      const bool valid = kFull || r < valid_rows;
+      const bool valid = (kFull || r < valid_rows) && in_memory;
       CpAsync16Stream(dst + at, valid ? src : rows.page[0], valid, policy);
       src += pass;
     }
@@ -811,6 +831,7 @@ constexpr int kMergeMlBytes = kSplits > kMergeBatch ? kRows* kSplits * 8 : 0;
 __device__ __forceinline__ void StoreRow(const AttentionParams& p,
                                          const DecodePlan& w, int row, int col,
                                          uint4 packed) {
+  if (col >= kDMem) return;  // A padding column.
   const long long at =
       RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
   *reinterpret_cast<uint4*>(static_cast<evt_elem*>(p.o) + at + col) = packed;
@@ -1007,6 +1028,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if constexpr (kSplits == 1) {
       const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);
       if (kSinks) merge.Add(RowSink(p, w, w.r0 + row), 1.f, none, none);
+      if (col >= kDMem) continue;  // A padding column.
       const long long at =
           RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
       *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();

@@ -76,6 +76,35 @@ std::vector<Config> InPages(const std::vector<Config>& configs,
   return out;
 }
 
+LaunchGeometry Geometry(const Config& c, const Problem& p);
+
+// `c` made to fit the head_dim and the device. Above head_dim 128, 16-row
+// blocks (the output's registers, ROWS * HEAD_DIM <= 4096) of 16-key tiles
+// with Q re-read from shared memory (at 192, 32-key tiles or Q's fragments
+// spill on sm_80); then fewer stages,
+// smaller key tiles and fewer warps until the warps' rings fit the device's
+// shared memory per block (at head_dim 256 a warp's stage of 32 keys holds
+// 32 KB of K and V).
+Config FitDevice(Config c, const Problem& p, const DeviceLimits& limits) {
+  if (p.head_dim > 128) {
+    c["ROWS"] = 16;
+    c["TILE_N"] = 16;
+    c["Q_IN_REGS"] = 0;
+  }
+  while (Geometry(c, p).smem_bytes > limits.smem_per_block_bytes) {
+    if (c.at("STAGES") > 2) {
+      --c["STAGES"];
+    } else if (c.at("TILE_N") > 16) {
+      c["TILE_N"] /= 2;
+    } else if (c.at("WARPS") > 1) {
+      c["WARPS"] /= 2;
+    } else {
+      break;
+    }
+  }
+  return c;
+}
+
 // Configs fitted to the problem: FitRows of blocks of 16 packed rows, or of
 // 32 where 16-row blocks alone fill the GPU or where a KV head has 128 packed
 // rows or more (fewer blocks re-reading each K/V tile, the splits making up
@@ -101,12 +130,14 @@ std::vector<Config> FittedDefaults(const Problem& p,
   const Config first = FitRows(p, sms, rows);
   const int64_t splits = first.at("KV_SPLITS");
   const int64_t q_in_regs = first.at("Q_IN_REGS");
-  std::vector<Config> fitted = {first};
+  std::vector<Config> fitted;
   auto add = [&](const Config& c) {
-    if (std::find(fitted.begin(), fitted.end(), c) == fitted.end()) {
-      fitted.push_back(c);
+    const Config fit = FitDevice(c, p, limits);
+    if (std::find(fitted.begin(), fitted.end(), fit) == fitted.end()) {
+      fitted.push_back(fit);
     }
   };
+  add(first);
   if (splits == 2) {
     add(DecodeConfig(rows, p.head_dim > 64 ? 16 : 32, 8, 3, 1, q_in_regs));
   }
@@ -139,15 +170,15 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   g.tile_rows = rows;
   g.tile_packs_heads = true;
   const int64_t kv_bytes = DTypeBytes(KvDType(p));
+  const int64_t d = HeadDimIn64s(p.head_dim);  // The kernel's columns.
   const int64_t rings =
-      (rows * 2 + warps * c.at("STAGES") * 2 * c.at("TILE_N") * kv_bytes) *
-      p.head_dim;
-  const int64_t merge = warps * rows * (p.head_dim + 8 + 2) * 4;
+      (rows * 2 + warps * c.at("STAGES") * 2 * c.at("TILE_N") * kv_bytes) * d;
+  const int64_t merge = warps * rows * (d + 8 + 2) * 4;
   const int64_t split_ml = splits > 8 ? rows * splits * 8 : 0;
   g.smem_bytes = std::max({rings, merge, split_ml}) + 16;  // + the flag.
   if (splits > 1) {
     const int64_t blocks = p.batch * p.kv_heads * row_blocks;
-    g.workspace_floats = blocks * splits * rows * (p.head_dim + 2);
+    g.workspace_floats = blocks * splits * rows * (d + 2);
     g.counters = blocks;
   }
   return g;
@@ -177,7 +208,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
        "blocks sharing one row block's keys"},
       {"Q_IN_REGS", {1, 0}, "keep Q fragments in registers for the pass"},
   });
-  t.head_dims = {64, 128};
+  t.head_dims = {32, 64, 80, 96, 128, 192, 256};
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.kv_fp8 = true;
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
@@ -185,9 +216,9 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
   t.constraints = {
       // Output accumulators and scores in registers: at most 128 and 64
       // floats per thread.
-      {"ROWS * HEAD_DIM <= 4096",
+      {"ROWS * CEIL64(HEAD_DIM) <= 4096",
        [](const Config& c, const Problem& p) {
-         return c.at("ROWS") * p.head_dim <= 4096;
+         return c.at("ROWS") * HeadDimIn64s(p.head_dim) <= 4096;
        }},
       {"ROWS * TILE_N <= 2048",
        [](const Config& c, const Problem&) {
@@ -212,8 +243,15 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(decode_fwd)(std::string source,
          return p.layout != Layout::kPaged ||
                 TilesFitPages(c.at("TILE_N"), p.page_size);
        }},
+      // Rows of whole 32-byte sectors; the kernel computes up to the next
+      // multiple of 64 (HeadDimIn64s).
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
+      // e4m3 K/V are read in words laid out for these two.
+      {"KV_FP8 == 0 || HEAD_DIM == 64 || HEAD_DIM == 128",
+       [](const Config&, const Problem& p) {
+         return !p.kv_fp8 || p.head_dim == 64 || p.head_dim == 128;
+       }},
   };
   auto config = [](int64_t rows, int64_t n, int64_t warps, int64_t stages,
                    int64_t splits) {

@@ -38,11 +38,13 @@
 //              (__launch_bounds__): 1 lets a thread use up to 255 registers,
 //              more caps them at 65536 / (threads * MIN_BLOCKS) so that
 //              blocks can share an SM.
-// Fixed per problem: HEAD_DIM (64 or 128), EVT_BF16.
+// Fixed per problem: HEAD_DIM (32, 64, 80, 96, 128, 192 or 256, computed as
+// the next multiple of 64), EVT_BF16.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
 // NUM_WARPS * 32 threads;
-// dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2 B.
+// dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2 B, D the
+// head dim rounded up to a multiple of 64.
 #include "flash_common.cuh"
 
 namespace {
@@ -51,7 +53,12 @@ using namespace flash;
 
 constexpr int kM = BLOCK_M;
 constexpr int kN = BLOCK_N;
-constexpr int kD = HEAD_DIM;
+// Columns of Q, K, V and O in memory, and the kernel's: HEAD_DIM rounded up
+// to whole 64-column blocks (the swizzle's 128 bytes). The columns past
+// HEAD_DIM are zero-filled in shared memory (adding nothing to Q K^T and
+// making O's zero there) and never stored.
+constexpr int kDMem = HEAD_DIM;
+constexpr int kD = (HEAD_DIM + 63) / 64 * 64;
 constexpr int kWarps = NUM_WARPS;
 constexpr int kStages = STAGES;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
@@ -63,7 +70,7 @@ constexpr int kNTiles = kN / 8;              // n8 tiles of S.
 constexpr int kDTiles = kD / 8;              // n8 tiles of O.
 static_assert(kM % (16 * kWarps) == 0 && kMTiles >= 1, "BLOCK_M");
 static_assert(kN % 16 == 0, "BLOCK_N");
-static_assert(kD % 16 == 0, "HEAD_DIM");
+static_assert(kDMem % 16 == 0, "HEAD_DIM");
 static_assert(kStages >= 1, "STAGES");
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile.
@@ -76,7 +83,7 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 template <int kRows>
 __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
                                          long long stride, int row0, int rows) {
-  CopyRows<kRows, kD, kThreads>(tile, g, stride, row0, rows, Swizzled);
+  CopyRows<kRows, kD, kThreads, kDMem>(tile, g, stride, row0, rows, Swizzled);
 }
 
 // Key rows [row0, row0 + kN) of sequence b (K or V at `g`, pages
@@ -85,8 +92,8 @@ __device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
                                          const AttentionParams& p, int b,
                                          long long page_stride,
                                          long long stride, int row0, int rows) {
-  CopyKeyRows<kN, kD, kThreads>(tile, g, p, b, page_stride, stride, row0, rows,
-                                Swizzled);
+  CopyKeyRows<kN, kD, kThreads, kDMem>(tile, g, p, b, page_stride, stride,
+                                       row0, rows, Swizzled);
 }
 
 }  // namespace
@@ -184,6 +191,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  StoreOutput<kM, kD, kMTiles, kSplits, kThreads>(p, w, q0 + warp_row0, o_acc,
-                                                  row_max, row_sum, lane);
+  StoreOutput<kM, kD, kMTiles, kSplits, kThreads, kDMem>(
+      p, w, q0 + warp_row0, o_acc, row_max, row_sum, lane);
 }

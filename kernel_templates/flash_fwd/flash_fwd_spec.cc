@@ -21,7 +21,7 @@ Config FlashConfig(int64_t m, int64_t n, int64_t warps, int64_t stages,
 Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
   auto bytes = [&] {
     return (c.at("BLOCK_M") + 2 * c.at("STAGES") * c.at("BLOCK_N")) *
-           p.head_dim * 2;
+           HeadDimIn64s(p.head_dim) * 2;
   };
   while (bytes() > limits.smem_per_block_bytes) {
     if (c.at("STAGES") > 2) {
@@ -34,6 +34,20 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
       break;
     }
   }
+  return c;
+}
+
+// `c` with what keeps a thread's registers within 255 above head_dim 128
+// (the output alone takes HEAD_DIM / 2 floats for each 16-row tile): one
+// 16-row tile a warp, key tiles of at most 64, Q re-read from shared
+// memory, and at least two stages (with one, 64-key tiles spill at 256 on
+// sm_80; FitSharedMemory goes down to one stage only with 32-key tiles).
+Config FitRegisters(Config c, const Problem& p) {
+  if (p.head_dim <= 128) return c;
+  c["BLOCK_M"] = 16 * c.at("NUM_WARPS");
+  c["BLOCK_N"] = std::min<int64_t>(c.at("BLOCK_N"), 64);
+  c["Q_IN_REGS"] = 0;
+  c["STAGES"] = std::max<int64_t>(c.at("STAGES"), 2);
   return c;
 }
 
@@ -108,7 +122,7 @@ std::vector<Config> FittedDefaults(const Problem& p,
   std::vector<Config> fitted;
   for (const Config& c :
        p.seq_q <= 64 ? FitFewQueries(p) : FitManyQueries(p, sms)) {
-    const Config fit = FitSharedMemory(c, p, limits);
+    const Config fit = FitSharedMemory(FitRegisters(c, p), p, limits);
     if (std::find(fitted.begin(), fitted.end(), fit) == fitted.end()) {
       fitted.push_back(fit);
     }
@@ -139,7 +153,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
        {1, 2},
        "resident blocks per SM to allocate registers for"},
   });
-  t.head_dims = {64, 128};
+  t.head_dims = {32, 64, 80, 96, 128, 192, 256};
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};
@@ -152,6 +166,14 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
        [](const Config& c, const Problem&) {
          return c.at("BLOCK_M") <= 32 * c.at("NUM_WARPS");
        }},
+      // The output's accumulators, CEIL64(HEAD_DIM) / 2 floats a thread for
+      // each of its 16-row tiles, at most 128 (above head_dim 128: one tile).
+      {"BLOCK_M / (16 * NUM_WARPS) * CEIL64(HEAD_DIM) <= 256",
+       [](const Config& c, const Problem& p) {
+         return c.at("BLOCK_M") / (16 * c.at("NUM_WARPS")) *
+                    HeadDimIn64s(p.head_dim) <=
+                256;
+       }},
       // Otherwise the register cap 65536 / (threads * MIN_BLOCKS) is above
       // 255 and the config duplicates MIN_BLOCKS == 1.
       {"MIN_BLOCKS == 1 || 32 * NUM_WARPS * MIN_BLOCKS > 256",
@@ -159,6 +181,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
          return c.at("MIN_BLOCKS") == 1 ||
                 32 * c.at("NUM_WARPS") * c.at("MIN_BLOCKS") > 256;
        }},
+      // Rows of whole 32-byte sectors; the kernel computes up to the next
+      // multiple of 64 (HeadDimIn64s).
       {"HEAD_DIM % 16 == 0",
        [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
   };
@@ -182,8 +206,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
         SplitKvGeometry(p, block_m, c.at("BLOCK_N"), c.at("KV_SPLITS"),
                         SplitCombine::kWorkspace);
     g.block_threads = static_cast<int>(32 * c.at("NUM_WARPS"));
-    g.smem_bytes =
-        (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) * p.head_dim * 2;
+    g.smem_bytes = (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) *
+                   HeadDimIn64s(p.head_dim) * 2;
     return g;
   };
   return t;

@@ -63,8 +63,9 @@
 //
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
-// PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64 or
-// 128), EVT_BF16, EVT_Q_FP8 and EVT_KV_FP8.
+// PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64,
+// 80, 96, 128, 192 or 256, computed as the next multiple of 64; 128 with
+// FP8), EVT_BF16, EVT_Q_FP8 and EVT_KV_FP8.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch), the last query
 // blocks first (with a causal mask they are the longest), clusters of
@@ -93,7 +94,13 @@ constexpr bool kFp8 = EVT_Q_FP8 != 0;
 constexpr int kConsumers = CONSUMERS;
 constexpr int kM = 64 * kConsumers;
 constexpr int kN = BLOCK_N;
-constexpr int kD = HEAD_DIM;
+// Columns of Q, K, V and O in memory, and the kernel's: HEAD_DIM rounded up
+// to whole 64-column blocks. The copy engine fills the columns past
+// HEAD_DIM with zeros, which add nothing to Q K^T and make O's columns
+// there zero, and leaves them out when it stores O (as StoreRowsDirect and
+// the split combine do).
+constexpr int kDMem = HEAD_DIM;
+constexpr int kD = (HEAD_DIM + 63) / 64 * 64;
 constexpr int kStages = STAGES;
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kNTiles = kN / 8;
@@ -115,8 +122,8 @@ constexpr unsigned kTileBytes = kN * kD * kElemBytes;
 constexpr int kQkSteps = kD * kElemBytes / 32;
 constexpr int kPvSteps = kN * kElemBytes / 32;
 static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
-static_assert(kD % 64 == 0, "HEAD_DIM");
-static_assert(!kFp8 || (kKvFp8 && kN == 128 && kD == 128),
+static_assert(kDMem % 16 == 0, "HEAD_DIM: rows of whole 32-byte sectors");
+static_assert(!kFp8 || (kKvFp8 && kN == 128 && kDMem == 128),
               "FP8 attention: e4m3 K and V, 128-key tiles, head_dim 128");
 static_assert(kStages >= 2, "STAGES");
 static_assert(!kPingPong || kConsumers == 2, "PINGPONG needs two consumers");
@@ -987,7 +994,7 @@ __device__ __forceinline__ void StoreRowsDirect(const BlockPlan& w,
                                                 long long row_stride,
                                                 const unsigned char* rows,
                                                 int row0, int thread) {
-  constexpr int kChunks = kD / 8;  // 16-byte chunks of a row.
+  constexpr int kChunks = kDMem / 8;  // 16-byte chunks of a row in O.
   const int valid = min(64, w.seq_q - row0);
   for (int i = thread; i < valid * kChunks; i += 128) {
     const int r = i / kChunks;
@@ -1102,10 +1109,10 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
       StoreRows(r, p, maps, w, s, consumer, thread);
     } else {
       NamedBarrierSync(kDone, 128 * kConsumers);  // Done with the tiles.
-      CombineInCluster<kM, kD, kSplits>(p, w, reinterpret_cast<float*>(s.tiles),
-                                        row0, r.o, r.row_max, r.row_sum, lane,
-                                        consumer * 128 + thread,
-                                        128 * kConsumers, kProbShift);
+      CombineInCluster<kM, kD, kSplits, kDMem>(
+          p, w, reinterpret_cast<float*>(s.tiles), row0, r.o, r.row_max,
+          r.row_sum, lane, consumer * 128 + thread, 128 * kConsumers,
+          kProbShift);
     }
   }
   turns.FinishBlock();

@@ -26,7 +26,7 @@ int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
 // FP8 packs P four to a register. A window, softcap or sinks (MODS) take
 // 8 more: bounds, the softcap's factor, the sink.
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
-  return p.head_dim / 2 + c.at("BLOCK_N") / 2 +
+  return HeadDimIn64s(p.head_dim) / 2 + c.at("BLOCK_N") / 2 +
          c.at("OVERLAP") * c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + 32 +
          8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
 }
@@ -41,8 +41,9 @@ std::vector<Constraint> Constraints() {
        [](const Config& c, const Problem&) {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
        }},
-      {"HEAD_DIM / 2 + BLOCK_N / 2 + OVERLAP * BLOCK_N / (Q_FP8 ? 8 : 4) + "
-       "32 + 8 * PERSISTENT + 8 * MODS <= "
+      {"CEIL64(HEAD_DIM) / 2 + BLOCK_N / 2 + "
+       "OVERLAP * BLOCK_N / (Q_FP8 ? 8 : 4) + 32 + 8 * PERSISTENT + "
+       "8 * MODS <= "
        "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? (Q_FP8 ? 208 : 240) : 160)",
        [](const Config& c, const Problem& p) {
          return RegisterEstimate(c, p) <=
@@ -70,8 +71,10 @@ std::vector<Constraint> Constraints() {
          return !p.q_fp8 || !HasScoreMods(p) ||
                 (c.at("KV_SPLITS") == 1 && c.at("PINGPONG") == 0);
        }},
-      {"HEAD_DIM % 64 == 0",
-       [](const Config&, const Problem& p) { return p.head_dim % 64 == 0; }},
+      // Rows of whole 32-byte sectors; the kernel computes up to the next
+      // multiple of 64 (HeadDimIn64s).
+      {"HEAD_DIM % 16 == 0",
+       [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
   };
 }
 
@@ -90,6 +93,27 @@ std::vector<Config> Defaults() {
           TmaConfig(2, 192, 2, 1, 1, 0, 1), TmaConfig(2, 128, 2, 1, 1, 0, 2),
           TmaConfig(2, 128, 2, 1, 1, 0, 4), TmaConfig(2, 128, 2, 0, 1, 0, 1),
           TmaConfig(3, 128, 2, 1, 0, 0, 1), TmaConfig(1, 128, 2, 1, 0, 0, 1)};
+}
+
+LaunchGeometry Geometry(const Config& c, const Problem& p);
+
+// Hopper's shared memory per block (the template runs on nothing else).
+constexpr int64_t kHopperSmemBytes = 232448;
+
+// `c` made to fit Hopper's shared memory: above head_dim 128 a ring of
+// 128-key tiles may not (at 256, two stages alone take 256 KB). Without
+// persistence (which keeps the next tile's Q beside this tile's O) first,
+// then with 64-key tiles, persistent again where that fits.
+Config FitSharedMemory(Config c, const Problem& p) {
+  auto fits = [&] { return Geometry(c, p).smem_bytes <= kHopperSmemBytes; };
+  const int64_t persistent = c.at("PERSISTENT");
+  if (!fits()) c["PERSISTENT"] = 0;
+  if (!fits()) {
+    c["BLOCK_N"] = 64;
+    c["PERSISTENT"] = persistent;
+    if (!fits()) c["PERSISTENT"] = 0;
+  }
+  return c;
 }
 
 // Configs fitted to the problem and device. One consumer (64-row tiles)
@@ -131,11 +155,15 @@ std::vector<Config> FittedDefaults(const Problem& p,
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
-    return {TmaConfig(2, 128, 2, 1, 1, splits == 1 && !ragged ? 1 : 0, splits)};
+    return {FitSharedMemory(
+        TmaConfig(2, 128, 2, 1, 1, splits == 1 && !ragged ? 1 : 0, splits), p)};
   }
-  if (p.q_fp8) return {TmaConfig(1, 128, 2, 1, 0, persistent, splits)};
-  return {TmaConfig(1, 128, 2, 1, 0, persistent, splits),
-          TmaConfig(1, 64, 2, p.head_dim == 64 ? 1 : 0, 0, 0, splits)};
+  const Config first =
+      FitSharedMemory(TmaConfig(1, 128, 2, 1, 0, persistent, splits), p);
+  const Config second =
+      TmaConfig(1, 64, 2, p.head_dim == 64 ? 1 : 0, 0, 0, splits);
+  if (p.q_fp8 || first == second) return {first};
+  return {first, second};
 }
 
 // Grid (persistent: the tiles, walked by LaunchGrid's blocks), threads,
@@ -155,11 +183,12 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   // and V's transposes, and each consumer's fp32 sums of O); 1024 B to
   // align the swizzled tiles, 256 B of mbarriers.
   const int64_t elem = DTypeBytes(QDType(p));  // Of Q, K and V.
-  const int64_t q_bytes = block_m * p.head_dim * elem;
-  const int64_t o_bytes = block_m * p.head_dim * 2;
+  const int64_t d = HeadDimIn64s(p.head_dim);
+  const int64_t q_bytes = block_m * d * elem;
+  const int64_t o_bytes = block_m * d * 2;
   const int64_t ring =
-      (p.q_fp8 ? 3 : 2) * c.at("STAGES") * c.at("BLOCK_N") * p.head_dim * elem;
-  const int64_t sums = p.q_fp8 ? c.at("CONSUMERS") * 64 * p.head_dim * 4 : 0;
+      (p.q_fp8 ? 3 : 2) * c.at("STAGES") * c.at("BLOCK_N") * d * elem;
+  const int64_t sums = p.q_fp8 ? c.at("CONSUMERS") * 64 * d * 4 : 0;
   g.smem_bytes =
       (persistent ? q_bytes : 0) + o_bytes + ring + sums + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
@@ -203,7 +232,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
        "blocks (a cluster) sharing one query block's keys, for problems with "
        "few query blocks"},
   });
-  t.head_dims = {64, 128};
+  t.head_dims = {64, 80, 96, 128, 192, 256};
   t.fits_every_form = true;  // NvrtcCompilerTest.FlashFwdTmaConfigsDoNotSpill
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.q_fp8 = true;  // Q, K and V in e4m3 (docs/fp8.md).

@@ -18,7 +18,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(naive)(std::string source,
        {16, 32, 64, 128, 256},
        "keys staged in shared memory per step"},
   });
-  t.head_dims = {64, 128};
+  t.head_dims = {32, 64, 96, 128, 192, 256};
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};

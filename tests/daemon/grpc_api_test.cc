@@ -204,7 +204,7 @@ TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
       {"no template, and none serves the problem",
        [](auto& r) {
          r.clear_template_name();
-         r.mutable_problem()->set_head_dim(96);
+         r.mutable_problem()->set_head_dim(40);
        },
        grpc::INVALID_ARGUMENT, "template_name:"},
       {"unknown template", [](auto& r) { r.set_template_name("flash9"); },
@@ -212,7 +212,7 @@ TEST_F(GrpcApiTest, BadRequestsGetTheRightCodeNamingTheFieldAndWriteNothing) {
       {"no problem", [](auto& r) { r.clear_problem(); }, grpc::INVALID_ARGUMENT,
        "problem:"},
       {"head_dim the template lacks",
-       [](auto& r) { r.mutable_problem()->set_head_dim(96); },
+       [](auto& r) { r.mutable_problem()->set_head_dim(40); },
        grpc::INVALID_ARGUMENT, "problem.head_dim:"},
       {"kv_heads not dividing heads",
        [](auto& r) { r.mutable_problem()->set_kv_heads(3); },
@@ -468,12 +468,17 @@ TEST_F(GrpcApiTest, EveryProblemGetsConfigsThatRunOnIt) {
   EXPECT_EQ(Configs(resp),
             std::vector<std::string>{"decode_fwd " + ConfigKey(config(1, 16))});
 
-  // Nothing of head_dim 64 is tuned: the nearest problem of any class.
-  resp = Best(d, Decode(8192, 64));
+  // Nothing of head_dim 96 is tuned: the nearest problem of any class of
+  // its width (96 is computed as 128).
+  resp = Best(d, Decode(8192, 96));
   EXPECT_TRUE(resp.transferred());
   EXPECT_EQ(resp.source_problem().head_dim(), 128u);
   EXPECT_EQ(resp.results_size(), 2);
   EXPECT_EQ(resp.results(0).trial().latency().median_us(), 10);
+  // Of another width (64): the defaults fitted to it.
+  resp = Best(d, Decode(8192, 64));
+  EXPECT_FALSE(resp.transferred());
+  EXPECT_TRUE(resp.defaults());
 }
 
 // Once the device's cost model is trained, a problem never tuned is served
@@ -1191,7 +1196,7 @@ TEST_F(GrpcApiTest, DaemonSourceFindsNothingWhereNoTemplateSupportsTheProblem) {
   DaemonSource source(d.channel(), "s3cret");
   absl::StatusOr<Problem> p = ProblemFromProto(SeedRequest().problem());
   ASSERT_TRUE(p.ok());
-  p->head_dim = 96;
+  p->head_dim = 40;
   absl::Status s = source.Find(*p, "NVIDIA L4", "sm_89").status();
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("no template supports"));

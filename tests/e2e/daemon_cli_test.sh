@@ -69,7 +69,7 @@ cli bench --template_name=naive --config=KV_TILE=64,WARPS=4 >"$work/bench.out" |
 grep -q "^trial .*measured now" "$work/bench.out" || grep -q "^trial .*from the store" "$work/bench.out" ||
   fail "bench: $(cat "$work/bench.out")"
 # Errors are one line and a non-zero exit.
-if cli submit --template_name=naive --head_dim=96 2>"$work/err"; then fail "bad submit accepted"; fi
+if cli submit --template_name=naive --head_dim=40 2>"$work/err"; then fail "bad submit accepted"; fi
 [ "$(wc -l <"$work/err")" = 1 ] && grep -q "problem.head_dim" "$work/err" || fail "error: $(cat "$work/err")"
 if "$evotune" --address="$address" jobs 2>"$work/err"; then fail "call without token accepted"; fi
 grep -q "bearer token" "$work/err" || fail "auth error: $(cat "$work/err")"

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernel_templates/serving_defaults.h"
 #include "kernel_templates/template_registry.h"
 
 namespace evotune {
@@ -476,6 +477,76 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
   EXPECT_EQ(ExpectOkUntil(decode, feasible, fp8, 2), 2);
 }
 
+// Head dims other than 64 and 128 (80 and 96, computed as 128 with the pad
+// zero-filled; 192 and 256, Gemma's and DeepSeek's): each template that
+// claims one, over causal and not, GQA and MQA, odd lengths (1, 17, 113,
+// 1023; seq_q != seq_k), lengths on the device and paged caches, a window
+// with softcapping and sinks; the config an untuned problem is served
+// (RankedDefaults' first) must run and be correct, and one random feasible
+// config besides.
+TEST_F(CudaEvaluatorTest, OtherHeadDimsAreCorrect) {
+  struct Case {
+    int64_t sq, sk;
+    bool causal;
+    int64_t kv_heads;
+    Layout layout;
+    bool mods = false;
+  };
+  const std::vector<Case> cases = {
+      {1, 17, false, 4, Layout::kDense},
+      {17, 1, true, 2, Layout::kDense},
+      {113, 1023, true, 1, Layout::kDense},
+      {1023, 113, false, 2, Layout::kDense},
+      {1023, 1023, true, 2, Layout::kDense},
+      {300, 700, true, 2, Layout::kVarlen},
+      {1, 4097, false, 1, Layout::kKvCache},
+      {4, 2048, true, 2, Layout::kPaged},
+      {700, 700, true, 2, Layout::kDense, true},
+      {1, 3000, false, 1, Layout::kKvCache, true},
+  };
+  const DeviceLimits& limits = evaluator_->device().limits;
+  std::mt19937 gen(192);
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    if (t.test_only || !CheckDevice(t, limits).ok()) continue;
+    for (int64_t d : t.head_dims) {
+      if (d == 64 || d == 128) continue;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
+        Problem p;
+        p.batch = 2;
+        p.heads = 4;
+        p.kv_heads = c.kv_heads;
+        p.seq_q = c.sq;
+        p.seq_k = c.sk;
+        p.head_dim = d;
+        p.dtype = i % 2 ? DType::kBf16 : DType::kFp16;
+        p.causal = c.causal;
+        p.layout = c.layout;
+        if (c.layout == Layout::kPaged) p.page_size = 16;
+        if (c.mods) {
+          p.window_left = 200;
+          p.softcap = 30;
+          p.sinks = true;
+        }
+        ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
+        if (!CheckSupports(t, p).ok()) continue;
+        std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
+        ASSERT_EQ(served.size(), 1u) << t.name << " " << ProblemKey(p);
+        absl::StatusOr<TrialResult> r =
+            evaluator_->Evaluate(t, served[0].config, p);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(r->status, TrialStatus::kOk)
+            << t.name << " " << ProblemKey(p) << " "
+            << ConfigKey(served[0].config) << ": " << r->error;
+        std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
+        std::shuffle(feasible.begin(), feasible.end(), gen);
+        EXPECT_EQ(ExpectOkUntil(t, feasible, p, 1), 1)
+            << t.name << " " << ProblemKey(p);
+      }
+    }
+  }
+}
+
 // decode_fwd over an FP8 KV cache (e4m3 K and V, per-(sequence, KV head)
 // descale factors) against the reference on the dequantized inputs: both
 // head dims and dtypes, dense, cache and paged layouts, GQA and MQA, decode
@@ -759,6 +830,19 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     p.layout = Layout::kVarlen;
     if (CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
       ExpectOk(t, c, p);
+    }
+    // A head dim computed with zero-filled columns (96 as 128), packed so
+    // that a store past it would land in the next head's row, and 256.
+    for (int64_t d : {96, 256}) {
+      Problem other = p;
+      other.window_left = -1;
+      other.softcap = 0;
+      other.sinks = false;
+      other.head_dim = d;
+      if (CheckSupports(t, other).ok() &&
+          CheckConfig(t, c, other, evaluator_->device().limits).ok()) {
+        ExpectOk(t, c, other);
+      }
     }
   }
 }

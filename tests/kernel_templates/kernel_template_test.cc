@@ -133,7 +133,7 @@ TEST(KernelTemplateTest, RunsOnNeedsSupportAndTheGates) {
                     {"STAGES", 3},    {"TILE_N", 32},   {"WARPS", 4}};
   EXPECT_TRUE(RunsOn(t, c, p, h100));
   Problem unsupported = p;
-  unsupported.head_dim = 96;
+  unsupported.head_dim = 40;
   EXPECT_FALSE(RunsOn(t, c, unsupported, h100));
   Problem few_keys = p;  // Half the splits would get no key tile.
   few_keys.seq_k = 40;
@@ -186,7 +186,7 @@ TEST(KernelTemplateTest, EveryAcceptedConfigMeetsTheLaunchLimits) {
          std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {32, 8}, {1024, 1}}) {
       for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
                {1, 1}, {17, 4097}, {1 << 20, 1 << 20}, {1, 1 << 20}}) {
-        for (int64_t d : {64, 128}) {
+        for (int64_t d : {64, 80, 96, 128, 192, 256}) {
           for (bool causal : {false, true}) {
             Problem p;
             p.batch = batch;
@@ -208,6 +208,7 @@ TEST(KernelTemplateTest, EveryAcceptedConfigMeetsTheLaunchLimits) {
     for (const DeviceLimits& device : devices) {
       if (!CheckDevice(t, device).ok()) continue;
       for (const Problem& p : problems) {
+        if (!CheckSupports(t, p).ok()) continue;
         const std::vector<Config> accepted = FeasibleConfigs(t, p, device);
         EXPECT_FALSE(accepted.empty())
             << t.name << " sm_" << device.compute_capability << " "

@@ -39,6 +39,16 @@ CASES = [
     (4, 32, 8, 1, 4097, 128, False, (1000, -1), 0.0, torch.bfloat16, 1),
     (2, 16, 4, 1, 2048, 128, False, (-1, -1), 50.0, torch.float16, 4),
     (1, 8, 8, 1024, 1024, 64, False, (0, 0), 0.0, torch.float16, 1),
+    # Head dims past 128 (Gemma's 256, DeepSeek's 192), plain and with mods.
+    (2, 4, 2, 1023, 1023, 256, True, (-1, -1), 0.0, torch.bfloat16, 1),
+    (1, 8, 4, 113, 1023, 256, False, (200, -1), 50.0, torch.bfloat16, 4),
+    (4, 16, 8, 1, 4097, 256, False, (-1, -1), 50.0, torch.bfloat16, 1),
+    (2, 4, 4, 1023, 113, 192, False, (-1, -1), 0.0, torch.float16, 1),
+    (1, 8, 2, 700, 700, 192, True, (256, -1), 30.0, torch.bfloat16, 1),
+    (3, 8, 1, 2, 3000, 192, True, (-1, -1), 0.0, torch.float16, 1),
+    # 80 and 96 (CLIP's, Phi-3's): computed as 128, the pad zero-filled.
+    (2, 8, 2, 1023, 1023, 96, True, (-1, -1), 0.0, torch.bfloat16, 1),
+    (1, 4, 4, 113, 700, 80, False, (100, -1), 30.0, torch.float16, 1),
 ]
 
 
@@ -269,8 +279,8 @@ class ScoreModsTest(unittest.TestCase):
                     et.attention(q, q, q, **kwargs)
 
     def test_unserved_problems_fall_back(self):
-        # head_dim 96: no template; the plain computation answers.
-        q = torch.randn(1, 2, 40, 96, device="cuda", dtype=torch.bfloat16)
+        # head_dim 40: no template; the plain computation answers.
+        q = torch.randn(1, 2, 40, 40, device="cuda", dtype=torch.bfloat16)
         kernel, why = et.kernel_for(q, q, True, q, reason=True,
                                     window_size=(8, -1), softcap=20.0)
         self.assertIsNone(kernel)

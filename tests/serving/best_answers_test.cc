@@ -129,6 +129,27 @@ TEST_F(BestAnswersTest, AnUntunedShapeGetsTheNearestTunedProblemsConfigs) {
   EXPECT_EQ(a->results[0].template_name, "naive");
 }
 
+// Another head_dim's configs transfer only at the same width (computed
+// as the same multiple of 64): head_dim 32 takes head_dim 64's, 192 gets
+// the defaults fitted to it.
+TEST_F(BestAnswersTest, ConfigsTransferOnlyWithinAHeadDimsWidth) {
+  Store(Seed(), 40);  // head_dim 64.
+  BestAnswers answers = Answers(false);
+  BestQuery q;
+  q.problem = Seed();
+  q.problem.head_dim = 32;
+  q.template_name = "naive";
+  absl::StatusOr<BestAnswer> a = answers.Query(q);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->transferred);
+  EXPECT_EQ(a->source_problem, Seed());
+  q.problem.head_dim = 192;
+  a = answers.Query(q);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->transferred);
+  EXPECT_TRUE(a->defaults);
+}
+
 TEST_F(BestAnswersTest, NothingTunedGetsTheDefaultsOfTheBestSuitedTemplate) {
   BestAnswers answers = Answers(false);
   BestQuery q;

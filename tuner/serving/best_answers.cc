@@ -171,6 +171,13 @@ absl::StatusOr<bool> BestAnswers::TransferNearest(
                                     same_class);
     if (!nearest.ok()) return nearest.status();
     if (!nearest->has_value()) continue;
+    // Not from another width of head_dim: its configs were fitted to other
+    // registers and shared memory (at 256 they may spill or not fit), where
+    // the fitted defaults know the head_dim.
+    if (HeadDimIn64s((**nearest).head_dim) !=
+        HeadDimIn64s(query.problem.head_dim)) {
+      continue;
+    }
     absl::StatusOr<std::vector<RankedTrial>> top = store_->TopK(
         answer->device, **nearest, templates, std::max(query.k, kTransferPool));
     if (!top.ok()) return top.status();
