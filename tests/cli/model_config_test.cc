@@ -85,6 +85,16 @@ TEST(ModelConfigTest, BadConfigsNameTheField) {
       {R"({"text_config": {"num_attention_heads": 8}})",
        "text_config.head_dim"},
       {"not json", "not a JSON object"},
+      // Not served yet, rather than tuned as something else.
+      {R"({"model_type": "deepseek_v3", "num_attention_heads": 128,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+           "v_head_dim": 128, "hidden_size": 7168})",
+       "v_head_dim: multi-head latent attention"},
+      {R"({"model_type": "bloom", "n_head": 32, "hidden_size": 4096})",
+       "alibi: ALiBi"},
+      {R"({"model_type": "mpt", "num_attention_heads": 32, "head_dim": 128,
+           "attn_config": {"alibi": true}})",
+       "attn_config.alibi: ALiBi"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ModelAttention> m = ParseModelConfig(c.json, 8192);

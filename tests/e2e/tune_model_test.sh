@@ -72,6 +72,21 @@ cli tune-model --model_config='{"num_attention_heads": 32, "num_key_value_heads"
 [ "$(grep -o '"problem"' "$work/plan.json" | wc -l)" -eq 13 ] ||
   fail "the plan as JSON: $(cat "$work/plan.json")"
 
+# The model as flags: the same buckets; Gemma 2's head_dim 256 and softcap.
+cli tune-model --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 \
+  "${envelope[@]}" --dry_run >"$work/flag_buckets" 2>"$work/err" ||
+  fail "the model as flags: $(cat "$work/err")"
+diff "$work/buckets" "$work/flag_buckets" >/dev/null ||
+  fail "flags' buckets differ: $(cat "$work/flag_buckets")"
+grep -q "tune-model (flags): 32 heads on 8, head_dim 128" "$work/err" ||
+  fail "$(cat "$work/err")"
+cli tune-model --heads=16 --kv_heads=8 --head_dim=256 --dtype=bf16 \
+  --softcap=50 "${envelope[@]}" --dry_run >"$work/flag_buckets" \
+  2>"$work/err" || fail "head_dim 256 as flags: $(cat "$work/err")"
+[ "$(wc -l <"$work/flag_buckets")" -eq 13 ] &&
+  ! grep -qv "_d256_.*_cap50$" "$work/flag_buckets" ||
+  fail "head_dim 256 buckets: $(cat "$work/flag_buckets")"
+
 # An engine's paged cache: buckets of 16-key pages, queries from 16.
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
   --layout=paged --page_size=16 --dry_run >"$work/buckets" 2>"$work/err" ||

@@ -17,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -117,7 +118,8 @@ ABSL_FLAG(std::string, compare, "",
 ABSL_FLAG(std::string, model_config, "",
           "tune-model, model-report: the model's config.json (Hugging "
           "Face), or its fields as a JSON object ('{\"num_attention_heads\": "
-          "32, ...}')");
+          "32, ...}'); without it, the model of --heads, --kv_heads, "
+          "--head_dim, --dtype, --window_left, --softcap and --sinks");
 ABSL_FLAG(int, max_batch, 256,
           "tune-model: sequences of a decode step, at most");
 ABSL_FLAG(int, max_context, 8192,
@@ -632,16 +634,46 @@ int RunExport(Client& client, const Args&) {
                       absl::GetFlag(FLAGS_output));
 }
 
-// The TuneModel request of the tune-model flags and the model's config;
-// `about` says what for. INVALID_ARGUMENT naming the flag or config field.
+// tune-model's model from the problem flags, where no --model_config is
+// given: --heads, --kv_heads, --head_dim, --dtype, and one kind of layer of
+// --window_left, --softcap and --sinks. One of them must differ from its
+// default (the defaults alone are the seed problem's, and more likely a
+// forgotten --model_config than a model).
+absl::StatusOr<ModelAttention> ModelFromFlags() {
+  bool given = false;
+  for (const char* name : {"heads", "kv_heads", "head_dim", "dtype",
+                           "window_left", "softcap", "sinks"}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    given |= flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+  }
+  if (!given) {
+    return absl::InvalidArgumentError(
+        "--model_config: required (the model's config.json), or the model "
+        "as flags: --heads, --kv_heads, --head_dim, --dtype (and "
+        "--window_left, --softcap, --sinks for its layers)");
+  }
+  v1::Problem p;
+  std::string error;
+  if (!FillProblem(&p, &error)) return absl::InvalidArgumentError(error);
+  ModelAttention m;
+  m.heads = p.heads();
+  m.kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
+  m.head_dim = p.head_dim();
+  m.dtype = p.dtype() == v1::DTYPE_BF16 ? DType::kBf16 : DType::kFp16;
+  m.kinds[0].window_left = absl::GetFlag(FLAGS_window_left);
+  m.kinds[0].softcap = static_cast<float>(absl::GetFlag(FLAGS_softcap));
+  m.kinds[0].sinks = absl::GetFlag(FLAGS_sinks);
+  return m;
+}
+
+// The TuneModel request of the tune-model flags and the model's config (or
+// the model's flags); `about` says what for. INVALID_ARGUMENT naming the
+// flag or config field.
 absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   const std::string path = absl::GetFlag(FLAGS_model_config);
-  if (path.empty()) {
-    return absl::InvalidArgumentError(
-        "--model_config: required (the model's config.json)");
-  }
   absl::StatusOr<ModelAttention> m =
-      ReadModelConfig(path, absl::GetFlag(FLAGS_max_context));
+      path.empty() ? ModelFromFlags()
+                   : ReadModelConfig(path, absl::GetFlag(FLAGS_max_context));
   if (!m.ok()) return m.status();
   v1::TuneModelRequest req;
   req.set_heads(m->heads);
@@ -687,6 +719,7 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   *about = absl::StrCat(
       "tune-model ",
       !m->name.empty()      ? m->name
+      : path.empty()        ? std::string("(flags)")
       : path.front() == '{' ? std::string("(fields given)")
                             : path,
       ": ", m->heads, " heads on ", m->kv_heads, ", head_dim ", m->head_dim,
@@ -815,10 +848,11 @@ int RunTuneModel(Client& client, const Args&) {
   v1::KernelBundle head;
   head.set_about(about);
   *head.mutable_model() = *req;
+  // A model of flags has no config text: the request holds its fields.
   const std::string config_flag = absl::GetFlag(FLAGS_model_config);
-  if (config_flag.front() == '{') {  // The fields themselves.
+  if (!config_flag.empty() && config_flag.front() == '{') {  // The fields.
     head.set_model_config(config_flag);
-  } else {
+  } else if (!config_flag.empty()) {
     std::ifstream config(config_flag);
     head.set_model_config(std::string(std::istreambuf_iterator<char>(config),
                                       std::istreambuf_iterator<char>()));
@@ -893,8 +927,9 @@ constexpr Command kCommands[] = {
      "(prints the file name)",
      RunExport},
     {"tune-model", "",
-     "--model_config=config.json [--max_batch=256] [--max_context=8192] "
-     "[--budget=10m] [--output=MODEL.evtb]",
+     "--model_config=config.json|--heads=N [--kv_heads=N --head_dim=N "
+     "--dtype=bf16] [--max_batch=256] [--max_context=8192] [--budget=10m] "
+     "[--output=MODEL.evtb]",
      "tune the buckets that cover a model's serving envelope and export "
      "them as one bundle (run again to resume)",
      RunTuneModel},

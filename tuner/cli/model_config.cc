@@ -147,10 +147,37 @@ absl::StatusOr<std::vector<LayerKind>> KindsOf(const Struct& s,
   return out;
 }
 
+// Refuses what evotune does not serve yet, naming the field, rather than
+// tune a model's attention as something else: multi-head latent attention
+// (DeepSeek's, whose values have another head_dim than queries and keys)
+// and ALiBi (BLOOM's and MPT's biases by distance).
+absl::Status CheckServed(const Struct& s, const std::string& model_type) {
+  if (Field(s, "v_head_dim") != nullptr) {
+    return Invalid("v_head_dim",
+                   "multi-head latent attention (values of another head_dim "
+                   "than queries and keys) is not served yet");
+  }
+  auto set = [](const Struct& in, const char* name) {
+    const Value* v = Field(in, name);
+    return v != nullptr && v->bool_value();
+  };
+  const Value* attn = Field(s, "attn_config");
+  const bool mpt_alibi = attn != nullptr && attn->has_struct_value() &&
+                         set(attn->struct_value(), "alibi");
+  if (model_type == "bloom" || mpt_alibi || set(s, "alibi")) {
+    return Invalid(mpt_alibi ? "attn_config.alibi" : "alibi",
+                   "ALiBi (biases by distance) is not served yet");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
                                           int64_t max_context) {
   ModelAttention m;
   if (const Value* v = Field(s, "model_type")) m.name = v->string_value();
+  if (absl::Status served = CheckServed(s, m.name); !served.ok()) {
+    return served;
+  }
   absl::StatusOr<int64_t> heads = Count(s, "num_attention_heads", 0);
   if (!heads.ok()) return heads.status();
   absl::StatusOr<int64_t> kv = Count(s, "num_key_value_heads", *heads);
