@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import evotune.torch as et
-from paged_decode import bench_parser, rel_err, time_calls, write_results
+from paged_decode import (bench_parser, rel_err, run_named, time_calls,
+                          write_results)
 from score_mods import visible_pairs
 
 # name: (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal).
@@ -78,25 +79,15 @@ def run_shape(name, shape, args):
 
 
 def main():
-    ap = bench_parser(reps=10)
-    ap.add_argument("--only", default="",
-                    help="comma-separated parts of the names to run")
-    args = ap.parse_args()
+    args = bench_parser(reps=10, only=True).parse_args()
     et.use(daemon=args.daemon, wait=True)
-    rows = []
-    for name, shape in SHAPES:
-        if args.only and not any(o in name for o in args.only.split(",")):
-            continue
-        row = run_shape(name, shape, args)
-        rows.append(row)
-        print(name, row["kernel"], " ".join(
-            f"{k}={t:.1f}us({row['tflops'][k]:.0f}TF)"
-            for k, t in row["us"].items()),
-            f"| over fastest SDPA ({row.get('fastest_sdpa')})",
-            f"{row.get('speedup_over_fastest_sdpa', 0):.2f}x",
-            f"| err {row.get('rel_err_vs_fastest_sdpa', -1):.1e}",
-            "| TB/s", row.get("kv_tb_s"), "| skipped", row["skipped"],
-            flush=True)
+    rows = run_named(SHAPES, run_shape, args, lambda row: " ".join([
+        str(row["kernel"]), *(f"{k}={t:.1f}us({row['tflops'][k]:.0f}TF)"
+                              for k, t in row["us"].items()),
+        f"| over fastest SDPA ({row.get('fastest_sdpa')})",
+        f"{row.get('speedup_over_fastest_sdpa', 0):.2f}x",
+        f"| err {row.get('rel_err_vs_fastest_sdpa', -1):.1e}",
+        f"| TB/s {row.get('kv_tb_s')} | skipped {row['skipped']}"]))
     if args.json:
         write_results(args.json, args.commit, rows)
 

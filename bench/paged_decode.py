@@ -165,15 +165,32 @@ def time_calls(fns, reps, turns):
     return outs, time_graphs(graphs, reps, turns), skipped
 
 
-def bench_parser(reps):
+def run_named(shapes, run_shape, args, line):
+    """run_shape(name, shape, args) for each (name, shape) whose name holds a
+    part of args.only (comma-separated; all without it), each row printed
+    as line(row) once measured; the rows."""
+    rows = []
+    for name, shape in shapes:
+        if args.only and not any(o in name for o in args.only.split(",")):
+            continue
+        rows.append(run_shape(name, shape, args))
+        print(name, line(rows[-1]), flush=True)
+    return rows
+
+
+def bench_parser(reps, only=False):
     """The arguments of the scripts that time evotune.torch beside other
-    backends: --daemon, --reps (calls a graph), --turns, --json, --commit."""
+    backends: --daemon, --reps (calls a graph), --turns, --json, --commit,
+    and with `only` --only (for run_named)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--reps", type=int, default=reps)
     ap.add_argument("--turns", type=int, default=7)
     ap.add_argument("--json")
     ap.add_argument("--commit", default="")
+    if only:
+        ap.add_argument("--only", default="",
+                        help="comma-separated parts of the names to run")
     return ap
 
 

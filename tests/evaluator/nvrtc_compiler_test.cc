@@ -75,6 +75,13 @@ std::vector<std::string> CompileAll(
   return failures;
 }
 
+// Whether ptxas -v reports no spills ("N bytes stack frame, N bytes spill
+// stores, N bytes spill loads").
+bool NoSpill(const CompileResult& r) {
+  return r.log.find(", 0 bytes spill stores, 0 bytes spill loads") !=
+         std::string::npos;
+}
+
 // `p` against a paged KV cache of `page_size` keys a page.
 Problem Paged(Problem p, int64_t page_size) {
   p.layout = Layout::kPaged;
@@ -182,15 +189,7 @@ TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
     }
   }
   ASSERT_FALSE(jobs.empty());
-  EXPECT_THAT(CompileAll(jobs,
-                         [](const CompileResult& r) {
-                           // ptxas -v: "N bytes stack frame, N bytes spill
-                           // stores, N bytes spill loads".
-                           return r.log.find(
-                                      ", 0 bytes spill stores, 0 "
-                                      "bytes spill loads") != std::string::npos;
-                         }),
-              ::testing::IsEmpty());
+  EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
 
 // decode_fwd over an FP8 KV cache compiles for sm_89 (the L4, the first
@@ -225,13 +224,7 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
     }
   }
   ASSERT_FALSE(jobs.empty());
-  EXPECT_THAT(CompileAll(jobs,
-                         [](const CompileResult& r) {
-                           return r.log.find(
-                                      ", 0 bytes spill stores, 0 "
-                                      "bytes spill loads") != std::string::npos;
-                         }),
-              ::testing::IsEmpty());
+  EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
 
 // What an untuned problem is served (RankedDefaults' first config, as the
@@ -266,13 +259,7 @@ TEST(NvrtcCompilerTest, ServedDefaultsDoNotSpillAtAnyHeadDim) {
       }
     }
   }
-  EXPECT_THAT(CompileAll(jobs,
-                         [](const CompileResult& r) {
-                           return r.log.find(
-                                      ", 0 bytes spill stores, 0 "
-                                      "bytes spill loads") != std::string::npos;
-                         }),
-              ::testing::IsEmpty());
+  EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
 
 // A template that claims its configs fit every head_dim and dtype needs a
