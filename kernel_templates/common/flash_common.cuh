@@ -16,6 +16,15 @@
 
 namespace flash {
 
+// Columns of Q, K, V and O in memory (HEAD_DIM), and those a kernel computes:
+// HEAD_DIM rounded up to whole 64-column blocks, 128-byte swizzled rows of
+// 16-bit values (the spec's HeadDimIn64s). The columns past HEAD_DIM are
+// zero-filled in shared memory (cp.async with no source bytes, the copy
+// engine's out-of-bounds fill), which adds nothing to Q K^T and leaves O's
+// columns there zero, and the stores leave them out.
+constexpr int kHeadDimMem = HEAD_DIM;
+constexpr int kHeadDimIn64s = (HEAD_DIM + 63) / 64 * 64;
+
 __device__ __forceinline__ unsigned SmemAddress(const void* p) {
   unsigned long long a;
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));

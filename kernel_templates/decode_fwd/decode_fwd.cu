@@ -83,12 +83,8 @@ constexpr int kWarps = WARPS;
 constexpr int kStages = STAGES;
 constexpr int kSplits = KV_SPLITS;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
-// Columns of Q, K, V and O in memory, and the kernel's: HEAD_DIM rounded up
-// to whole 64-column blocks (the swizzle's 128 bytes). The columns past
-// HEAD_DIM are zero-filled in shared memory (adding nothing to Q K^T and
-// making O's zero there) and never stored.
-constexpr int kDMem = HEAD_DIM;
-constexpr int kD = (HEAD_DIM + 63) / 64 * 64;
+constexpr int kDMem = kHeadDimMem;  // In memory; computed: kD (flash_common).
+constexpr int kD = kHeadDimIn64s;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMTiles = kRows / 16;  // 16-row MMA tiles, all in every warp.
 constexpr int kKSteps = kD / 16;     // k-steps of Q K^T.

@@ -53,12 +53,8 @@ using namespace flash;
 
 constexpr int kM = BLOCK_M;
 constexpr int kN = BLOCK_N;
-// Columns of Q, K, V and O in memory, and the kernel's: HEAD_DIM rounded up
-// to whole 64-column blocks (the swizzle's 128 bytes). The columns past
-// HEAD_DIM are zero-filled in shared memory (adding nothing to Q K^T and
-// making O's zero there) and never stored.
-constexpr int kDMem = HEAD_DIM;
-constexpr int kD = (HEAD_DIM + 63) / 64 * 64;
+constexpr int kDMem = kHeadDimMem;  // In memory; computed: kD (flash_common).
+constexpr int kD = kHeadDimIn64s;
 constexpr int kWarps = NUM_WARPS;
 constexpr int kStages = STAGES;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
@@ -92,8 +88,8 @@ __device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
                                          const AttentionParams& p, int b,
                                          long long page_stride,
                                          long long stride, int row0, int rows) {
-  CopyKeyRows<kN, kD, kThreads, kDMem>(tile, g, p, b, page_stride, stride,
-                                       row0, rows, Swizzled);
+  CopyKeyRows<kN, kD, kThreads, kDMem>(tile, g, p, b, page_stride, stride, row0,
+                                       rows, Swizzled);
 }
 
 }  // namespace

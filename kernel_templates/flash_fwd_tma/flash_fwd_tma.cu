@@ -94,13 +94,8 @@ constexpr bool kFp8 = EVT_Q_FP8 != 0;
 constexpr int kConsumers = CONSUMERS;
 constexpr int kM = 64 * kConsumers;
 constexpr int kN = BLOCK_N;
-// Columns of Q, K, V and O in memory, and the kernel's: HEAD_DIM rounded up
-// to whole 64-column blocks. The copy engine fills the columns past
-// HEAD_DIM with zeros, which add nothing to Q K^T and make O's columns
-// there zero, and leaves them out when it stores O (as StoreRowsDirect and
-// the split combine do).
-constexpr int kDMem = HEAD_DIM;
-constexpr int kD = (HEAD_DIM + 63) / 64 * 64;
+constexpr int kDMem = kHeadDimMem;  // In memory; computed: kD (flash_common).
+constexpr int kD = kHeadDimIn64s;
 constexpr int kStages = STAGES;
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kNTiles = kN / 8;
