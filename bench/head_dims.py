@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Head dims past 128 through evotune.torch.attention, beside PyTorch SDPA's
-flash, cuDNN and efficient backends (those that run the shape), in
-interleaved turns in one process. Each call is captured in a CUDA graph of
-`--reps` calls and replayed, so the times are the kernels'. TFLOP/s count
-4 * D per visible (query, key) pair; decode rows report K/V bytes a second.
-evotune's output is compared with SDPA's (the GPU tests hold it to an fp32
-reference).
+"""Head dims other than 64 and 128 through evotune.torch.attention, beside
+PyTorch SDPA's flash, cuDNN and efficient backends (those that run the
+shape), in interleaved turns in one process. Each call is captured in a CUDA
+graph of `--reps` calls and replayed, so the times are the kernels'. TFLOP/s
+count 4 * D per visible (query, key) pair; decode rows report K/V bytes a
+second. evotune's output is compared with SDPA's (the GPU tests hold it to
+an fp32 reference).
 
   PYTHONPATH=python:bench \\
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
@@ -32,6 +32,10 @@ SHAPES = [
     ("gemma2-d256-prefill-2k", (1, 16, 8, 2048, 2048, 256, True)),
     ("gemma2-d256-decode-8k", (8, 16, 8, 1, 8192, 256, False)),
     ("d192-decode-4k", (8, 16, 16, 1, 4096, 192, False)),
+    ("phi3-d96-prefill-4k", (2, 32, 32, 4096, 4096, 96, True)),
+    ("vit-d80-full-4k", (2, 16, 16, 4096, 4096, 80, False)),
+    ("d32-4k-causal", (2, 32, 32, 4096, 4096, 32, True)),
+    ("d96-decode-4k", (8, 32, 32, 1, 4096, 96, False)),
 ]
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
