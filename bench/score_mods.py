@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Sliding windows and logit softcapping through evotune.torch.attention,
-beside FlexAttention with the same mask_mod / score_mod (torch.compile'd)
-and evotune's own kernel without the option, in interleaved turns in one
-process. Each call is captured in a CUDA graph of `--reps` calls and
-replayed, so the times are the kernels'. TFLOP/s count 4*D per visible
-(query, key) pair; decode rows report the K/V bytes of the visible keys a
-second. evotune's output is compared with FlexAttention's (both
-independent of each other; the GPU tests hold both to an fp32 reference).
+"""Sliding windows, logit softcapping, sinks and ALiBi through
+evotune.torch.attention, beside FlexAttention with the same mask_mod /
+score_mod (torch.compile'd) and evotune's own kernel without the option, in
+interleaved turns in one process. Each call is captured in a CUDA graph of
+`--reps` calls and replayed, so the times are the kernels'. TFLOP/s count
+4*D per visible (query, key) pair; decode rows report the K/V bytes of the
+visible keys a second. evotune's output is compared with FlexAttention's
+(both independent of each other; the GPU tests hold both to an fp32
+reference).
 
   PYTHONPATH=python:bench \\
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
@@ -23,10 +24,11 @@ from paged_decode import (bench_parser, rel_err, run_named, time_calls,
 _flex = torch.compile(flex_attention, dynamic=False)
 
 # name: (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, window_left,
-# softcap, baseline[, sinks]): the baseline is evotune's call without the
-# option ("dense": the same shape without it; "keys": decode over the
-# window's keys alone); sinks: gpt-oss's attention sinks, one logit per
-# query head (FlexAttention's output rescaled by its LSE).
+# softcap, baseline[, sinks[, alibi]]): the baseline is evotune's call
+# without the option ("dense": the same shape without it; "keys": decode
+# over the window's keys alone); sinks: gpt-oss's attention sinks, one logit
+# per query head (FlexAttention's output rescaled by its LSE); alibi:
+# BLOOM's slopes (FlexAttention's score_mod subtracts the bias).
 SHAPES = [
     ("mistral-swa4096-32k", (1, 32, 8, 32768, 32768, 128, True, 4096, 0.0,
                              "dense")),
@@ -44,7 +46,19 @@ SHAPES = [
                          True)),
     ("decode-gptoss-sinks-8k", (8, 64, 8, 1, 8192, 64, True, -1, 0.0,
                                 "dense", True)),
+    ("bloom-alibi-4k", (1, 32, 32, 4096, 4096, 128, True, -1, 0.0, "dense",
+                        False, True)),
+    ("alibi-4k-full", (2, 16, 16, 4096, 4096, 128, False, -1, 0.0, "dense",
+                       False, True)),
+    ("decode-bloom-alibi-8k", (8, 32, 32, 1, 8192, 128, False, -1, 0.0,
+                               "dense", False, True)),
 ]
+
+
+def bloom_slopes(heads):
+    """BLOOM's ALiBi slopes for a power-of-two number of heads."""
+    return torch.tensor([2 ** (-8 * (i + 1) / heads) for i in range(heads)],
+                        device="cuda")
 
 
 def visible_pairs(sq, sk, causal, left):
@@ -55,7 +69,7 @@ def visible_pairs(sq, sk, causal, left):
     return (last - first + 1).clamp(min=0).sum().item()
 
 
-def flex_call(q, k, v, causal, left, cap, sinks=None):
+def flex_call(q, k, v, causal, left, cap, sinks=None, slopes=None):
     b, h, sq, _ = q.shape
     sk = k.shape[2]
     shift = sk - sq
@@ -70,9 +84,13 @@ def flex_call(q, k, v, causal, left, cap, sinks=None):
     block_mask = create_block_mask(mask_mod, None, None, sq, sk,
                                    device="cuda")
     score_mod = None
-    if cap > 0:
+    if cap > 0 or slopes is not None:
         def score_mod(score, b_, h_, qi, kv):
-            return cap * torch.tanh(score / cap)
+            if cap > 0:
+                score = cap * torch.tanh(score / cap)
+            if slopes is not None:
+                score = score - slopes[h_] * (qi + shift - kv).abs()
+            return score
     gqa = q.shape[1] != k.shape[1]
     if sinks is None:
         return lambda: _flex(q, k, v, score_mod=score_mod,
@@ -89,13 +107,15 @@ def flex_call(q, k, v, causal, left, cap, sinks=None):
 def calls(shape):
     b, h, kvh, sq, sk, d, causal, left, cap, baseline, *rest = shape
     sinks = (torch.randn(h, device="cuda") * 2) if rest and rest[0] else None
+    slopes = bloom_slopes(h) if rest[1:] and rest[1] else None
     q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, kvh, sk, d, device="cuda", dtype=torch.bfloat16)
             for _ in range(2))
     window = (left, -1)
     out = {"evotune": lambda: et.attention(q, k, v, causal, window_size=window,
-                                           softcap=cap, sinks=sinks),
-           "flex": flex_call(q, k, v, causal, left, cap, sinks)}
+                                           softcap=cap, sinks=sinks,
+                                           alibi_slopes=slopes),
+           "flex": flex_call(q, k, v, causal, left, cap, sinks, slopes)}
     if baseline == "dense":
         out["evotune_without"] = lambda: et.attention(q, k, v, causal)
         out["sdpa_without"] = lambda: et._sdpa(q, k, v, causal, None)
@@ -107,7 +127,7 @@ def calls(shape):
         out["evotune_without"] = lambda: et.attention(q, kw, vw, causal)
         out["sdpa_without"] = lambda: et._sdpa(q, kw, vw, causal, None)
     kernel = et.kernel_for(q, k, causal, v, window_size=window, softcap=cap,
-                           sinks=sinks)
+                           sinks=sinks, alibi_slopes=slopes)
     return out, kernel, base_keys
 
 
@@ -122,7 +142,8 @@ def run_shape(name, shape, args):
     row = {"name": name,
            "shape": dict(batch=b, heads=h, kv_heads=kvh, seq_q=sq, seq_k=sk,
                          head_dim=d, causal=causal, window_left=left,
-                         softcap=cap, sinks=bool(rest and rest[0])),
+                         softcap=cap, sinks=bool(rest and rest[0]),
+                         alibi=bool(rest[1:] and rest[1])),
            "kernel": kernel, "us": us,
            "tflops_visible": {c: flops[c] / t / 1e6 for c, t in us.items()},
            "skipped": skipped}

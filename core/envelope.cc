@@ -50,6 +50,7 @@ Problem FormOf(const Envelope& e, int64_t heads, int64_t kv_heads,
   form.window_left = kind.window_left;
   form.softcap = kind.softcap;
   form.sinks = kind.sinks;
+  form.alibi = kind.alibi;
   return form;
 }
 
@@ -124,6 +125,7 @@ std::string LayerKindName(const LayerKind& kind) {
   }
   if (kind.softcap > 0) parts.push_back(absl::StrCat("softcap ", kind.softcap));
   if (kind.sinks) parts.push_back("sinks");
+  if (kind.alibi) parts.push_back("ALiBi");
   return parts.empty() ? "full attention" : absl::StrJoin(parts, ", ");
 }
 

@@ -35,16 +35,17 @@ struct Envelope {
 
 // One kind of a model's layers beyond heads and head_dim (Hugging Face's
 // layer_types): a sliding window of window_left keys before each query's
-// own (-1: none), logit softcapping (0: none), attention sinks, as the
-// Problem fields of those names.
+// own (-1: none), logit softcapping (0: none), attention sinks, ALiBi, as
+// the Problem fields of those names.
 struct LayerKind {
   int64_t window_left = -1;
   float softcap = 0;
   bool sinks = false;
+  bool alibi = false;
 
   bool operator==(const LayerKind& o) const {
     return window_left == o.window_left && softcap == o.softcap &&
-           sinks == o.sinks;
+           sinks == o.sinks && alibi == o.alibi;
   }
 };
 
@@ -57,7 +58,8 @@ inline constexpr double kSmallGain = 0.03;
 // unless both are positive.
 double GainShare(double from_us, double to_us);
 
-// "full attention", or what the kind has: "window 4095, softcap 50, sinks".
+// "full attention", or what the kind has: "window 4095, softcap 50, sinks"
+// (", ALiBi" with ALiBi).
 std::string LayerKindName(const LayerKind& kind);
 
 // INVALID_ARGUMENT naming the field ("max_batch: ...") for an envelope

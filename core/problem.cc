@@ -114,7 +114,9 @@ bool ParseScoreMods(const std::vector<absl::string_view>& parts, Problem& p) {
     }
   }
   p.sinks = i < parts.size() && parts[i] == "sinks";
-  return i + (p.sinks ? 1 : 0) == parts.size();
+  if (p.sinks) ++i;
+  p.alibi = i < parts.size() && parts[i] == "alibi";
+  return i + (p.alibi ? 1 : 0) == parts.size();
 }
 
 }  // namespace
@@ -173,13 +175,13 @@ bool Problem::operator==(const Problem& o) const {
          causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
          q_fp8 == o.q_fp8 && layout == o.layout && page_size == o.page_size &&
          window_left == o.window_left && window_right == o.window_right &&
-         softcap == o.softcap && sinks == o.sinks;
+         softcap == o.softcap && sinks == o.sinks && alibi == o.alibi;
 }
 
 bool SameScoreMods(const Problem& a, const Problem& b) {
   return a.causal == b.causal && a.window_left == b.window_left &&
          a.window_right == b.window_right && a.softcap == b.softcap &&
-         a.sinks == b.sinks;
+         a.sinks == b.sinks && a.alibi == b.alibi;
 }
 
 Problem ActiveScoreMods(Problem call) {
@@ -194,6 +196,7 @@ Problem ActiveScoreMods(Problem call) {
 bool ServesScoreMods(const Problem& served, const Problem& call) {
   const Problem active = ActiveScoreMods(call);
   return served.softcap == call.softcap && served.sinks == call.sinks &&
+         served.alibi == call.alibi &&
          (served.causal == call.causal || call.seq_q == 1) &&
          (HasWindow(served) || !HasWindow(active));
 }
@@ -204,6 +207,7 @@ std::string ScoreModsName(const Problem& p) {
   if (p.window_right >= 0) absl::StrAppend(&out, "_wr", p.window_right);
   if (p.softcap > 0) absl::StrAppend(&out, "_cap", ShortestFloat(p.softcap));
   if (p.sinks) absl::StrAppend(&out, "_sinks");
+  if (p.alibi) absl::StrAppend(&out, "_alibi");
   return out;
 }
 
@@ -366,7 +370,7 @@ double KindDistance(const Problem& p, const Problem& q) {
       (p.dtype != q.dtype) + (p.kv_fp8 != q.kv_fp8) + (p.q_fp8 != q.q_fp8) +
       (p.causal != q.causal) +
       (p.window_left != q.window_left || p.window_right != q.window_right ||
-       p.softcap != q.softcap || p.sinks != q.sinks) +
+       p.softcap != q.softcap || p.sinks != q.sinks || p.alibi != q.alibi) +
       (p.layout != q.layout);
   if (p.page_size > 0 && q.page_size > 0) {
     const double x = std::log2(static_cast<double>(p.page_size) / q.page_size);

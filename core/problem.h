@@ -65,7 +65,9 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name);
 // window_right], shift = seq_k - seq_q; logit softcapping replaces each
 // score s * scale by softcap * tanh(s * scale / softcap); with sinks, a
 // learned logit per query head joins every row's softmax (its probability
-// is dropped: it only lowers the others), as gpt-oss has it.
+// is dropped: it only lowers the others), as gpt-oss has it; with ALiBi,
+// each score (softcapped or not) gains -slope * |i + shift - j|, a slope
+// per query head (FlashAttention's alibi_slopes; BLOOM's and MPT's form).
 struct Problem {
   int64_t batch = 1;
   int64_t heads = 1;
@@ -95,6 +97,9 @@ struct Problem {
   // Attention sinks: each query head's logit (in the units of the scaled
   // scores, not softcapped) joins its rows' softmax; the call passes them.
   bool sinks = false;
+  // ALiBi: the call passes a slope per query head (or per sequence and
+  // query head) that biases each score by its distance from the diagonal.
+  bool alibi = false;
 
   bool operator==(const Problem& o) const;
   bool operator!=(const Problem& o) const { return !(*this == o); }
@@ -138,18 +143,20 @@ inline bool HasWindow(const Problem& p) {
   return p.window_left >= 0 || p.window_right >= 0;
 }
 
-// Whether it has any score mod: a window, a softcap or sinks.
+// Whether it has any score mod: a window, a softcap, sinks or ALiBi.
 inline bool HasScoreMods(const Problem& p) {
-  return HasWindow(p) || p.softcap > 0 || p.sinks;
+  return HasWindow(p) || p.softcap > 0 || p.sinks || p.alibi;
 }
 
 // The key's parts after the layout for a window and a softcap, each led by
 // '_': "_wl<window_left>" and "_wr<window_right>" for the bounds set,
-// "_cap<softcap>" (shortest round-trip form), "_sinks"; "" for none.
+// "_cap<softcap>" (shortest round-trip form), "_sinks", "_alibi"; "" for
+// none.
 std::string ScoreModsName(const Problem& problem);
 
 // Whether two problems compute the same function of their scores: causal,
-// window, softcap and sinks alike (the classes configs transfer within).
+// window, softcap, sinks and ALiBi alike (the classes configs transfer
+// within).
 bool SameScoreMods(const Problem& a, const Problem& b);
 
 // The call with the score mods that act on it: not causal where it has
@@ -160,8 +167,9 @@ Problem ActiveScoreMods(Problem call);
 
 // Whether a kernel compiled for `served`'s score mods computes `call`'s
 // attention (the kernels take the causal flag and the window bounds as
-// launch data, and compile in whether a window, a softcap or sinks are
-// read): the same softcap and sinks, the same causal flag unless the call
+// launch data, and compile in whether a window, a softcap, sinks or ALiBi
+// are read): the same softcap, sinks and ALiBi, the same causal flag unless
+// the call
 // has one query, and a window in `served` or none acting on the call.
 bool ServesScoreMods(const Problem& served, const Problem& call);
 

@@ -191,6 +191,7 @@ std::vector<std::string> CompileDefines(const Config& config,
   if (HasWindow(problem)) out.push_back("-DEVT_WINDOW=1");
   if (problem.softcap > 0) out.push_back("-DEVT_SOFTCAP=1");
   if (problem.sinks) out.push_back("-DEVT_SINKS=1");
+  if (problem.alibi) out.push_back("-DEVT_ALIBI=1");
   return out;
 }
 

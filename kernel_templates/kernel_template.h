@@ -200,8 +200,8 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
 // HEAD_DIM, EVT_BF16, EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0
 // for a dense problem: its kernel reads no lengths from the device;
 // common/sequence.cuh), for a paged problem EVT_PAGE_SIZE, and EVT_WINDOW
-// EVT_SOFTCAP and EVT_SINKS for a problem with a sliding window,
-// softcapping or sinks.
+// EVT_SOFTCAP, EVT_SINKS and EVT_ALIBI for a problem with a sliding
+// window, softcapping, sinks or ALiBi.
 std::vector<std::string> CompileDefines(const Config& config,
                                         const Problem& problem);
 

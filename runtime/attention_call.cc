@@ -153,7 +153,7 @@ bool Overlap(const AttentionTensor& o, const AttentionTensor& t,
 }
 
 // The descale factors: only for FP8 inputs, fp32-aligned, strides from 0;
-// the sinks exactly where the problem has them.
+// the sinks and ALiBi slopes exactly where the problem has them.
 absl::Status CheckDescale(const AttentionCall& call) {
   for (auto [field, ptr, allowed] :
        {std::tuple{"q_descale", call.q_descale, call.problem.q_fp8},
@@ -168,18 +168,24 @@ absl::Status CheckDescale(const AttentionCall& call) {
       return Field(field, "data", "must be 4-byte aligned (fp32)");
     }
   }
-  if ((call.sinks != nullptr) != call.problem.sinks) {
-    return Field("sinks", "data",
-                 call.problem.sinks ? "must be given: the problem has sinks"
-                                    : "must be null: the problem has no sinks");
-  }
-  if (reinterpret_cast<uintptr_t>(call.sinks) % 4 != 0) {
-    return Field("sinks", "data", "must be 4-byte aligned (fp32)");
+  for (auto [field, ptr, wanted, what] :
+       {std::tuple{"sinks", call.sinks, call.problem.sinks, "sinks"},
+        {"alibi_slopes", call.alibi_slopes, call.problem.alibi, "ALiBi"}}) {
+    if ((ptr != nullptr) != wanted) {
+      return Field(field, "data",
+                   absl::StrCat(wanted ? "must be given: the problem has "
+                                       : "must be null: the problem has no ",
+                                what));
+    }
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) {
+      return Field(field, "data", "must be 4-byte aligned (fp32)");
+    }
   }
   constexpr int64_t kMaxStride = int64_t{1} << 24;
   for (auto [field, stride] :
        {std::pair{"descale_batch_stride", call.descale_batch_stride},
-        {"descale_head_stride", call.descale_head_stride}}) {
+        {"descale_head_stride", call.descale_head_stride},
+        {"alibi_batch_stride", call.alibi_batch_stride}}) {
     if (stride < 0 || stride > kMaxStride) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": must be in [0, ", kMaxStride, "] elements, got ", stride));

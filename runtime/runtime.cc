@@ -81,6 +81,8 @@ AttentionParams CallParams(const AttentionCall& call) {
   p.descale_batch_stride = static_cast<int>(call.descale_batch_stride);
   p.descale_head_stride = static_cast<int>(call.descale_head_stride);
   p.sinks = call.sinks;
+  p.alibi_slopes = call.alibi_slopes;
+  p.alibi_batch_stride = static_cast<int>(call.alibi_batch_stride);
   return p;
 }
 

@@ -50,6 +50,7 @@ evotune::Problem ToProblem(const evotune_problem& p) {
   }
   out.softcap = p.softcap;
   out.sinks = p.sinks != 0;
+  out.alibi = p.alibi != 0;
   return out;
 }
 
@@ -106,6 +107,8 @@ evotune::AttentionCall ToCall(const evotune_problem& problem,
     call.descale_batch_stride = lengths->descale_batch_stride;
     call.descale_head_stride = lengths->descale_head_stride;
     call.sinks = lengths->sinks;
+    call.alibi_slopes = lengths->alibi_slopes;
+    call.alibi_batch_stride = lengths->alibi_batch_stride;
   }
   call.problem = ToProblem(problem);
   call.q = ToTensor(q);

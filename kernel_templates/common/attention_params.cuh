@@ -62,6 +62,12 @@ struct AttentionParams {
   // (fp32, in the units of the scaled scores) joins the softmax of each of
   // its rows, adding exp(sinks[h] - max) to the row's sum only.
   const float* sinks;
+  // ALiBi (read with EVT_ALIBI): the score of row i and key j of sequence b
+  // and query head h (softcapped where the kernel softcaps) gains -slope *
+  // |i + shift - j|, slope = alibi_slopes[b * alibi_batch_stride + h] (fp32;
+  // FlashAttention's alibi_slopes, [heads] with stride 0 or [batch, heads]).
+  const float* alibi_slopes;
+  int alibi_batch_stride;
   // FP8 inputs (a kernel compiled with EVT_KV_FP8 reads e4m3 K and V): the
   // value of an element of K of sequence b and KV head h is its e4m3 value
   // times k_descale[b * descale_batch_stride + h * descale_head_stride]

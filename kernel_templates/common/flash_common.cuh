@@ -262,6 +262,13 @@ constexpr bool kSoftcap = EVT_SOFTCAP != 0;
 #endif
 constexpr bool kSinks = EVT_SINKS != 0;
 
+// EVT_ALIBI: 1 where the scores take ALiBi's bias (AttentionParams::
+// alibi_slopes), else 0.
+#ifndef EVT_ALIBI
+#define EVT_ALIBI 0
+#endif
+constexpr bool kAlibi = EVT_ALIBI != 0;
+
 // Query head h's sink logit in the exp2 domain of the softmax; -inf without
 // sinks. It is a partial softmax state of its own (max the logit, sum 1, no
 // output) that every row of the head merges in: CombineSplits takes it as
@@ -309,6 +316,42 @@ __device__ __forceinline__ ScoreScales ScalesOf(const AttentionParams& p,
   if (!kSoftcap) return {1.f, scale_log2};
   const float cap_log2 = p.softcap * 1.4426950408889634f;
   return {scale_log2 / cap_log2, cap_log2};
+}
+
+// Query head h of sequence b's ALiBi slope in the units of the scores a
+// kernel holds (raw products, or their tanh with softcapping): the logits'
+// slope over what the scores are scaled by. 0 without ALiBi.
+__device__ __forceinline__ float AlibiSlope(const AttentionParams& p, int b,
+                                            int h, const ScoreScales& scales) {
+  if constexpr (!kAlibi) return 0.f;
+  return __ldg(p.alibi_slopes + b * p.alibi_batch_stride + h) *
+         1.4426950408889634f / scales.log2;
+}
+
+// ALiBi (EVT_ALIBI) of a tile of scores for keys kv0..: the score of each
+// row (mt, half) loses slope[mt][half] * |diag[mt][half] - key|, diag the
+// row's diagonal key (its query index + shift). Elements as in MaskTile.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void AlibiTile(float (&s)[kMTiles][kNTiles][4],
+                                          const float (&slope)[kMTiles][2],
+                                          const int (&diag)[kMTiles][2],
+                                          int kv0, int lane) {
+  const int c = kv0 + (lane % 4) * 2;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float d = static_cast<float>(diag[mt][half] - c);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          s[mt][nt][2 * half + i] -=
+              slope[mt][half] * fabsf(d - static_cast<float>(nt * 8 + i));
+        }
+      }
+    }
+  }
 }
 
 // What one block computes: query block q_block (kM rows from q0, the last
@@ -451,8 +494,9 @@ __device__ __forceinline__ void SoftcapTile(float (&s)[kMTiles][kNTiles][4],
   }
 }
 
-// Softcaps (when compiled with it) and masks (where the tile needs it) a
-// tile of raw scores for keys kv0.. and query rows row0.. .
+// Softcaps and biases with ALiBi (when compiled with them) and masks (where
+// the tile needs it) a tile of raw scores for keys kv0.. and query rows
+// row0.. .
 template <int kN, int kMTiles, int kNTiles>
 __device__ __forceinline__ void PrepareScores(float (&s)[kMTiles][kNTiles][4],
                                               const AttentionParams& p,
@@ -460,6 +504,20 @@ __device__ __forceinline__ void PrepareScores(float (&s)[kMTiles][kNTiles][4],
                                               const ScoreScales& scales,
                                               int kv0, int row0, int lane) {
   if constexpr (kSoftcap) SoftcapTile(s, scales.pre);
+  if constexpr (kAlibi) {
+    const float slope = AlibiSlope(p, w.b, w.h, scales);
+    float slopes[kMTiles][2];
+    int diag[kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        slopes[mt][half] = slope;
+        diag[mt][half] = row0 + mt * 16 + lane / 4 + half * 8 + w.shift;
+      }
+    }
+    AlibiTile(s, slopes, diag, kv0, lane);
+  }
   if (TileNeedsMask<kN>(p, w, kv0)) MaskTile(s, p, w, kv0, row0, lane);
 }
 

@@ -738,6 +738,20 @@ __device__ __forceinline__ void StreamKeys(
         max(mask_before, __shfl_xor_sync(0xffffffffu, mask_before, m));
   }
   const ScoreScales scales = ScalesOf(p, scale_log2);
+  // ALiBi: each row's slope (its query head's); its diagonal key is
+  // recomputed per tile, which holds fewer registers across the loop.
+  float alibi_slope[kMTiles][2];
+  if constexpr (kAlibi) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = w.r0 + mt * 16 + lane / 4 + half * 8;
+        alibi_slope[mt][half] =
+            AlibiSlope(p, w.b, w.kvh * w.group + r % w.group, scales);
+      }
+    }
+  }
 
   for (int i = 0; i < my_tiles; ++i) {
     CpAsyncWait<kStages - 2>();
@@ -759,6 +773,18 @@ __device__ __forceinline__ void StreamKeys(
 
     if constexpr (kSoftcap) SoftcapTile(s_acc, scales.pre);
     const int kv0 = key0(i);
+    if constexpr (kAlibi) {
+      int diag[kMTiles][2];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          diag[mt][half] =
+              (w.r0 + mt * 16 + lane / 4 + half * 8) / w.group + w.shift;
+        }
+      }
+      AlibiTile(s_acc, alibi_slope, diag, kv0, lane);
+    }
     if (kv0 + kN > mask_from || (kWindow && kv0 < mask_before)) {
       // Element (nt, e) of a row holds key kv0 + c + nt * 8 + e % 2.
       const int c = kv0 + (lane % 4) * 2;

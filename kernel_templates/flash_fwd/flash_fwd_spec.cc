@@ -42,10 +42,12 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
 // 16-row tile a warp, key tiles of at most 64, Q re-read from shared
 // memory, and at least two stages (with one, 64-key tiles spill at 256 on
 // sm_80; FitSharedMemory goes down to one stage only with 32-key tiles).
+// Score mods hold more (a split decode at 256 with every mod spilled 20
+// bytes at 64-key tiles): 32-key tiles there.
 Config FitRegisters(Config c, const Problem& p) {
   if (p.head_dim <= 128) return c;
   c["BLOCK_M"] = 16 * c.at("NUM_WARPS");
-  c["BLOCK_N"] = std::min<int64_t>(c.at("BLOCK_N"), 64);
+  c["BLOCK_N"] = std::min<int64_t>(c.at("BLOCK_N"), HasScoreMods(p) ? 32 : 64);
   c["Q_IN_REGS"] = 0;
   c["STAGES"] = std::max<int64_t>(c.at("STAGES"), 2);
   return c;

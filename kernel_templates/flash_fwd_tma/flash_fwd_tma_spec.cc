@@ -71,6 +71,13 @@ std::vector<Constraint> Constraints() {
          return !p.q_fp8 || !HasScoreMods(p) ||
                 (c.at("KV_SPLITS") == 1 && c.at("PINGPONG") == 0);
        }},
+      // ALiBi's distances beside the other mods spill FP8 attention's two
+      // overlapped consumers (12 bytes).
+      {"Q_FP8 == 0 || ALIBI == 0 || OVERLAP == 0 || CONSUMERS == 1",
+       [](const Config& c, const Problem& p) {
+         return !p.q_fp8 || !p.alibi || c.at("OVERLAP") == 0 ||
+                c.at("CONSUMERS") == 1;
+       }},
       // Rows of whole 32-byte sectors; the kernel computes up to the next
       // multiple of 64 (HeadDimIn64s).
       {"HEAD_DIM % 16 == 0",

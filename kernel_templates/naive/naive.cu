@@ -12,8 +12,8 @@
 //   KV_TILE  keys staged in shared memory per step: larger tiles mean fewer
 //            barriers but more shared memory (2 * KV_TILE * HEAD_DIM * 2 B).
 // Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16, EVT_WINDOW,
-// EVT_SOFTCAP and EVT_SINKS (a sliding window, logit softcapping, attention
-// sinks: attention_params.cuh).
+// EVT_SOFTCAP, EVT_SINKS and EVT_ALIBI (a sliding window, logit softcapping,
+// attention sinks, ALiBi: attention_params.cuh).
 //
 // Grid: (ceil(seq_q / WARPS), heads, batch); block: WARPS * 32 threads.
 #include "attention_params.cuh"
@@ -28,6 +28,9 @@
 #endif
 #ifndef EVT_SINKS
 #define EVT_SINKS 0
+#endif
+#ifndef EVT_ALIBI
+#define EVT_ALIBI 0
 #endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
@@ -80,6 +83,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         active ? evt_to_float(q[row * p.q_row_stride + lane + 32 * i]) : 0.f;
     acc[i] = 0.f;
   }
+#if EVT_ALIBI
+  const float alibi_log2 =
+      p.alibi_slopes[b * p.alibi_batch_stride + h] * 1.4426950408889634f;
+#endif
   float row_max = -__int_as_float(0x7f800000);  // -inf
   float row_sum = 0.f;
 
@@ -115,6 +122,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       s = tanhf(s * (p.scale_log2 / cap_log2)) * cap_log2;
 #else
       s *= p.scale_log2;
+#endif
+#if EVT_ALIBI  // -slope * |i + shift - j|, in the exp2 domain.
+      s -= alibi_log2 * fabsf(static_cast<float>(row + shift - start - j));
 #endif
       const float new_max = fmaxf(row_max, s);
       const float correction = exp2f(row_max - new_max);

@@ -159,8 +159,9 @@ class Client:
         config.json): returns the buckets (problem, job_id, state,
         submitted). layer_kinds: the kinds of the model's layers, each a
         dict of window_left (keys before each query's own; absent or -1:
-        none), softcap and sinks, e.g. gpt-oss's [{"sinks": True},
-        {"window_left": 127, "sinks": True}]; none: full attention.
+        none), softcap, sinks and alibi, e.g. gpt-oss's [{"sinks": True},
+        {"window_left": 127, "sinks": True}], BLOOM's [{"alibi": True}];
+        none: full attention.
         layout: how the model's calls pass tensors ("bhsd", "thd",
         "cache", or "paged" with page_size keys a page). Asked again, it
         resumes; dry_run submits nothing."""
@@ -171,13 +172,14 @@ class Client:
             raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
         kinds = []
         for i, kind in enumerate(layer_kinds):
-            unknown = set(kind) - {"window_left", "softcap", "sinks"}
+            unknown = set(kind) - {"window_left", "softcap", "sinks", "alibi"}
             if unknown:
                 raise ValueError(f"layer_kinds[{i}]: unknown fields "
                                  f"{sorted(unknown)} (window_left, softcap, "
-                                 "sinks)")
+                                 "sinks, alibi)")
             k = evotune_pb2.LayerKind(softcap=kind.get("softcap", 0),
-                                      sinks=kind.get("sinks", False))
+                                      sinks=kind.get("sinks", False),
+                                      alibi=kind.get("alibi", False))
             if kind.get("window_left", -1) >= 0:
                 k.window_left = kind["window_left"]
             kinds.append(k)

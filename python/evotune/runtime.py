@@ -17,7 +17,7 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 9  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 10  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
@@ -33,13 +33,15 @@ class Problem(ctypes.Structure):
     attention); windowed 1 for a sliding window of window_left and
     window_right keys (FlashAttention's window_size, -1 for no bound;
     window_right -1 when causal); softcap the logit softcap (0 for none);
-    sinks 1 for attention sinks (their logits in Lengths.sinks)."""
+    sinks 1 for attention sinks (their logits in Lengths.sinks); alibi 1 for
+    ALiBi (its slopes in Lengths.alibi_slopes)."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
             (n, ctypes.c_int32)
             for n in ("causal", "bf16", "layout", "page_size", "kv_fp8",
                       "q_fp8", "windowed", "window_left", "window_right")] + [
-                          ("softcap", ctypes.c_float), ("sinks", ctypes.c_int32)]
+                          ("softcap", ctypes.c_float),
+                          ("sinks", ctypes.c_int32), ("alibi", ctypes.c_int32)]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)
@@ -56,7 +58,9 @@ class Lengths(ctypes.Structure):
     """evotune_lengths: device pointers of int32 arrays (0 for none), the
     block table's row stride (LAYOUT_PAGED), and an FP8 KV cache's fp32
     descale factors (0 for 1) with their strides in elements, and the
-    attention sinks' fp32 [heads] logits (with Problem.sinks)."""
+    attention sinks' fp32 [heads] logits (with Problem.sinks), and ALiBi's
+    fp32 slopes, [heads] (batch stride 0) or [batch, heads] (with
+    Problem.alibi)."""
     _fields_ = [(n, ctypes.c_void_p) for n in (
         "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")] + [
             ("block_table_stride", ctypes.c_int64)] + [
@@ -64,7 +68,9 @@ class Lengths(ctypes.Structure):
                 for n in ("q_descale", "k_descale", "v_descale")] + [
                     (n, ctypes.c_int64) for n in ("descale_batch_stride",
                                                   "descale_head_stride")] + [
-                        ("sinks", ctypes.c_void_p)]
+                        ("sinks", ctypes.c_void_p),
+                        ("alibi_slopes", ctypes.c_void_p),
+                        ("alibi_batch_stride", ctypes.c_int64)]
 
 
 def _declare(lib):

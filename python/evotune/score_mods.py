@@ -1,6 +1,6 @@
-"""Sliding windows, logit softcapping and attention sinks: FlashAttention's
-arguments in the one form a problem key has, and the plain PyTorch
-computation that answers calls no kernel serves.
+"""Sliding windows, logit softcapping, attention sinks and ALiBi:
+FlashAttention's arguments in the one form a problem key has, and the plain
+PyTorch computation that answers calls no kernel serves.
 
 FlashAttention's window_size=(left, right) lets query row i (aligned to the
 bottom-right corner, shift = seq_k - seq_q) see keys [i + shift - left,
@@ -8,7 +8,10 @@ i + shift + right], -1 for no bound on a side; causal=True sets right to 0.
 softcap > 0 replaces each score s (already scaled) by softcap *
 tanh(s / softcap), as Gemma 2 does. Sinks (gpt-oss's): a float tensor
 [heads] of logits, one per query head, each joining its head's softmax as
-one more column whose probability is dropped.
+one more column whose probability is dropped. ALiBi (BLOOM's, MPT's;
+FlashAttention's alibi_slopes): a float tensor [heads] or [batch, heads] of
+slopes, the score of row i and key j gaining -slope * |i + shift - j| (after
+softcapping).
 """
 import math
 
@@ -55,12 +58,21 @@ def normalize(causal, window_size, softcap, where):
     return causal, (left, right, cap)
 
 
-def problem_fields(mods, has_sinks=False):
+NO_DATA = (False, False)  # Neither sinks nor ALiBi slopes.
+
+
+def data_mods(sinks, alibi_slopes):
+    """Which score mods a call passes as data: (has sinks, has ALiBi)."""
+    return sinks is not None, alibi_slopes is not None
+
+
+def problem_fields(mods, data=NO_DATA):
     """The runtime Problem's fields (evotune/runtime.py) of (window_left,
-    window_right, softcap) and of whether the call has sinks."""
+    window_right, softcap) and of data_mods()'s flags."""
     left, right, cap = mods
     return dict(windowed=int((left, right) != (-1, -1)), window_left=left,
-                window_right=right, softcap=cap, sinks=int(has_sinks))
+                window_right=right, softcap=cap, sinks=int(data[0]),
+                alibi=int(data[1]))
 
 
 def check_sinks(sinks, q, where):
@@ -79,10 +91,41 @@ def check_sinks(sinks, q, where):
     return sinks.to(torch.float32).contiguous()
 
 
-def reference(q, k, v, causal, scale, mods, sinks=None):
-    """softmax over the visible keys of softcapped scores (and the head's
-    sink), times v, in float32 (q, k, v [batch, heads, seq, head_dim], k
-    and v possibly with fewer heads): the answer for calls no kernel
+def check_slopes(alibi_slopes, q, where, batch=None):
+    """alibi_slopes as the kernels read them (float32, contiguous, [heads]
+    or [batch, heads] on q's device; `batch` where q's first dimension is
+    not the batch), or None. Raises AttentionArgumentError naming the
+    argument."""
+    if alibi_slopes is None or len(getattr(q, "shape", ())) < 3:
+        return alibi_slopes  # None, or a call the shape checks refuse.
+    if not isinstance(alibi_slopes, torch.Tensor) or \
+            not alibi_slopes.is_floating_point():
+        raise AttentionArgumentError(
+            f"{where}: alibi_slopes must be a floating-point tensor, got "
+            f"{type(alibi_slopes).__name__}")
+    heads = q.shape[1] if len(q.shape) == 4 else q.shape[-2]
+    batch = q.shape[0] if batch is None else batch
+    shape = tuple(alibi_slopes.shape)
+    if shape not in ((heads,), (batch, heads)) or \
+            alibi_slopes.device != q.device:
+        raise AttentionArgumentError(
+            f"{where}: alibi_slopes must be [heads] = [{heads}] or [batch, "
+            f"heads] = [{batch}, {heads}] on {q.device}, got {shape} on "
+            f"{alibi_slopes.device}")
+    return alibi_slopes.to(torch.float32).contiguous()
+
+
+def slopes_stride(alibi_slopes):
+    """The batch stride the kernels step between sequences' slopes: 0 for
+    [heads], heads for [batch, heads]."""
+    return 0 if alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
+
+
+def reference(q, k, v, causal, scale, mods, sinks=None, alibi_slopes=None):
+    """softmax over the visible keys of softcapped scores (less ALiBi's
+    distances, and with the head's sink), times v, in float32 (q, k, v
+    [batch, heads, seq, head_dim], k and v possibly with fewer heads;
+    alibi_slopes [heads] or [batch, heads]): the answer for calls no kernel
     serves."""
     left, right, cap = mods
     group = q.shape[1] // k.shape[1]
@@ -95,6 +138,9 @@ def reference(q, k, v, causal, scale, mods, sinks=None):
     n, m = q.shape[2], k.shape[2]
     i = torch.arange(n, device=q.device).view(-1, 1) + (m - n)
     j = torch.arange(m, device=q.device).view(1, -1)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float().view(-1, q.shape[1], 1, 1)
+        s = s - slopes * (i - j).abs().float()
     visible = torch.ones(n, m, dtype=torch.bool, device=q.device)
     if left >= 0:
         visible &= j >= i - left
@@ -112,13 +158,14 @@ def reference(q, k, v, causal, scale, mods, sinks=None):
     return torch.matmul(p, v).to(q.dtype)
 
 
-def attend(q, k, v, causal, scale, mods=NONE, sinks=None):
+def attend(q, k, v, causal, scale, mods=NONE, sinks=None, alibi_slopes=None):
     """One sequence's attention in the op's semantics ([1, heads, seq,
     head_dim] tensors, k and v possibly with fewer heads): SDPA, or
-    reference() for a window or softcap; rows that see no key are zeros.
-    The per-sequence fallbacks of the varlen and cache entry points."""
-    if mods != NONE or sinks is not None:
-        return reference(q, k, v, causal, scale, mods, sinks)
+    reference() for a window, softcap, sinks or ALiBi (slopes [heads]);
+    rows that see no key are zeros. The per-sequence fallbacks of the
+    varlen and cache entry points."""
+    if mods != NONE or sinks is not None or alibi_slopes is not None:
+        return reference(q, k, v, causal, scale, mods, sinks, alibi_slopes)
     mask = None
     if causal and q.shape[2] != k.shape[2]:
         mask = causal_lower_right(q.shape[2], k.shape[2])

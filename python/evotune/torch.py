@@ -88,11 +88,11 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
 
 
 def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE,
-             has_sinks=False):
+             data=score_mods.NO_DATA):
     b, h, sq, d = q.shape
     return _rt.Problem(b, h, kv_heads, sq, seq_k, d, int(causal),
                        int(q.dtype == torch.bfloat16),
-                       **score_mods.problem_fields(mods, has_sinks))
+                       **score_mods.problem_fields(mods, data))
 
 
 def _tensor(t):
@@ -207,8 +207,9 @@ class _Launch:
         # o's struct from an output like every call's (empty_like keeps q's
         # strides only where q is dense).
         self.tensors = [_tensor(t) for t in (q, k, v, torch.empty_like(q))]
-        # The sinks' pointer, each call's, where the problem has them.
-        self.lengths = _rt.Lengths() if p.sinks else None
+        # The sinks' and slopes' pointers, each call's, where the problem
+        # has them.
+        self.lengths = _rt.Lengths() if p.sinks or p.alibi else None
         self.args = plan.run_args(self.problem, *self.tensors, self.lengths,
                                   0.0 if scale is None else scale, *scratch,
                                   stream_id)
@@ -227,12 +228,16 @@ class _Launch:
         t[2].batch_stride, t[2].head_stride, t[2].row_stride = v_strides
         return True
 
-    def __call__(self, q, k, v, sinks=None):
+    def __call__(self, q, k, v, sinks=None, alibi_slopes=None):
         """The output, or None where SDPA serves the call (serves())."""
         if not self.serves(q, k, v):
             return None
-        if self.lengths is not None:
+        if sinks is not None:
             self.lengths.sinks = sinks.data_ptr()
+        if alibi_slopes is not None:
+            self.lengths.alibi_slopes = alibi_slopes.data_ptr()
+            self.lengths.alibi_batch_stride = score_mods.slopes_stride(
+                alibi_slopes)
         o = torch.empty_like(q)
         t = self.tensors
         t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),
@@ -245,7 +250,7 @@ class _Launch:
 
 
 def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False,
-             has_sinks=False):
+             data=score_mods.NO_DATA):
     """A _Launch for the call, or why SDPA answers it (a _Pending while a
     daemon's kernel is on its way, unless `wait`). Raises
     AttentionArgumentError for tensors that do not fit together."""
@@ -262,7 +267,7 @@ def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False,
     seq_q, seq_k = q.shape[2], k.shape[2]
     # The bucket's plan, or where that is past evotune's limits the call's.
     for n in dict.fromkeys((key_bucket(seq_q, seq_k), seq_k)):
-        p = _problem(q, k.shape[1], n, causal, mods, has_sinks)
+        p = _problem(q, k.shape[1], n, causal, mods, data)
         if p.key() in _State.missing:
             continue
         planned = _plan(p, q, stream_id, wait)
@@ -277,7 +282,8 @@ _local = threading.local()
 _MAX_PREPARED = 4096  # Signatures remembered per thread.
 
 
-def _signature(q, k, v, causal, mods, scale, stream_id, has_sinks=False):
+def _signature(q, k, v, causal, mods, scale, stream_id,
+               data=score_mods.NO_DATA):
     """What a prepared call depends on: the tensors' shapes, dtype and
     device with the key length as its bucket (and whether it is 0 or 1,
     which the checks treat apart), q's strides."""
@@ -285,7 +291,7 @@ def _signature(q, k, v, causal, mods, scale, stream_id, has_sinks=False):
     keys = (key_bucket(q.shape[2], n), min(n, 2), k.shape[0], k.shape[1],
             k.shape[3], v.shape[0], v.shape[1], v.shape[3])
     return checks.meta(q), keys, k.dtype, k.device, v.dtype, v.device, \
-        causal, mods, has_sinks, scale, stream_id
+        causal, mods, data, scale, stream_id
 
 
 def _stale(entry):
@@ -297,7 +303,8 @@ def _stale(entry):
         and not torch.cuda.is_current_stream_capturing()
 
 
-def _lookup(q, k, v, causal, mods, scale, wait=False, has_sinks=False):
+def _lookup(q, k, v, causal, mods, scale, wait=False,
+            data=score_mods.NO_DATA):
     """_prepare's answer for the call's signature, remembered per thread
     until the next use() (a plan for _REPLAN_S seconds, a kernel on its way
     until due)."""
@@ -307,13 +314,11 @@ def _lookup(q, k, v, causal, mods, scale, wait=False, has_sinks=False):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or \
             k.shape[2] != v.shape[2]:
         return _prepare(q, k, v, causal, mods, scale, stream_id)  # Raises.
-    signature = _signature(q, k, v, causal, mods, scale, stream_id,
-                           has_sinks)
+    signature = _signature(q, k, v, causal, mods, scale, stream_id, data)
     entry = _local.calls.get(signature)
     if entry is None or _stale(entry) or (
             wait and isinstance(entry, _Pending)):
-        entry = _prepare(q, k, v, causal, mods, scale, stream_id, wait,
-                         has_sinks)
+        entry = _prepare(q, k, v, causal, mods, scale, stream_id, wait, data)
         if len(_local.calls) >= _MAX_PREPARED:
             _local.calls.clear()  # Lengths that only grow (decode).
         _local.calls[signature] = entry
@@ -321,17 +326,19 @@ def _lookup(q, k, v, causal, mods, scale, wait=False, has_sinks=False):
 
 
 def _sdpa(q, k, v, causal, scale, setup_free=False, mods=score_mods.NONE,
-          sinks=None):
+          sinks=None, alibi_slopes=None):
     """SDPA with the op's semantics. setup_free: without its cuDNN backend,
     which builds a plan for every new shape (65 ms a call on the H200 for
     decode steps of new lengths): the calls answered while a kernel is on
     its way are each of a new length in a decode loop. (A switch, not
     sdpa_kernel(), whose context costs tens of microseconds a call; SDPA
     calls of other threads meanwhile may take another backend.) A window,
-    softcap or sinks, which SDPA does not take, are computed in plain
-    PyTorch (score_mods.reference)."""
-    if mods != score_mods.NONE or sinks is not None:
-        return score_mods.reference(q, k, v, causal, scale, mods, sinks)
+    softcap, sinks or ALiBi, which SDPA does not take, are computed in
+    plain PyTorch (score_mods.reference)."""
+    if mods != score_mods.NONE or sinks is not None or \
+            alibi_slopes is not None:
+        return score_mods.reference(q, k, v, causal, scale, mods, sinks,
+                                    alibi_slopes)
     if setup_free and torch.backends.cuda.cudnn_sdp_enabled():
         torch.backends.cuda.enable_cudnn_sdp(False)
         try:
@@ -374,28 +381,31 @@ def eager(*tensors):
 
 
 def _attention_impl(q, k, v, causal, scale, mods=score_mods.NONE,
-                    sinks=None):
+                    sinks=None, alibi_slopes=None):
     entry = _lookup(q, k, v, causal, mods, scale,
-                    has_sinks=sinks is not None)
-    o = None if isinstance(entry, str) else entry(q, k, v, sinks)
+                    data=score_mods.data_mods(sinks, alibi_slopes))
+    o = None if isinstance(entry, str) else entry(q, k, v, sinks,
+                                                  alibi_slopes)
     if o is not None:
         return o
     return _sdpa(q, k, v, causal, scale, isinstance(entry, _Pending), mods,
-                 sinks)
+                 sinks, alibi_slopes)
 
 
 @torch.library.custom_op("evotune::attention", mutates_args=())
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                causal: bool, scale: Optional[float], window_left: int = -1,
                window_right: int = -1, softcap: float = 0.0,
-               sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+               sinks: Optional[torch.Tensor] = None,
+               alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _attention_impl(q, k, v, causal, scale,
-                           (window_left, window_right, softcap), sinks)
+                           (window_left, window_right, softcap), sinks,
+                           alibi_slopes)
 
 
 @_attention.register_fake
 def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
-      sinks=None):
+      sinks=None, alibi_slopes=None):
     checks.check_call(q, k, v, scale)
     if v.shape[-1] == q.shape[-1]:
         return torch.empty_like(q)
@@ -403,26 +413,29 @@ def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
 
 
 def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
-              softcap=0.0, sinks=None, q_descale=None, k_descale=None,
-              v_descale=None, out_dtype=None):
+              softcap=0.0, sinks=None, alibi_slopes=None, q_descale=None,
+              k_descale=None, v_descale=None, out_dtype=None):
     """softmax(q k^T * scale) v for [batch, heads, seq, head_dim] tensors;
     k and v may have fewer heads (grouped). scale defaults to
     1/sqrt(head_dim). window_size=(left, right) and softcap are
     FlashAttention's: a sliding window (-1 for no bound on a side) and logit
     softcapping (softcap * tanh(score / softcap); 0 for none); sinks, a
     float tensor [heads] of gpt-oss's attention-sink logits (one per query
-    head, joining its softmax); see evotune/score_mods.py. Raises AttentionArgumentError (a ValueError and a
-    RuntimeError) naming the argument for tensors that do not fit
-    together, as SDPA refuses them. float8_e4m3fn q, k and v run FP8
+    head, joining its softmax); alibi_slopes, FlashAttention's float tensor
+    [heads] or [batch, heads] of ALiBi slopes; see evotune/score_mods.py.
+    Raises AttentionArgumentError (a ValueError and a RuntimeError) naming
+    the argument for tensors that do not fit together, as SDPA refuses
+    them. float8_e4m3fn q, k and v run FP8
     attention with their descale factors and out_dtype (fp8_attention;
     eager only)."""
     fp8 = getattr(q, "dtype", None) == torch.float8_e4m3fn
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.attention")
-    if fp8 and (mods != score_mods.NONE or sinks is not None):
+    if fp8 and (mods != score_mods.NONE or sinks is not None or
+                alibi_slopes is not None):
         raise checks.AttentionArgumentError(
-            "evotune.attention: window_size, softcap and sinks are not "
-            "served with float8_e4m3fn q, k and v yet")
+            "evotune.attention: window_size, softcap, sinks and alibi_slopes "
+            "are not served with float8_e4m3fn q, k and v yet")
     if fp8:
         return fp8_attention(q, k, v, causal, scale, q_descale, k_descale,
                              v_descale, out_dtype or torch.bfloat16)
@@ -434,13 +447,19 @@ def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
                 f"(FP8 attention); q is {getattr(q, 'dtype', type(q))}")
     scale = None if scale is None else float(scale)
     sinks = score_mods.check_sinks(sinks, q, "evotune.attention")
-    if eager(q, k, v) and (sinks is None or eager(sinks)):
-        return _attention_impl(q, k, v, causal, scale, mods, sinks)
-    return torch.ops.evotune.attention(q, k, v, causal, scale, *mods, sinks)
+    alibi_slopes = score_mods.check_slopes(alibi_slopes, q,
+                                           "evotune.attention")
+    data = [t for t in (sinks, alibi_slopes) if t is not None]
+    if eager(q, k, v, *data):
+        return _attention_impl(q, k, v, causal, scale, mods, sinks,
+                               alibi_slopes)
+    return torch.ops.evotune.attention(q, k, v, causal, scale, *mods, sinks,
+                                       alibi_slopes)
 
 
 def kernel_for(q, k, causal=False, v=None, scale=None, reason=False, *,
-               window_size=(-1, -1), softcap=0.0, sinks=None):
+               window_size=(-1, -1), softcap=0.0, sinks=None,
+               alibi_slopes=None):
     """Which kernel serves attention(q, k, v, causal, scale): "template
     CONFIG arch (tuned|transferred|default)", or None when the call falls
     back to SDPA. With reason=True, a pair (kernel, why) where `why` says
@@ -451,7 +470,7 @@ def kernel_for(q, k, causal=False, v=None, scale=None, reason=False, *,
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.kernel_for")
     entry = _lookup(q, k, v, causal, mods, scale, wait=True,
-                    has_sinks=sinks is not None)
+                    data=score_mods.data_mods(sinks, alibi_slopes))
     kernel, why = None, entry if isinstance(entry, str) else None
     if why is None and not entry.serves(q, k, v):
         why = checks.fallback_reason(q, k, v, scale)

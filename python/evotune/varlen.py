@@ -41,10 +41,10 @@ def _tensor(t):
 
 
 def _problem(batch, heads, kv_heads, head_dim, max_q, max_k, causal, bf16,
-             mods=score_mods.NONE):
+             mods=score_mods.NONE, alibi=False):
     return _rt.Problem(batch, heads, kv_heads, bucket(max_q), bucket(max_k),
                        head_dim, int(causal), int(bf16), _rt.LAYOUT_VARLEN,
-                       **score_mods.problem_fields(mods))
+                       **score_mods.problem_fields(mods, (False, alibi)))
 
 
 class VarlenPlan:
@@ -62,13 +62,15 @@ class VarlenPlan:
     transferred|default)"), or is None where evotune has none for the
     bucket (`reason` says why): run() then answers with SDPA per sequence,
     which syncs. A plan's scratch is its own: run it on one stream at a time.
-    window_size and softcap are FlashAttention's (evotune/score_mods.py).
-    Raises AttentionArgumentError for sizes no attention takes."""
+    window_size and softcap are FlashAttention's (evotune/score_mods.py);
+    with alibi=True every run() passes alibi_slopes ([heads] or [batch,
+    heads] fp32). Raises AttentionArgumentError for sizes no attention
+    takes."""
 
     def __init__(self, batch, heads, kv_heads, head_dim, max_seqlen_q,
                  max_seqlen_k, causal=False, dtype=torch.bfloat16,
                  device=None, softmax_scale=None, _stream_scratch=False, *,
-                 window_size=(-1, -1), softcap=0.0):
+                 window_size=(-1, -1), softcap=0.0, alibi=False):
         device = torch.device("cuda" if device is None else device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
@@ -85,6 +87,7 @@ class VarlenPlan:
         self.max_seqlen_q, self.max_seqlen_k = max_seqlen_q, max_seqlen_k
         self.causal, self.mods = score_mods.normalize(
             causal, window_size, softcap, f"evotune.{type(self).__name__}")
+        self.alibi = bool(alibi)
         self.dtype, self.device = dtype, device
         self.scale = 0.0 if softmax_scale is None else float(softmax_scale)
         self.problem = self._make_problem(dtype == torch.bfloat16)
@@ -99,7 +102,7 @@ class VarlenPlan:
     def _make_problem(self, bf16):
         """The bucket's problem."""
         return _problem(*self.shape, self.max_seqlen_q, self.max_seqlen_k,
-                        self.causal, bf16, self.mods)
+                        self.causal, bf16, self.mods, self.alibi)
 
     def _served_reason(self):
         if _et._State.runtime is None:
@@ -133,6 +136,19 @@ class VarlenPlan:
                          for t in (self.workspace, self.counters)]
         return None
 
+    def _check_slopes(self, q, alibi_slopes):
+        """alibi_slopes as the kernel reads them; given exactly where the
+        plan has ALiBi."""
+        where = f"evotune.{type(self).__name__}.run"
+        if (alibi_slopes is not None) != self.alibi:
+            raise AttentionArgumentError(
+                f"{where}: alibi_slopes must be "
+                + ("given: the plan has ALiBi" if self.alibi else
+                   "None: the plan has no ALiBi (VarlenPlan(..., "
+                   "alibi=True))"))
+        return score_mods.check_slopes(alibi_slopes, q, where,
+                                       batch=self.shape[0])
+
     def _check(self, q, k, v, cu_q, cu_k, seqused_k, out):
         check_varlen_call(q, k, v, cu_q, cu_k, self.max_seqlen_q,
                           self.max_seqlen_k, seqused_k)
@@ -162,21 +178,24 @@ class VarlenPlan:
                 f"{tuple(out.shape)} {out.dtype} on {out.device}")
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
-            out=None):
+            out=None, alibi_slopes=None):
         """flash_attn_varlen_func's forward for a batch within the plan
         (see evotune.torch.varlen_attention): the output (`out` when
         given). Raises AttentionArgumentError naming the argument for
         tensors that do not fit together or the plan."""
         self._check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out)
-        o = self._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out)
+        alibi_slopes = self._check_slopes(q, alibi_slopes)
+        o = self._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out,
+                         alibi_slopes)
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k,
                               self.causal, self.scale or None, seqused_k,
-                              self.mods)
+                              self.mods, alibi_slopes)
         return o if out is None else out.copy_(o)
 
-    def _launch(self, q, k, v, cu_q, cu_k, seqused_k, out):
+    def _launch(self, q, k, v, cu_q, cu_k, seqused_k, out,
+                alibi_slopes=None):
         """The output, or None where SDPA answers."""
         if self._plan is None:
             return None
@@ -188,6 +207,10 @@ class VarlenPlan:
         lengths = _rt.Lengths(cu_q.data_ptr(), cu_k.data_ptr(),
                               seqused_k.data_ptr() if seqused_k is not None
                               else None)
+        if alibi_slopes is not None:
+            lengths.alibi_slopes = alibi_slopes.data_ptr()
+            lengths.alibi_batch_stride = score_mods.slopes_stride(
+                alibi_slopes)
         return self._run_plan(q, tensors, lengths, o)
 
     def _run_plan(self, q, tensors, lengths, o):
@@ -212,17 +235,17 @@ def softmax_scale_refused(scale):
 _plans = {}  # (generation, problem, device, stream): the op's VarlenPlans.
 
 
-def _op_plan(q, k, cu_q, max_q, max_k, causal, scale, mods):
+def _op_plan(q, k, cu_q, max_q, max_k, causal, scale, mods, alibi=False):
     """The op's plan for a call, one per bucket, device and stream (its
     scratch is its own), kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1], k.shape[1],
-           q.shape[2], bucket(max_q), bucket(max_k), causal, mods, q.dtype,
-           q.device, stream, scale)
+           q.shape[2], bucket(max_q), bucket(max_k), causal, mods, alibi,
+           q.dtype, q.device, stream, scale)
     return cached_plan(_plans, key, lambda: VarlenPlan(
         cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q, max_k,
         causal, q.dtype, q.device, scale, _stream_scratch=True,
-        window_size=mods[:2], softcap=mods[2]))
+        window_size=mods[:2], softcap=mods[2], alibi=alibi))
 
 
 def cached_plan(plans, key, make):
@@ -238,9 +261,9 @@ def cached_plan(plans, key, make):
 
 
 def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
-                      mods=score_mods.NONE):
+                      mods=score_mods.NONE, alibi_slopes=None):
     """The reference semantics, one SDPA call per sequence (syncs;
-    score_mods.attend)."""
+    score_mods.attend; alibi_slopes [heads] or [batch, heads])."""
     o = torch.zeros_like(q)
     starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
     used = seqused_k.tolist() if seqused_k is not None else None
@@ -252,23 +275,27 @@ def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
             continue
         qs, ks, vs = (t.transpose(0, 1).unsqueeze(0)
                       for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
-        out = score_mods.attend(qs, ks, vs, causal, scale, mods)
+        slopes = alibi_slopes
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[b]
+        out = score_mods.attend(qs, ks, vs, causal, scale, mods,
+                                alibi_slopes=slopes)
         o[q0:q1] = out[0].transpose(0, 1)
     return o
 
 
 def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                  max_seqlen_k, causal, scale, seqused_k,
-                 mods=score_mods.NONE):
+                 mods=score_mods.NONE, alibi_slopes=None):
     if varlen_fallback_reason(q, k, v, scale) is None:
         plan = _op_plan(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
-                        causal, scale, mods)
+                        causal, scale, mods, alibi_slopes is not None)
         o = plan._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                         None)
+                         None, alibi_slopes)
         if o is not None:
             return o
     return sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
-                             scale, seqused_k, mods)
+                             scale, seqused_k, mods, alibi_slopes)
 
 
 @torch.library.custom_op("evotune::varlen_attention", mutates_args=())
@@ -277,39 +304,43 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             max_seqlen_q: int, max_seqlen_k: int, causal: bool,
             scale: Optional[float], seqused_k: Optional[torch.Tensor],
             window_left: int = -1, window_right: int = -1,
-            softcap: float = 0.0) -> torch.Tensor:
+            softcap: float = 0.0,
+            alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, causal, scale, seqused_k,
-                        (window_left, window_right, softcap))
+                        (window_left, window_right, softcap), alibi_slopes)
 
 
 @_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       causal, scale, seqused_k, window_left=-1, window_right=-1,
-      softcap=0.0):
+      softcap=0.0, alibi_slopes=None):
     return torch.empty_like(q)
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, causal=False, softmax_scale=None,
-                     seqused_k=None, window_size=(-1, -1), softcap=0.0):
+                     seqused_k=None, window_size=(-1, -1), softcap=0.0,
+                     alibi_slopes=None):
     """flash_attn_varlen_func's forward (see the module docstring), with
-    its window_size and softcap (evotune/score_mods.py). Raises
-    AttentionArgumentError naming the argument for tensors that do not fit
-    together."""
+    its window_size, softcap and alibi_slopes ([heads] or [batch, heads];
+    evotune/score_mods.py). Raises AttentionArgumentError naming the
+    argument for tensors that do not fit together."""
     check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, seqused_k)
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.varlen_attention")
+    alibi_slopes = score_mods.check_slopes(
+        alibi_slopes, q, "evotune.varlen_attention",
+        batch=cu_seqlens_q.shape[0] - 1)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
             int(max_seqlen_k), causal,
             None if softmax_scale is None else float(softmax_scale),
             seqused_k)
-    lengths = (cu_seqlens_q, cu_seqlens_k) + (
-        () if seqused_k is None else (seqused_k,))
-    if _et.eager(q, k, v, *lengths):
-        return _varlen_impl(*args, mods)
-    return torch.ops.evotune.varlen_attention(*args, *mods)
+    data = [t for t in (seqused_k, alibi_slopes) if t is not None]
+    if _et.eager(q, k, v, cu_seqlens_q, cu_seqlens_k, *data):
+        return _varlen_impl(*args, mods, alibi_slopes)
+    return torch.ops.evotune.varlen_attention(*args, *mods, alibi_slopes)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -320,15 +351,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                            seqused_k=None):
     """FlashAttention's flash_attn_varlen_func, forward: varlen_attention
     under FlashAttention's argument names, so that a caller swaps the
-    import. Dropout, ALiBi and attention probabilities are not served:
-    asking for them raises AttentionArgumentError naming the argument;
-    window_size and softcap are FlashAttention's; `deterministic` is
-    accepted (the forward pass is). With block_table, k and v are a
-    paged cache [num_pages, page_size, kv_heads, head_dim] (evotune/paged.py)
-    and each sequence's keys are seqused_k, or FlashAttention-2's cumulative
-    cu_seqlens_k where seqused_k is None."""
+    import. Dropout and attention probabilities are not served (nor ALiBi
+    over pages): asking for them raises AttentionArgumentError naming the
+    argument; window_size, softcap and alibi_slopes are FlashAttention's;
+    `deterministic` is accepted (the forward pass is). With block_table, k
+    and v are a paged cache [num_pages, page_size, kv_heads, head_dim]
+    (evotune/paged.py) and each sequence's keys are seqused_k, or
+    FlashAttention-2's cumulative cu_seqlens_k where seqused_k is None."""
     unserved = [("dropout_p", dropout_p != 0),
-                ("alibi_slopes", alibi_slopes is not None),
+                ("alibi_slopes with block_table",
+                 alibi_slopes is not None and block_table is not None),
                 ("return_attn_probs", bool(return_attn_probs))]
     for name, asked in unserved:
         if asked:
@@ -349,4 +381,5 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, causal=causal,
                             softmax_scale=softmax_scale, seqused_k=seqused_k,
-                            window_size=window_size, softcap=softcap)
+                            window_size=window_size, softcap=softcap,
+                            alibi_slopes=alibi_slopes)

@@ -90,11 +90,10 @@ TEST(ModelConfigTest, BadConfigsNameTheField) {
            "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
            "v_head_dim": 128, "hidden_size": 7168})",
        "v_head_dim: multi-head latent attention"},
-      {R"({"model_type": "bloom", "n_head": 32, "hidden_size": 4096})",
-       "alibi: ALiBi"},
-      {R"({"model_type": "mpt", "num_attention_heads": 32, "head_dim": 128,
-           "attn_config": {"alibi": true}})",
-       "attn_config.alibi: ALiBi"},
+      {R"({"model_type": "bloom", "n_head": 32, "hidden_size": 4100})",
+       "hidden_size: 4100 is not a multiple of n_head (32)"},
+      {R"({"model_type": "mpt", "n_heads": 0, "d_model": 4096})",
+       "n_heads: must be a positive integer"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ModelAttention> m = ParseModelConfig(c.json, 8192);
@@ -168,6 +167,34 @@ TEST(ModelConfigTest, ReadsTheKindsOfAModelsLayers) {
     EXPECT_EQ(Kinds(absl::StrCat(kQwen2, layers, "}").c_str(), 8192), want)
         << layers;
   }
+}
+
+// ALiBi models in their own spellings: BLOOM's n_head, MPT's n_heads and
+// d_model with attn_config.alibi.
+TEST(ModelConfigTest, ReadsAlibiModels) {
+  absl::StatusOr<ModelAttention> bloom = ParseModelConfig(
+      R"({"model_type": "bloom", "n_head": 32, "hidden_size": 4096,
+          "n_layer": 30, "torch_dtype": "bfloat16"})",
+      8192);
+  ASSERT_TRUE(bloom.ok()) << bloom.status();
+  EXPECT_EQ(bloom->heads, 32);
+  EXPECT_EQ(bloom->kv_heads, 32);
+  EXPECT_EQ(bloom->head_dim, 128);
+  ASSERT_EQ(bloom->kinds.size(), 1u);
+  EXPECT_TRUE(bloom->kinds[0].alibi);
+  EXPECT_EQ(LayerKindName(bloom->kinds[0]), "ALiBi");
+  absl::StatusOr<ModelAttention> mpt = ParseModelConfig(
+      R"({"model_type": "mpt", "n_heads": 32, "d_model": 4096,
+          "attn_config": {"alibi": true, "alibi_bias_max": 8}})",
+      8192);
+  ASSERT_TRUE(mpt.ok()) << mpt.status();
+  EXPECT_EQ(mpt->head_dim, 128);
+  EXPECT_TRUE(mpt->kinds[0].alibi);
+  // MPT without ALiBi (rotary variants) is full attention.
+  EXPECT_THAT(Kinds(R"({"model_type": "mpt", "n_heads": 8, "d_model": 1024,
+                        "attn_config": {"alibi": false}})",
+                    8192),
+              ::testing::ElementsAre("full attention"));
 }
 
 TEST(ModelConfigTest, TheFieldsMayBeGivenInPlaceOfAFile) {

@@ -26,7 +26,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(21, p);
+  std::vector<Problem> variants(23, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -54,6 +54,9 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[19].sinks = true;
   variants[20] = variants[18];
   variants[20].sinks = true;
+  variants[21].alibi = true;
+  variants[22] = variants[20];
+  variants[22].alibi = true;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -76,11 +79,14 @@ TEST(ProblemTest, WindowsAndSoftcapsEndTheKey) {
   const std::string base = "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd";
   for (const char* bad :
        {"_cap50_wl4", "_wl-2", "_wl", "_cap0", "_cap-1", "_cap50.0", "_wr3_wl4",
-        "_cap50_cap50", "_x", "_sinks_cap5", "_sinks_sinks"}) {
+        "_cap50_cap50", "_x", "_sinks_cap5", "_sinks_sinks", "_alibi_sinks",
+        "_alibi_alibi"}) {
     EXPECT_FALSE(ParseProblemKey(base + bad).ok()) << bad;
   }
   EXPECT_EQ(ParseProblemKey(base + "_wl0_wr3")->window_right, 3);
   EXPECT_TRUE(ParseProblemKey(base + "_wl8_sinks")->sinks);
+  EXPECT_TRUE(ParseProblemKey(base + "_cap50_alibi")->alibi);
+  EXPECT_EQ(ParseProblemKey(base + "_sinks_alibi")->alibi, true);
 }
 
 TEST(ProblemTest, ValidationNamesTheScoreModField) {
@@ -170,6 +176,13 @@ TEST(ProblemTest, ScoreModsServeCallsTheyComputeAlike) {
   sinks.sinks = true;
   EXPECT_FALSE(ServesScoreMods(decode, sinks));
   EXPECT_TRUE(ServesScoreMods(sinks, sinks));
+  Problem alibi = decode;
+  alibi.alibi = true;
+  EXPECT_TRUE(HasScoreMods(alibi));
+  EXPECT_FALSE(ServesScoreMods(decode, alibi));
+  EXPECT_FALSE(ServesScoreMods(alibi, decode));
+  EXPECT_TRUE(ServesScoreMods(alibi, alibi));
+  EXPECT_FALSE(SameScoreMods(alibi, sinks));
 }
 
 TEST(ProblemTest, AnFp8KvCacheIsNamedAfterTheDtype) {

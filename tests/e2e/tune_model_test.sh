@@ -86,6 +86,13 @@ cli tune-model --heads=16 --kv_heads=8 --head_dim=256 --dtype=bf16 \
 [ "$(wc -l <"$work/flag_buckets")" -eq 13 ] &&
   ! grep -qv "_d256_.*_cap50$" "$work/flag_buckets" ||
   fail "head_dim 256 buckets: $(cat "$work/flag_buckets")"
+# BLOOM's config (n_head, ALiBi): every bucket ALiBi's.
+cli tune-model --model_config='{"model_type": "bloom", "n_head": 32, "hidden_size": 4096}' \
+  "${envelope[@]}" --dry_run >"$work/flag_buckets" 2>"$work/err" ||
+  fail "BLOOM's config: $(cat "$work/err")"
+[ "$(wc -l <"$work/flag_buckets")" -eq 13 ] &&
+  ! grep -qv "_h32_kv32_.*_d128_.*_alibi$" "$work/flag_buckets" ||
+  fail "BLOOM's buckets: $(cat "$work/flag_buckets")"
 
 # An engine's paged cache: buckets of 16-key pages, queries from 16.
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" \

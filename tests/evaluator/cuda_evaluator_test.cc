@@ -388,11 +388,11 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
 }
 
 // Sliding windows (one side, both, causal, a window of the diagonal alone),
-// logit softcapping and attention sinks, alone and together, over every
-// layout, on every template the device runs: two random configs each (the
-// split-KV and persistent ones among them), each checked against the
+// logit softcapping, attention sinks and ALiBi, alone and together, over
+// every layout, on every template the device runs: two random configs each
+// (the split-KV and persistent ones among them), each checked against the
 // reference.
-TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
+TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsSinksAndAlibi) {
   struct Case {
     int64_t sq, sk;
     bool causal;
@@ -400,6 +400,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
     float softcap;
     Layout layout;
     bool sinks = false;
+    bool alibi = false;
   };
   const std::vector<Case> cases = {
       {1000, 1000, true, 256, -1, 0, Layout::kDense},
@@ -416,6 +417,14 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
       {1, 4097, false, -1, -1, 0, Layout::kKvCache, true},
       {300, 700, true, -1, -1, 20, Layout::kVarlen, true},
       {4, 2048, true, 512, -1, 0, Layout::kPaged, true},
+      // ALiBi: causal, both sides of the diagonal (seq_q below and above
+      // seq_k), with every other mod, decode rows of grouped heads.
+      {1000, 1000, true, -1, -1, 0, Layout::kDense, false, true},
+      {129, 4096, false, -1, -1, 0, Layout::kDense, false, true},
+      {1023, 113, false, -1, -1, 0, Layout::kDense, false, true},
+      {300, 700, true, 64, -1, 30, Layout::kVarlen, true, true},
+      {1, 4097, false, -1, -1, 0, Layout::kKvCache, false, true},
+      {4, 2048, true, -1, -1, 0, Layout::kPaged, false, true},
   };
   const DeviceLimits& limits = evaluator_->device().limits;
   std::mt19937 gen(67);
@@ -437,6 +446,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
       p.softcap = c.softcap;
       p.layout = c.layout;
       p.sinks = c.sinks;
+      p.alibi = c.alibi;
       if (c.layout == Layout::kPaged) p.page_size = 16;
       ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
       if (!CheckSupports(t, p).ok()) continue;
@@ -446,8 +456,8 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
           << t.name << " " << ProblemKey(p);
     }
   }
-  // FP8 attention and an FP8 KV cache with all three (descale factors
-  // folded into the softcap's scale).
+  // FP8 attention and an FP8 KV cache with all four (descale factors
+  // folded into the softcap's scale and ALiBi's slope).
   if (limits.compute_capability != 90) return;
   Problem fp8;
   fp8.batch = 2;
@@ -461,6 +471,7 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsAndSinks) {
   fp8.window_left = 300;
   fp8.softcap = 20;
   fp8.sinks = true;
+  fp8.alibi = true;
   fp8.kv_fp8 = fp8.q_fp8 = true;
   const KernelTemplate& tma =
       *TemplateRegistry::Builtin().Find("flash_fwd_tma");
@@ -527,6 +538,7 @@ TEST_F(CudaEvaluatorTest, OtherHeadDimsAreCorrect) {
           p.window_left = 200;
           p.softcap = 30;
           p.sinks = true;
+          p.alibi = true;
         }
         ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
         if (!CheckSupports(t, p).ok()) continue;
@@ -831,18 +843,27 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     if (CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
       ExpectOk(t, c, p);
     }
-    // A head dim computed with zero-filled columns (96 as 128), packed so
-    // that a store past it would land in the next head's row, and 256.
+  }
+  // A head dim computed with zero-filled columns (96 as 128), packed so
+  // that a store past it would land in the next head's row, and 256, each
+  // at the config it is served (the configs above are 64's and 128's).
+  const DeviceLimits& limits = evaluator_->device().limits;
+  for (const KernelTemplate& t : registry.templates()) {
+    if (t.test_only || !CheckDevice(t, limits).ok()) continue;
     for (int64_t d : {96, 256}) {
-      Problem other = p;
-      other.window_left = -1;
-      other.softcap = 0;
-      other.sinks = false;
-      other.head_dim = d;
-      if (CheckSupports(t, other).ok() &&
-          CheckConfig(t, c, other, evaluator_->device().limits).ok()) {
-        ExpectOk(t, c, other);
-      }
+      Problem p;
+      p.batch = 3;
+      p.heads = 2;
+      p.kv_heads = 1;
+      p.seq_q = 100;
+      p.seq_k = 450;
+      p.causal = true;
+      p.head_dim = d;
+      p.layout = Layout::kVarlen;
+      if (!CheckSupports(t, p).ok()) continue;
+      std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
+      ASSERT_EQ(served.size(), 1u) << t.name << " " << ProblemKey(p);
+      ExpectOk(t, served[0].config, p);
     }
   }
 }

@@ -89,12 +89,14 @@ Problem Paged(Problem p, int64_t page_size) {
   return p;
 }
 
-// `p` with a causal sliding window of 256 keys, a softcap of 50 and sinks.
+// `p` with a causal sliding window of 256 keys, a softcap of 50, sinks and
+// ALiBi: every score mod at once, the most registers.
 Problem WithScoreMods(Problem p) {
   p.causal = true;
   p.window_left = 256;
   p.softcap = 50;
   p.sinks = true;
+  p.alibi = true;
   return p;
 }
 
@@ -249,7 +251,29 @@ TEST(NvrtcCompilerTest, ServedDefaultsDoNotSpillAtAnyHeadDim) {
         decode.seq_q = 1;
         decode.seq_k = 4096;
         decode.dtype = DType::kFp16;
-        for (const Problem& p : {prefill, decode}) {
+        std::vector<Problem> forms = {prefill, decode};
+        if (head_dim != 64 && head_dim != 128) {
+          // Lengths on the device, and a cache with every score mod: the
+          // most registers (CudaEvaluatorTest.OtherHeadDimsAreCorrect's
+          // shapes).
+          Problem varlen = prefill;
+          varlen.batch = 2;
+          varlen.heads = 4;
+          varlen.kv_heads = 2;
+          varlen.seq_q = 300;
+          varlen.seq_k = 700;
+          varlen.layout = Layout::kVarlen;
+          varlen.causal = true;
+          Problem cache = WithScoreMods(varlen);
+          cache.kv_heads = 1;
+          cache.seq_q = 1;
+          cache.seq_k = 3000;
+          cache.layout = Layout::kKvCache;
+          cache.causal = false;
+          forms.push_back(varlen);
+          forms.push_back(cache);
+        }
+        for (const Problem& p : forms) {
           std::vector<DefaultChoice> served =
               RankedDefaults({&t}, p, arch.limits, 1);
           ASSERT_EQ(served.size(), 1u)
@@ -288,6 +312,11 @@ TEST(NvrtcCompilerTest, TheCompileKeyNamesWindowsSoftcapsAndSinks) {
   Problem sinks = p;
   sinks.sinks = true;
   EXPECT_NE(CompileKey(t, c, sinks, "sm_90a"), plain);
+  Problem alibi = p;
+  alibi.alibi = true;
+  EXPECT_NE(CompileKey(t, c, alibi, "sm_90a"), plain);
+  EXPECT_NE(CompileKey(t, c, alibi, "sm_90a"),
+            CompileKey(t, c, sinks, "sm_90a"));
   // The values are launch data: one kernel serves every window.
   Problem other = window;
   other.window_left = 4096;

@@ -143,6 +143,28 @@ TEST(ReferenceTest, ASinkJoinsTheSumOnly) {
   EXPECT_NEAR(out[4], 0.5, 1e-6);
 }
 
+TEST(ReferenceTest, AlibiBiasesByDistanceFromTheDiagonal) {
+  Problem p = Tiny(1, 2, false);
+  p.alibi = true;
+  // One query, two keys: the diagonal is key 1, key 0 one away. Scores 1
+  // and 0 for head 0 (slope 0.5), 0 and 0 for head 1 (slope 2).
+  std::vector<float> q = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> k = {1, 1, 0, 0, 0, 0, 0, 0};
+  std::vector<float> v = {1, 0, 0, 0, 0, 1, 0, 0};
+  std::vector<float> out =
+      ReferenceRows(p, q, k, v, {{0, 0, 0}, {0, 1, 0}}, {}, {0.5f, 2.f});
+  const double w0 = std::exp(0.5) / (std::exp(0.5) + 1);
+  EXPECT_NEAR(out[0], w0, 1e-6);
+  EXPECT_NEAR(out[1], 1 - w0, 1e-6);
+  const double w1 = std::exp(-2.0) / (std::exp(-2.0) + 1);
+  EXPECT_NEAR(out[4], w1, 1e-6);
+  // After softcapping: 0.5 tanh(2) - 0.5 for head 0's key 0.
+  p.softcap = 0.5f;
+  out = ReferenceRows(p, q, k, v, {{0, 0, 0}}, {}, {0.5f, 2.f});
+  const double e = std::exp(0.5 * std::tanh(2.0) - 0.5);
+  EXPECT_NEAR(out[0], e / (e + 1), 1e-6);
+}
+
 TEST(CompareRowsTest, NaNFailsAndErrorsAreMeasured) {
   EXPECT_TRUE(std::isinf(CompareRows({NAN, 1}, {1, 1}).max_abs));
   ErrorStats e = CompareRows({1.5f, 0}, {1, 0});

@@ -1,11 +1,11 @@
-"""evotune.torch.attention with sliding windows, logit softcapping and
-attention sinks, on a GPU through a daemon: every call served by an evotune kernel (not the
-fallback) and within FlashAttention's forward acceptance rule (the error
-against an fp32 reference at most twice that of a reference computed in the
-low-precision dtype, plus rounding), on odd lengths, GQA, causal and not,
-windows on one side and both, with and without softcap; bad arguments
-refused naming them; calls no kernel serves answered by the plain PyTorch
-computation.
+"""evotune.torch.attention with sliding windows, logit softcapping, attention
+sinks and ALiBi, on a GPU through a daemon: every call served by an evotune
+kernel (not the fallback) and within FlashAttention's forward acceptance
+rule (the error against an fp32 reference at most twice that of a reference
+computed in the low-precision dtype, plus rounding), on odd lengths, GQA,
+causal and not, windows on one side and both, with and without softcap; bad
+arguments refused naming them; calls no kernel serves answered by the plain
+PyTorch computation.
 
     PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
       python3 tests/python/score_mods_test.py --daemon=127.0.0.1:PORT
@@ -52,9 +52,10 @@ CASES = [
 ]
 
 
-def low_precision_reference(q, k, v, causal, mods, sinks=None):
+def low_precision_reference(q, k, v, causal, mods, sinks=None, slopes=None):
     """FlashAttention's reference without upcasting: scores and P V in the
-    dtype, the softmax in fp32 (the sinks as one more column, dropped)."""
+    dtype, the softmax in fp32 (the sinks as one more column, dropped;
+    ALiBi's bias added in fp32)."""
     left, right, cap = mods
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
@@ -65,6 +66,8 @@ def low_precision_reference(q, k, v, causal, mods, sinks=None):
     n, m = q.shape[2], k.shape[2]
     i = torch.arange(n, device=q.device).view(-1, 1) + (m - n)
     j = torch.arange(m, device=q.device).view(1, -1)
+    if slopes is not None:
+        s = s - slopes.float().view(-1, q.shape[1], 1, 1) * (i - j).abs()
     visible = torch.ones(n, m, dtype=torch.bool, device=q.device)
     if left >= 0:
         visible &= j >= i - left
@@ -77,6 +80,32 @@ def low_precision_reference(q, k, v, causal, mods, sinks=None):
     if sinks is not None:
         p = p[..., :-1]
     return torch.matmul(p.to(q.dtype), v)
+
+
+def bloom_slopes(heads):
+    """BLOOM's ALiBi slopes for a power-of-two number of heads."""
+    return torch.tensor([2 ** (-8 * (h + 1) / heads) for h in range(heads)],
+                        device="cuda")
+
+
+def bias_reference(q, k, v, causal, cap, slopes):
+    """ALiBi as a float mask given to SDPA in fp32 (softcap applied to
+    the scores first, so computed by hand where there is one)."""
+    b, h, n, d = q.shape
+    m = k.shape[2]
+    i = torch.arange(n, device="cuda").view(-1, 1) + (m - n)
+    j = torch.arange(m, device="cuda").view(1, -1)
+    bias = -slopes.float().view(-1, h, 1, 1) * (i - j).abs().float()
+    if causal:
+        bias = bias.masked_fill(j > i, float("-inf"))
+    kk, vv = (t.float().repeat_interleave(h // k.shape[1], dim=1)
+              for t in (k, v))
+    if cap == 0:
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.float(), kk, vv, attn_mask=bias.expand(b, h, n, m))
+    s = q.float() @ kk.transpose(-1, -2) * d ** -0.5
+    s = cap * torch.tanh(s / cap) + bias
+    return torch.softmax(s, -1) @ vv
 
 
 class ScoreModsTest(unittest.TestCase):
@@ -109,13 +138,14 @@ class ScoreModsTest(unittest.TestCase):
                 self.assertLessEqual(err, bound, f"{kernel}")
 
     def test_each_option_on_four_input_distributions(self):
-        """A window, a softcap and sinks, each alone, on normal inputs, a
-        peaked softmax (q x4), V of nonzero mean (v + 2) and magnitudes far
-        from 1 (q / 100, k x100, v x100): FlashAttention's acceptance rule
-        against the fp32 reference, every element finite."""
+        """A window, a softcap, sinks and ALiBi, each alone, on normal
+        inputs, a peaked softmax (q x4), V of nonzero mean (v + 2) and
+        magnitudes far from 1 (q / 100, k x100, v x100): FlashAttention's
+        acceptance rule against the fp32 reference, every element finite."""
         options = {"window": dict(window_size=(96, -1)),
                    "softcap": dict(softcap=30.0),
-                   "sinks": dict(sinks="per head")}
+                   "sinks": dict(sinks="per head"),
+                   "alibi": dict(alibi_slopes="per head")}
         for kind in ("normal", "peaked", "offset", "large"):
             g = torch.Generator(device="cuda").manual_seed(len(kind))
             q, k, v = (torch.randn(2, n, s, 128, generator=g, device="cuda")
@@ -133,6 +163,8 @@ class ScoreModsTest(unittest.TestCase):
                     if "sinks" in kw:
                         kw["sinks"] = torch.randn(8, generator=g,
                                                   device="cuda") * 2
+                    if "alibi_slopes" in kw:
+                        kw["alibi_slopes"] = bloom_slopes(8)
                     kernel, why = et.kernel_for(q, k, True, v, reason=True,
                                                 **kw)
                     self.assertIsNotNone(kernel, why)
@@ -142,9 +174,11 @@ class ScoreModsTest(unittest.TestCase):
                         kw.get("softcap", 0.0), "test")
                     want = score_mods.reference(q.float(), k.float(),
                                                 v.float(), c, None, mods,
-                                                kw.get("sinks"))
-                    lp = low_precision_reference(q, k, v, c, mods,
-                                                 kw.get("sinks")).float()
+                                                kw.get("sinks"),
+                                                kw.get("alibi_slopes"))
+                    lp = low_precision_reference(
+                        q, k, v, c, mods, kw.get("sinks"),
+                        kw.get("alibi_slopes")).float()
                     rounding = (want - want.to(q.dtype).float()).abs().max()
                     err = (o.float() - want).abs().max().item()
                     bound = 2 * (lp - want).abs().max().item() + 2 * rounding
@@ -256,6 +290,68 @@ class ScoreModsTest(unittest.TestCase):
                     torch.zeros(4, device="cuda", dtype=torch.int32)):
             with self.assertRaisesRegex(AttentionArgumentError, "sinks"):
                 et.attention(q, q, q, sinks=bad)
+
+    def test_alibi_as_bloom_has_it(self):
+        """BLOOM's ALiBi (slopes 2^(-8 (h + 1) / heads)), per head and per
+        (sequence, head), causal and not, prefill and decode, GQA, with a
+        softcap: served by a kernel and equal to SDPA given the bias as a
+        float mask (an independent formulation)."""
+        g = torch.Generator(device="cuda").manual_seed(176)
+        cases = ((2, 16, 16, 512, 512, 128, True, 0.0),
+                 (2, 8, 2, 113, 1023, 64, False, 0.0),
+                 (1, 8, 8, 1023, 300, 128, False, 30.0),
+                 (4, 32, 8, 1, 3000, 128, False, 0.0),
+                 (2, 16, 4, 4, 2048, 256, True, 0.0))
+        for b, h, kvh, sq, sk, d, causal, cap in cases:
+            q = torch.randn(b, h, sq, d, generator=g, device="cuda")
+            k, v = (torch.randn(b, kvh, sk, d, generator=g, device="cuda")
+                    for _ in range(2))
+            q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+            for per_batch in (False, True):
+                slopes = bloom_slopes(h)
+                if per_batch:  # Each sequence its own: a wrong one shows.
+                    slopes = torch.stack([slopes * (i + 1) for i in range(b)])
+                with self.subTest(shape=(b, h, kvh, sq, sk, d, causal, cap),
+                                  per_batch=per_batch):
+                    kernel, why = et.kernel_for(q, k, causal, v, reason=True,
+                                                softcap=cap,
+                                                alibi_slopes=slopes)
+                    self.assertIsNotNone(kernel, why)
+                    o = et.attention(q, k, v, causal, softcap=cap,
+                                     alibi_slopes=slopes)
+                    want = bias_reference(q, k, v, causal, cap, slopes)
+                    err = (o.float() - want).abs().max().item()
+                    self.assertLess(err, 2e-2, kernel)
+        # Packed sequences, each with its own slopes: the plan and
+        # flash_attn_varlen_func.
+        lens, cu = [1, 37, 300], torch.tensor([0, 1, 38, 338],
+                                              dtype=torch.int32, device="cuda")
+        q, k, v = (torch.randn(338, n, 128, generator=g, device="cuda").to(
+            torch.bfloat16) for n in (8, 2, 2))
+        slopes = torch.stack([bloom_slopes(8) * (i + 1) for i in range(3)])
+        plan = et.VarlenPlan(3, 8, 2, 128, 300, 300, causal=True,
+                             dtype=torch.bfloat16, alibi=True)
+        self.assertIsNotNone(plan.kernel, plan.reason)
+        for o in (plan.run(q, k, v, cu, cu, alibi_slopes=slopes),
+                  et.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300,
+                                            causal=True, alibi_slopes=slopes)):
+            for b in range(3):
+                def seq(t):
+                    return t[cu[b]:cu[b] + lens[b]].transpose(0, 1)[None]
+                want = bias_reference(seq(q), seq(k), seq(v), True, 0.0,
+                                      slopes[b])[0].transpose(0, 1)
+                err = (o[cu[b]:cu[b] + lens[b]].float() - want).abs().max()
+                self.assertLess(err.item(), 2e-2, b)
+        with self.assertRaisesRegex(AttentionArgumentError, "alibi_slopes"):
+            plan.run(q, k, v, cu, cu)
+        # Bad slopes name themselves.
+        q = torch.randn(2, 4, 8, 64, device="cuda", dtype=torch.float16)
+        for bad in (torch.zeros(3, device="cuda"), torch.zeros(4),
+                    torch.zeros(3, 4, device="cuda"),
+                    torch.zeros(4, device="cuda", dtype=torch.int32)):
+            with self.assertRaisesRegex(AttentionArgumentError,
+                                        "alibi_slopes"):
+                et.attention(q, q, q, alibi_slopes=bad)
 
     def test_fa_window_semantics(self):
         # causal with (left, 0) is causal with (left, -1); non-causal (l, 0)

@@ -200,6 +200,32 @@ TEST(AttentionCallTest, SinksComeExactlyWithAProblemOfSinks) {
   }
 }
 
+// ALiBi: its slopes exactly where the problem has it, a batch stride from 0.
+TEST(AttentionCallTest, AlibiSlopesComeExactlyWithAProblemOfAlibi) {
+  Problem p = Seed();
+  p.alibi = true;
+  AttentionCall call = Call(p);
+  const float* slopes = reinterpret_cast<const float*>(0x5000000);
+  call.alibi_slopes = slopes;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  call.alibi_batch_stride = p.heads;
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  for (auto [ptr, with, stride, want] :
+       {std::tuple{static_cast<const float*>(nullptr), true, int64_t{0},
+                   "alibi_slopes.data: must be given: the problem has ALiBi"},
+        {slopes, false, int64_t{0},
+         "alibi_slopes.data: must be null: the problem has no ALiBi"},
+        {reinterpret_cast<const float*>(0x5000002), true, int64_t{0},
+         "alibi_slopes.data: must be 4-byte aligned"},
+        {slopes, true, int64_t{-8}, "alibi_batch_stride: must be in [0, "}}) {
+    AttentionCall c = call;
+    c.alibi_slopes = ptr;
+    c.problem.alibi = with;
+    c.alibi_batch_stride = stride;
+    EXPECT_THAT(std::string(CheckAttentionCall(c).message()), StartsWith(want));
+  }
+}
+
 // FP8 attention: Q of one byte an element too, and its descale factors.
 TEST(AttentionCallTest, Fp8AttentionTakesByteQueriesAndTheirFactors) {
   Problem p = Seed();

@@ -14,7 +14,8 @@ namespace evotune {
 
 namespace {
 
-// ", window (L, R)", ", softcap C" and ", sinks" where the problem has them;
+// ", window (L, R)", ", softcap C", ", sinks" and ", ALiBi" where the
+// problem has them;
 // -1 for an unbounded side, as FlashAttention's window_size.
 std::string ScoreModsText(const v1::Problem& p) {
   std::string out;
@@ -25,6 +26,7 @@ std::string ScoreModsText(const v1::Problem& p) {
   }
   if (p.softcap() > 0) absl::StrAppend(&out, ", softcap ", p.softcap());
   if (p.sinks()) absl::StrAppend(&out, ", sinks");
+  if (p.alibi()) absl::StrAppend(&out, ", ALiBi");
   return out;
 }
 

@@ -70,6 +70,9 @@ ABSL_FLAG(double, softcap, 0,
 ABSL_FLAG(bool, sinks, false,
           "attention sinks: a logit per query head joins its softmax "
           "(gpt-oss's)");
+ABSL_FLAG(bool, alibi, false,
+          "ALiBi: each score loses slope * its distance from the diagonal, a "
+          "slope per query head that the call passes (BLOOM's, MPT's)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(std::string, kv_dtype, "",
           "the type of K and V: empty for --dtype's, or e4m3 (an FP8 KV "
@@ -242,6 +245,7 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   }
   p->set_softcap(static_cast<float>(absl::GetFlag(FLAGS_softcap)));
   p->set_sinks(absl::GetFlag(FLAGS_sinks));
+  p->set_alibi(absl::GetFlag(FLAGS_alibi));
   for (int flag : {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
                    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q),
                    seq_k, absl::GetFlag(FLAGS_head_dim)}) {
@@ -636,13 +640,14 @@ int RunExport(Client& client, const Args&) {
 
 // tune-model's model from the problem flags, where no --model_config is
 // given: --heads, --kv_heads, --head_dim, --dtype, and one kind of layer of
-// --window_left, --softcap and --sinks. One of them must differ from its
+// --window_left, --softcap, --sinks and --alibi. One of them must differ
+// from its
 // default (the defaults alone are the seed problem's, and more likely a
 // forgotten --model_config than a model).
 absl::StatusOr<ModelAttention> ModelFromFlags() {
   bool given = false;
   for (const char* name : {"heads", "kv_heads", "head_dim", "dtype",
-                           "window_left", "softcap", "sinks"}) {
+                           "window_left", "softcap", "sinks", "alibi"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     given |= flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
   }
@@ -650,7 +655,7 @@ absl::StatusOr<ModelAttention> ModelFromFlags() {
     return absl::InvalidArgumentError(
         "--model_config: required (the model's config.json), or the model "
         "as flags: --heads, --kv_heads, --head_dim, --dtype (and "
-        "--window_left, --softcap, --sinks for its layers)");
+        "--window_left, --softcap, --sinks, --alibi for its layers)");
   }
   v1::Problem p;
   std::string error;
@@ -663,6 +668,7 @@ absl::StatusOr<ModelAttention> ModelFromFlags() {
   m.kinds[0].window_left = absl::GetFlag(FLAGS_window_left);
   m.kinds[0].softcap = static_cast<float>(absl::GetFlag(FLAGS_softcap));
   m.kinds[0].sinks = absl::GetFlag(FLAGS_sinks);
+  m.kinds[0].alibi = absl::GetFlag(FLAGS_alibi);
   return m;
 }
 
@@ -686,6 +692,7 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
     if (kind.window_left >= 0) k->set_window_left(kind.window_left);
     k->set_softcap(kind.softcap);
     k->set_sinks(kind.sinks);
+    k->set_alibi(kind.alibi);
     kinds.push_back(LayerKindName(kind));
   }
   v1::Envelope* e = req.mutable_envelope();

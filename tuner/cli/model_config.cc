@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -112,11 +113,24 @@ absl::StatusOr<std::pair<bool, bool>> SlidingLayers(const Struct& s,
   return std::pair<bool, bool>{true, false};
 }
 
+// Whether the model biases its scores with ALiBi: BLOOM always, MPT where
+// its attn_config says so, and any config with "alibi": true.
+bool UsesAlibi(const Struct& s, const std::string& type) {
+  auto set = [](const Struct& in, const char* name) {
+    const Value* v = Field(in, name);
+    return v != nullptr && v->bool_value();
+  };
+  const Value* attn = Field(s, "attn_config");
+  return type == "bloom" || set(s, "alibi") ||
+         (attn != nullptr && attn->has_struct_value() &&
+          set(attn->struct_value(), "alibi"));
+}
+
 // The kinds of the model's layers: full attention and/or a sliding window
 // (Hugging Face's `sliding_window` W is the query's own key and W - 1
 // before it: window_left W - 1; a window no shorter than max_context is
-// full attention within the envelope), each with the model's softcap and
-// sinks (gpt-oss's).
+// full attention within the envelope), each with the model's softcap,
+// sinks (gpt-oss's) and ALiBi (BLOOM's, MPT's).
 absl::StatusOr<std::vector<LayerKind>> KindsOf(const Struct& s,
                                                const std::string& type,
                                                int64_t max_context) {
@@ -127,6 +141,7 @@ absl::StatusOr<std::vector<LayerKind>> KindsOf(const Struct& s,
     if (*cap > 0) full.softcap = static_cast<float>(*cap);
   }
   full.sinks = type == "gpt_oss";
+  full.alibi = UsesAlibi(s, type);
   const Value* use = Field(s, "use_sliding_window");
   if (Field(s, "sliding_window") == nullptr ||
       (use != nullptr && !use->bool_value())) {
@@ -149,36 +164,50 @@ absl::StatusOr<std::vector<LayerKind>> KindsOf(const Struct& s,
 
 // Refuses what evotune does not serve yet, naming the field, rather than
 // tune a model's attention as something else: multi-head latent attention
-// (DeepSeek's, whose values have another head_dim than queries and keys)
-// and ALiBi (BLOOM's and MPT's biases by distance).
-absl::Status CheckServed(const Struct& s, const std::string& model_type) {
+// (DeepSeek's, whose values have another head_dim than queries and keys).
+absl::Status CheckServed(const Struct& s) {
   if (Field(s, "v_head_dim") != nullptr) {
     return Invalid("v_head_dim",
                    "multi-head latent attention (values of another head_dim "
                    "than queries and keys) is not served yet");
   }
-  auto set = [](const Struct& in, const char* name) {
-    const Value* v = Field(in, name);
-    return v != nullptr && v->bool_value();
-  };
-  const Value* attn = Field(s, "attn_config");
-  const bool mpt_alibi = attn != nullptr && attn->has_struct_value() &&
-                         set(attn->struct_value(), "alibi");
-  if (model_type == "bloom" || mpt_alibi || set(s, "alibi")) {
-    return Invalid(mpt_alibi ? "attn_config.alibi" : "alibi",
-                   "ALiBi (biases by distance) is not served yet");
-  }
   return absl::OkStatus();
+}
+
+// The first of `names` the config has (older models spell Hugging Face's
+// fields their own way), else the first.
+std::string Spelled(const Struct& s, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (Field(s, name) != nullptr) return name;
+  }
+  return *names.begin();
+}
+
+// head_dim, or where absent the hidden size (hidden_size, MPT's d_model)
+// over the `heads` of field `heads_field`.
+absl::StatusOr<int64_t> HeadDimOf(const Struct& s, int64_t heads,
+                                  const std::string& heads_field) {
+  if (Field(s, "head_dim") != nullptr) return Count(s, "head_dim", 0);
+  const std::string hidden_field = Spelled(s, {"hidden_size", "d_model"});
+  absl::StatusOr<int64_t> hidden = Count(s, hidden_field, 0);
+  if (!hidden.ok()) return Invalid("head_dim", "absent, and so is hidden_size");
+  if (*hidden % heads != 0) {
+    return Invalid(hidden_field,
+                   absl::StrCat(*hidden, " is not a multiple of ", heads_field,
+                                " (", heads, "); give head_dim"));
+  }
+  return *hidden / heads;
 }
 
 absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
                                           int64_t max_context) {
   ModelAttention m;
   if (const Value* v = Field(s, "model_type")) m.name = v->string_value();
-  if (absl::Status served = CheckServed(s, m.name); !served.ok()) {
-    return served;
-  }
-  absl::StatusOr<int64_t> heads = Count(s, "num_attention_heads", 0);
+  if (absl::Status served = CheckServed(s); !served.ok()) return served;
+  // BLOOM's n_head, MPT's n_heads and d_model.
+  const std::string heads_field =
+      Spelled(s, {"num_attention_heads", "n_head", "n_heads"});
+  absl::StatusOr<int64_t> heads = Count(s, heads_field, 0);
   if (!heads.ok()) return heads.status();
   absl::StatusOr<int64_t> kv = Count(s, "num_key_value_heads", *heads);
   if (!kv.ok()) return kv.status();
@@ -187,23 +216,8 @@ absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
         "num_key_value_heads",
         absl::StrCat(*kv, " must divide num_attention_heads (", *heads, ")"));
   }
-  absl::StatusOr<int64_t> head_dim = int64_t{0};
-  if (Field(s, "head_dim") != nullptr) {
-    head_dim = Count(s, "head_dim", 0);
-    if (!head_dim.ok()) return head_dim.status();
-  } else {  // Absent: from hidden_size.
-    absl::StatusOr<int64_t> hidden = Count(s, "hidden_size", 0);
-    if (!hidden.ok()) {
-      return Invalid("head_dim", "absent, and so is hidden_size");
-    }
-    if (*hidden % *heads != 0) {
-      return Invalid("hidden_size", absl::StrCat(*hidden,
-                                                 " is not a multiple of "
-                                                 "num_attention_heads (",
-                                                 *heads, "); give head_dim"));
-    }
-    head_dim = *hidden / *heads;
-  }
+  absl::StatusOr<int64_t> head_dim = HeadDimOf(s, *heads, heads_field);
+  if (!head_dim.ok()) return head_dim.status();
   absl::StatusOr<DType> dtype = DTypeOf(s);
   if (!dtype.ok()) return dtype.status();
   absl::StatusOr<std::vector<LayerKind>> kinds =

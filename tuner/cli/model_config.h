@@ -32,7 +32,8 @@ struct ModelAttention {
 // on the layers layer_types names "sliding_attention" (else as
 // sliding_window_pattern, Gemma 2's alternation or Qwen2's
 // max_window_layers say, else every layer; use_sliding_window false: none),
-// attn_logit_softcapping, and sinks for gpt-oss; from the object itself or
+// attn_logit_softcapping, sinks for gpt-oss, ALiBi for BLOOM (n_head) and
+// MPT (n_heads, d_model, attn_config.alibi); from the object itself or
 // its "text_config" (multimodal models). INVALID_ARGUMENT naming the field
 // for a value that is missing, of the wrong type or inconsistent, a dtype
 // evotune does not tune, or a layer type it does not serve.

@@ -115,6 +115,7 @@ absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
     if (k.has_window_left()) kind.window_left = k.window_left();
     kind.softcap = k.softcap();
     kind.sinks = k.sinks();
+    kind.alibi = k.alibi();
     out.kinds.push_back(kind);
   }
   const v1::Envelope& e = r.envelope();

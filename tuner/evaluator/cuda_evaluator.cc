@@ -63,7 +63,15 @@ class DeviceBuffer {
 // timed on it.
 struct ProblemBuffers {
   ProblemBuffers(const CudaDriver* d, const Problem& p)
-      : q(d), k(d), v(d), o(d), lengths(d), descale(d), sinks(d), layout(p) {}
+      : q(d),
+        k(d),
+        v(d),
+        o(d),
+        lengths(d),
+        descale(d),
+        sinks(d),
+        alibi(d),
+        layout(p) {}
   DeviceBuffer q, k, v, o;
   DeviceBuffer lengths;  // InputLayout::LengthArrays, when it has any.
   // An FP8 KV cache's descale factors, [batch, kv_heads] for K then V; on
@@ -73,6 +81,9 @@ struct ProblemBuffers {
   // Attention sinks: each query head's logit, on the host too.
   DeviceBuffer sinks;
   std::vector<float> sinks_host;
+  // ALiBi's slopes per (batch, query head), on the host too.
+  DeviceBuffer alibi;
+  std::vector<float> alibi_host;
   InputLayout layout;
   AttentionParams params{};  // Without scratch.
   InputSeeds seeds{};
@@ -354,6 +365,9 @@ class CudaEvaluator : public Evaluator {
     if (p.sinks) {
       if (absl::Status s = PrepareSinks(p, b); !s.ok()) return s;
     }
+    if (p.alibi) {
+      if (absl::Status s = PrepareAlibi(p, b); !s.ok()) return s;
+    }
     const std::vector<int32_t>& lengths = b->layout.LengthArrays();
     if (!lengths.empty()) {
       if (absl::Status s = b->lengths.Allocate(lengths.size() * 4); !s.ok()) {
@@ -418,15 +432,38 @@ class CudaEvaluator : public Evaluator {
           RandomInputBits(b->seeds.q ^ b->seeds.k, h, 0.f, DType::kFp16);
       b->sinks_host[h] = static_cast<float>(bits & 7) - 1.f;
     }
-    if (absl::Status s = b->sinks.Allocate(p.heads * 4); !s.ok()) return s;
-    if (absl::Status s = d_->Check(
-            d_->cuMemcpyHtoD(b->sinks.get(), b->sinks_host.data(), p.heads * 4),
-            "copy sinks");
-        !s.ok()) {
+    if (absl::Status s = Upload(b->sinks_host, &b->sinks, "sinks"); !s.ok()) {
       return s;
     }
     b->params.sinks = reinterpret_cast<const float*>(b->sinks.get());
     return absl::OkStatus();
+  }
+
+  // ALiBi slopes per (batch, query head) from the seeds: 2^-1 to 2^-8 (the
+  // range of BLOOM's), so that a slope taken from the wrong head or
+  // sequence, or a distance off by one, shows.
+  absl::Status PrepareAlibi(const Problem& p, ProblemBuffers* b) {
+    b->alibi_host.resize(p.batch * p.heads);
+    for (size_t i = 0; i < b->alibi_host.size(); ++i) {
+      const uint16_t bits =
+          RandomInputBits(b->seeds.q ^ b->seeds.v, i, 0.f, DType::kFp16);
+      b->alibi_host[i] = std::ldexp(1.f, -1 - (bits & 7));
+    }
+    if (absl::Status s = Upload(b->alibi_host, &b->alibi, "ALiBi slopes");
+        !s.ok()) {
+      return s;
+    }
+    b->params.alibi_slopes = reinterpret_cast<const float*>(b->alibi.get());
+    b->params.alibi_batch_stride = static_cast<int>(p.heads);
+    return absl::OkStatus();
+  }
+
+  // `host` into a new device buffer `out`.
+  absl::Status Upload(const std::vector<float>& host, DeviceBuffer* out,
+                      absl::string_view what) {
+    if (absl::Status s = out->Allocate(host.size() * 4); !s.ok()) return s;
+    return d_->Check(d_->cuMemcpyHtoD(out->get(), host.data(), host.size() * 4),
+                     absl::StrCat("copy ", what));
   }
 
   // The candidate's launch parameters on the problem's buffers and the
@@ -573,7 +610,7 @@ class CudaEvaluator : public Evaluator {
 
   // The reference output of `rows`, from inputs recomputed on the host
   // (e4m3 K and V dequantized by PrepareDescale's factors; PrepareSinks's
-  // sinks).
+  // sinks, PrepareAlibi's slopes).
   std::vector<float> Reference(const ProblemBuffers& b,
                                const std::vector<RowIndex>& rows) {
     const InputLayout& layout = b.layout;
@@ -623,7 +660,8 @@ class CudaEvaluator : public Evaluator {
         q_row[c] = q_scale * element(seeds.q, q_base + c, 0.f, QDType(p));
       }
       ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d],
-                   p.sinks ? b.sinks_host[r.head] : 0.f);
+                   p.sinks ? b.sinks_host[r.head] : 0.f,
+                   p.alibi ? b.alibi_host[r.batch * p.heads + r.head] : 0.f);
     }
     return out;
   }

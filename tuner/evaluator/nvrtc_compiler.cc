@@ -39,18 +39,18 @@ std::string CompileKey(const KernelTemplate& t, const Config& config,
   static const std::string* const nvrtc = new std::string(NvrtcVersion());
   // What CompileDefines reads of the problem: head_dim, dtype, whether
   // its lengths live on the device, a paged problem's page size, and
-  // whether it has a window, softcap or sinks (their values are launch
-  // data).
+  // whether it has a window, softcap, sinks or ALiBi (their values are
+  // launch data).
   const std::string lengths =
       problem.layout == Layout::kDense ? "-"
       : problem.layout == Layout::kPaged
           ? absl::StrCat("-paged", problem.page_size, "-")
           : "-lengths-";
-  return absl::StrCat(t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d",
-                      problem.head_dim, "-", DTypesName(problem), lengths,
-                      HasWindow(problem) ? "window-" : "",
-                      problem.softcap > 0 ? "softcap-" : "",
-                      problem.sinks ? "sinks-" : "", ConfigKey(config));
+  return absl::StrCat(
+      t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d", problem.head_dim,
+      "-", DTypesName(problem), lengths, HasWindow(problem) ? "window-" : "",
+      problem.softcap > 0 ? "softcap-" : "", problem.sinks ? "sinks-" : "",
+      problem.alibi ? "alibi-" : "", ConfigKey(config));
 }
 
 bool NvrtcCompilesFor(int cc_major, int cc_minor) {

@@ -97,7 +97,7 @@ float HalfBitsToFloat(uint16_t bits, DType dtype) {
 
 void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
                   const float* k_head, const float* v_head, float* out,
-                  float sink) {
+                  float sink, float alibi_slope) {
   const int64_t d = p.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // Row `row` sees keys [first, last] of the window, cut to the keys.
@@ -118,6 +118,9 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
       }
       s *= scale;
       if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+      // ALiBi's bias by the key's distance from the diagonal.
+      const double distance = std::abs(static_cast<double>(diagonal - j));
+      if (p.alibi) s -= alibi_slope * distance;
       scores[j - first] = s;
       max_score = std::max(max_score, s);
     }
@@ -140,7 +143,8 @@ std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
                                  const std::vector<float>& k,
                                  const std::vector<float>& v,
                                  const std::vector<RowIndex>& rows,
-                                 const std::vector<float>& sinks) {
+                                 const std::vector<float>& sinks,
+                                 const std::vector<float>& alibi_slopes) {
   const int64_t d = p.head_dim;
   const int64_t group = p.heads / p.kv_heads;
   std::vector<float> out(rows.size() * d);
@@ -150,7 +154,8 @@ std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
     const int64_t kv = (r.batch * p.kv_heads + kv_head) * p.seq_k * d;
     ReferenceRow(p, r.row,
                  &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d],
-                 &k[kv], &v[kv], &out[i * d], p.sinks ? sinks.at(r.head) : 0.f);
+                 &k[kv], &v[kv], &out[i * d], p.sinks ? sinks.at(r.head) : 0.f,
+                 p.alibi ? alibi_slopes.at(r.batch * p.heads + r.head) : 0.f);
   }
   return out;
 }

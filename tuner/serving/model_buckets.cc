@@ -26,7 +26,7 @@ absl::Status ValidateKinds(const std::vector<LayerKind>& kinds,
   if (kinds.empty()) {
     return absl::InvalidArgumentError(
         "layer_kinds: at least one (full attention, for a model without "
-        "windows, softcapping or sinks)");
+        "windows, softcapping, sinks or ALiBi)");
   }
   for (size_t i = 0; i < kinds.size(); ++i) {
     const std::string name = absl::StrCat("layer_kinds[", i, "]");
@@ -34,6 +34,7 @@ absl::Status ValidateKinds(const std::vector<LayerKind>& kinds,
     p.window_left = kinds[i].window_left;
     p.softcap = kinds[i].softcap;
     p.sinks = kinds[i].sinks;
+    p.alibi = kinds[i].alibi;
     if (absl::Status s = ValidateProblem(p, name); !s.ok()) return s;
     for (size_t j = 0; j < i; ++j) {
       if (kinds[j] == kinds[i]) {

@@ -83,6 +83,7 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
   if (p.has_window_right()) out.window_right = p.window_right();
   out.softcap = p.softcap();
   out.sinks = p.sinks();
+  out.alibi = p.alibi();
   return out;
 }
 
@@ -108,6 +109,7 @@ v1::Problem ProblemToProto(const Problem& p) {
   }
   out.set_softcap(p.softcap);
   out.set_sinks(p.sinks);
+  out.set_alibi(p.alibi);
   return out;
 }
 

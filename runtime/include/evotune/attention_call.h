@@ -86,6 +86,11 @@ struct AttentionCall {
   // Attention sinks (problem.sinks, and only then): fp32 [heads] on the
   // device, query head h's logit joining its rows' softmax.
   const float* sinks = nullptr;
+  // ALiBi (problem.alibi, and only then): fp32 slopes on the device, query
+  // head h of sequence b's at alibi_slopes[b * alibi_batch_stride + h]
+  // (FlashAttention's alibi_slopes: [heads], stride 0, or [batch, heads]).
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_batch_stride = 0;
 };
 
 // A call on contiguous tensors (the layout `evotune` tunes).

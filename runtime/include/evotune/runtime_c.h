@@ -43,6 +43,8 @@ typedef struct {
   float softcap;
   /* 1: attention sinks, whose logits evotune_lengths.sinks passes. */
   int32_t sinks;
+  /* 1: ALiBi, whose slopes evotune_lengths.alibi_slopes passes. */
+  int32_t alibi;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
@@ -76,11 +78,17 @@ typedef struct {
   /* Attention sinks (evotune_problem.sinks, and only then): fp32 [heads],
    * query head h's logit joining its rows' softmax. */
   const float* sinks;
+  /* ALiBi (evotune_problem.alibi, and only then): fp32 slopes, query head h
+   * of sequence b's at alibi_slopes[b * alibi_batch_stride + h] ([heads]
+   * with stride 0, or [batch, heads]); the score of row i and key j gains
+   * -slope * |i + seq_k - seq_q - j|. */
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
 } evotune_lengths;
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 9
+#define EVOTUNE_RUNTIME_API_VERSION 10
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
