@@ -724,6 +724,21 @@ TEST(CudaEvaluatorStressTest, AHundredRunsGiveTheSameBits) {
 // runs this test under racecheck and memcheck): every template, split and
 // unsplit, with a ring that wraps and a tail tile, and with a window,
 // softcap and sinks.
+// Three packed causal sequences of up to 100 queries and 450 keys (seven
+// key tiles of 64, the last partial) of 2 heads on 1 KV head.
+Problem SmallVarlenBatch(int64_t head_dim) {
+  Problem p;
+  p.batch = 3;
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.seq_q = 100;
+  p.seq_k = 450;
+  p.head_dim = head_dim;
+  p.causal = true;
+  p.layout = Layout::kVarlen;
+  return p;
+}
+
 TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
   const TemplateRegistry& registry = TemplateRegistry::Builtin();
   const std::vector<std::pair<const char*, Config>> cases = {
@@ -829,17 +844,10 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     }
     // A window (its first tiles skipped), softcapping and sinks, on
     // lengths on the device.
-    Problem p;
-    p.batch = 3;
-    p.heads = 2;
-    p.kv_heads = 1;
-    p.seq_q = 100;
-    p.seq_k = 450;
-    p.causal = true;
+    Problem p = SmallVarlenBatch(64);
     p.window_left = 60;
     p.softcap = 20;
     p.sinks = true;
-    p.layout = Layout::kVarlen;
     if (CheckConfig(t, c, p, evaluator_->device().limits).ok()) {
       ExpectOk(t, c, p);
     }
@@ -851,15 +859,7 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
   for (const KernelTemplate& t : registry.templates()) {
     if (t.test_only || !CheckDevice(t, limits).ok()) continue;
     for (int64_t d : {96, 256}) {
-      Problem p;
-      p.batch = 3;
-      p.heads = 2;
-      p.kv_heads = 1;
-      p.seq_q = 100;
-      p.seq_k = 450;
-      p.causal = true;
-      p.head_dim = d;
-      p.layout = Layout::kVarlen;
+      const Problem p = SmallVarlenBatch(d);
       if (!CheckSupports(t, p).ok()) continue;
       std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
       ASSERT_EQ(served.size(), 1u) << t.name << " " << ProblemKey(p);
