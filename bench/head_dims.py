@@ -3,7 +3,8 @@
 PyTorch SDPA's flash, cuDNN and efficient backends (those that run the
 shape), in interleaved turns in one process. Each call is captured in a CUDA
 graph of `--reps` calls and replayed, so the times are the kernels'. TFLOP/s
-count 4 * D per visible (query, key) pair; decode rows report K/V bytes a
+count 2 * (D + Dv) per visible (query, key) pair (Dv the values' head dim,
+DeepSeek's MLA prefill 128 under 192); decode rows report K/V bytes a
 second. evotune's output is compared with SDPA's (the GPU tests hold it to
 an fp32 reference).
 
@@ -24,8 +25,11 @@ from paged_decode import (bench_parser, rel_err, run_named, time_calls,
                           write_results)
 from score_mods import visible_pairs
 
-# name: (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal).
+# name: (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal[,
+# head_dim_v]).
 SHAPES = [
+    ("mla-d192v128-4k-causal", (2, 16, 16, 4096, 4096, 192, True, 128)),
+    ("mla-d192v128-4k-full", (2, 16, 16, 4096, 4096, 192, False, 128)),
     ("d256-4k-full", (2, 16, 16, 4096, 4096, 256, False)),
     ("d256-4k-causal", (2, 16, 16, 4096, 4096, 256, True)),
     ("d192-4k-causal", (2, 16, 16, 4096, 4096, 192, True)),
@@ -54,18 +58,19 @@ def sdpa_call(q, k, v, causal, backend):
 
 
 def run_shape(name, shape, args):
-    b, h, kvh, sq, sk, d, causal = shape
+    b, h, kvh, sq, sk, d, causal = shape[:7]
+    dv = shape[7] if len(shape) > 7 else d
     q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(b, kvh, sk, d, device="cuda", dtype=torch.bfloat16)
-            for _ in range(2))
+    k, v = (torch.randn(b, kvh, sk, dim, device="cuda", dtype=torch.bfloat16)
+            for dim in (d, dv))
     fns = {"evotune": lambda: et.attention(q, k, v, causal)}
     for call, backend in BACKENDS.items():
         fns[call] = sdpa_call(q, k, v, causal, backend)
     outs, us, skipped = time_calls(fns, args.reps, args.turns)
-    flops = 4 * b * h * d * visible_pairs(sq, sk, causal, -1)
+    flops = 2 * b * h * (d + dv) * visible_pairs(sq, sk, causal, -1)
     row = {"name": name,
            "shape": dict(batch=b, heads=h, kv_heads=kvh, seq_q=sq, seq_k=sk,
-                         head_dim=d, causal=causal),
+                         head_dim=d, head_dim_v=dv, causal=causal),
            "kernel": et.kernel_for(q, k, causal, v), "us": us,
            "tflops": {c: flops / t / 1e6 for c, t in us.items()},
            "skipped": skipped}
@@ -77,7 +82,7 @@ def run_shape(name, shape, args):
         row["rel_err_vs_fastest_sdpa"] = rel_err(outs["evotune"],
                                                  outs[fastest].float())
     if sq == 1:
-        row["kv_tb_s"] = {c: 2 * b * kvh * sk * d * 2 / t / 1e6
+        row["kv_tb_s"] = {c: b * kvh * sk * (d + dv) * 2 / t / 1e6
                           for c, t in us.items()}
     return row
 

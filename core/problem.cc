@@ -172,8 +172,9 @@ absl::StatusOr<Layout> ParseLayout(absl::string_view name) {
 bool Problem::operator==(const Problem& o) const {
   return batch == o.batch && heads == o.heads && kv_heads == o.kv_heads &&
          seq_q == o.seq_q && seq_k == o.seq_k && head_dim == o.head_dim &&
-         causal == o.causal && dtype == o.dtype && kv_fp8 == o.kv_fp8 &&
-         q_fp8 == o.q_fp8 && layout == o.layout && page_size == o.page_size &&
+         HeadDimV(*this) == HeadDimV(o) && causal == o.causal &&
+         dtype == o.dtype && kv_fp8 == o.kv_fp8 && q_fp8 == o.q_fp8 &&
+         layout == o.layout && page_size == o.page_size &&
          window_left == o.window_left && window_right == o.window_right &&
          softcap == o.softcap && sinks == o.sinks && alibi == o.alibi;
 }
@@ -241,6 +242,18 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
       !s.ok()) {
     return s;
   }
+  if (p.head_dim_v != 0) {
+    if (absl::Status s =
+            CheckRange(prefix, "head_dim_v", p.head_dim_v, kMaxHeadDim);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (HeadDimV(p) != p.head_dim && (p.kv_fp8 || p.q_fp8)) {
+    return FieldError(prefix, "head_dim_v",
+                      "a value head dim other than head_dim is 16-bit only "
+                      "(kv_dtype e4m3 needs head_dim_v 0)");
+  }
   if (p.dtype == DType::kE4m3) {
     return FieldError(prefix, "dtype",
                       "fp16 or bf16 (the type of Q and O; an FP8 KV cache is "
@@ -254,7 +267,8 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
   if (absl::Status s = CheckPages(p, prefix); !s.ok()) return s;
   if (absl::Status s = CheckScoreMods(p, prefix); !s.ok()) return s;
   const int64_t q_elems = p.batch * p.heads * p.seq_q * p.head_dim;
-  const int64_t k_elems = p.batch * p.kv_heads * p.seq_k * p.head_dim;
+  const int64_t k_elems =
+      p.batch * p.kv_heads * p.seq_k * std::max(p.head_dim, HeadDimV(p));
   if (q_elems > kMaxTensorElements) {
     return FieldError(prefix, "seq_q",
                       absl::StrCat("batch*heads*seq_q*head_dim = ", q_elems,
@@ -262,8 +276,8 @@ absl::Status ValidateProblem(const Problem& p, absl::string_view prefix) {
   }
   if (k_elems > kMaxTensorElements) {
     return FieldError(prefix, "seq_k",
-                      absl::StrCat("batch*kv_heads*seq_k*head_dim = ", k_elems,
-                                   " exceeds ", kMaxTensorElements));
+                      absl::StrCat("batch*kv_heads*seq_k*head_dim(_v) = ",
+                                   k_elems, " exceeds ", kMaxTensorElements));
   }
   return absl::OkStatus();
 }
@@ -277,8 +291,10 @@ std::string DTypesName(const Problem& p) {
 std::string ProblemKey(const Problem& p) {
   return absl::StrCat(
       "b", p.batch, "_h", p.heads, "_kv", p.kv_heads, "_q", p.seq_q, "_k",
-      p.seq_k, "_d", p.head_dim, "_", p.causal ? "causal" : "full", "_",
-      DTypesName(p), "_", LayoutName(p.layout),
+      p.seq_k, "_d", p.head_dim,
+      HeadDimV(p) != p.head_dim ? absl::StrCat("v", p.head_dim_v) : "", "_",
+      p.causal ? "causal" : "full", "_", DTypesName(p), "_",
+      LayoutName(p.layout),
       p.layout == Layout::kPaged ? absl::StrCat(p.page_size) : std::string(),
       ScoreModsName(p));
 }
@@ -306,6 +322,15 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   const std::pair<absl::string_view, int64_t*> numeric[] = {
       {"b", &p.batch}, {"h", &p.heads}, {"kv", &p.kv_heads},
       {"q", &p.seq_q}, {"k", &p.seq_k}, {"d", &p.head_dim}};
+  absl::string_view dims = parts[5];
+  std::vector<absl::string_view> dim_parts = absl::StrSplit(dims, 'v');
+  if (dim_parts.size() > 2) return bad();
+  if (dim_parts.size() == 2) {
+    if (!absl::SimpleAtoi(dim_parts[1], &p.head_dim_v) || p.head_dim_v <= 0) {
+      return bad();
+    }
+    parts[5] = dim_parts[0];
+  }
   for (int i = 0; i < 6; ++i) {
     absl::string_view part = parts[i];
     if (!absl::ConsumePrefix(&part, numeric[i].first) ||
@@ -322,6 +347,8 @@ absl::StatusOr<Problem> ParseProblemKey(absl::string_view key) {
   if (!dtype.ok() || *dtype == DType::kE4m3) return bad();
   p.dtype = *dtype;
   if (!ParseScoreMods(parts, p)) return bad();
+  // "d128v128" is not a key: equal head dims have no "v" part.
+  if (p.head_dim_v == p.head_dim) return bad();
   return p;
 }
 
@@ -353,7 +380,8 @@ double Pairs(const Problem& p, int64_t n, int64_t k) {
 }  // namespace
 
 double ProblemFlops(const Problem& p) {
-  const double per_pair = 4.0 * static_cast<double>(p.heads * p.head_dim);
+  const double per_pair =
+      2.0 * static_cast<double>(p.heads * (p.head_dim + HeadDimV(p)));
   if (p.layout == Layout::kDense) {
     return per_pair * static_cast<double>(p.batch) * Pairs(p, p.seq_q, p.seq_k);
   }
@@ -386,7 +414,8 @@ double ProblemDistance(const Problem& p, const Problem& q) {
                       {p.kv_heads, q.kv_heads},
                       {p.seq_q, q.seq_q},
                       {p.seq_k, q.seq_k},
-                      {p.head_dim, q.head_dim}}) {
+                      {p.head_dim, q.head_dim},
+                      {HeadDimV(p) * q.head_dim, HeadDimV(q) * p.head_dim}}) {
     const double x = std::log2(static_cast<double>(a) / b);
     d += x * x;
   }

@@ -75,6 +75,10 @@ struct Problem {
   int64_t seq_q = 1;
   int64_t seq_k = 1;
   int64_t head_dim = 64;
+  // The value head dim (V's and O's last dimension) where it differs from
+  // head_dim, Q's and K's (DeepSeek's MLA prefill: 192 and 128); 0 for the
+  // same (HeadDimV).
+  int64_t head_dim_v = 0;
   bool causal = false;
   DType dtype = DType::kFp16;
   // K and V are float8 e4m3 (an FP8 KV cache), each (sequence, KV head)
@@ -122,12 +126,18 @@ inline constexpr int64_t kMaxTensorElements = int64_t{1} << 31;
 absl::Status ValidateProblem(const Problem& problem,
                              absl::string_view field_prefix = "problem");
 
-// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the ninth
+// The canonical key, e.g. "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd" (the
+// sixth part "d192v128" where the value head dim differs; the ninth
 // part is LayoutName, "paged16" for a kPaged problem of 16-key pages; the
 // dtype part is DTypesName), followed by ScoreModsName's parts when a
 // window or softcap is set ("..._bhsd_wl4096_cap50"). Two problems have the
 // same key exactly when they are equal.
 std::string ProblemKey(const Problem& problem);
+// V's and O's head dim: head_dim_v where set, else head_dim.
+inline int64_t HeadDimV(const Problem& p) {
+  return p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+}
+
 // The type of a problem's K and V: kE4m3 for an FP8 KV cache, else dtype.
 inline DType KvDType(const Problem& p) {
   return p.kv_fp8 ? DType::kE4m3 : p.dtype;
@@ -179,7 +189,8 @@ bool ServesScoreMods(const Problem& served, const Problem& call);
 std::string DTypesName(const Problem& problem);
 absl::StatusOr<Problem> ParseProblemKey(absl::string_view key);
 
-// Floating-point operations of one forward pass: 4 * B * H * Sq * Sk * D, for
+// Floating-point operations of one forward pass: 2 * B * H * Sq * Sk * (D +
+// Dv) (4 * ... * D where they are equal), for
 // causal and windowed problems only the visible (query, key) pairs. With
 // lengths on the device, those of the batch the problem is measured on
 // (RepresentativeLengths of core/batch_lengths.h), so that a rate from a
@@ -188,7 +199,8 @@ double ProblemFlops(const Problem& problem);
 
 // How far apart two problems are for transferring configs: the squared
 // distance in log2 of the sizes (batch, heads, kv_heads, seq_q, seq_k,
-// head_dim, and page_size where both are paged), plus 1 for another dtype
+// head_dim, the ratio of the value head dim to it, and page_size where both
+// are paged), plus 1 for another dtype
 // or K/V type, 1 for another causal flag, 1 for other score mods (window,
 // softcap) and 1 for another layout.
 double ProblemDistance(const Problem& p, const Problem& q);

@@ -23,11 +23,40 @@ LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
   if (splits > 1 && combine == SplitCombine::kWorkspace) {
     const int64_t heads = p.batch * p.heads;
     g.workspace_floats =
-        heads * splits * q_blocks * block_m * (HeadDimIn64s(p.head_dim) + 2);
+        heads * splits * q_blocks * block_m * (HeadDimIn64s(HeadDimV(p)) + 2);
     g.counters = heads * q_blocks;
   }
   return g;
 }
+
+namespace {
+
+absl::Status CheckValueHeadDim(const KernelTemplate& t, const Problem& p) {
+  using Dims = KernelTemplate::ValueHeadDims;
+  const int64_t dv = HeadDimV(p);
+  if (dv == p.head_dim) return absl::OkStatus();
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "problem.head_dim_v: template ", t.name, " ", why, ", got ", dv));
+  };
+  if (t.value_head_dims == Dims::kSame) {
+    return refuse(absl::StrCat("computes a value head dim equal to head_dim (",
+                               p.head_dim, ") only"));
+  }
+  if (std::find(t.head_dims.begin(), t.head_dims.end(), dv) ==
+      t.head_dims.end()) {
+    return refuse(absl::StrCat("supports head_dim_v {",
+                               absl::StrJoin(t.head_dims, ", "), "}"));
+  }
+  if (t.value_head_dims == Dims::kNarrower &&
+      HeadDimIn64s(dv) > HeadDimIn64s(p.head_dim)) {
+    return refuse(absl::StrCat("computes value head dims up to head_dim's ",
+                               HeadDimIn64s(p.head_dim), " columns"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
   if (std::find(t.head_dims.begin(), t.head_dims.end(), problem.head_dim) ==
@@ -36,6 +65,7 @@ absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem) {
         "problem.head_dim: template ", t.name, " supports head_dim {",
         absl::StrJoin(t.head_dims, ", "), "}, got ", problem.head_dim));
   }
+  if (absl::Status s = CheckValueHeadDim(t, problem); !s.ok()) return s;
   if (std::find(t.dtypes.begin(), t.dtypes.end(), problem.dtype) ==
       t.dtypes.end()) {
     return absl::InvalidArgumentError(absl::StrCat("problem.dtype: template ",
@@ -179,6 +209,9 @@ std::vector<std::string> CompileDefines(const Config& config,
     out.push_back(absl::StrCat("-D", name, "=", value));
   }
   out.push_back(absl::StrCat("-DHEAD_DIM=", problem.head_dim));
+  if (HeadDimV(problem) != problem.head_dim) {
+    out.push_back(absl::StrCat("-DHEAD_DIM_V=", problem.head_dim_v));
+  }
   out.push_back(
       absl::StrCat("-DEVT_BF16=", problem.dtype == DType::kBf16 ? 1 : 0));
   if (problem.kv_fp8) out.push_back("-DEVT_KV_FP8=1");

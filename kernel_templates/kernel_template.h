@@ -98,6 +98,11 @@ struct KernelTemplate {
   // (TemplateRegistry::Builtin).
   bool test_only = false;
   std::vector<int64_t> head_dims;
+  // The value head dims (Problem::head_dim_v, HEAD_DIM_V in the source) it
+  // computes beside a head_dim: that one only, or any of head_dims (at
+  // most as many 64-column blocks as head_dim's, with kNarrower).
+  enum class ValueHeadDims { kSame, kNarrower, kAny };
+  ValueHeadDims value_head_dims = ValueHeadDims::kSame;
   std::vector<DType> dtypes;
   // Reads e4m3 K and V beside 16-bit Q (Problem::kv_fp8; EVT_KV_FP8 in the
   // source), which needs compute capability 8.9 or newer.
@@ -145,14 +150,16 @@ int64_t HeadDimIn64s(int64_t head_dim);
 // splits, heads, batch), and with splits > 1 combined through the workspace
 // the fp32 workspace of partial rows and the per-query-block counters;
 // tile_rows block_m, tile_keys block_n. Threads and shared memory are left
-// to the caller. The workspace holds rows of HeadDimIn64s columns.
+// to the caller. The workspace holds output rows of HeadDimIn64s of the
+// value head dim columns.
 LaunchGeometry SplitKvGeometry(const Problem& p, int64_t block_m,
                                int64_t block_n, int64_t splits,
                                SplitCombine combine);
 
-// OK when the template supports the problem's head_dim, dtype and layout;
-// otherwise INVALID_ARGUMENT naming "problem.head_dim", "problem.dtype",
-// "problem.kv_dtype" or "problem.layout".
+// OK when the template supports the problem's head_dim (and head_dim_v),
+// dtype and layout; otherwise INVALID_ARGUMENT naming "problem.head_dim",
+// "problem.head_dim_v", "problem.dtype", "problem.kv_dtype" or
+// "problem.layout".
 absl::Status CheckSupports(const KernelTemplate& t, const Problem& problem);
 
 // OK when the device can run the template at all; otherwise
@@ -197,7 +204,8 @@ std::vector<Config> FeasibleConfigs(const KernelTemplate& t,
                                     const DeviceLimits& limits);
 
 // The NVRTC options that instantiate the template: -D for each parameter,
-// HEAD_DIM, EVT_BF16, EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0
+// HEAD_DIM (and HEAD_DIM_V where the value head dim differs), EVT_BF16,
+// EVT_KV_FP8 (for an FP8 KV cache), EVT_DEVICE_LENGTHS (0
 // for a dense problem: its kernel reads no lengths from the device;
 // common/sequence.cuh), for a paged problem EVT_PAGE_SIZE, and EVT_WINDOW
 // EVT_SOFTCAP, EVT_SINKS and EVT_ALIBI for a problem with a sliding

@@ -14,12 +14,19 @@ static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) &&
 AttentionParams ContiguousParams(const Problem& p) {
   AttentionParams params{};
   const long long d = p.head_dim;
-  params.q_row_stride = params.o_row_stride = d;
-  params.q_head_stride = params.o_head_stride = p.seq_q * d;
-  params.q_batch_stride = params.o_batch_stride = p.heads * p.seq_q * d;
-  params.k_row_stride = params.v_row_stride = d;
-  params.k_head_stride = params.v_head_stride = p.seq_k * d;
-  params.k_batch_stride = params.v_batch_stride = p.kv_heads * p.seq_k * d;
+  const long long dv = HeadDimV(p);  // Of V and O.
+  params.q_row_stride = d;
+  params.q_head_stride = p.seq_q * d;
+  params.q_batch_stride = p.heads * p.seq_q * d;
+  params.o_row_stride = dv;
+  params.o_head_stride = p.seq_q * dv;
+  params.o_batch_stride = p.heads * p.seq_q * dv;
+  params.k_row_stride = d;
+  params.k_head_stride = p.seq_k * d;
+  params.k_batch_stride = p.kv_heads * p.seq_k * d;
+  params.v_row_stride = dv;
+  params.v_head_stride = p.seq_k * dv;
+  params.v_batch_stride = p.kv_heads * p.seq_k * dv;
   params.batch = static_cast<int>(p.batch);
   params.heads = static_cast<int>(p.heads);
   params.kv_heads = static_cast<int>(p.kv_heads);
@@ -42,7 +49,7 @@ struct TensorView {
   const char* name;
   DType dtype;
   const void* data;
-  int64_t seq, heads, batch;
+  int64_t cols, seq, heads, batch;
   long long row_stride, head_stride, batch_stride;  // Elements.
   int box_rows;
 };
@@ -50,14 +57,14 @@ struct TensorView {
 // A tensor's view: a packed one (rows from cu_seqlens) is one batch of all
 // its rows.
 TensorView View(const char* name, DType dtype, const void* data, bool packed,
-                int64_t rows, int64_t heads, int64_t batch,
+                int64_t cols, int64_t rows, int64_t heads, int64_t batch,
                 long long row_stride, long long head_stride,
                 long long batch_stride, int box_rows) {
   if (packed) {
     batch = 1;
     batch_stride = std::max<long long>(rows, 1) * row_stride;
   }
-  return {name,  dtype,      data,        rows,         heads,
+  return {name,  dtype,      data,        cols,         rows,    heads,
           batch, row_stride, head_stride, batch_stride, box_rows};
 }
 
@@ -73,11 +80,10 @@ CUtensorMapDataType MapType(DType dtype) {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
-absl::Status Encode(EncodeTiledFn encode, const TensorView& t, const Problem& p,
-                    TensorMap* map) {
+absl::Status Encode(EncodeTiledFn encode, const TensorView& t, TensorMap* map) {
   const cuuint64_t elem = DTypeBytes(t.dtype);
   const cuuint64_t dims[4] = {
-      static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(t.seq),
+      static_cast<cuuint64_t>(t.cols), static_cast<cuuint64_t>(t.seq),
       static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
   // Bytes, for dimensions 1..3 (dimension 0 is contiguous).
   const cuuint64_t strides[3] = {
@@ -113,23 +119,25 @@ absl::StatusOr<AttentionTensorMaps> EncodeTensorMaps(
   const int64_t kv_rows = paged ? problem.page_size : params.rows_k;
   const int64_t kv_batch =
       paged ? params.rows_k / problem.page_size : problem.batch;
+  const int64_t d = problem.head_dim;
+  const int64_t dv = HeadDimV(problem);
   const TensorView views[4] = {
-      View("q", QDType(problem), params.q, packed_q, params.rows_q,
+      View("q", QDType(problem), params.q, packed_q, d, params.rows_q,
            problem.heads, problem.batch, params.q_row_stride,
            params.q_head_stride, params.q_batch_stride, boxes.q_rows),
-      View("k", KvDType(problem), params.k, packed_k, kv_rows, problem.kv_heads,
-           kv_batch, params.k_row_stride, params.k_head_stride,
-           params.k_batch_stride, boxes.kv_rows),
-      View("v", KvDType(problem), params.v, packed_k, kv_rows, problem.kv_heads,
-           kv_batch, params.v_row_stride, params.v_head_stride,
-           params.v_batch_stride, boxes.kv_rows),
-      View("o", problem.dtype, params.o, packed_q, params.rows_q, problem.heads,
-           problem.batch, params.o_row_stride, params.o_head_stride,
-           params.o_batch_stride, boxes.o_rows)};
+      View("k", KvDType(problem), params.k, packed_k, d, kv_rows,
+           problem.kv_heads, kv_batch, params.k_row_stride,
+           params.k_head_stride, params.k_batch_stride, boxes.kv_rows),
+      View("v", KvDType(problem), params.v, packed_k, dv, kv_rows,
+           problem.kv_heads, kv_batch, params.v_row_stride,
+           params.v_head_stride, params.v_batch_stride, boxes.kv_rows),
+      View("o", problem.dtype, params.o, packed_q, dv, params.rows_q,
+           problem.heads, problem.batch, params.o_row_stride,
+           params.o_head_stride, params.o_batch_stride, boxes.o_rows)};
   AttentionTensorMaps maps{};
   TensorMap* out[4] = {&maps.q, &maps.k, &maps.v, &maps.o};
   for (int i = 0; i < 4; ++i) {
-    if (absl::Status s = Encode(encode, views[i], problem, out[i]); !s.ok()) {
+    if (absl::Status s = Encode(encode, views[i], out[i]); !s.ok()) {
       return s;
     }
   }

@@ -37,14 +37,25 @@ absl::Status Field(const char* tensor, const char* field,
       absl::StrCat(tensor, ".", field, ": ", message));
 }
 
+// The head dim of the call's tensor `name`: V's and O's the problem's
+// value head dim, Q's and K's its head_dim; and the problem field's name.
+std::pair<int64_t, const char*> HeadDimOf(absl::string_view name,
+                                          const Problem& p) {
+  if (name == "v" || name == "o") {
+    return {HeadDimV(p), p.head_dim_v > 0 ? "head_dim_v" : "head_dim"};
+  }
+  return {p.head_dim, "head_dim"};
+}
+
 // A paged problem's K or V: pages of page_size rows, as many as the
 // caller has (their rows within the kernels' int32 row count).
 absl::Status CheckPages(const char* name, const AttentionTensor& t,
                         const Problem& p) {
+  const auto [head_dim, head_dim_name] = HeadDimOf(name, p);
   for (auto [field, got, want, what] :
        {std::tuple{"heads", t.heads, p.kv_heads, "kv_heads"},
         {"seq", t.seq, p.page_size, "page_size"},
-        {"head_dim", t.head_dim, p.head_dim, "head_dim"}}) {
+        {"head_dim", t.head_dim, head_dim, head_dim_name}}) {
     if (got != want) {
       return Field(name, field,
                    absl::StrCat("must be the problem's ", what, " (", want,
@@ -73,12 +84,13 @@ absl::Status CheckExtents(const char* name, const AttentionTensor& t,
   const char* seq_name = packed  ? "rows (at least 1)"
                          : is_kv ? "seq_k"
                                  : "seq_q";
+  const auto [head_dim, head_dim_name] = HeadDimOf(name, p);
   for (auto [field, got, want, what] :
        {std::tuple{"batch", t.batch, packed ? 1 : p.batch,
                    packed ? "packed batch" : "batch"},
         {"heads", t.heads, heads, is_kv ? "kv_heads" : "heads"},
         {"seq", t.seq, seq, seq_name},
-        {"head_dim", t.head_dim, p.head_dim, "head_dim"}}) {
+        {"head_dim", t.head_dim, head_dim, head_dim_name}}) {
     if (got != want) {
       return Field(name, field,
                    absl::StrCat("must be the problem's ", what, " (", want,
@@ -278,18 +290,19 @@ absl::Status CheckScale(float scale) {
 
 AttentionCall ContiguousCall(const Problem& problem, const void* q,
                              const void* k, const void* v, void* o) {
-  const auto bhsd = [&](const void* data, int64_t heads, int64_t seq) {
-    const int64_t d = problem.head_dim;
+  const auto bhsd = [&](const void* data, int64_t heads, int64_t seq,
+                        int64_t d) {
     return AttentionTensor{
         const_cast<void*>(data), heads * seq * d, seq * d, d,
         problem.batch,           heads,           seq,     d};
   };
+  const int64_t d = problem.head_dim, dv = HeadDimV(problem);
   AttentionCall call;
   call.problem = problem;
-  call.q = bhsd(q, problem.heads, problem.seq_q);
-  call.k = bhsd(k, problem.kv_heads, problem.seq_k);
-  call.v = bhsd(v, problem.kv_heads, problem.seq_k);
-  call.o = bhsd(o, problem.heads, problem.seq_q);
+  call.q = bhsd(q, problem.heads, problem.seq_q, d);
+  call.k = bhsd(k, problem.kv_heads, problem.seq_k, d);
+  call.v = bhsd(v, problem.kv_heads, problem.seq_k, dv);
+  call.o = bhsd(o, problem.heads, problem.seq_q, dv);
   return call;
 }
 

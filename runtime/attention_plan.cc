@@ -29,6 +29,9 @@ absl::Status CheckWithinPlan(const Problem& planned, const Problem& call) {
   if (call.head_dim != planned.head_dim) {
     return differs("head_dim", planned.head_dim, call.head_dim);
   }
+  if (HeadDimV(call) != HeadDimV(planned)) {
+    return differs("head_dim_v", HeadDimV(planned), HeadDimV(call));
+  }
   if (call.causal != planned.causal) {
     return differs("causal", planned.causal, call.causal);
   }

@@ -99,8 +99,9 @@ absl::StatusOr<CUcontext> StreamContext(const CudaDriver& d, CUstream stream) {
 // The problems one kernel may serve provisionally: all but seq_k alike.
 std::string ClassKey(const Problem& p) {
   return absl::StrCat(p.batch, " ", p.heads, " ", p.kv_heads, " ", p.seq_q, " ",
-                      p.head_dim, " ", p.causal, " ", DTypesName(p), " ",
-                      LayoutName(p.layout), p.page_size, ScoreModsName(p));
+                      p.head_dim, " ", HeadDimV(p), " ", p.causal, " ",
+                      DTypesName(p), " ", LayoutName(p.layout), p.page_size,
+                      ScoreModsName(p));
 }
 
 // OK when the runtime can launch `kernel` on a device of `arch`.
@@ -221,7 +222,8 @@ std::string BundleSource::BucketKey(const Problem& problem,
       const bool holds =
           a == arch && p.heads == problem.heads &&
           p.kv_heads == problem.kv_heads && p.head_dim == problem.head_dim &&
-          mods(p) && p.dtype == problem.dtype && p.kv_fp8 == problem.kv_fp8 &&
+          HeadDimV(p) == HeadDimV(problem) && mods(p) &&
+          p.dtype == problem.dtype && p.kv_fp8 == problem.kv_fp8 &&
           p.q_fp8 == problem.q_fp8 && p.layout == problem.layout &&
           p.page_size == problem.page_size && p.batch >= problem.batch &&
           p.seq_q >= problem.seq_q && p.seq_k >= problem.seq_k;

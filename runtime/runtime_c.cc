@@ -51,6 +51,7 @@ evotune::Problem ToProblem(const evotune_problem& p) {
   out.softcap = p.softcap;
   out.sinks = p.sinks != 0;
   out.alibi = p.alibi != 0;
+  out.head_dim_v = p.head_dim_v == p.head_dim ? 0 : p.head_dim_v;
   return out;
 }
 

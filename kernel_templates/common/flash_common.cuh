@@ -24,6 +24,13 @@ namespace flash {
 // columns there zero, and the stores leave them out.
 constexpr int kHeadDimMem = HEAD_DIM;
 constexpr int kHeadDimIn64s = (HEAD_DIM + 63) / 64 * 64;
+// The same of V and O: HEAD_DIM_V, defined where the value head dim differs
+// from the query/key one (DeepSeek's MLA prefill: 192 and 128).
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
+#endif
+constexpr int kHeadDimVMem = HEAD_DIM_V;
+constexpr int kHeadDimVIn64s = (HEAD_DIM_V + 63) / 64 * 64;
 
 __device__ __forceinline__ unsigned SmemAddress(const void* p) {
   unsigned long long a;

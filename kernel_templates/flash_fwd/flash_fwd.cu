@@ -39,12 +39,13 @@
 //              more caps them at 65536 / (threads * MIN_BLOCKS) so that
 //              blocks can share an SM.
 // Fixed per problem: HEAD_DIM (32, 64, 80, 96, 128, 192 or 256, computed as
-// the next multiple of 64), EVT_BF16.
+// the next multiple of 64), HEAD_DIM_V (V's and O's, one of the same; the
+// same as HEAD_DIM unless defined), EVT_BF16.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
 // NUM_WARPS * 32 threads;
-// dynamic shared memory (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2 B, D the
-// head dim rounded up to a multiple of 64.
+// dynamic shared memory ((BLOCK_M + STAGES * BLOCK_N) * D + STAGES * BLOCK_N
+// * Dv) * 2 B, D and Dv the head dims rounded up to multiples of 64.
 #include "flash_common.cuh"
 
 namespace {
@@ -55,6 +56,8 @@ constexpr int kM = BLOCK_M;
 constexpr int kN = BLOCK_N;
 constexpr int kDMem = kHeadDimMem;  // In memory; computed: kD (flash_common).
 constexpr int kD = kHeadDimIn64s;
+constexpr int kDvMem = kHeadDimVMem;  // V's and O's.
+constexpr int kDv = kHeadDimVIn64s;
 constexpr int kWarps = NUM_WARPS;
 constexpr int kStages = STAGES;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
@@ -63,15 +66,17 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMTiles = kM / (16 * kWarps);  // 16-row MMA tiles per warp.
 constexpr int kKSteps = kD / 16;             // k-steps of Q K^T.
 constexpr int kNTiles = kN / 8;              // n8 tiles of S.
-constexpr int kDTiles = kD / 8;              // n8 tiles of O.
+constexpr int kDTiles = kDv / 8;             // n8 tiles of O.
 static_assert(kM % (16 * kWarps) == 0 && kMTiles >= 1, "BLOCK_M");
 static_assert(kN % 16 == 0, "BLOCK_N");
 static_assert(kDMem % 16 == 0, "HEAD_DIM");
+static_assert(kDvMem % 16 == 0, "HEAD_DIM_V");
 static_assert(kStages >= 1, "STAGES");
 
-// Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile.
+// Element offset of (row, 16-byte chunk) in a swizzled [rows][kCols] tile.
+template <int kCols>
 __device__ __forceinline__ int Swizzled(int row, int chunk) {
-  return row * kD + ((chunk ^ (row & 7)) << 3);
+  return row * kCols + ((chunk ^ (row & 7)) << 3);
 }
 
 // Rows [row0, row0 + kRows) of a [seq][kD] matrix into a swizzled tile; rows
@@ -79,17 +84,28 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
 template <int kRows>
 __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
                                          long long stride, int row0, int rows) {
-  CopyRows<kRows, kD, kThreads, kDMem>(tile, g, stride, row0, rows, Swizzled);
+  CopyRows<kRows, kD, kThreads, kDMem>(tile, g, stride, row0, rows,
+                                       Swizzled<kD>);
 }
 
-// Key rows [row0, row0 + kN) of sequence b (K or V at `g`, pages
-// `page_stride` apart in a paged kernel) into a tile, as LoadTile.
+// Key rows [row0, row0 + kN) of sequence b (K, or V with kCols = kDv, at
+// `g`, pages `page_stride` apart in a paged kernel) into a tile, as
+// LoadTile.
+template <int kCols = kD, int kColsMem = kDMem>
 __device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
                                          const AttentionParams& p, int b,
                                          long long page_stride,
                                          long long stride, int row0, int rows) {
-  CopyKeyRows<kN, kD, kThreads, kDMem>(tile, g, p, b, page_stride, stride, row0,
-                                       rows, Swizzled);
+  CopyKeyRows<kN, kCols, kThreads, kColsMem>(tile, g, p, b, page_stride, stride,
+                                             row0, rows, Swizzled<kCols>);
+}
+
+// V's rows, as LoadKeys.
+__device__ __forceinline__ void LoadValues(evt_elem* tile, const evt_elem* g,
+                                           const AttentionParams& p, int b,
+                                           int row0, int rows) {
+  LoadKeys<kDv, kDvMem>(tile, g, p, b, p.v_batch_stride, p.v_row_stride, row0,
+                        rows);
 }
 
 }  // namespace
@@ -119,8 +135,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     if (s < num_blocks) {
       LoadKeys(k_tiles + s * kN * kD, k, p, w.b, p.k_batch_stride,
                p.k_row_stride, (block0 + s) * kN, w.seq_k);
-      LoadKeys(v_tiles + s * kN * kD, v, p, w.b, p.v_batch_stride,
-               p.v_row_stride, (block0 + s) * kN, w.seq_k);
+      LoadValues(v_tiles + s * kN * kDv, v, p, w.b, (block0 + s) * kN, w.seq_k);
     }
     CpAsyncCommit();
   }
@@ -133,6 +148,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const unsigned k_base = SmemAddress(k_tiles);
   const unsigned v_base = SmemAddress(v_tiles);
   const LaneFragments<kD> f(lane);
+  const LaneFragments<kDv> fv(lane);
   unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
@@ -144,8 +160,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     if (kStages == 1) {
       LoadKeys(k_tiles, k, p, w.b, p.k_batch_stride, p.k_row_stride,
                (block0 + j) * kN, w.seq_k);
-      LoadKeys(v_tiles, v, p, w.b, p.v_batch_stride, p.v_row_stride,
-               (block0 + j) * kN, w.seq_k);
+      LoadValues(v_tiles, v, p, w.b, (block0 + j) * kN, w.seq_k);
       CpAsyncCommit();
     }
     CpAsyncWait<(kStages >= 2 ? kStages - 2 : 0)>();
@@ -157,15 +172,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
         const int s = next % kStages;
         LoadKeys(k_tiles + s * kN * kD, k, p, w.b, p.k_batch_stride,
                  p.k_row_stride, (block0 + next) * kN, w.seq_k);
-        LoadKeys(v_tiles + s * kN * kD, v, p, w.b, p.v_batch_stride,
-                 p.v_row_stride, (block0 + next) * kN, w.seq_k);
+        LoadValues(v_tiles + s * kN * kDv, v, p, w.b, (block0 + next) * kN,
+                   w.seq_k);
       }
       CpAsyncCommit();
     }
     if (kQInRegs && j == 0) LoadQFragments<kD>(q_frag, q_lane, lane);
     // Shared-memory byte addresses of this lane's ldmatrix rows.
     const unsigned k_lane = k_base + 2 * (stage * kN * kD + f.k_row);
-    const unsigned v_lane = v_base + 2 * (stage * kN * kD + f.v_row);
+    const unsigned v_lane = v_base + 2 * (stage * kN * kDv + fv.v_row);
     const int kv0 = (block0 + j) * kN;
 
     // S = Q K^T for this tile. With Q in shared memory nothing is indexed
@@ -182,11 +197,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     SoftmaxTile(s_acc, o_acc, row_max, row_sum, scales.log2);
 
     // O += P V.
-    PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_lane, f.v_chunk);
+    PvTile<kMTiles, kN, kDv>(o_acc, s_acc, v_lane, fv.v_chunk);
     if (kStages == 1) __syncthreads();
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  StoreOutput<kM, kD, kMTiles, kSplits, kThreads, kDMem>(
+  StoreOutput<kM, kDv, kMTiles, kSplits, kThreads, kDvMem>(
       p, w, q0 + warp_row0, o_acc, row_max, row_sum, lane);
 }

@@ -15,15 +15,20 @@ Config FlashConfig(int64_t m, int64_t n, int64_t warps, int64_t stages,
                 {"STAGES", stages}};
 }
 
+// Dynamic shared memory of `c`: Q's tile and STAGES tiles of K and of V,
+// each row of its head dim rounded up to a multiple of 64 (16-bit).
+int64_t SmemBytes(const Config& c, const Problem& p) {
+  const int64_t ring = c.at("STAGES") * c.at("BLOCK_N");
+  return ((c.at("BLOCK_M") + ring) * HeadDimIn64s(p.head_dim) +
+          ring * HeadDimIn64s(HeadDimV(p))) *
+         2;
+}
+
 // `c` with fewer stages, then smaller key tiles (down to 32 keys and one
 // stage), until its shared memory fits the device's opt-in maximum (227 KB
 // on an H100, 163 KB on an A100, 99 KB on an L4).
 Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
-  auto bytes = [&] {
-    return (c.at("BLOCK_M") + 2 * c.at("STAGES") * c.at("BLOCK_N")) *
-           HeadDimIn64s(p.head_dim) * 2;
-  };
-  while (bytes() > limits.smem_per_block_bytes) {
+  while (SmemBytes(c, p) > limits.smem_per_block_bytes) {
     if (c.at("STAGES") > 2) {
       --c["STAGES"];
     } else if (c.at("BLOCK_N") > 32) {
@@ -45,7 +50,7 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
 // Score mods hold more (a split decode at 256 with every mod spilled 20
 // bytes at 64-key tiles): 32-key tiles there.
 Config FitRegisters(Config c, const Problem& p) {
-  if (p.head_dim <= 128) return c;
+  if (std::max(p.head_dim, HeadDimV(p)) <= 128) return c;
   c["BLOCK_M"] = 16 * c.at("NUM_WARPS");
   c["BLOCK_N"] = std::min<int64_t>(c.at("BLOCK_N"), HasScoreMods(p) ? 32 : 64);
   c["Q_IN_REGS"] = 0;
@@ -156,6 +161,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
        "resident blocks per SM to allocate registers for"},
   });
   t.head_dims = {32, 64, 80, 96, 128, 192, 256};
+  t.value_head_dims = KernelTemplate::ValueHeadDims::kAny;
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};
@@ -168,12 +174,13 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
        [](const Config& c, const Problem&) {
          return c.at("BLOCK_M") <= 32 * c.at("NUM_WARPS");
        }},
-      // The output's accumulators, CEIL64(HEAD_DIM) / 2 floats a thread for
-      // each of its 16-row tiles, at most 128 (above head_dim 128: one tile).
-      {"BLOCK_M / (16 * NUM_WARPS) * CEIL64(HEAD_DIM) <= 256",
+      // The output's accumulators, CEIL64(HEAD_DIM_V) / 2 floats a thread
+      // for each of its 16-row tiles, at most 128 (above head_dim 128: one
+      // tile), and as many of Q's fragments.
+      {"BLOCK_M / (16 * NUM_WARPS) * CEIL64(max(HEAD_DIM, HEAD_DIM_V)) <= 256",
        [](const Config& c, const Problem& p) {
          return c.at("BLOCK_M") / (16 * c.at("NUM_WARPS")) *
-                    HeadDimIn64s(p.head_dim) <=
+                    HeadDimIn64s(std::max(p.head_dim, HeadDimV(p))) <=
                 256;
        }},
       // Otherwise the register cap 65536 / (threads * MIN_BLOCKS) is above
@@ -185,8 +192,10 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
        }},
       // Rows of whole 32-byte sectors; the kernel computes up to the next
       // multiple of 64 (HeadDimIn64s).
-      {"HEAD_DIM % 16 == 0",
-       [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
+      {"HEAD_DIM % 16 == 0 && HEAD_DIM_V % 16 == 0",
+       [](const Config&, const Problem& p) {
+         return p.head_dim % 16 == 0 && HeadDimV(p) % 16 == 0;
+       }},
   };
   // FlashAttention 2's choices (128x64 tiles for head_dim 128, 128x128 for
   // 64, four warps) and a smaller tile for problems with few query blocks.
@@ -208,8 +217,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
         SplitKvGeometry(p, block_m, c.at("BLOCK_N"), c.at("KV_SPLITS"),
                         SplitCombine::kWorkspace);
     g.block_threads = static_cast<int>(32 * c.at("NUM_WARPS"));
-    g.smem_bytes = (block_m + 2 * c.at("STAGES") * c.at("BLOCK_N")) *
-                   HeadDimIn64s(p.head_dim) * 2;
+    g.smem_bytes = SmemBytes(c, p);
     return g;
   };
   return t;

@@ -65,7 +65,8 @@
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
 // PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64,
 // 80, 96, 128, 192 or 256, computed as the next multiple of 64; 128 with
-// FP8), EVT_BF16, EVT_Q_FP8 and EVT_KV_FP8.
+// FP8), HEAD_DIM_V (V's and O's, at most HEAD_DIM's 64-column blocks; the
+// same unless defined), EVT_BF16, EVT_Q_FP8 and EVT_KV_FP8.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch), the last query
 // blocks first (with a causal mask they are the longest), clusters of
@@ -96,10 +97,12 @@ constexpr int kM = 64 * kConsumers;
 constexpr int kN = BLOCK_N;
 constexpr int kDMem = kHeadDimMem;  // In memory; computed: kD (flash_common).
 constexpr int kD = kHeadDimIn64s;
+constexpr int kDvMem = kHeadDimVMem;  // V's and O's.
+constexpr int kDv = kHeadDimVIn64s;
 constexpr int kStages = STAGES;
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kNTiles = kN / 8;
-constexpr int kDTiles = kD / 8;
+constexpr int kDTiles = kDv / 8;  // n8 tiles of O.
 constexpr bool kOverlap = OVERLAP;
 constexpr bool kPingPong = PINGPONG;
 constexpr bool kPersistent = PERSISTENT;
@@ -109,15 +112,22 @@ constexpr int kSplits = KV_SPLITS;
 constexpr int kElemBytes = kFp8 ? 1 : 2;
 constexpr int kBlockCols = kRowBytes / kElemBytes;
 constexpr int kDBlocks = kD / kBlockCols;
+constexpr int kDvBlocks = kDv / kBlockCols;
 constexpr unsigned kQBytes = kM * kD * kElemBytes;
-constexpr unsigned kOBytes = kM * kD * 2;
-constexpr unsigned kTileBytes = kN * kD * kElemBytes;
+constexpr unsigned kOBytes = kM * kDv * 2;
+constexpr unsigned kTileBytes = kN * kD * kElemBytes;    // A K stage.
+constexpr unsigned kVTileBytes = kN * kDv * kElemBytes;  // A V stage.
+// Q's buffer and O's: one where O goes where Q was (not persistent).
+constexpr unsigned kQOBytes =
+    kPersistent ? kQBytes + kOBytes : (kOBytes > kQBytes ? kOBytes : kQBytes);
 // Tensor-core k-steps (32 bytes of the operands' rows each): of S = Q K^T
 // over head_dim, and of O += P V over a tile's keys.
 constexpr int kQkSteps = kD * kElemBytes / 32;
 constexpr int kPvSteps = kN * kElemBytes / 32;
 static_assert(kN % 64 == 0 && kN <= 192, "BLOCK_N");
 static_assert(kDMem % 16 == 0, "HEAD_DIM: rows of whole 32-byte sectors");
+static_assert(kDvMem % 16 == 0 && kDv <= kD, "HEAD_DIM_V: 16 to HEAD_DIM");
+static_assert(!kFp8 || kDv == kD, "FP8 attention: one head dim");
 static_assert(!kFp8 || (kKvFp8 && kN == 128 && kDMem == 128),
               "FP8 attention: e4m3 K and V, 128-key tiles, head_dim 128");
 static_assert(kStages >= 2, "STAGES");
@@ -131,8 +141,8 @@ constexpr int Gcd(int a, int b) { return b == 0 ? a : Gcd(b, a % b); }
 constexpr int kKvBox = kPageSize > 0 ? Gcd(kN, kPageSize) : kN;
 static_assert(kKvBox % 16 == 0, "a page holds a multiple of 16 keys");
 // Split-KV partial rows go where Q and the K/V ring were.
-static_assert(kM * (kPartRowStride<kD> + 2) * 4 <=
-                  kOBytes + 2 * kStages * kTileBytes,
+static_assert(kM * (kPartRowStride<kDv> + 2) * 4 <=
+                  kQOBytes + kStages * (kTileBytes + kVTileBytes),
               "partial rows fit where the tiles were");
 
 // Register reallocation (a single consumer keeps the entry allocation):
@@ -168,10 +178,10 @@ struct Smem {
     return k0 + s * kTileBytes;
   }
   __device__ __forceinline__ unsigned v(int s) const {
-    return v0 + s * kTileBytes;
+    return v0 + s * kVTileBytes;
   }
   __device__ __forceinline__ unsigned vt(int s) const {
-    return vt0 + s * kTileBytes;
+    return vt0 + s * kVTileBytes;
   }
   // FP8: consumer c's fp32 sums of O (Promote).
   __device__ __forceinline__ unsigned sums(int c) const {
@@ -220,10 +230,10 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   s.tiles =
       const_cast<unsigned char*>(smem_raw) + (s.q - SmemAddress(smem_raw));
   s.o = kPersistent ? s.q + kQBytes : s.q;
-  s.k0 = s.o + kOBytes;  // kOBytes >= kQBytes.
+  s.k0 = s.q + kQOBytes;
   s.v0 = s.k0 + kStages * kTileBytes;
-  s.vt0 = s.v0 + kStages * kTileBytes;
-  s.sums0 = s.vt0 + (kFp8 ? kStages * kTileBytes : 0);
+  s.vt0 = s.v0 + kStages * kVTileBytes;
+  s.sums0 = s.vt0 + (kFp8 ? kStages * kVTileBytes : 0);
   s.bars = s.sums0 + (kFp8 ? kConsumers * kSumsBytes : 0);
   return s;
 }
@@ -298,7 +308,7 @@ __device__ __forceinline__ void ClearTail(unsigned tile, int from, int lane) {
   for (unsigned at = tile + first * kRowBytes + (lane % 8) * 16; at < end;
        at += 4 * kRowBytes) {
 #pragma unroll
-    for (int db = 0; db < kDBlocks; ++db) {
+    for (int db = 0; db < kDvBlocks; ++db) {
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
                        at + db * kN * kRowBytes),
                    "r"(0)
@@ -328,7 +338,9 @@ __device__ __forceinline__ int PartPage(const AttentionParams& p, int row,
 // The key tile at row `row` (of kv head kv_head; in a paged kernel the
 // sequence's key) into the shared tile at `tile`, completing on `bar`: each
 // kKvBox rows from the page lane `part` holds (PartPage). The whole warp
-// calls it; lane 0 issues the copies.
+// calls it; lane 0 issues the copies. kBlocks: the tile's column blocks
+// (kDvBlocks for V).
+template <int kBlocks = kDBlocks>
 __device__ __forceinline__ void LoadTileRows(const TensorMap& map,
                                              unsigned tile, unsigned bar,
                                              int row, int kv_head, int page,
@@ -342,7 +354,7 @@ __device__ __forceinline__ void LoadTileRows(const TensorMap& map,
     }
     if (lane == 0) {
 #pragma unroll
-      for (int db = 0; db < kDBlocks; ++db) {
+      for (int db = 0; db < kBlocks; ++db) {
         TmaLoad(tile + (db * kN + part * kKvBox) * kRowBytes, map, bar,
                 kBlockCols * db, at, kv_head, from);
       }
@@ -373,8 +385,8 @@ __device__ __forceinline__ void LoadKv(const AttentionParams& p,
   const bool clear = clear_from >= 0;
   const unsigned v_bar = clear ? s.v_tail() : s.v_full(stage);
   BarrierWait(s.v_empty(stage), parity);
-  if (lane == 0) BarrierExpectBytes(v_bar, kTileBytes);
-  LoadTileRows(maps.v, s.v(stage), v_bar, row, kv_head, page, lane);
+  if (lane == 0) BarrierExpectBytes(v_bar, kVTileBytes);
+  LoadTileRows<kDvBlocks>(maps.v, s.v(stage), v_bar, row, kv_head, page, lane);
   if (clear) {
     BarrierWait(s.v_tail(), tails & 1);
     ++tails;
@@ -545,7 +557,7 @@ constexpr int kRegisterBudget = kRealloc ? kConsumerRegs : 255;
 // Not for FP8, whose consumers have fewer registers (the transposer's).
 constexpr bool kQInRegs =
     kOverlap && !kFp8 &&
-    kD / 2 + kN / 2 + kN / 4 + 32 + (kPersistent ? 8 : 0) + kD / 4 <=
+    kDv / 2 + kN / 2 + kN / 4 + 32 + (kPersistent ? 8 : 0) + kD / 4 <=
         kRegisterBudget;
 constexpr int kQFrags = kQInRegs ? kQkSteps : 1;
 
@@ -600,7 +612,7 @@ __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
 // tiles (bench/RESULTS.md, 2026-11-26). Else output columns 64 db .. 64 db
 // + 63 from V's column block db.
 // FP8: Vt's rows (head_dim) of 32 bytes (keys) a step, K-major.
-constexpr bool kPvWide = kD == 128 && kN <= 128;
+constexpr bool kPvWide = kDv == 128 && kN <= 128;
 template <bool kE4m3 = kFp8>
 __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
                                         const unsigned (&pf)[kPvSteps][4],
@@ -617,7 +629,7 @@ __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
               Descriptor(rows, kN * kRowBytes));
     } else {
 #pragma unroll
-      for (int db = 0; db < kD / 64; ++db) {
+      for (int db = 0; db < kDv / 64; ++db) {
         WgmmaRS(N64(o, db), pf[t], Descriptor(rows + db * kN * kRowBytes));
       }
     }
@@ -989,7 +1001,7 @@ __device__ __forceinline__ void StoreRowsDirect(const BlockPlan& w,
                                                 long long row_stride,
                                                 const unsigned char* rows,
                                                 int row0, int thread) {
-  constexpr int kChunks = kDMem / 8;  // 16-byte chunks of a row in O.
+  constexpr int kChunks = kDvMem / 8;  // 16-byte chunks of a row in O.
   const int valid = min(64, w.seq_q - row0);
   for (int i = thread; i < valid * kChunks; i += 128) {
     const int r = i / kChunks;
@@ -1043,7 +1055,7 @@ __device__ __forceinline__ void StoreRows(const Rows& r,
   }
   if (thread == 0) {
 #pragma unroll
-    for (int db = 0; db < kD / 64; ++db) {
+    for (int db = 0; db < kDv / 64; ++db) {
       TmaStore(maps.o, o_rows + db * kM * kRowBytes, 64 * db, w.q_start + row0,
                w.h, MapBatch(CuSeqlensQ(p), w.b));
     }
@@ -1104,7 +1116,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
       StoreRows(r, p, maps, w, s, consumer, thread);
     } else {
       NamedBarrierSync(kDone, 128 * kConsumers);  // Done with the tiles.
-      CombineInCluster<kM, kD, kSplits, kDMem>(
+      CombineInCluster<kM, kDv, kSplits, kDvMem>(
           p, w, reinterpret_cast<float*>(s.tiles), row0, r.o, r.row_max,
           r.row_sum, lane, consumer * 128 + thread, 128 * kConsumers,
           kProbShift);

@@ -1,5 +1,6 @@
 // Parameter space and launch geometry of
 // kernel_templates/flash_fwd_tma/flash_fwd_tma.cu.
+#include <algorithm>
 #include <numeric>
 
 #include "kernel_templates/template_registry.h"
@@ -16,7 +17,7 @@ int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
   return 160;
 }
 
-// What a consumer thread keeps in registers: O (HEAD_DIM / 2 fp32), S
+// What a consumer thread keeps in registers: O (HEAD_DIM_V / 2 fp32), S
 // (BLOCK_N / 2), with OVERLAP P beside S (BLOCK_N / 4 packed pairs), and
 // about 32 for addresses, row statistics and loop state, 8 more for the
 // tile loop of PERSISTENT. Configs above their budget spill
@@ -26,7 +27,7 @@ int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
 // FP8 packs P four to a register. A window, softcap or sinks (MODS) take
 // 8 more: bounds, the softcap's factor, the sink.
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
-  return HeadDimIn64s(p.head_dim) / 2 + c.at("BLOCK_N") / 2 +
+  return HeadDimIn64s(HeadDimV(p)) / 2 + c.at("BLOCK_N") / 2 +
          c.at("OVERLAP") * c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + 32 +
          8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
 }
@@ -41,7 +42,7 @@ std::vector<Constraint> Constraints() {
        [](const Config& c, const Problem&) {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
        }},
-      {"CEIL64(HEAD_DIM) / 2 + BLOCK_N / 2 + "
+      {"CEIL64(HEAD_DIM_V) / 2 + BLOCK_N / 2 + "
        "OVERLAP * BLOCK_N / (Q_FP8 ? 8 : 4) + 32 + 8 * PERSISTENT + "
        "8 * MODS <= "
        "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? (Q_FP8 ? 208 : 240) : 160)",
@@ -80,8 +81,11 @@ std::vector<Constraint> Constraints() {
        }},
       // Rows of whole 32-byte sectors; the kernel computes up to the next
       // multiple of 64 (HeadDimIn64s).
-      {"HEAD_DIM % 16 == 0",
-       [](const Config&, const Problem& p) { return p.head_dim % 16 == 0; }},
+      {"HEAD_DIM % 16 == 0 && HEAD_DIM_V % 16 == 0",
+       [](const Config&, const Problem& p) {
+         return p.head_dim % 16 == 0 && HeadDimV(p) % 16 == 0;
+       }},
+
   };
 }
 
@@ -191,13 +195,14 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   // align the swizzled tiles, 256 B of mbarriers.
   const int64_t elem = DTypeBytes(QDType(p));  // Of Q, K and V.
   const int64_t d = HeadDimIn64s(p.head_dim);
+  const int64_t dv = HeadDimIn64s(HeadDimV(p));  // Of V and O.
   const int64_t q_bytes = block_m * d * elem;
-  const int64_t o_bytes = block_m * d * 2;
+  const int64_t o_bytes = block_m * dv * 2;
   const int64_t ring =
-      (p.q_fp8 ? 3 : 2) * c.at("STAGES") * c.at("BLOCK_N") * d * elem;
+      c.at("STAGES") * c.at("BLOCK_N") * (d + (p.q_fp8 ? 2 : 1) * dv) * elem;
   const int64_t sums = p.q_fp8 ? c.at("CONSUMERS") * 64 * d * 4 : 0;
-  g.smem_bytes =
-      (persistent ? q_bytes : 0) + o_bytes + ring + sums + 1024 + 256;
+  g.smem_bytes = (persistent ? q_bytes + o_bytes : std::max(q_bytes, o_bytes)) +
+                 ring + sums + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
   // A paged kernel copies each tile in parts that lie in one page.
   g.tma.kv_rows = static_cast<int>(p.layout == Layout::kPaged
@@ -240,6 +245,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd_tma)(std::string source,
        "few query blocks"},
   });
   t.head_dims = {64, 80, 96, 128, 192, 256};
+  // V's column blocks are no more than K's (the O buffer fits Q's).
+  t.value_head_dims = KernelTemplate::ValueHeadDims::kNarrower;
   t.fits_every_form = true;  // NvrtcCompilerTest.FlashFwdTmaConfigsDoNotSpill
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.q_fp8 = true;  // Q, K and V in e4m3 (docs/fp8.md).

@@ -10,8 +10,10 @@
 // Tunables (compile-time macros):
 //   WARPS    query rows (warps) per block: more rows share each staged tile.
 //   KV_TILE  keys staged in shared memory per step: larger tiles mean fewer
-//            barriers but more shared memory (2 * KV_TILE * HEAD_DIM * 2 B).
-// Fixed per problem: HEAD_DIM (a multiple of 32), EVT_BF16, EVT_WINDOW,
+//            barriers but more shared memory (KV_TILE * (HEAD_DIM +
+//            HEAD_DIM_V) * 2 B).
+// Fixed per problem: HEAD_DIM and HEAD_DIM_V (V's and O's; HEAD_DIM unless
+// defined), multiples of 32, EVT_BF16, EVT_WINDOW,
 // EVT_SOFTCAP, EVT_SINKS and EVT_ALIBI (a sliding window, logit softcapping,
 // attention sinks, ALiBi: attention_params.cuh).
 //
@@ -20,6 +22,9 @@
 #include "dtype.cuh"
 #include "sequence.cuh"
 
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
+#endif
 #ifndef EVT_WINDOW
 #define EVT_WINDOW 0
 #endif
@@ -36,6 +41,7 @@
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention_fwd(const __grid_constant__ AttentionParams p) {
   constexpr int kPerLane = HEAD_DIM / 32;
+  constexpr int kPerLaneV = HEAD_DIM_V / 32;
   extern __shared__ evt_elem smem[];
   evt_elem* k_tile = smem;
   evt_elem* v_tile = smem + KV_TILE * HEAD_DIM;
@@ -76,12 +82,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       static_cast<const evt_elem*>(p.v) + seq.v + kvh * p.v_head_stride;
 
   float q_reg[kPerLane];
-  float acc[kPerLane];
+  float acc[kPerLaneV] = {};
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     q_reg[i] =
         active ? evt_to_float(q[row * p.q_row_stride + lane + 32 * i]) : 0.f;
-    acc[i] = 0.f;
   }
 #if EVT_ALIBI
   const float alibi_log2 =
@@ -93,16 +98,20 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   for (int start = block_start; start < block_end; start += KV_TILE) {
     __syncthreads();
     for (int idx = threadIdx.x; idx < KV_TILE * HEAD_DIM; idx += WARPS * 32) {
-      const int j = idx / HEAD_DIM;
-      const int d = idx % HEAD_DIM;
-      const int key = start + j;
-      const bool in = key < seq.seq_k;
+      const int key = start + idx / HEAD_DIM;
       k_tile[idx] =
-          in ? k[KeyRow(p, b, key, p.k_batch_stride, p.k_row_stride) + d]
-             : evt_elem(0);
+          key < seq.seq_k
+              ? k[KeyRow(p, b, key, p.k_batch_stride, p.k_row_stride) +
+                  idx % HEAD_DIM]
+              : evt_elem(0);
+    }
+    for (int idx = threadIdx.x; idx < KV_TILE * HEAD_DIM_V; idx += WARPS * 32) {
+      const int key = start + idx / HEAD_DIM_V;
       v_tile[idx] =
-          in ? v[KeyRow(p, b, key, p.v_batch_stride, p.v_row_stride) + d]
-             : evt_elem(0);
+          key < seq.seq_k
+              ? v[KeyRow(p, b, key, p.v_batch_stride, p.v_row_stride) +
+                  idx % HEAD_DIM_V]
+              : evt_elem(0);
     }
     __syncthreads();
     if (!active) continue;
@@ -131,9 +140,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
       const float weight = exp2f(s - new_max);
       row_sum = row_sum * correction + weight;
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
+      for (int i = 0; i < kPerLaneV; ++i) {
         acc[i] = acc[i] * correction +
-                 weight * evt_to_float(v_tile[j * HEAD_DIM + lane + 32 * i]);
+                 weight * evt_to_float(v_tile[j * HEAD_DIM_V + lane + 32 * i]);
       }
       row_max = new_max;
     }
@@ -146,13 +155,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
   row_sum = row_sum * exp2f(row_max - top) + exp2f(sink - top);
   const float rescale = exp2f(row_max - top);
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] *= rescale;
+  for (int i = 0; i < kPerLaneV; ++i) acc[i] *= rescale;
 #endif
   evt_elem* o = static_cast<evt_elem*>(p.o) + seq.o + h * p.o_head_stride +
                 row * p.o_row_stride;
   const float inv = row_sum > 0.f ? 1.f / row_sum : 0.f;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
+  for (int i = 0; i < kPerLaneV; ++i) {
     o[lane + 32 * i] = evt_from_float(acc[i] * inv);
   }
 }

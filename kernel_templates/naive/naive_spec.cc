@@ -19,12 +19,15 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(naive)(std::string source,
        "keys staged in shared memory per step"},
   });
   t.head_dims = {32, 64, 96, 128, 192, 256};
+  t.value_head_dims = KernelTemplate::ValueHeadDims::kAny;
   t.dtypes = {DType::kFp16, DType::kBf16};
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};
   t.constraints = {
-      {"HEAD_DIM % 32 == 0",
-       [](const Config&, const Problem& p) { return p.head_dim % 32 == 0; }},
+      {"HEAD_DIM % 32 == 0 && HEAD_DIM_V % 32 == 0",
+       [](const Config&, const Problem& p) {
+         return p.head_dim % 32 == 0 && HeadDimV(p) % 32 == 0;
+       }},
   };
   // A baseline, never the kernel to serve when another runs.
   t.default_rank = [](const Problem&) { return -2; };
@@ -36,7 +39,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(naive)(std::string source,
     g.grid[1] = p.heads;
     g.grid[2] = p.batch;
     g.block_threads = static_cast<int>(32 * warps);
-    g.smem_bytes = 2 * c.at("KV_TILE") * p.head_dim * 2;
+    g.smem_bytes = c.at("KV_TILE") * (p.head_dim + HeadDimV(p)) * 2;
     return g;
   };
   return t;

@@ -97,9 +97,6 @@ def fallback_reason(q, k, v, scale=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if 0 in tuple(t.shape):
             return f"{name} is empty (shape {tuple(t.shape)})"
-    if v.shape[3] != q.shape[3]:
-        return (f"v's head_dim ({v.shape[3]}) is not q's ({q.shape[3]}): "
-                "evotune kernels take one head_dim")
     if scale is not None and scale <= 0:
         return f"scale {scale}: evotune kernels take positive scales"
     for name, t in (("q", q), ("k", k), ("v", v)):

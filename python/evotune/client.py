@@ -41,11 +41,13 @@ _LAYOUTS = {"bhsd": 0, "thd": 1, "cache": 2, "paged": 3}
 
 
 def problem(batch=1, heads=8, kv_heads=0, seq_q=512, seq_k=0, head_dim=64,
-            causal=False, dtype="fp16", layout="bhsd", page_size=0):
+            causal=False, dtype="fp16", layout="bhsd", page_size=0,
+            head_dim_v=0):
     """An evotune.v1.Problem; defaults are the seed problem. kv_heads 0 means
     heads, seq_k 0 means seq_q; dtype "fp16" or "bf16"; layout "bhsd",
     "thd" (varlen: seq_q and seq_k bound a bucket), "cache" or "paged"
-    (pages of page_size keys) (docs/serving.md)."""
+    (pages of page_size keys) (docs/serving.md); head_dim_v: V's and O's
+    head dim where it differs (DeepSeek's MLA prefill: 192 and 128)."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype: fp16 or bf16, got {dtype!r}")
     if layout not in _LAYOUTS:
@@ -54,7 +56,8 @@ def problem(batch=1, heads=8, kv_heads=0, seq_q=512, seq_k=0, head_dim=64,
     return evotune_pb2.Problem(
         batch=batch, heads=heads, kv_heads=kv_heads or heads, seq_q=seq_q,
         seq_k=seq_k or seq_q, head_dim=head_dim, causal=causal,
-        dtype=_DTYPES[dtype], layout=_LAYOUTS[layout], page_size=page_size)
+        dtype=_DTYPES[dtype], layout=_LAYOUTS[layout], page_size=page_size,
+        head_dim_v=head_dim_v)
 
 
 def _config(values):
@@ -153,7 +156,7 @@ class Client:
                    max_batch=256, max_context=8192, prefill_chunk=2048,
                    max_prefill_tokens=8192, decode_queries=(1, 4),
                    max_trials=12, max_seconds=600, device="", dry_run=False,
-                   layer_kinds=(), layout="bhsd", page_size=0):
+                   layer_kinds=(), layout="bhsd", page_size=0, head_dim_v=0):
         """One search per bucket of a model's serving envelope that needs
         one (Tuner.TuneModel; `evotune tune-model` reads the fields from a
         config.json): returns the buckets (problem, job_id, state,
@@ -163,7 +166,8 @@ class Client:
         {"window_left": 127, "sinks": True}], BLOOM's [{"alibi": True}];
         none: full attention.
         layout: how the model's calls pass tensors ("bhsd", "thd",
-        "cache", or "paged" with page_size keys a page). Asked again, it
+        "cache", or "paged" with page_size keys a page). head_dim_v: the
+        values' head dim where it differs (DeepSeek's MLA). Asked again, it
         resumes; dry_run submits nothing."""
         if layout not in _LAYOUTS:
             raise ValueError(f"layout: one of {sorted(_LAYOUTS)}, got "
@@ -185,7 +189,7 @@ class Client:
             kinds.append(k)
         req = evotune_pb2.TuneModelRequest(layer_kinds=kinds,
             heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-            dtype=_DTYPES[dtype], envelope=evotune_pb2.Envelope(
+            head_dim_v=head_dim_v, dtype=_DTYPES[dtype], envelope=evotune_pb2.Envelope(
                 max_batch=max_batch, max_context=max_context,
                 prefill_chunk=prefill_chunk,
                 max_prefill_tokens=max_prefill_tokens,

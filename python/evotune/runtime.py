@@ -17,7 +17,7 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 10  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 11  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
@@ -34,14 +34,16 @@ class Problem(ctypes.Structure):
     window_right keys (FlashAttention's window_size, -1 for no bound;
     window_right -1 when causal); softcap the logit softcap (0 for none);
     sinks 1 for attention sinks (their logits in Lengths.sinks); alibi 1 for
-    ALiBi (its slopes in Lengths.alibi_slopes)."""
+    ALiBi (its slopes in Lengths.alibi_slopes); head_dim_v V's and O's head
+    dim where it differs from head_dim (0 for head_dim)."""
     _fields_ = [(n, ctypes.c_int64) for n in (
         "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")] + [
             (n, ctypes.c_int32)
             for n in ("causal", "bf16", "layout", "page_size", "kv_fp8",
                       "q_fp8", "windowed", "window_left", "window_right")] + [
                           ("softcap", ctypes.c_float),
-                          ("sinks", ctypes.c_int32), ("alibi", ctypes.c_int32)]
+                          ("sinks", ctypes.c_int32), ("alibi", ctypes.c_int32),
+                          ("head_dim_v", ctypes.c_int64)]
 
     def key(self):
         return tuple(getattr(self, n) for n, _ in self._fields_)

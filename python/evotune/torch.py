@@ -11,7 +11,7 @@ CUDA stream, also under CUDA-graph capture (its scratch comes from PyTorch's
 allocator). It first checks what SDPA checks (evotune.checks): tensors that
 do not fit together raise AttentionArgumentError naming the argument. A call
 evotune cannot serve but SDPA can (no runtime loaded, a CPU tensor, another
-dtype, empty or misaligned tensors, a value head_dim unlike the query's, a
+dtype, empty or misaligned tensors, a
 scale that is not positive, a problem the bundle or daemon has no kernel
 for, and in daemon mode the first calls of a new kind of problem while the
 daemon's answer is on its way: a launch waits at most 5 ms on the network,
@@ -88,11 +88,20 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
 
 
 def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE,
-             data=score_mods.NO_DATA):
+             data=score_mods.NO_DATA, head_dim_v=0):
     b, h, sq, d = q.shape
     return _rt.Problem(b, h, kv_heads, sq, seq_k, d, int(causal),
                        int(q.dtype == torch.bfloat16),
-                       **score_mods.problem_fields(mods, data))
+                       **score_mods.problem_fields(mods, data),
+                       head_dim_v=0 if head_dim_v == d else head_dim_v)
+
+
+def _output(q, v):
+    """The output of attention(q, k, v): q's shape with v's head dim (q's
+    strides where they are the same)."""
+    if v.shape[-1] == q.shape[-1]:
+        return torch.empty_like(q)
+    return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
 def _tensor(t):
@@ -206,7 +215,7 @@ class _Launch:
         self.problem = _rt.Problem(*p.key())  # The call's: its own seq_k.
         # o's struct from an output like every call's (empty_like keeps q's
         # strides only where q is dense).
-        self.tensors = [_tensor(t) for t in (q, k, v, torch.empty_like(q))]
+        self.tensors = [_tensor(t) for t in (q, k, v, _output(q, v))]
         # The sinks' and slopes' pointers, each call's, where the problem
         # has them.
         self.lengths = _rt.Lengths() if p.sinks or p.alibi else None
@@ -238,7 +247,7 @@ class _Launch:
             self.lengths.alibi_slopes = alibi_slopes.data_ptr()
             self.lengths.alibi_batch_stride = score_mods.slopes_stride(
                 alibi_slopes)
-        o = torch.empty_like(q)
+        o = _output(q, v)
         t = self.tensors
         t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),
                                            v.data_ptr())
@@ -267,7 +276,7 @@ def _prepare(q, k, v, causal, mods, scale, stream_id, wait=False,
     seq_q, seq_k = q.shape[2], k.shape[2]
     # The bucket's plan, or where that is past evotune's limits the call's.
     for n in dict.fromkeys((key_bucket(seq_q, seq_k), seq_k)):
-        p = _problem(q, k.shape[1], n, causal, mods, data)
+        p = _problem(q, k.shape[1], n, causal, mods, data, v.shape[3])
         if p.key() in _State.missing:
             continue
         planned = _plan(p, q, stream_id, wait)
@@ -407,9 +416,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
       sinks=None, alibi_slopes=None):
     checks.check_call(q, k, v, scale)
-    if v.shape[-1] == q.shape[-1]:
-        return torch.empty_like(q)
-    return q.new_empty((*q.shape[:-1], v.shape[-1]))
+    return _output(q, v)
 
 
 def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),

@@ -5,7 +5,8 @@ device memory, with the semantics of flash_attn_varlen_func's forward.
     o = et.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, causal=True)
 
-q is [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim];
+q is [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim]
+(v's head dim may differ: the output has it, as for DeepSeek's MLA);
 cu_seqlens_q/_k are int32 [batch + 1] cumulative offsets on q's device;
 max_seqlen_q/_k bound every sequence's lengths (the caller's promise, as
 for FlashAttention). The causal mask is aligned to each sequence's
@@ -41,10 +42,11 @@ def _tensor(t):
 
 
 def _problem(batch, heads, kv_heads, head_dim, max_q, max_k, causal, bf16,
-             mods=score_mods.NONE, alibi=False):
+             mods=score_mods.NONE, alibi=False, head_dim_v=0):
     return _rt.Problem(batch, heads, kv_heads, bucket(max_q), bucket(max_k),
                        head_dim, int(causal), int(bf16), _rt.LAYOUT_VARLEN,
-                       **score_mods.problem_fields(mods, (False, alibi)))
+                       **score_mods.problem_fields(mods, (False, alibi)),
+                       head_dim_v=0 if head_dim_v == head_dim else head_dim_v)
 
 
 class VarlenPlan:
@@ -64,18 +66,22 @@ class VarlenPlan:
     which syncs. A plan's scratch is its own: run it on one stream at a time.
     window_size and softcap are FlashAttention's (evotune/score_mods.py);
     with alibi=True every run() passes alibi_slopes ([heads] or [batch,
-    heads] fp32). Raises AttentionArgumentError for sizes no attention
-    takes."""
+    heads] fp32); head_dim_v is v's head dim where it differs from
+    head_dim (the output's; DeepSeek's MLA prefill: 192 and 128). Raises
+    AttentionArgumentError for sizes no attention takes."""
 
     def __init__(self, batch, heads, kv_heads, head_dim, max_seqlen_q,
                  max_seqlen_k, causal=False, dtype=torch.bfloat16,
                  device=None, softmax_scale=None, _stream_scratch=False, *,
-                 window_size=(-1, -1), softcap=0.0, alibi=False):
+                 window_size=(-1, -1), softcap=0.0, alibi=False,
+                 head_dim_v=None):
         device = torch.device("cuda" if device is None else device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
+        head_dim_v = head_dim if head_dim_v is None else head_dim_v
         for name, n in (("batch", batch), ("heads", heads),
-                        ("kv_heads", kv_heads), ("head_dim", head_dim)):
+                        ("kv_heads", kv_heads), ("head_dim", head_dim),
+                        ("head_dim_v", head_dim_v)):
             if int(n) < 1:
                 raise AttentionArgumentError(
                     f"evotune.VarlenPlan: {name} must be at least 1, got {n}")
@@ -84,6 +90,7 @@ class VarlenPlan:
                 f"evotune.VarlenPlan: kv_heads ({kv_heads}) must divide "
                 f"heads ({heads})")
         self.shape = (int(batch), int(heads), int(kv_heads), int(head_dim))
+        self.head_dim_v = int(head_dim_v)
         self.max_seqlen_q, self.max_seqlen_k = max_seqlen_q, max_seqlen_k
         self.causal, self.mods = score_mods.normalize(
             causal, window_size, softcap, f"evotune.{type(self).__name__}")
@@ -102,7 +109,8 @@ class VarlenPlan:
     def _make_problem(self, bf16):
         """The bucket's problem."""
         return _problem(*self.shape, self.max_seqlen_q, self.max_seqlen_k,
-                        self.causal, bf16, self.mods, self.alibi)
+                        self.causal, bf16, self.mods, self.alibi,
+                        self.head_dim_v)
 
     def _served_reason(self):
         if _et._State.runtime is None:
@@ -152,11 +160,12 @@ class VarlenPlan:
     def _check(self, q, k, v, cu_q, cu_k, seqused_k, out):
         check_varlen_call(q, k, v, cu_q, cu_k, self.max_seqlen_q,
                           self.max_seqlen_k, seqused_k)
-        batch, heads, kv_heads, head_dim = self.shape
-        got = (cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2])
+        got = (cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2],
+               v.shape[2])
         for name, want, have in zip(("batch (cu_seqlens_q's size - 1)",
-                                     "heads", "kv_heads", "head_dim"),
-                                    self.shape, got):
+                                     "heads", "kv_heads", "head_dim",
+                                     "v's head_dim"),
+                                    (*self.shape, self.head_dim_v), got):
             if want != have:
                 raise AttentionArgumentError(
                     f"evotune.VarlenPlan.run: {name} is {have}, the plan's "
@@ -164,18 +173,21 @@ class VarlenPlan:
         self._check_like_plan(q, out)
 
     def _check_like_plan(self, q, out):
-        """q of the plan's dtype and device, `out` (if any) like q."""
+        """q of the plan's dtype and device, `out` (if any) like q with the
+        plan's value head dim."""
         name = type(self).__name__
         if q.dtype != self.dtype or q.device != self.device:
             raise AttentionArgumentError(
                 f"evotune.{name}.run: q is {q.dtype} on {q.device}, the "
                 f"plan is for {self.dtype} on {self.device}")
-        if out is not None and (out.shape != q.shape or out.dtype != q.dtype
-                                or out.device != q.device):
+        shape = (*q.shape[:-1], self.head_dim_v)
+        if out is not None and (tuple(out.shape) != shape or
+                                out.dtype != q.dtype or
+                                out.device != q.device):
             raise AttentionArgumentError(
-                f"evotune.{name}.run: out must be like q "
-                f"({tuple(q.shape)} {q.dtype} on {q.device}), got "
-                f"{tuple(out.shape)} {out.dtype} on {out.device}")
+                f"evotune.{name}.run: out must be {shape} {q.dtype} on "
+                f"{q.device}, got {tuple(out.shape)} {out.dtype} on "
+                f"{out.device}")
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
             out=None, alibi_slopes=None):
@@ -199,7 +211,7 @@ class VarlenPlan:
         """The output, or None where SDPA answers."""
         if self._plan is None:
             return None
-        o = torch.empty_like(q) if out is None else out
+        o = _et._output(q, v) if out is None else out
         if varlen_fallback_reason(q, k, v) is not None or \
                 varlen_fallback_reason(o, k, v) is not None:
             return None
@@ -235,17 +247,18 @@ def softmax_scale_refused(scale):
 _plans = {}  # (generation, problem, device, stream): the op's VarlenPlans.
 
 
-def _op_plan(q, k, cu_q, max_q, max_k, causal, scale, mods, alibi=False):
+def _op_plan(q, k, v, cu_q, max_q, max_k, causal, scale, mods, alibi=False):
     """The op's plan for a call, one per bucket, device and stream (its
     scratch is its own), kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1], k.shape[1],
-           q.shape[2], bucket(max_q), bucket(max_k), causal, mods, alibi,
-           q.dtype, q.device, stream, scale)
+           q.shape[2], v.shape[2], bucket(max_q), bucket(max_k), causal,
+           mods, alibi, q.dtype, q.device, stream, scale)
     return cached_plan(_plans, key, lambda: VarlenPlan(
         cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q, max_k,
         causal, q.dtype, q.device, scale, _stream_scratch=True,
-        window_size=mods[:2], softcap=mods[2], alibi=alibi))
+        window_size=mods[:2], softcap=mods[2], alibi=alibi,
+        head_dim_v=v.shape[2]))
 
 
 def cached_plan(plans, key, make):
@@ -264,7 +277,7 @@ def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
                       mods=score_mods.NONE, alibi_slopes=None):
     """The reference semantics, one SDPA call per sequence (syncs;
     score_mods.attend; alibi_slopes [heads] or [batch, heads])."""
-    o = torch.zeros_like(q)
+    o = _et._output(q, v).zero_()
     starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
     used = seqused_k.tolist() if seqused_k is not None else None
     for b in range(len(starts_q) - 1):
@@ -288,7 +301,7 @@ def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                  max_seqlen_k, causal, scale, seqused_k,
                  mods=score_mods.NONE, alibi_slopes=None):
     if varlen_fallback_reason(q, k, v, scale) is None:
-        plan = _op_plan(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+        plan = _op_plan(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
                         causal, scale, mods, alibi_slopes is not None)
         o = plan._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
                          None, alibi_slopes)
@@ -315,7 +328,7 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       causal, scale, seqused_k, window_left=-1, window_right=-1,
       softcap=0.0, alibi_slopes=None):
-    return torch.empty_like(q)
+    return _et._output(q, v)
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

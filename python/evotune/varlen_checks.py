@@ -36,8 +36,8 @@ def _check_tensors(q, k, v):
     if k.shape[0] != v.shape[0] or k.shape[1] != v.shape[1]:
         _fail(f"v.shape {tuple(v.shape)} must match k's {tuple(k.shape)} in "
               "total and kv_heads")
-    if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
-        _fail(f"k and v must have q's head_dim ({q.shape[2]})")
+    if k.shape[2] != q.shape[2]:
+        _fail(f"k must have q's head_dim ({q.shape[2]}), got {k.shape[2]}")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
         _fail(f"k.shape[1] (kv_heads, {k.shape[1]}) must divide q's heads "
               f"({q.shape[1]})")
@@ -47,6 +47,7 @@ def check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, seqused_k=None):
     """Raises AttentionArgumentError naming the argument when the tensors
     (q [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim],
+    v's head_dim its own (MLA's 128 under 192),
     int32 cu_seqlens [batch + 1] and seqused_k [batch] on q's device) do not
     fit together or a maximum length is out of range."""
     _check_tensors(q, k, v)

@@ -85,11 +85,10 @@ TEST(ModelConfigTest, BadConfigsNameTheField) {
       {R"({"text_config": {"num_attention_heads": 8}})",
        "text_config.head_dim"},
       {"not json", "not a JSON object"},
-      // Not served yet, rather than tuned as something else.
       {R"({"model_type": "deepseek_v3", "num_attention_heads": 128,
-           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-           "v_head_dim": 128, "hidden_size": 7168})",
-       "v_head_dim: multi-head latent attention"},
+           "qk_nope_head_dim": 128, "v_head_dim": 128,
+           "hidden_size": 7168})",
+       "qk_rope_head_dim: required"},
       {R"({"model_type": "bloom", "n_head": 32, "hidden_size": 4100})",
        "hidden_size: 4100 is not a multiple of n_head (32)"},
       {R"({"model_type": "mpt", "n_heads": 0, "d_model": 4096})",
@@ -195,6 +194,28 @@ TEST(ModelConfigTest, ReadsAlibiModels) {
                         "attn_config": {"alibi": false}})",
                     8192),
               ::testing::ElementsAre("full attention"));
+}
+
+TEST(ModelConfigTest, ReadsLatentAttentionAsItsPrefillComputesIt) {
+  absl::StatusOr<ModelAttention> v3 = ParseModelConfig(
+      R"({"model_type": "deepseek_v3", "num_attention_heads": 128,
+          "num_key_value_heads": 128, "qk_nope_head_dim": 128,
+          "qk_rope_head_dim": 64, "v_head_dim": 128, "kv_lora_rank": 512,
+          "hidden_size": 7168, "torch_dtype": "bfloat16"})",
+      8192);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->heads, 128);
+  EXPECT_EQ(v3->kv_heads, 128);
+  EXPECT_EQ(v3->head_dim, 192);
+  EXPECT_EQ(v3->head_dim_v, 128);
+  // Equal dims are one head dim.
+  absl::StatusOr<ModelAttention> even = ParseModelConfig(
+      R"({"num_attention_heads": 16, "qk_nope_head_dim": 96,
+          "qk_rope_head_dim": 32, "v_head_dim": 128})",
+      8192);
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_EQ(even->head_dim, 128);
+  EXPECT_EQ(even->head_dim_v, 0);
 }
 
 TEST(ModelConfigTest, TheFieldsMayBeGivenInPlaceOfAFile) {

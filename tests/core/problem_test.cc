@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "core/batch_lengths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,7 +27,7 @@ Problem Seed() {
 TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   Problem p = Seed();
   EXPECT_EQ(ProblemKey(p), "b1_h8_kv8_q512_k512_d64_full_fp16_bhsd");
-  std::vector<Problem> variants(23, p);
+  std::vector<Problem> variants(24, p);
   variants[0].batch = 2;
   variants[1].heads = 16;
   variants[2].kv_heads = 4;
@@ -57,6 +58,8 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   variants[21].alibi = true;
   variants[22] = variants[20];
   variants[22].alibi = true;
+  variants[23].head_dim = 192;
+  variants[23].head_dim_v = 128;
   for (const Problem& v : variants) {
     EXPECT_NE(ProblemKey(v), ProblemKey(p));
     absl::StatusOr<Problem> parsed = ParseProblemKey(ProblemKey(v));
@@ -65,6 +68,36 @@ TEST(ProblemTest, KeyRoundTripsAndDistinguishesEveryField) {
   }
   EXPECT_FALSE(ParseProblemKey("b1_h8").ok());
   EXPECT_FALSE(ParseProblemKey("b1_h8_kv8_q512_k512_d64_full_fp32_bhsd").ok());
+}
+
+TEST(ProblemTest, AValueHeadDimOfItsOwnIsTheSixthPart) {
+  Problem mla = Seed();
+  mla.head_dim = 192;
+  mla.head_dim_v = 128;
+  EXPECT_EQ(ProblemKey(mla), "b1_h8_kv8_q512_k512_d192v128_full_fp16_bhsd");
+  EXPECT_EQ(HeadDimV(mla), 128);
+  EXPECT_EQ(HeadDimV(Seed()), 64);
+  // The value head dim set to head_dim is the same problem, one key.
+  Problem same = Seed();
+  same.head_dim_v = 64;
+  EXPECT_EQ(same, Seed());
+  EXPECT_EQ(ProblemKey(same), ProblemKey(Seed()));
+  for (const char* bad : {"d64v64", "d64v0", "d64v", "d64v32v16", "d64vx"}) {
+    EXPECT_FALSE(ParseProblemKey(absl::StrCat("b1_h8_kv8_q512_k512_", bad,
+                                              "_full_fp16_bhsd"))
+                     .ok())
+        << bad;
+  }
+  // Flops count each GEMM at its own width: 2 (192 + 128) a pair.
+  EXPECT_DOUBLE_EQ(ProblemFlops(mla), 2.0 * 8 * (192 + 128) * 512 * 512);
+  // Another value width is further than the same problem, nearer than
+  // another dtype of it.
+  Problem bf16 = mla;
+  bf16.dtype = DType::kBf16;
+  Problem d192 = mla;
+  d192.head_dim_v = 0;
+  EXPECT_GT(ProblemDistance(mla, d192), 0);
+  EXPECT_LT(ProblemDistance(mla, d192), ProblemDistance(mla, bf16));
 }
 
 TEST(ProblemTest, WindowsAndSoftcapsEndTheKey) {
@@ -269,6 +302,14 @@ TEST(ProblemTest, ValidationNamesTheField) {
       {[](Problem& p) { p.seq_q = 0; }, "problem.seq_q"},
       {[](Problem& p) { p.seq_k = kMaxSeqLen + 1; }, "problem.seq_k"},
       {[](Problem& p) { p.head_dim = 0; }, "problem.head_dim"},
+      {[](Problem& p) { p.head_dim_v = -1; }, "problem.head_dim_v"},
+      {[](Problem& p) { p.head_dim_v = kMaxHeadDim + 1; },
+       "problem.head_dim_v"},
+      {[](Problem& p) {
+         p.head_dim_v = 128;
+         p.kv_fp8 = true;
+       },
+       "problem.head_dim_v"},
       {[](Problem& p) {
          p.batch = 4096;
          p.seq_q = 1 << 20;

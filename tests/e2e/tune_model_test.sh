@@ -94,6 +94,16 @@ cli tune-model --model_config='{"model_type": "bloom", "n_head": 32, "hidden_siz
   ! grep -qv "_h32_kv32_.*_d128_.*_alibi$" "$work/flag_buckets" ||
   fail "BLOOM's buckets: $(cat "$work/flag_buckets")"
 
+# DeepSeek-V3's multi-head latent attention: its prefill's head dims,
+# 192 for queries and keys, 128 for values, in every bucket.
+cli tune-model --model_config='{"model_type": "deepseek_v3", "num_attention_heads": 128, "num_key_value_heads": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}' \
+  "${envelope[@]}" --dry_run >"$work/flag_buckets" 2>"$work/err" ||
+  fail "DeepSeek's config: $(cat "$work/err")"
+[ "$(wc -l <"$work/flag_buckets")" -eq 13 ] &&
+  ! grep -qv "_h128_kv128_.*_d192v128_" "$work/flag_buckets" ||
+  fail "DeepSeek's buckets: $(cat "$work/flag_buckets")"
+grep -q "head_dim 192 (values 128)" "$work/err" || fail "$(cat "$work/err")"
+
 # An engine's paged cache: buckets of 16-key pages, queries from 16.
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
   --layout=paged --page_size=16 --dry_run >"$work/buckets" 2>"$work/err" ||

@@ -75,6 +75,26 @@ class CudaEvaluatorTest : public ::testing::Test {
     }
     return ok;
   }
+  // The config an untuned `p` is served (RankedDefaults' first) runs and is
+  // correct, and so is one random feasible config besides.
+  void ExpectServedAndOneMoreCorrect(const KernelTemplate& t, const Problem& p,
+                                     std::mt19937& gen) {
+    const DeviceLimits& limits = evaluator_->device().limits;
+    ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
+    if (!CheckSupports(t, p).ok()) return;
+    std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
+    ASSERT_EQ(served.size(), 1u) << t.name << " " << ProblemKey(p);
+    absl::StatusOr<TrialResult> r =
+        evaluator_->Evaluate(t, served[0].config, p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, TrialStatus::kOk)
+        << t.name << " " << ProblemKey(p) << " " << ConfigKey(served[0].config)
+        << ": " << r->error;
+    std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
+    std::shuffle(feasible.begin(), feasible.end(), gen);
+    EXPECT_EQ(ExpectOkUntil(t, feasible, p, 1), 1)
+        << t.name << " " << ProblemKey(p);
+  }
   std::unique_ptr<Evaluator> evaluator_;
 };
 
@@ -495,15 +515,16 @@ TEST_F(CudaEvaluatorTest, EveryTemplateRunsWindowsSoftcapsSinksAndAlibi) {
 // with softcapping and sinks; the config an untuned problem is served
 // (RankedDefaults' first) must run and be correct, and one random feasible
 // config besides.
-TEST_F(CudaEvaluatorTest, OtherHeadDimsAreCorrect) {
-  struct Case {
-    int64_t sq, sk;
-    bool causal;
-    int64_t kv_heads;
-    Layout layout;
-    bool mods = false;
-  };
-  const std::vector<Case> cases = {
+struct HeadDimCase {
+  int64_t sq, sk;
+  bool causal;
+  int64_t kv_heads;
+  Layout layout;
+  bool mods = false;
+};
+
+const std::vector<HeadDimCase>& HeadDimCases() {
+  static const auto* const cases = new std::vector<HeadDimCase>{
       {1, 17, false, 4, Layout::kDense},
       {17, 1, true, 2, Layout::kDense},
       {113, 1023, true, 1, Layout::kDense},
@@ -515,48 +536,68 @@ TEST_F(CudaEvaluatorTest, OtherHeadDimsAreCorrect) {
       {700, 700, true, 2, Layout::kDense, true},
       {1, 3000, false, 1, Layout::kKvCache, true},
   };
+  return *cases;
+}
+
+// HeadDimCases()[i] at head dims d and dv (0: d), of 2 sequences of 4
+// heads, fp16 or bf16 by turns.
+Problem HeadDimProblem(size_t i, int64_t d, int64_t dv) {
+  const HeadDimCase& c = HeadDimCases()[i];
+  Problem p;
+  p.batch = 2;
+  p.heads = 4;
+  p.kv_heads = c.kv_heads;
+  p.seq_q = c.sq;
+  p.seq_k = c.sk;
+  p.head_dim = d;
+  p.head_dim_v = dv;
+  p.dtype = i % 2 ? DType::kBf16 : DType::kFp16;
+  p.causal = c.causal;
+  p.layout = c.layout;
+  if (c.layout == Layout::kPaged) p.page_size = 16;
+  if (c.mods) {
+    p.window_left = 200;
+    p.softcap = 30;
+    p.sinks = true;
+    p.alibi = true;
+  }
+  return p;
+}
+
+TEST_F(CudaEvaluatorTest, OtherHeadDimsAreCorrect) {
   const DeviceLimits& limits = evaluator_->device().limits;
   std::mt19937 gen(192);
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
     if (t.test_only || !CheckDevice(t, limits).ok()) continue;
     for (int64_t d : t.head_dims) {
       if (d == 64 || d == 128) continue;
-      for (size_t i = 0; i < cases.size(); ++i) {
-        const Case& c = cases[i];
-        Problem p;
-        p.batch = 2;
-        p.heads = 4;
-        p.kv_heads = c.kv_heads;
-        p.seq_q = c.sq;
-        p.seq_k = c.sk;
-        p.head_dim = d;
-        p.dtype = i % 2 ? DType::kBf16 : DType::kFp16;
-        p.causal = c.causal;
-        p.layout = c.layout;
-        if (c.layout == Layout::kPaged) p.page_size = 16;
-        if (c.mods) {
-          p.window_left = 200;
-          p.softcap = 30;
-          p.sinks = true;
-          p.alibi = true;
-        }
-        ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
-        if (!CheckSupports(t, p).ok()) continue;
-        std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
-        ASSERT_EQ(served.size(), 1u) << t.name << " " << ProblemKey(p);
-        absl::StatusOr<TrialResult> r =
-            evaluator_->Evaluate(t, served[0].config, p);
-        ASSERT_TRUE(r.ok()) << r.status();
-        EXPECT_EQ(r->status, TrialStatus::kOk)
-            << t.name << " " << ProblemKey(p) << " "
-            << ConfigKey(served[0].config) << ": " << r->error;
-        std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
-        std::shuffle(feasible.begin(), feasible.end(), gen);
-        EXPECT_EQ(ExpectOkUntil(t, feasible, p, 1), 1)
-            << t.name << " " << ProblemKey(p);
+      for (size_t i = 0; i < HeadDimCases().size(); ++i) {
+        ExpectServedAndOneMoreCorrect(t, HeadDimProblem(i, d, 0), gen);
       }
     }
   }
+}
+
+// A value head dim other than the query/key one, in every template that
+// computes one: DeepSeek's MLA prefill (192/128), and values narrower
+// (128/64) and wider (64/128) than keys, over the cases above.
+TEST_F(CudaEvaluatorTest, ValueHeadDimsAreCorrect) {
+  const DeviceLimits& limits = evaluator_->device().limits;
+  std::mt19937 gen(128);
+  int checked = 0;
+  for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
+    if (t.test_only || !CheckDevice(t, limits).ok()) continue;
+    for (auto [d, dv] : std::vector<std::pair<int64_t, int64_t>>{
+             {192, 128}, {128, 64}, {64, 128}}) {
+      for (size_t i = 0; i < HeadDimCases().size(); ++i) {
+        const Problem p = HeadDimProblem(i, d, dv);
+        if (!CheckSupports(t, p).ok()) continue;
+        ExpectServedAndOneMoreCorrect(t, p, gen);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 40);
 }
 
 // decode_fwd over an FP8 KV cache (e4m3 K and V, per-(sequence, KV head)
@@ -853,13 +894,16 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     }
   }
   // A head dim computed with zero-filled columns (96 as 128), packed so
-  // that a store past it would land in the next head's row, and 256, each
-  // at the config it is served (the configs above are 64's and 128's).
+  // that a store past it would land in the next head's row, 256, and MLA's
+  // 192/128 (V and O narrower than Q and K), each at the config it is
+  // served (the configs above are 64's and 128's).
   const DeviceLimits& limits = evaluator_->device().limits;
   for (const KernelTemplate& t : registry.templates()) {
     if (t.test_only || !CheckDevice(t, limits).ok()) continue;
-    for (int64_t d : {96, 256}) {
-      const Problem p = SmallVarlenBatch(d);
+    for (auto [d, dv] : std::vector<std::pair<int64_t, int64_t>>{
+             {96, 0}, {256, 0}, {192, 128}}) {
+      Problem p = SmallVarlenBatch(d);
+      p.head_dim_v = dv;
       if (!CheckSupports(t, p).ok()) continue;
       std::vector<DefaultChoice> served = RankedDefaults({&t}, p, limits, 1);
       ASSERT_EQ(served.size(), 1u) << t.name << " " << ProblemKey(p);

@@ -46,7 +46,7 @@ TEST(InputLayoutTest, DenseIsContiguousBhsdWithoutLengths) {
   EXPECT_EQ(l.q_elems(), 3 * 4 * 40 * 64);
   EXPECT_EQ(l.kv_elems(), 3 * 2 * 100 * 64);
   EXPECT_TRUE(l.LengthArrays().empty());
-  EXPECT_TRUE(l.UnusedKv().empty());
+  EXPECT_TRUE(l.UnusedKv(64).empty());
   const AttentionParams p = l.Params();
   EXPECT_EQ(p.q_batch_stride, 4 * 40 * 64);
   EXPECT_EQ(p.rows_q, 40);
@@ -79,9 +79,9 @@ TEST(InputLayoutTest, VarlenIsPackedWithCumulativeOffsets) {
   EXPECT_EQ(with.cu_seqlens_k, a.data() + 4);
   EXPECT_EQ(with.seqused_k, nullptr);
   // The padding after the last sequence is what no launch may read in.
-  ASSERT_EQ(l.UnusedKv().size(), 1u);
-  EXPECT_EQ(l.UnusedKv()[0].begin, n.TotalK() * 2 * 64);
-  EXPECT_EQ(l.UnusedKv()[0].begin + l.UnusedKv()[0].count, l.kv_elems());
+  ASSERT_EQ(l.UnusedKv(64).size(), 1u);
+  EXPECT_EQ(l.UnusedKv(64)[0].begin, n.TotalK() * 2 * 64);
+  EXPECT_EQ(l.UnusedKv(64)[0].begin + l.UnusedKv(64)[0].count, l.kv_elems());
   ExpectRowsDistinctAndInside(l);
 }
 
@@ -95,7 +95,7 @@ TEST(InputLayoutTest, KvCacheMarksTheSlotsPastEachLength) {
   EXPECT_EQ(with.seqused_k, a.data());
   EXPECT_EQ(with.cu_seqlens_q, nullptr);
   int64_t unused = 0;
-  for (const InputLayout::Range& r : l.UnusedKv()) unused += r.count;
+  for (const InputLayout::Range& r : l.UnusedKv(64)) unused += r.count;
   int64_t want = 0;
   for (int64_t b = 0; b < 3; ++b) want += (100 - a[b]) * 2 * 64;
   EXPECT_EQ(unused, want);
@@ -144,7 +144,7 @@ TEST(InputLayoutTest, PagedSpreadsEachSequenceOverPagesOfTheTable) {
       used.insert(l.KIndex(b, 0, j));
   }
   int64_t unused = 0;
-  for (const InputLayout::Range& r : l.UnusedKv()) {
+  for (const InputLayout::Range& r : l.UnusedKv(64)) {
     unused += r.count;
     for (int64_t at = r.begin; at < r.begin + r.count; at += 2 * 64) {
       EXPECT_EQ(used.count(at), 0u) << at;

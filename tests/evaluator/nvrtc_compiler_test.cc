@@ -190,6 +190,20 @@ TEST(NvrtcCompilerTest, FlashFwdTmaConfigsDoNotSpill) {
       }
     }
   }
+  // MLA's prefill (192/128): fewer output registers than 192's, other
+  // instructions; every third two-stage config.
+  Problem mla;
+  mla.seq_q = mla.seq_k = 512;
+  mla.head_dim = 192;
+  mla.head_dim_v = 128;
+  mla.causal = true;
+  mla.dtype = DType::kBf16;
+  int n = 0;
+  for (const Config& c : FeasibleConfigs(t, mla, h100)) {
+    if (c.at("STAGES") == 2 && n++ % 3 == 0) {
+      jobs.push_back({&t, c, mla, "sm_90a"});
+    }
+  }
   ASSERT_FALSE(jobs.empty());
   EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
@@ -252,6 +266,22 @@ TEST(NvrtcCompilerTest, ServedDefaultsDoNotSpillAtAnyHeadDim) {
         decode.seq_k = 4096;
         decode.dtype = DType::kFp16;
         std::vector<Problem> forms = {prefill, decode};
+        if (head_dim == 192 &&
+            t.value_head_dims != KernelTemplate::ValueHeadDims::kSame) {
+          // MLA's prefill, dense and packed.
+          Problem mla = prefill;
+          mla.head_dim_v = 128;
+          mla.causal = true;
+          forms.push_back(mla);
+          mla.layout = Layout::kVarlen;
+          forms.push_back(mla);
+        }
+        if (head_dim == 64 &&
+            t.value_head_dims == KernelTemplate::ValueHeadDims::kAny) {
+          Problem wider = prefill;  // Values wider than keys.
+          wider.head_dim_v = 128;
+          forms.push_back(wider);
+        }
         if (head_dim != 64 && head_dim != 128) {
           // Lengths on the device, and a cache with every score mod: the
           // most registers (CudaEvaluatorTest.OtherHeadDimsAreCorrect's
@@ -317,6 +347,12 @@ TEST(NvrtcCompilerTest, TheCompileKeyNamesWindowsSoftcapsAndSinks) {
   EXPECT_NE(CompileKey(t, c, alibi, "sm_90a"), plain);
   EXPECT_NE(CompileKey(t, c, alibi, "sm_90a"),
             CompileKey(t, c, sinks, "sm_90a"));
+  Problem mla = p;
+  mla.head_dim = 192;
+  mla.head_dim_v = 128;
+  Problem d192 = mla;
+  d192.head_dim_v = 0;
+  EXPECT_NE(CompileKey(t, c, mla, "sm_90a"), CompileKey(t, c, d192, "sm_90a"));
   // The values are launch data: one kernel serves every window.
   Problem other = window;
   other.window_left = 4096;

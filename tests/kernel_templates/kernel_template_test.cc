@@ -186,7 +186,16 @@ TEST(KernelTemplateTest, EveryAcceptedConfigMeetsTheLaunchLimits) {
          std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {32, 8}, {1024, 1}}) {
       for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
                {1, 1}, {17, 4097}, {1 << 20, 1 << 20}, {1, 1 << 20}}) {
-        for (int64_t d : {64, 80, 96, 128, 192, 256}) {
+        for (auto [d, dv] :
+             std::vector<std::pair<int64_t, int64_t>>{{64, 0},
+                                                      {80, 0},
+                                                      {96, 0},
+                                                      {128, 0},
+                                                      {192, 0},
+                                                      {256, 0},
+                                                      {192, 128},
+                                                      {128, 64},
+                                                      {64, 128}}) {
           for (bool causal : {false, true}) {
             Problem p;
             p.batch = batch;
@@ -195,6 +204,7 @@ TEST(KernelTemplateTest, EveryAcceptedConfigMeetsTheLaunchLimits) {
             p.seq_q = sq;
             p.seq_k = sk;
             p.head_dim = d;
+            p.head_dim_v = dv;
             p.causal = causal;
             if (ValidateProblem(p).ok()) problems.push_back(p);
           }
@@ -338,6 +348,59 @@ TEST(KernelTemplateTest, FlashFwdTmaGeometry) {
   c["PERSISTENT"] = 1;
   EXPECT_TRUE(
       absl::IsInvalidArgument(CheckConfig(t, c, p, {232448, 1024, 90})));
+}
+
+// MLA's prefill (192/128): K's ring of 192 columns, V's and O of 128; Q's
+// buffer, wider than O, holds O when not persistent. A value head dim
+// wider than head_dim is refused before compiling.
+TEST(KernelTemplateTest, FlashFwdTmaSizesVAndOByTheValueHeadDim) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  Problem p;
+  p.heads = 16;
+  p.seq_q = p.seq_k = 4096;
+  p.head_dim = 192;
+  p.head_dim_v = 128;
+  Config c = *ParseConfigKey(
+      "BLOCK_N=64,CONSUMERS=2,KV_SPLITS=1,OVERLAP=1,PERSISTENT=0,PINGPONG=1,"
+      "STAGES=2");
+  EXPECT_EQ(t.geometry(c, p).smem_bytes,
+            128 * 192 * 2 + 2 * 64 * (192 + 128) * 2 + 1024 + 256);
+  c["PERSISTENT"] = 1;
+  EXPECT_EQ(t.geometry(c, p).smem_bytes,
+            128 * (192 + 128) * 2 + 2 * 64 * (192 + 128) * 2 + 1024 + 256);
+  EXPECT_TRUE(CheckConfig(t, c, p, {232448, 1024, 90}).ok());
+  p.head_dim = 64;
+  absl::Status s = CheckSupports(t, p);
+  EXPECT_EQ(s.message().rfind("problem.head_dim_v:", 0), 0u) << s;
+}
+
+TEST(KernelTemplateTest, AValueHeadDimNeedsATemplateThatComputesIt) {
+  Problem p = SeedProblem();
+  p.head_dim = 192;
+  p.head_dim_v = 128;
+  const TemplateRegistry& registry = TemplateRegistry::Builtin();
+  absl::Status s = CheckSupports(*registry.Find("decode_fwd"), p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_EQ(s.message().rfind("problem.head_dim_v:", 0), 0u) << s;
+  for (const char* name : {"flash_fwd", "flash_fwd_tma", "naive"}) {
+    EXPECT_TRUE(CheckSupports(*registry.Find(name), p).ok()) << name;
+  }
+  p.head_dim_v = 80;  // Not one of naive's head dims.
+  s = CheckSupports(*registry.Find("naive"), p);
+  EXPECT_EQ(s.message().rfind("problem.head_dim_v:", 0), 0u) << s;
+  // The split-KV workspace holds rows of the value head dim.
+  p.head_dim_v = 128;
+  p.seq_q = 100;
+  EXPECT_EQ(
+      SplitKvGeometry(p, 64, 0, 2, SplitCombine::kWorkspace).workspace_floats,
+      8 * 2 * 2 * 64 * (128 + 2));
+  // Compiled in only where it differs.
+  const Config config = {{"KV_TILE", 64}, {"WARPS", 4}};
+  EXPECT_THAT(CompileDefines(config, p), testing::Contains("-DHEAD_DIM_V=128"));
+  p.head_dim_v = 0;
+  for (const std::string& d : CompileDefines(config, p)) {
+    EXPECT_EQ(d.find("HEAD_DIM_V"), std::string::npos);
+  }
 }
 
 TEST(KernelTemplateTest, UnsupportedProblemsNameTheField) {

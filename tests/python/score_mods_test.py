@@ -353,6 +353,59 @@ class ScoreModsTest(unittest.TestCase):
                                         "alibi_slopes"):
                 et.attention(q, q, q, alibi_slopes=bad)
 
+    def test_mla_prefill_as_deepseek_has_it(self):
+        """DeepSeek's MLA prefill (queries and keys of 192, values of 128)
+        and values wider than keys: served by a kernel, the output of v's
+        head dim, within FlashAttention's rule; packed sequences through
+        flash_attn_varlen_func and VarlenPlan(head_dim_v=128)."""
+        cases = ((2, 16, 16, 1023, 1023, 192, 128, True, torch.bfloat16),
+                 (1, 8, 8, 113, 700, 192, 128, False, torch.float16),
+                 (2, 8, 2, 4, 2048, 192, 128, True, torch.bfloat16),
+                 (1, 8, 8, 512, 512, 64, 128, True, torch.float16))
+        for n, (b, h, kvh, sq, sk, d, dv, causal, dtype) in enumerate(cases):
+            g = torch.Generator(device="cuda").manual_seed(300 + n)
+            q, k, v = (torch.randn(b, heads, s, dim, generator=g,
+                                   device="cuda").to(dtype)
+                       for heads, s, dim in ((h, sq, d), (kvh, sk, d),
+                                             (kvh, sk, dv)))
+            with self.subTest(case=(b, h, kvh, sq, sk, d, dv, causal)):
+                kernel, why = et.kernel_for(q, k, causal, v, reason=True)
+                self.assertIsNotNone(kernel, why)
+                o = et.attention(q, k, v, causal)
+                self.assertEqual(tuple(o.shape), (b, h, sq, dv))
+                want = score_mods.reference(q.float(), k.float(), v.float(),
+                                            causal, None, score_mods.NONE)
+                lp = low_precision_reference(q, k, v, causal,
+                                             score_mods.NONE).float()
+                rounding = (want - want.to(dtype).float()).abs().max()
+                err = (o.float() - want).abs().max().item()
+                bound = 2 * (lp - want).abs().max().item() + 2 * rounding
+                self.assertLessEqual(err, bound, kernel)
+        lens, cu = [1, 37, 300], torch.tensor([0, 1, 38, 338],
+                                              dtype=torch.int32, device="cuda")
+        g = torch.Generator(device="cuda").manual_seed(192)
+        q, k = (torch.randn(338, heads, 192, generator=g, device="cuda").to(
+            torch.bfloat16) for heads in (8, 2))
+        v = torch.randn(338, 2, 128, generator=g, device="cuda").to(
+            torch.bfloat16)
+        plan = et.VarlenPlan(3, 8, 2, 192, 300, 300, causal=True,
+                             dtype=torch.bfloat16, head_dim_v=128)
+        self.assertIsNotNone(plan.kernel, plan.reason)
+        for o in (plan.run(q, k, v, cu, cu),
+                  et.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300,
+                                            causal=True)):
+            self.assertEqual(tuple(o.shape), (338, 8, 128))
+            for b in range(3):
+                def seq(t):
+                    return t[cu[b]:cu[b] + lens[b]].transpose(0, 1)[None]
+                want = score_mods.reference(
+                    seq(q).float(), seq(k).float(), seq(v).float(), True,
+                    None, score_mods.NONE)[0].transpose(0, 1)
+                err = (o[cu[b]:cu[b] + lens[b]].float() - want).abs().max()
+                self.assertLess(err.item(), 2e-2, b)
+        with self.assertRaisesRegex(AttentionArgumentError, "v's head_dim"):
+            plan.run(q, k, k, cu, cu)
+
     def test_fa_window_semantics(self):
         # causal with (left, 0) is causal with (left, -1); non-causal (l, 0)
         # is causal.

@@ -77,6 +77,8 @@ class VarlenChecksTest(unittest.TestCase):
             args = {**good(), **change}
             with self.assertRaisesRegex(AttentionArgumentError, want):
                 check_varlen_call(**args)
+        # v's head dim is its own (MLA's prefill: values of 128 under 192).
+        check_varlen_call(**{**good(), "v": T((900, 2, 128))})
         with self.assertRaisesRegex(AttentionArgumentError,
                                     "seqused_k has 4 elements, must have 3"):
             check_varlen_call(**good(), seqused_k=T((4,), "int32"))

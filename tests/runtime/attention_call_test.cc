@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -48,6 +49,37 @@ TEST(AttentionCallTest, ContiguousCallStatesTheProblemsExtents) {
   EXPECT_EQ(call.v.seq, 300);
   EXPECT_EQ(call.o.head_dim, 64);
   EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+}
+
+// MLA's prefill: Q and K of head_dim, V and O of head_dim_v; a V or O of
+// the other width is refused naming head_dim_v.
+TEST(AttentionCallTest, VAndOHaveTheValueHeadDim) {
+  Problem p = Seed();
+  p.head_dim = 192;
+  p.head_dim_v = 128;
+  AttentionCall call = Call(p);
+  EXPECT_EQ(call.k.head_dim, 192);
+  EXPECT_EQ(call.v.head_dim, 128);
+  EXPECT_EQ(call.o.row_stride, 128);
+  EXPECT_TRUE(CheckAttentionCall(call).ok()) << CheckAttentionCall(call);
+  for (AttentionTensor* t : {&call.v, &call.o}) {
+    AttentionCall bad = call;
+    AttentionTensor& wide = t == &call.v ? bad.v : bad.o;
+    wide.head_dim = 192;
+    wide.row_stride = 192;
+    wide.head_stride = 192 * wide.seq;
+    wide.batch_stride = wide.head_stride * wide.heads;
+    const absl::Status s = CheckAttentionCall(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(s));
+    EXPECT_THAT(std::string(s.message()),
+                StartsWith(absl::StrCat(t == &call.v ? "v" : "o",
+                                        ".head_dim: must be the problem's "
+                                        "head_dim_v (128), got 192")));
+  }
+  AttentionCall narrow_k = call;
+  narrow_k.k.head_dim = 128;
+  EXPECT_THAT(std::string(CheckAttentionCall(narrow_k).message()),
+              StartsWith("k.head_dim: must be the problem's head_dim (192)"));
 }
 
 TEST(AttentionCallTest, LayoutsWithUnitStrideAlongHeadDimPass) {

@@ -42,8 +42,11 @@ std::string FormatProblem(const v1::Problem& p) {
           ? absl::StrCat(" paged (", p.page_size(), "-key pages)")
           : "";
   return absl::StrFormat(
-      "B=%d H=%d KV=%d Sq=%d Sk=%d D=%d %s %s%s%s", p.batch(), p.heads(),
+      "B=%d H=%d KV=%d Sq=%d Sk=%d D=%d%s %s %s%s%s", p.batch(), p.heads(),
       kv_heads, p.seq_q(), p.seq_k(), p.head_dim(),
+      p.head_dim_v() != 0 && p.head_dim_v() != p.head_dim()
+          ? absl::StrCat(" Dv=", p.head_dim_v())
+          : "",
       p.causal() ? "causal" : "non-causal",
       absl::StrCat(p.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16",
                    p.q_dtype() == v1::DTYPE_E4M3    ? " (Q/K/V e4m3)"
@@ -276,8 +279,12 @@ std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {
       dtypes.push_back(d == v1::DTYPE_BF16 ? "bf16" : "fp16");
     absl::StrAppend(&out, t.name(), " @", t.source_hash(), "\n  ",
                     t.description(), "\n  head_dim {",
-                    absl::StrJoin(dims, ", "), "}, dtype {",
-                    absl::StrJoin(dtypes, ", "), "}\n");
+                    absl::StrJoin(dims, ", "), "}",
+                    t.value_head_dims() == "any" ? " (head_dim_v any of them)"
+                    : t.value_head_dims() == "narrower"
+                        ? " (head_dim_v any of them up to head_dim's width)"
+                        : "",
+                    ", dtype {", absl::StrJoin(dtypes, ", "), "}\n");
     for (const v1::ParamSpec& p : t.params()) {
       absl::StrAppend(&out, "  ", p.name(), " {",
                       absl::StrJoin(p.values(), ", "), "}: ", p.help(), "\n");

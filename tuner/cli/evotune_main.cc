@@ -56,7 +56,10 @@ ABSL_FLAG(int, heads, 8, "query heads");
 ABSL_FLAG(int, kv_heads, 0, "key/value heads (0: same as --heads)");
 ABSL_FLAG(int, seq_q, 512, "query length");
 ABSL_FLAG(int, seq_k, 0, "key length (0: same as --seq_q)");
-ABSL_FLAG(int, head_dim, 64, "head dimension");
+ABSL_FLAG(int, head_dim, 64, "head dimension (of queries and keys)");
+ABSL_FLAG(int, head_dim_v, 0,
+          "head dimension of values and the output where it differs "
+          "(DeepSeek's MLA: --head_dim=192 --head_dim_v=128; 0: --head_dim)");
 ABSL_FLAG(bool, causal, false, "causal mask (aligned bottom-right)");
 ABSL_FLAG(int, window_left, -1,
           "sliding window: keys a row sees before its diagonal (-1: no "
@@ -227,6 +230,7 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   const int seq_k = absl::GetFlag(FLAGS_seq_k);
   p->set_seq_k(seq_k == 0 ? absl::GetFlag(FLAGS_seq_q) : seq_k);
   p->set_head_dim(absl::GetFlag(FLAGS_head_dim));
+  p->set_head_dim_v(absl::GetFlag(FLAGS_head_dim_v));
   p->set_causal(absl::GetFlag(FLAGS_causal));
   for (auto [name, bound] :
        {std::pair{"--window_left", absl::GetFlag(FLAGS_window_left)},
@@ -246,13 +250,14 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   p->set_softcap(static_cast<float>(absl::GetFlag(FLAGS_softcap)));
   p->set_sinks(absl::GetFlag(FLAGS_sinks));
   p->set_alibi(absl::GetFlag(FLAGS_alibi));
-  for (int flag : {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
-                   absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q),
-                   seq_k, absl::GetFlag(FLAGS_head_dim)}) {
+  for (int flag :
+       {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
+        absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q), seq_k,
+        absl::GetFlag(FLAGS_head_dim), absl::GetFlag(FLAGS_head_dim_v)}) {
     if (flag < 0) {
       *error =
-          "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim "
-          "must not be negative";
+          "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim, "
+          "--head_dim_v must not be negative";
       return false;
     }
   }
@@ -639,15 +644,17 @@ int RunExport(Client& client, const Args&) {
 }
 
 // tune-model's model from the problem flags, where no --model_config is
-// given: --heads, --kv_heads, --head_dim, --dtype, and one kind of layer of
+// given: --heads, --kv_heads, --head_dim (--head_dim_v), --dtype, and one
+// kind of layer of
 // --window_left, --softcap, --sinks and --alibi. One of them must differ
 // from its
 // default (the defaults alone are the seed problem's, and more likely a
 // forgotten --model_config than a model).
 absl::StatusOr<ModelAttention> ModelFromFlags() {
   bool given = false;
-  for (const char* name : {"heads", "kv_heads", "head_dim", "dtype",
-                           "window_left", "softcap", "sinks", "alibi"}) {
+  for (const char* name :
+       {"heads", "kv_heads", "head_dim", "head_dim_v", "dtype", "window_left",
+        "softcap", "sinks", "alibi"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     given |= flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
   }
@@ -664,6 +671,7 @@ absl::StatusOr<ModelAttention> ModelFromFlags() {
   m.heads = p.heads();
   m.kv_heads = p.kv_heads() == 0 ? p.heads() : p.kv_heads();
   m.head_dim = p.head_dim();
+  m.head_dim_v = p.head_dim_v();
   m.dtype = p.dtype() == v1::DTYPE_BF16 ? DType::kBf16 : DType::kFp16;
   m.kinds[0].window_left = absl::GetFlag(FLAGS_window_left);
   m.kinds[0].softcap = static_cast<float>(absl::GetFlag(FLAGS_softcap));
@@ -685,6 +693,7 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
   req.set_heads(m->heads);
   req.set_kv_heads(m->kv_heads);
   req.set_head_dim(m->head_dim);
+  req.set_head_dim_v(m->head_dim_v);
   req.set_dtype(m->dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   std::vector<std::string> kinds;
   for (const LayerKind& kind : m->kinds) {
@@ -730,6 +739,7 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
       : path.front() == '{' ? std::string("(fields given)")
                             : path,
       ": ", m->heads, " heads on ", m->kv_heads, ", head_dim ", m->head_dim,
+      m->head_dim_v > 0 ? absl::StrCat(" (values ", m->head_dim_v, ")") : "",
       ", ", DTypeName(m->dtype), "; layers of ",
       absl::StrJoin(kinds, " and of "), "; batch up to ", e->max_batch(),
       ", context up to ", e->max_context(), ", prefill chunks of ",

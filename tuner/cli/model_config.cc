@@ -162,16 +162,22 @@ absl::StatusOr<std::vector<LayerKind>> KindsOf(const Struct& s,
   return out;
 }
 
-// Refuses what evotune does not serve yet, naming the field, rather than
-// tune a model's attention as something else: multi-head latent attention
-// (DeepSeek's, whose values have another head_dim than queries and keys).
-absl::Status CheckServed(const Struct& s) {
-  if (Field(s, "v_head_dim") != nullptr) {
-    return Invalid("v_head_dim",
-                   "multi-head latent attention (values of another head_dim "
-                   "than queries and keys) is not served yet");
+// Multi-head latent attention (DeepSeek-V2/V3, whose config has
+// v_head_dim) as its prefill computes it, each head's keys decompressed:
+// queries and keys of qk_nope_head_dim + qk_rope_head_dim, values of
+// v_head_dim. Sets `m`'s head dims; false (and nothing set) without MLA.
+absl::StatusOr<bool> LatentHeadDims(const Struct& s, ModelAttention& m) {
+  if (Field(s, "v_head_dim") == nullptr) return false;
+  int64_t dims[3];
+  const char* names[3] = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"};
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<int64_t> d = Count(s, names[i], 0);
+    if (!d.ok()) return d.status();
+    dims[i] = *d;
   }
-  return absl::OkStatus();
+  m.head_dim = dims[0] + dims[1];
+  m.head_dim_v = dims[2] == m.head_dim ? 0 : dims[2];
+  return true;
 }
 
 // The first of `names` the config has (older models spell Hugging Face's
@@ -203,7 +209,6 @@ absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
                                           int64_t max_context) {
   ModelAttention m;
   if (const Value* v = Field(s, "model_type")) m.name = v->string_value();
-  if (absl::Status served = CheckServed(s); !served.ok()) return served;
   // BLOOM's n_head, MPT's n_heads and d_model.
   const std::string heads_field =
       Spelled(s, {"num_attention_heads", "n_head", "n_heads"});
@@ -216,7 +221,10 @@ absl::StatusOr<ModelAttention> FromStruct(const Struct& s,
         "num_key_value_heads",
         absl::StrCat(*kv, " must divide num_attention_heads (", *heads, ")"));
   }
-  absl::StatusOr<int64_t> head_dim = HeadDimOf(s, *heads, heads_field);
+  absl::StatusOr<bool> latent = LatentHeadDims(s, m);
+  if (!latent.ok()) return latent.status();
+  absl::StatusOr<int64_t> head_dim =
+      *latent ? m.head_dim : HeadDimOf(s, *heads, heads_field);
   if (!head_dim.ok()) return head_dim.status();
   absl::StatusOr<DType> dtype = DTypeOf(s);
   if (!dtype.ok()) return dtype.status();

@@ -13,12 +13,14 @@
 
 namespace evotune {
 
-// Every layer's attention: query heads on KV heads of head_dim, in dtype.
+// Every layer's attention: query heads on KV heads of head_dim (values of
+// head_dim_v where it differs), in dtype.
 struct ModelAttention {
   std::string name;  // "model_type" (or "" when absent).
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
+  int64_t head_dim_v = 0;  // 0: head_dim.
   DType dtype = DType::kBf16;
   // The kinds of its layers: one for a model whose layers attend alike.
   std::vector<LayerKind> kinds = {LayerKind()};
@@ -33,7 +35,10 @@ struct ModelAttention {
 // sliding_window_pattern, Gemma 2's alternation or Qwen2's
 // max_window_layers say, else every layer; use_sliding_window false: none),
 // attn_logit_softcapping, sinks for gpt-oss, ALiBi for BLOOM (n_head) and
-// MPT (n_heads, d_model, attn_config.alibi); from the object itself or
+// MPT (n_heads, d_model, attn_config.alibi), multi-head latent attention's
+// prefill for DeepSeek-V2/V3 (v_head_dim: queries and keys of
+// qk_nope_head_dim + qk_rope_head_dim, values of v_head_dim); from the
+// object itself or
 // its "text_config" (multimodal models). INVALID_ARGUMENT naming the field
 // for a value that is missing, of the wrong type or inconsistent, a dtype
 // evotune does not tune, or a layer type it does not serve.

@@ -67,6 +67,10 @@ v1::TemplateInfo TemplateToProto(const KernelTemplate& t) {
   }
   out.set_kv_fp8(t.kv_fp8);
   out.set_q_fp8(t.q_fp8);
+  using Dims = KernelTemplate::ValueHeadDims;
+  out.set_value_head_dims(t.value_head_dims == Dims::kAny        ? "any"
+                          : t.value_head_dims == Dims::kNarrower ? "narrower"
+                                                                 : "");
   return out;
 }
 
@@ -101,6 +105,7 @@ absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
   out.heads = r.heads();
   out.kv_heads = r.kv_heads() == 0 ? r.heads() : r.kv_heads();
   out.head_dim = r.head_dim();
+  out.head_dim_v = r.head_dim_v() == r.head_dim() ? 0 : r.head_dim_v();
   if (r.dtype() == v1::DTYPE_FP16) {
     out.dtype = DType::kFp16;
   } else if (r.dtype() == v1::DTYPE_BF16) {

@@ -87,7 +87,7 @@ struct ProblemBuffers {
   InputLayout layout;
   AttentionParams params{};  // Without scratch.
   InputSeeds seeds{};
-  size_t q_elems = 0;
+  size_t o_elems = 0;
   uint16_t nan_bits = 0;  // A NaN of the problem's dtype.
 };
 
@@ -327,24 +327,26 @@ class CudaEvaluator : public Evaluator {
   // Fresh random inputs, generated on the GPU (V has a nonzero mean so that
   // a dropped term shows), and the output.
   absl::Status PrepareInputs(const Problem& p, ProblemBuffers* b) {
-    b->q_elems = b->layout.q_elems();
-    const size_t kv_elems = b->layout.kv_elems();
+    const size_t q_elems = b->layout.q_elems();
+    b->o_elems = b->layout.o_elems();
+    const size_t k_elems = b->layout.kv_elems();
+    const size_t v_elems = b->layout.v_elems();
     const DType kv_dtype = KvDType(p);
     const size_t kv_bytes = DTypeBytes(kv_dtype);
     const size_t q_bytes = DTypeBytes(QDType(p));
     const uint64_t seed = rng_();
     b->seeds = {seed, seed ^ 0x5555555555555555ull,
                 seed ^ 0xaaaaaaaaaaaaaaaaull};
-    for (auto [buf, n] : {std::pair{&b->q, b->q_elems * q_bytes},
-                          {&b->k, kv_elems * kv_bytes},
-                          {&b->v, kv_elems * kv_bytes},
-                          {&b->o, b->q_elems * 2}}) {
+    for (auto [buf, n] : {std::pair{&b->q, q_elems * q_bytes},
+                          {&b->k, k_elems * kv_bytes},
+                          {&b->v, v_elems * kv_bytes},
+                          {&b->o, b->o_elems * 2}}) {
       if (absl::Status s = buf->Allocate(n); !s.ok()) return s;
     }
     for (auto [buf, n, s, offset, dtype] :
-         {std::tuple{&b->q, b->q_elems, b->seeds.q, 0.f, QDType(p)},
-          {&b->k, kv_elems, b->seeds.k, 0.f, kv_dtype},
-          {&b->v, kv_elems, b->seeds.v, kVOffset, kv_dtype}}) {
+         {std::tuple{&b->q, q_elems, b->seeds.q, 0.f, QDType(p)},
+          {&b->k, k_elems, b->seeds.k, 0.f, kv_dtype},
+          {&b->v, v_elems, b->seeds.v, kVOffset, kv_dtype}}) {
       if (absl::Status st = Fill(buf->get(), n, s, offset, dtype); !st.ok()) {
         return st;
       }
@@ -352,8 +354,9 @@ class CudaEvaluator : public Evaluator {
     b->nan_bits = p.dtype == DType::kBf16 ? 0x7fc0 : 0x7e00;  // RunOnce's.
     // Ranges are whole rows, an even number of elements from an even one.
     const uint16_t kv_nan = p.kv_fp8 ? 0x7f7f : b->nan_bits;
-    for (const InputLayout::Range& r : b->layout.UnusedKv()) {
-      for (DeviceBuffer* buf : {&b->k, &b->v}) {
+    for (auto [buf, cols] :
+         {std::pair{&b->k, p.head_dim}, {&b->v, HeadDimV(p)}}) {
+      for (const InputLayout::Range& r : b->layout.UnusedKv(cols)) {
         d_->cuMemsetD16(buf->get() + r.begin * kv_bytes, kv_nan,
                         r.count * kv_bytes / 2);
       }
@@ -497,7 +500,7 @@ class CudaEvaluator : public Evaluator {
   // refuses ends the trial; a kernel that faults also breaks the evaluator.
   Gate RunOnce(Candidate& c, const ProblemBuffers& b,
                std::vector<uint16_t>* out) {
-    d_->cuMemsetD16(b.o.get(), b.nan_bits, b.q_elems);
+    d_->cuMemsetD16(b.o.get(), b.nan_bits, b.o_elems);
     if (CUresult r = c.Launch(); r != CUDA_SUCCESS) {
       return Rejected(TrialStatus::kResourceRejected,
                       d_->Check(r, "launch").ToString());
@@ -508,9 +511,9 @@ class CudaEvaluator : public Evaluator {
           d_->Check(r, "kernel").message(), "); restart the evaluator"));
       return Rejected(TrialStatus::kCrashed, d_->Check(r, "kernel").ToString());
     }
-    out->resize(b.q_elems);
+    out->resize(b.o_elems);
     if (absl::Status s = d_->Check(
-            d_->cuMemcpyDtoH(out->data(), b.o.get(), b.q_elems * 2), "copy O");
+            d_->cuMemcpyDtoH(out->data(), b.o.get(), b.o_elems * 2), "copy O");
         !s.ok()) {
       broken_ = s;
       return Rejected(TrialStatus::kCrashed, s.ToString());
@@ -558,10 +561,10 @@ class CudaEvaluator : public Evaluator {
     std::vector<float> want = Reference(b, rows);
     std::vector<float> got;
     got.reserve(want.size());
-    const int64_t d = p.head_dim;
+    const int64_t dv = HeadDimV(p);
     for (const RowIndex& r : rows) {
-      const size_t base = layout.QIndex(r.batch, r.head, r.row);
-      for (int64_t c = 0; c < d; ++c) {
+      const size_t base = layout.OIndex(r.batch, r.head, r.row);
+      for (int64_t c = 0; c < dv; ++c) {
         got.push_back(HalfBitsToFloat(ho[base + c], p.dtype));
       }
     }
@@ -618,6 +621,7 @@ class CudaEvaluator : public Evaluator {
     const std::vector<float>& descale = b.descale_host;
     const Problem& p = layout.problem();
     const int64_t d = p.head_dim;
+    const int64_t dv = HeadDimV(p);
     auto element = [&](uint64_t seed, uint64_t index, float offset,
                        DType dtype) {
       return HalfBitsToFloat(RandomInputBits(seed, index, offset, dtype),
@@ -628,7 +632,7 @@ class CudaEvaluator : public Evaluator {
     std::map<std::pair<int64_t, int64_t>,
              std::pair<std::vector<float>, std::vector<float>>>
         kv_heads;
-    std::vector<float> out(rows.size() * d);
+    std::vector<float> out(rows.size() * dv);
     std::vector<float> q_row(d);
     for (size_t i = 0; i < rows.size(); ++i) {
       const RowIndex& r = rows[i];
@@ -643,13 +647,17 @@ class CudaEvaluator : public Evaluator {
         const float k_scale = descale.empty() ? 1.f : descale[at];
         const float v_scale = descale.empty() ? 1.f : descale[per_tensor + at];
         k.resize(seq.seq_k * d);
-        v.resize(seq.seq_k * d);
+        v.resize(seq.seq_k * dv);
         for (int64_t j = 0; j < seq.seq_k; ++j) {
-          const uint64_t base = layout.KIndex(r.batch, kvh, j);
+          const uint64_t k_base = layout.KIndex(r.batch, kvh, j);
           for (int64_t c = 0; c < d; ++c) {
-            k[j * d + c] = k_scale * element(seeds.k, base + c, 0.f, kv_dtype);
-            v[j * d + c] =
-                v_scale * element(seeds.v, base + c, kVOffset, kv_dtype);
+            k[j * d + c] =
+                k_scale * element(seeds.k, k_base + c, 0.f, kv_dtype);
+          }
+          const uint64_t v_base = layout.VIndex(r.batch, kvh, j);
+          for (int64_t c = 0; c < dv; ++c) {
+            v[j * dv + c] =
+                v_scale * element(seeds.v, v_base + c, kVOffset, kv_dtype);
           }
         }
       }
@@ -659,7 +667,7 @@ class CudaEvaluator : public Evaluator {
       for (int64_t c = 0; c < d; ++c) {
         q_row[c] = q_scale * element(seeds.q, q_base + c, 0.f, QDType(p));
       }
-      ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * d],
+      ReferenceRow(seq, r.row, q_row.data(), k.data(), v.data(), &out[i * dv],
                    p.sinks ? b.sinks_host[r.head] : 0.f,
                    p.alibi ? b.alibi_host[r.batch * p.heads + r.head] : 0.f);
     }

@@ -44,67 +44,68 @@ int64_t InputLayout::PagedRow(int64_t b, int64_t j) const {
   return page * p.page_size + j % p.page_size;
 }
 
-int64_t InputLayout::QIndex(int64_t b, int64_t h, int64_t i) const {
+int64_t InputLayout::QRow(int64_t b, int64_t h, int64_t i) const {
   const Problem& p = problem_;
-  if (PacksQueries(p.layout)) {
-    return ((cu_q_[b] + i) * p.heads + h) * p.head_dim;
-  }
-  return ((b * p.heads + h) * p.seq_q + i) * p.head_dim;
+  if (PacksQueries(p.layout)) return (cu_q_[b] + i) * p.heads + h;
+  return (b * p.heads + h) * p.seq_q + i;
 }
 
-int64_t InputLayout::KIndex(int64_t b, int64_t kvh, int64_t j) const {
+int64_t InputLayout::KRow(int64_t b, int64_t kvh, int64_t j) const {
   const Problem& p = problem_;
-  if (p.layout == Layout::kVarlen) {
-    return ((cu_k_[b] + j) * p.kv_heads + kvh) * p.head_dim;
-  }
-  if (p.layout == Layout::kPaged) {
-    return (PagedRow(b, j) * p.kv_heads + kvh) * p.head_dim;
-  }
-  return ((b * p.kv_heads + kvh) * p.seq_k + j) * p.head_dim;
+  if (p.layout == Layout::kVarlen) return (cu_k_[b] + j) * p.kv_heads + kvh;
+  if (p.layout == Layout::kPaged) return PagedRow(b, j) * p.kv_heads + kvh;
+  return (b * p.kv_heads + kvh) * p.seq_k + j;
 }
 
 AttentionParams InputLayout::Params() const {
   AttentionParams params = ContiguousParams(problem_);
   const long long d = problem_.head_dim;
+  const long long dv = HeadDimV(problem_);
   if (PacksQueries(problem_.layout)) {
-    params.q_row_stride = params.o_row_stride = problem_.heads * d;
-    params.q_head_stride = params.o_head_stride = d;
+    params.q_row_stride = problem_.heads * d;
+    params.o_row_stride = problem_.heads * dv;
+    params.q_head_stride = d;
+    params.o_head_stride = dv;
     params.q_batch_stride = params.o_batch_stride = 0;
     params.rows_q = static_cast<int>(rows_q_);
   }
   if (problem_.layout == Layout::kPaged) {
-    params.k_row_stride = params.v_row_stride = problem_.kv_heads * d;
-    params.k_head_stride = params.v_head_stride = d;
-    params.k_batch_stride = params.v_batch_stride =
-        problem_.page_size * problem_.kv_heads * d;
+    params.k_row_stride = problem_.kv_heads * d;
+    params.v_row_stride = problem_.kv_heads * dv;
+    params.k_head_stride = d;
+    params.v_head_stride = dv;
+    params.k_batch_stride = problem_.page_size * problem_.kv_heads * d;
+    params.v_batch_stride = problem_.page_size * problem_.kv_heads * dv;
     params.rows_k = static_cast<int>(rows_k_);
     params.block_table_stride =
         static_cast<int>(problem_.seq_k / problem_.page_size);
     return params;
   }
   if (problem_.layout != Layout::kVarlen) return params;
-  params.k_row_stride = params.v_row_stride = problem_.kv_heads * d;
-  params.k_head_stride = params.v_head_stride = d;
+  params.k_row_stride = problem_.kv_heads * d;
+  params.v_row_stride = problem_.kv_heads * dv;
+  params.k_head_stride = d;
+  params.v_head_stride = dv;
   params.k_batch_stride = params.v_batch_stride = 0;
   params.rows_k = static_cast<int>(rows_k_);
   return params;
 }
 
-std::vector<InputLayout::Range> InputLayout::UnusedKv() const {
+std::vector<InputLayout::Range> InputLayout::UnusedKv(int64_t cols) const {
   const Problem& p = problem_;
   std::vector<Range> out;
   if (p.layout == Layout::kVarlen) {
     const int64_t total = lengths_.TotalK();
     out.push_back(
-        {KIndex(p.batch, 0, 0), (rows_k_ - total) * p.kv_heads * p.head_dim});
+        {KRow(p.batch, 0, 0) * cols, (rows_k_ - total) * p.kv_heads * cols});
   } else if (p.layout == Layout::kPaged) {
-    out = UnusedPages();
+    out = UnusedPages(cols);
   } else if (p.layout == Layout::kKvCache) {
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t used = lengths_.k[b];
       if (used == p.seq_k) continue;
       for (int64_t h = 0; h < p.kv_heads; ++h) {
-        out.push_back({KIndex(b, h, used), (p.seq_k - used) * p.head_dim});
+        out.push_back({KRow(b, h, used) * cols, (p.seq_k - used) * cols});
       }
     }
   }
@@ -125,9 +126,9 @@ void InputLayout::SetLengthPointers(const int32_t* arrays,
   }
 }
 
-std::vector<InputLayout::Range> InputLayout::UnusedPages() const {
+std::vector<InputLayout::Range> InputLayout::UnusedPages(int64_t cols) const {
   const Problem& p = problem_;
-  const int64_t row = p.kv_heads * p.head_dim;  // Elements of a page's row.
+  const int64_t row = p.kv_heads * cols;  // Elements of a page's row.
   std::vector<bool> named(rows_k_ / p.page_size, false);
   std::vector<Range> out;
   for (int64_t b = 0; b < p.batch; ++b) {

@@ -20,17 +20,33 @@ class InputLayout {
 
   const Problem& problem() const { return problem_; }
   const BatchLengths& lengths() const { return lengths_; }
-  // Elements of Q (and O), and of each of K and V.
+  // Elements of Q, of O, of K and of V (O and V of the value head dim).
   int64_t q_elems() const {
     return rows_q_ * problem_.heads * problem_.head_dim;
+  }
+  int64_t o_elems() const {
+    return rows_q_ * problem_.heads * HeadDimV(problem_);
   }
   int64_t kv_elems() const {
     return rows_k_ * problem_.kv_heads * problem_.head_dim;
   }
-  // Element index of column 0 of query row i of head h in sequence b, and of
-  // key row j of kv head kvh.
-  int64_t QIndex(int64_t b, int64_t h, int64_t i) const;
-  int64_t KIndex(int64_t b, int64_t kvh, int64_t j) const;
+  int64_t v_elems() const {
+    return rows_k_ * problem_.kv_heads * HeadDimV(problem_);
+  }
+  // Element index of column 0 of query row i of head h in sequence b (in Q,
+  // and in O), and of key row j of kv head kvh (in K, and in V).
+  int64_t QIndex(int64_t b, int64_t h, int64_t i) const {
+    return QRow(b, h, i) * problem_.head_dim;
+  }
+  int64_t OIndex(int64_t b, int64_t h, int64_t i) const {
+    return QRow(b, h, i) * HeadDimV(problem_);
+  }
+  int64_t KIndex(int64_t b, int64_t kvh, int64_t j) const {
+    return KRow(b, kvh, j) * problem_.head_dim;
+  }
+  int64_t VIndex(int64_t b, int64_t kvh, int64_t j) const {
+    return KRow(b, kvh, j) * HeadDimV(problem_);
+  }
 
   // The launch parameters of these tensors (strides, sizes, rows; no
   // pointers: the caller sets the tensors' and LengthArrays' addresses).
@@ -48,11 +64,13 @@ class InputLayout {
   // Element ranges of K and V that no launch may let into its output: the
   // cache slots past each sequence's seqused_k (and the pages no block table
   // names), and kPadRows rows after a packed K/V's last sequence (inside the
-  // tensor as the launch sees it). The evaluator fills them with NaN.
+  // tensor as the launch sees it). The evaluator fills them with NaN. In
+  // elements of a K/V tensor of `cols` columns a head (head_dim for K, the
+  // value head dim for V).
   struct Range {
     int64_t begin, count;
   };
-  std::vector<Range> UnusedKv() const;
+  std::vector<Range> UnusedKv(int64_t cols) const;
   static constexpr int64_t kPadRows = 256;
   // A paged problem's pages beyond those its block table names (the table
   // holds the others in a shuffled order).
@@ -61,7 +79,11 @@ class InputLayout {
  private:
   // Row of key j of sequence b in a paged problem's pool of pages.
   int64_t PagedRow(int64_t b, int64_t j) const;
-  std::vector<Range> UnusedPages() const;
+  // The head row (element index over the head's columns) of query row i of
+  // head h of sequence b, and of key row j of kv head kvh.
+  int64_t QRow(int64_t b, int64_t h, int64_t i) const;
+  int64_t KRow(int64_t b, int64_t kvh, int64_t j) const;
+  std::vector<Range> UnusedPages(int64_t cols) const;
 
   Problem problem_;
   BatchLengths lengths_;

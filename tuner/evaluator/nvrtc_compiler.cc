@@ -37,7 +37,8 @@ std::string NvrtcVersion() {
 std::string CompileKey(const KernelTemplate& t, const Config& config,
                        const Problem& problem, const std::string& arch) {
   static const std::string* const nvrtc = new std::string(NvrtcVersion());
-  // What CompileDefines reads of the problem: head_dim, dtype, whether
+  // What CompileDefines reads of the problem: head_dim (and head_dim_v
+  // where it differs), dtype, whether
   // its lengths live on the device, a paged problem's page size, and
   // whether it has a window, softcap, sinks or ALiBi (their values are
   // launch data).
@@ -48,6 +49,9 @@ std::string CompileKey(const KernelTemplate& t, const Config& config,
           : "-lengths-";
   return absl::StrCat(
       t.name, "-", t.hash, "-", arch, "-nvrtc", *nvrtc, "-d", problem.head_dim,
+      HeadDimV(problem) != problem.head_dim
+          ? absl::StrCat("v", problem.head_dim_v)
+          : "",
       "-", DTypesName(problem), lengths, HasWindow(problem) ? "window-" : "",
       problem.softcap > 0 ? "softcap-" : "", problem.sinks ? "sinks-" : "",
       problem.alibi ? "alibi-" : "", ConfigKey(config));

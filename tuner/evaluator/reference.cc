@@ -99,6 +99,7 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
                   const float* k_head, const float* v_head, float* out,
                   float sink, float alibi_slope) {
   const int64_t d = p.head_dim;
+  const int64_t dv = HeadDimV(p);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // Row `row` sees keys [first, last] of the window, cut to the keys.
   const int64_t diagonal = row + p.seq_k - p.seq_q;
@@ -107,7 +108,7 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
     first = std::max<int64_t>(first, diagonal - p.window_left);
   if (p.causal) last = std::min(last, diagonal);
   if (p.window_right >= 0) last = std::min(last, diagonal + p.window_right);
-  std::vector<double> acc(d, 0.0);
+  std::vector<double> acc(dv, 0.0);
   if (first <= last) {
     std::vector<double> scores(last - first + 1);
     double max_score = -std::numeric_limits<double>::infinity();
@@ -133,10 +134,10 @@ void ReferenceRow(const Problem& p, int64_t row, const float* q_row,
     }
     for (int64_t j = first; j <= last; ++j) {
       const double w = scores[j - first] / sum;
-      for (int64_t c = 0; c < d; ++c) acc[c] += w * v_head[j * d + c];
+      for (int64_t c = 0; c < dv; ++c) acc[c] += w * v_head[j * dv + c];
     }
   }
-  for (int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(acc[c]);
+  for (int64_t c = 0; c < dv; ++c) out[c] = static_cast<float>(acc[c]);
 }
 
 std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
@@ -146,16 +147,16 @@ std::vector<float> ReferenceRows(const Problem& p, const std::vector<float>& q,
                                  const std::vector<float>& sinks,
                                  const std::vector<float>& alibi_slopes) {
   const int64_t d = p.head_dim;
+  const int64_t dv = HeadDimV(p);
   const int64_t group = p.heads / p.kv_heads;
-  std::vector<float> out(rows.size() * d);
+  std::vector<float> out(rows.size() * dv);
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowIndex& r = rows[i];
-    const int64_t kv_head = r.head / group;
-    const int64_t kv = (r.batch * p.kv_heads + kv_head) * p.seq_k * d;
-    ReferenceRow(p, r.row,
-                 &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d],
-                 &k[kv], &v[kv], &out[i * d], p.sinks ? sinks.at(r.head) : 0.f,
-                 p.alibi ? alibi_slopes.at(r.batch * p.heads + r.head) : 0.f);
+    const int64_t kv = (r.batch * p.kv_heads + r.head / group) * p.seq_k;
+    ReferenceRow(
+        p, r.row, &q[((r.batch * p.heads + r.head) * p.seq_q + r.row) * d],
+        &k[kv * d], &v[kv * dv], &out[i * dv], p.sinks ? sinks.at(r.head) : 0.f,
+        p.alibi ? alibi_slopes.at(r.batch * p.heads + r.head) : 0.f);
   }
   return out;
 }

@@ -24,15 +24,16 @@ struct RowIndex {
   int64_t row = 0;
 };
 
-// One output row (head_dim floats into `out`) of query row `row`, given that
-// row of Q and the [seq_k][head_dim] K and V of its kv head; `sink` is its
+// One output row (HeadDimV floats into `out`) of query row `row`, given that
+// row of Q and the [seq_k][head_dim] K and [seq_k][HeadDimV] V of its kv
+// head; `sink` is its
 // head's sink logit where the problem has sinks, `alibi_slope` its ALiBi
 // slope where the problem has ALiBi.
 void ReferenceRow(const Problem& problem, int64_t row, const float* q_row,
                   const float* k_head, const float* v_head, float* out,
                   float sink = 0.f, float alibi_slope = 0.f);
 
-// Computes the given output rows (head_dim floats each, concatenated) from
+// Computes the given output rows (HeadDimV floats each, concatenated) from
 // contiguous bhsd inputs already converted to float (and with sinks, each
 // query head's sink; with ALiBi, each [batch, head]'s slope). Follows the
 // masking rules documented on Problem; accumulates in double.

@@ -58,7 +58,9 @@ void AppendSmLoad(const LaunchGeometry& g, const Problem& p,
   if (std::optional<SmLoad> load =
           EstimateSmLoad(g, p, limits.multiprocessors)) {
     imbalance = static_cast<float>(load->busiest / load->mean);
-    busiest = static_cast<float>(std::log2(4.0 * p.head_dim * load->busiest));
+    // Flops of the busiest multiprocessor's (query, key) pairs.
+    busiest = static_cast<float>(
+        std::log2(2.0 * (p.head_dim + HeadDimV(p)) * load->busiest));
   }
   out->insert(out->end(), {fill, imbalance, busiest});
 }
@@ -142,9 +144,10 @@ void FeatureMap::Append(const KernelTemplate& t, const Config& config,
                         const Problem& p, const DeviceLimits& limits,
                         std::vector<float>* out) const {
   auto it = template_index_.find(t.name);
-  // Q and O, K and V once each, 2 bytes an element.
+  // Q and O, K and V once each, 2 bytes an element (V and O of the value
+  // head dim).
   const double bytes =
-      4.0 * p.batch * p.head_dim *
+      2.0 * p.batch * (p.head_dim + HeadDimV(p)) *
       (double(p.heads) * p.seq_q + double(p.kv_heads) * p.seq_k);
   out->insert(
       out->end(),

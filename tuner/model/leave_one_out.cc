@@ -48,6 +48,7 @@ Choice Nearest(const std::vector<CostSample>& samples, const Problem& problem,
     const CostSample* nearest = nullptr;
     for (const CostSample& s : samples) {
       const bool in_class = s.problem.head_dim == problem.head_dim &&
+                            HeadDimV(s.problem) == HeadDimV(problem) &&
                             s.problem.dtype == problem.dtype &&
                             s.problem.kv_fp8 == problem.kv_fp8 &&
                             s.problem.q_fp8 == problem.q_fp8 &&

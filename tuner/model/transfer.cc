@@ -19,14 +19,15 @@ constexpr int kShortlistTrees = 60;
 // The parameter of templates that split a row block's keys over blocks.
 constexpr char kSplitParam[] = "KV_SPLITS";
 
-// A config as compiled: template, config, head_dim and dtype. The configs
+// A config as compiled: template, config, head dims and dtype. The configs
 // of a template that fits every form (KernelTemplate::fits_every_form) are
 // one whatever the form they ran at.
-using CompiledKey = std::tuple<std::string, std::string, int64_t, std::string>;
+using CompiledKey =
+    std::tuple<std::string, std::string, int64_t, int64_t, std::string>;
 
 CompiledKey Compiled(const CostSample& s, const Config& config) {
-  if (s.t->fits_every_form) return {s.t->name, ConfigKey(config), 0, ""};
-  return {s.t->name, ConfigKey(config), s.problem.head_dim,
+  if (s.t->fits_every_form) return {s.t->name, ConfigKey(config), 0, 0, ""};
+  return {s.t->name, ConfigKey(config), s.problem.head_dim, HeadDimV(s.problem),
           DTypesName(s.problem)};
 }
 
@@ -94,7 +95,10 @@ namespace {
 int Kinship(const KernelTemplate& t, const Problem& source,
             const Problem& problem) {
   if (t.fits_every_form) return 2;
-  if (source.head_dim != problem.head_dim) return 0;
+  if (source.head_dim != problem.head_dim ||
+      HeadDimV(source) != HeadDimV(problem)) {
+    return 0;
+  }
   return DTypesName(source) == DTypesName(problem) ? 2 : 1;
 }
 

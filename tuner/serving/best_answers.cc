@@ -175,7 +175,9 @@ absl::StatusOr<bool> BestAnswers::TransferNearest(
     // registers and shared memory (at 256 they may spill or not fit), where
     // the fitted defaults know the head_dim.
     if (HeadDimIn64s((**nearest).head_dim) !=
-        HeadDimIn64s(query.problem.head_dim)) {
+            HeadDimIn64s(query.problem.head_dim) ||
+        HeadDimIn64s(HeadDimV(**nearest)) !=
+            HeadDimIn64s(HeadDimV(query.problem))) {
       continue;
     }
     absl::StatusOr<std::vector<RankedTrial>> top = store_->TopK(

@@ -14,6 +14,7 @@ std::vector<Problem> Buckets(const ModelTuneRequest& r) {
   for (const LayerKind& kind : r.kinds) {
     for (Problem& p : EnvelopeBuckets(r.envelope, r.heads, r.kv_heads,
                                       r.head_dim, r.dtype, kind)) {
+      p.head_dim_v = r.head_dim_v;
       out.push_back(std::move(p));
     }
   }
@@ -58,6 +59,7 @@ absl::Status ValidateModelTune(const ModelTuneRequest& r) {
   form.heads = r.heads;
   form.kv_heads = r.kv_heads;
   form.head_dim = r.head_dim;
+  form.head_dim_v = r.head_dim_v;
   form.dtype = r.dtype;
   // "problem.heads: ..." as "heads: ...": the request names no problem.
   if (absl::Status s = ValidateProblem(form, ""); !s.ok()) {

@@ -19,6 +19,7 @@ struct ModelTuneRequest {
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
+  int64_t head_dim_v = 0;  // Of values, where it differs (0: head_dim).
   DType dtype = DType::kBf16;
   // The kinds of its layers (one for a model whose layers attend alike),
   // each tuned over the whole envelope.

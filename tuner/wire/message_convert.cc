@@ -42,6 +42,8 @@ absl::StatusOr<Problem> ProblemFromProto(const v1::Problem& p,
   out.seq_q = p.seq_q();
   out.seq_k = p.seq_k();
   out.head_dim = p.head_dim();
+  // 0, or a value equal to head_dim: the same problem (one key).
+  out.head_dim_v = p.head_dim_v() == p.head_dim() ? 0 : p.head_dim_v();
   out.causal = p.causal();
   absl::StatusOr<Layout> layout =
       LayoutFromProto(p.layout(), absl::StrCat(prefix, ".layout"));
@@ -95,6 +97,9 @@ v1::Problem ProblemToProto(const Problem& p) {
   out.set_seq_q(static_cast<uint32_t>(p.seq_q));
   out.set_seq_k(static_cast<uint32_t>(p.seq_k));
   out.set_head_dim(static_cast<uint32_t>(p.head_dim));
+  if (HeadDimV(p) != p.head_dim) {
+    out.set_head_dim_v(static_cast<uint32_t>(p.head_dim_v));
+  }
   out.set_causal(p.causal);
   out.set_dtype(p.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
   if (p.kv_fp8) out.set_kv_dtype(v1::DTYPE_E4M3);

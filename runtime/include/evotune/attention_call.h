@@ -15,7 +15,8 @@ namespace evotune {
 // head_dim. The runtime checks every field against
 // the problem before anything launches: the extents must be the problem's
 // (Q and O [batch, heads, seq_q, head_dim], K and V [batch, kv_heads, seq_k,
-// head_dim]; for a packed varlen problem, batch 1 and seq the tensor's rows,
+// head_dim], V's and O's head_dim the problem's value head dim (HeadDimV);
+// for a packed varlen problem, batch 1 and seq the tensor's rows,
 // any number: [total, heads, head_dim] is [1, heads, total, head_dim] with
 // row stride heads * head_dim), the pointer 16-byte aligned, the strides (in
 // elements) positive multiples of 16 bytes with rows at least head_dim

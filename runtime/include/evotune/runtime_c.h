@@ -45,6 +45,9 @@ typedef struct {
   int32_t sinks;
   /* 1: ALiBi, whose slopes evotune_lengths.alibi_slopes passes. */
   int32_t alibi;
+  /* V's and O's head dim where it differs from head_dim (Q's and K's;
+   * DeepSeek's MLA prefill: 192 and 128); 0 for head_dim. */
+  int64_t head_dim_v;
 } evotune_problem;
 
 #define EVOTUNE_LAYOUT_DENSE 0    /* [batch, heads, seq, head_dim] */
@@ -88,7 +91,7 @@ typedef struct {
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 10
+#define EVOTUNE_RUNTIME_API_VERSION 11
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
