@@ -36,9 +36,10 @@ dequantizes in registers. New k and v must then be e4m3 too (quantize them
 with the cache's factors: quantize_fp8). q_descale is not served (q is
 never float8 here).
 
-window_size and softcap are FlashAttention's (evotune/score_mods.py).
-Rotary embedding, ALiBi and the softmax's LSE are not served: asking for
-them raises AttentionArgumentError naming the argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
+window_size, softcap and alibi_slopes ([heads] or [batch, heads] fp32)
+are FlashAttention's (evotune/score_mods.py), over dense and paged caches.
+Rotary embedding and the softmax's LSE are not served: asking for them
+raises AttentionArgumentError naming the argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
 """
 from typing import Optional
 
@@ -52,8 +53,8 @@ from .varlen_checks import page_size_reason
 
 _UNSERVED = (
     ("rotary_cos", None), ("rotary_sin", None), ("cache_batch_idx", None),
-    ("cache_leftpad", None), ("alibi_slopes", None),
-    ("return_softmax_lse", False), ("q_descale", None))
+    ("cache_leftpad", None), ("return_softmax_lse", False),
+    ("q_descale", None))
 
 
 def _fail(message):
@@ -212,13 +213,14 @@ class _Plan:
         self.scratch = self.args = None  # The run's arguments, by scratch.
 
     def __call__(self, q, k_cache, v_cache, o, used, block_table, descale,
-                 scratch, stream_id):
+                 scratch, stream_id, alibi_slopes=None):
         t = self.tensors
         t[0].data, t[1].data, t[2].data, t[3].data = (
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             o.data_ptr())
         self.lengths.seqused_k = used.data_ptr()
         _set_descale(self.lengths, *descale)
+        score_mods.set_slopes(self.lengths, alibi_slopes)
         if block_table is not None:
             self.lengths.block_table = block_table.data_ptr()
             self.lengths.block_table_stride = block_table.stride(0)
@@ -257,25 +259,25 @@ def _descale_views(q, k_cache, k_descale, v_descale):
 
 
 def _signature(q, k_cache, v_cache, block_table, causal, mods, scale,
-               stream_id):
+               stream_id, alibi=False):
     table = None if block_table is None else tuple(block_table.shape)
     return (_et._State.generation, tuple(q.shape), tuple(q.stride()),
             tuple(k_cache.shape), tuple(k_cache.stride()),
             tuple(v_cache.stride()), table, q.dtype, k_cache.dtype, q.device,
-            causal, mods, scale, stream_id)
+            causal, mods, alibi, scale, stream_id)
 
 
 def _plan_for(q, k_cache, v_cache, block_table, o, causal, mods, scale,
-              stream_id):
+              stream_id, alibi=False):
     """The _Plan of the call's signature, or why SDPA answers it."""
     key = _signature(q, k_cache, v_cache, block_table, causal, mods, scale,
-                     stream_id)
+                     stream_id, alibi)
     entry = _plans.get(key)
     if entry is not None and not (isinstance(entry, _et._Pending) and
                                   entry.due()):
         return entry
     entry = _make_plan(q, k_cache, v_cache, block_table, o, causal, mods,
-                       scale, stream_id)
+                       scale, stream_id, alibi)
     if len(_plans) >= 4096:
         _plans.clear()
     _plans[key] = entry
@@ -283,7 +285,7 @@ def _plan_for(q, k_cache, v_cache, block_table, o, causal, mods, scale,
 
 
 def _make_plan(q, k_cache, v_cache, block_table, o, causal, mods, scale,
-               stream_id):
+               stream_id, alibi=False):
     runtime = _et._State.runtime
     if runtime is None:
         return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
@@ -294,7 +296,8 @@ def _make_plan(q, k_cache, v_cache, block_table, o, causal, mods, scale,
         int(causal), int(q.dtype == torch.bfloat16),
         _rt.LAYOUT_PAGED if paged else _rt.LAYOUT_KV_CACHE,
         k_cache.shape[1] if paged else 0,
-        int(k_cache.dtype == torch.float8_e4m3fn), **score_mods.problem_fields(mods))
+        int(k_cache.dtype == torch.float8_e4m3fn),
+        **score_mods.problem_fields(mods, (False, alibi)))
     if problem.key() in _et._State.missing:
         return _et._State.missing[problem.key()]
     plan, why = _et.plan_problem(problem, stream_id)
@@ -369,10 +372,11 @@ def _dequantized(t, descale, b, dtype):
 
 def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
                       block_table=None, k_descale=None, v_descale=None,
-                      mods=score_mods.NONE):
+                      mods=score_mods.NONE, alibi_slopes=None):
     """The reference semantics, one SDPA call per sequence (syncs;
     score_mods.attend); a paged cache's pages gathered through block_table;
-    an FP8 cache dequantized by the [batch, kv_heads] factors."""
+    an FP8 cache dequantized by the [batch, kv_heads] factors; ALiBi's
+    slopes [heads] or [batch, heads]."""
     o = torch.zeros_like(q)
     for b, n in enumerate(used.tolist()):
         if n == 0:
@@ -387,31 +391,34 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
         ks = _dequantized(ks, k_descale, b, q.dtype)
         vs = _dequantized(vs, v_descale, b, q.dtype)
         ks, vs = (t.transpose(0, 1)[None] for t in (ks, vs))
-        o[b] = score_mods.attend(qs, ks, vs, causal, scale,
-                                 mods)[0].transpose(0, 1)
+        o[b] = score_mods.attend(
+            qs, ks, vs, causal, scale, mods,
+            alibi_slopes=score_mods.sequence_slopes(alibi_slopes,
+                                                    b))[0].transpose(0, 1)
     return o
 
 
 def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
                   k_descale=None, v_descale=None, mods=score_mods.NONE,
-                  shape_reason=_UNCHECKED):
+                  shape_reason=_UNCHECKED, alibi_slopes=None):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     k_descale, v_descale = _descale_views(q, k_cache, k_descale, v_descale)
     if _served_reason(q, k_cache, v_cache, block_table, scale,
                       shape_reason) is None:
         stream_id = _et._stream_id(q.device)
         plan = _plan_for(q, k_cache, v_cache, block_table, o, causal, mods,
-                         scale, stream_id)
+                         scale, stream_id, alibi_slopes is not None)
         if not isinstance(plan, str):
             scratch = [t.data_ptr() if t is not None else None
                        for t in _et._stream_scratch(q.device, stream_id).fit(
                            plan.plan.workspace_floats, plan.plan.counters,
                            q.device)]
             plan(q, k_cache, v_cache, o, used, block_table,
-                 (k_descale, v_descale), scratch, stream_id)
+                 (k_descale, v_descale), scratch, stream_id, alibi_slopes)
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
-                             block_table, k_descale, v_descale, mods)
+                             block_table, k_descale, v_descale, mods,
+                             alibi_slopes)
 
 
 @torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
@@ -420,15 +427,18 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              causal: bool, scale: Optional[float],
              k_descale: Optional[torch.Tensor],
              v_descale: Optional[torch.Tensor], window_left: int = -1,
-             window_right: int = -1, softcap: float = 0.0) -> torch.Tensor:
+             window_right: int = -1, softcap: float = 0.0,
+             alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _kvcache_impl(q, k_cache, v_cache, used, block_table, causal,
                          scale, k_descale, v_descale,
-                         (window_left, window_right, softcap))
+                         (window_left, window_right, softcap),
+                         alibi_slopes=alibi_slopes)
 
 
 @_kvcache.register_fake
 def _(q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
-      v_descale, window_left=-1, window_right=-1, softcap=0.0):
+      v_descale, window_left=-1, window_right=-1, softcap=0.0,
+      alibi_slopes=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -448,7 +458,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
     that do not fit together or a feature not served."""
     given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
-                 alibi_slopes=alibi_slopes,
                  return_softmax_lse=return_softmax_lse, q_descale=q_descale)
     scale = None if softmax_scale is None else float(softmax_scale)
     causal, mods = score_mods.normalize(causal, window_size, softcap,
@@ -471,12 +480,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
             if len(_checked) >= 4096:
                 _checked.clear()
             _checked[key] = shape_reason
+    alibi_slopes = score_mods.check_slopes(
+        alibi_slopes, q, "evotune.flash_attn_with_kvcache", heads=q.shape[2])
     used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table)
     args = (q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
             v_descale)
-    if _et.eager(*(t for t in args if isinstance(t, torch.Tensor))):
-        return _kvcache_impl(*args, mods=mods, shape_reason=shape_reason)
-    return torch.ops.evotune.kvcache_attention(*args, *mods)
+    tensors = [t for t in (*args, alibi_slopes) if isinstance(t, torch.Tensor)]
+    if _et.eager(*tensors):
+        return _kvcache_impl(*args, mods=mods, shape_reason=shape_reason,
+                             alibi_slopes=alibi_slopes)
+    return torch.ops.evotune.kvcache_attention(*args, *mods, alibi_slopes)
 
 
 _checked = {}  # A decode step's signature: its _shape_reason.
@@ -506,7 +519,8 @@ def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, block_table, given,
         value = given[name]
         if (value is not None) if default is None else value != default:
             _fail(f"{name} is not served yet (evotune serves dense and "
-                  "paged caches, 16-bit or FP8, without rotary, windows, "
-                  "softcapping, ALiBi or LSE, and 16-bit queries)")
+                  "paged caches, 16-bit or FP8, without rotary embedding, "
+                  "cache indices or left padding, or LSE, and 16-bit "
+                  "queries)")
     _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table)
     return _shape_reason(q, k_cache, v_cache, block_table, scale)

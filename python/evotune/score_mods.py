@@ -91,11 +91,12 @@ def check_sinks(sinks, q, where):
     return sinks.to(torch.float32).contiguous()
 
 
-def check_slopes(alibi_slopes, q, where, batch=None):
+def check_slopes(alibi_slopes, q, where, batch=None, heads=None):
     """alibi_slopes as the kernels read them (float32, contiguous, [heads]
     or [batch, heads] on q's device; `batch` where q's first dimension is
-    not the batch), or None. Raises AttentionArgumentError naming the
-    argument."""
+    not the batch, `heads` where q is not [batch, heads, ...] nor
+    [..., heads, head_dim]), or None. Raises AttentionArgumentError naming
+    the argument."""
     if alibi_slopes is None or len(getattr(q, "shape", ())) < 3:
         return alibi_slopes  # None, or a call the shape checks refuse.
     if not isinstance(alibi_slopes, torch.Tensor) or \
@@ -103,7 +104,8 @@ def check_slopes(alibi_slopes, q, where, batch=None):
         raise AttentionArgumentError(
             f"{where}: alibi_slopes must be a floating-point tensor, got "
             f"{type(alibi_slopes).__name__}")
-    heads = q.shape[1] if len(q.shape) == 4 else q.shape[-2]
+    if heads is None:
+        heads = q.shape[1] if len(q.shape) == 4 else q.shape[-2]
     batch = q.shape[0] if batch is None else batch
     shape = tuple(alibi_slopes.shape)
     if shape not in ((heads,), (batch, heads)) or \
@@ -119,6 +121,22 @@ def slopes_stride(alibi_slopes):
     """The batch stride the kernels step between sequences' slopes: 0 for
     [heads], heads for [batch, heads]."""
     return 0 if alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
+
+
+def set_slopes(lengths, alibi_slopes):
+    """Checked slopes (check_slopes) into the runtime's Lengths: their
+    pointer and batch stride; nothing for None."""
+    if alibi_slopes is not None:
+        lengths.alibi_slopes = alibi_slopes.data_ptr()
+        lengths.alibi_batch_stride = slopes_stride(alibi_slopes)
+
+
+def sequence_slopes(alibi_slopes, b):
+    """Sequence b's slopes, [heads] (those of every sequence where they
+    are [heads]), or None."""
+    if alibi_slopes is None or alibi_slopes.dim() == 1:
+        return alibi_slopes
+    return alibi_slopes[b]
 
 
 def reference(q, k, v, causal, scale, mods, sinks=None, alibi_slopes=None):

@@ -243,10 +243,7 @@ class _Launch:
             return None
         if sinks is not None:
             self.lengths.sinks = sinks.data_ptr()
-        if alibi_slopes is not None:
-            self.lengths.alibi_slopes = alibi_slopes.data_ptr()
-            self.lengths.alibi_batch_stride = score_mods.slopes_stride(
-                alibi_slopes)
+        score_mods.set_slopes(self.lengths, alibi_slopes)
         o = _output(q, v)
         t = self.tensors
         t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),

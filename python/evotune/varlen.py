@@ -219,10 +219,7 @@ class VarlenPlan:
         lengths = _rt.Lengths(cu_q.data_ptr(), cu_k.data_ptr(),
                               seqused_k.data_ptr() if seqused_k is not None
                               else None)
-        if alibi_slopes is not None:
-            lengths.alibi_slopes = alibi_slopes.data_ptr()
-            lengths.alibi_batch_stride = score_mods.slopes_stride(
-                alibi_slopes)
+        score_mods.set_slopes(lengths, alibi_slopes)
         return self._run_plan(q, tensors, lengths, o)
 
     def _run_plan(self, q, tensors, lengths, o):
@@ -288,11 +285,9 @@ def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
             continue
         qs, ks, vs = (t.transpose(0, 1).unsqueeze(0)
                       for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
-        slopes = alibi_slopes
-        if slopes is not None and slopes.dim() == 2:
-            slopes = slopes[b]
-        out = score_mods.attend(qs, ks, vs, causal, scale, mods,
-                                alibi_slopes=slopes)
+        out = score_mods.attend(
+            qs, ks, vs, causal, scale, mods,
+            alibi_slopes=score_mods.sequence_slopes(alibi_slopes, b))
         o[q0:q1] = out[0].transpose(0, 1)
     return o
 
@@ -364,16 +359,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                            seqused_k=None):
     """FlashAttention's flash_attn_varlen_func, forward: varlen_attention
     under FlashAttention's argument names, so that a caller swaps the
-    import. Dropout and attention probabilities are not served (nor ALiBi
-    over pages): asking for them raises AttentionArgumentError naming the
-    argument; window_size, softcap and alibi_slopes are FlashAttention's;
+    import. Dropout and attention probabilities are not served: asking for
+    them raises AttentionArgumentError naming the argument; window_size, softcap and alibi_slopes are FlashAttention's;
     `deterministic` is accepted (the forward pass is). With block_table, k
     and v are a paged cache [num_pages, page_size, kv_heads, head_dim]
     (evotune/paged.py) and each sequence's keys are seqused_k, or
     FlashAttention-2's cumulative cu_seqlens_k where seqused_k is None."""
     unserved = [("dropout_p", dropout_p != 0),
-                ("alibi_slopes with block_table",
-                 alibi_slopes is not None and block_table is not None),
                 ("return_attn_probs", bool(return_attn_probs))]
     for name, asked in unserved:
         if asked:
@@ -390,7 +382,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         return paged.paged_varlen_attention(
             q, k, v, cu_seqlens_q, seqused_k, block_table, max_seqlen_q,
             max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
-            window_size=window_size, softcap=softcap)
+            window_size=window_size, softcap=softcap,
+            alibi_slopes=alibi_slopes)
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, causal=causal,
                             softmax_scale=softmax_scale, seqused_k=seqused_k,

@@ -344,6 +344,7 @@ class ScoreModsTest(unittest.TestCase):
                 self.assertLess(err.item(), 2e-2, b)
         with self.assertRaisesRegex(AttentionArgumentError, "alibi_slopes"):
             plan.run(q, k, v, cu, cu)
+        self.alibi_over_a_kv_cache(g)
         # Bad slopes name themselves.
         q = torch.randn(2, 4, 8, 64, device="cuda", dtype=torch.float16)
         for bad in (torch.zeros(3, device="cuda"), torch.zeros(4),
@@ -405,6 +406,51 @@ class ScoreModsTest(unittest.TestCase):
                 self.assertLess(err.item(), 2e-2, b)
         with self.assertRaisesRegex(AttentionArgumentError, "v's head_dim"):
             plan.run(q, k, k, cu, cu)
+
+    def alibi_over_a_kv_cache(self, g):
+        """ALiBi with each sequence's slopes over a KV cache, dense and
+        paged (pages in a shuffled order), decode and speculative rows:
+        flash_attn_with_kvcache, and the packed rows over the pages through
+        flash_attn_varlen_func(block_table=)."""
+        b, h, kvh, d, slots, page = 3, 8, 2, 128, 512, 16
+        used = torch.tensor([5, 200, 512], dtype=torch.int32, device="cuda")
+        kc, vc = (torch.randn(b, slots, kvh, d, generator=g,
+                              device="cuda").to(torch.bfloat16)
+                  for _ in range(2))
+        slopes = torch.stack([bloom_slopes(h) * (i + 1) for i in range(b)])
+        order = torch.randperm(b * slots // page,
+                               generator=torch.Generator().manual_seed(7))
+        table = order.view(b, slots // page).int().cuda()
+        kp, vp = (torch.empty_like(t.view(-1, page, kvh, d)) for t in (kc, vc))
+        for pool, dense in ((kp, kc), (vp, vc)):
+            pool[table.long()] = dense.view(b, slots // page, page, kvh, d)
+
+        def want(q, i, causal):  # q [seq_q, heads, d] of sequence i.
+            n = used[i].item()
+            ks, vs = (t[i, :n].transpose(0, 1)[None] for t in (kc, vc))
+            return bias_reference(q.transpose(0, 1)[None], ks, vs, causal,
+                                  0.0, slopes[i])[0].transpose(0, 1)
+        for sq in (1, 4):
+            q = torch.randn(b, sq, h, d, generator=g, device="cuda").to(
+                torch.bfloat16)
+            for paged in (False, True):
+                o = et.flash_attn_with_kvcache(
+                    q, kp if paged else kc, vp if paged else vc,
+                    cache_seqlens=used, causal=sq > 1, alibi_slopes=slopes,
+                    block_table=table if paged else None)
+                for i in range(b):
+                    err = (o[i].float() - want(q[i], i, sq > 1)).abs().max()
+                    self.assertLess(err.item(), 2e-2, (sq, paged, i))
+            cu = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32,
+                              device="cuda")
+            o = et.flash_attn_varlen_func(
+                q.flatten(0, 1), kp, vp, cu, None, sq, slots,
+                seqused_k=used, block_table=table, causal=True,
+                alibi_slopes=slopes)
+            for i in range(b):
+                err = (o[i * sq:(i + 1) * sq].float() -
+                       want(q[i], i, True)).abs().max()
+                self.assertLess(err.item(), 2e-2, (sq, "packed", i))
 
     def test_fa_window_semantics(self):
         # causal with (left, 0) is causal with (left, -1); non-causal (l, 0)
