@@ -164,9 +164,10 @@ bool Overlap(const AttentionTensor& o, const AttentionTensor& t,
   return begin(o) < end(t, element_bytes) && begin(t) < end(o, 2);
 }
 
-// The descale factors: only for FP8 inputs, fp32-aligned, strides from 0;
-// the sinks and ALiBi slopes exactly where the problem has them.
-absl::Status CheckDescale(const AttentionCall& call) {
+// The launch data beside the tensors: the descale factors only for FP8
+// inputs, fp32-aligned, strides from 0; the sinks and ALiBi slopes exactly
+// where the problem has them.
+absl::Status CheckLaunchData(const AttentionCall& call) {
   for (auto [field, ptr, allowed] :
        {std::tuple{"q_descale", call.q_descale, call.problem.q_fp8},
         {"k_descale", call.k_descale, call.problem.kv_fp8},
@@ -331,7 +332,7 @@ absl::Status CheckAttentionCall(const AttentionCall& call) {
       return Field("o", "data", absl::StrCat("overlaps ", name));
     }
   }
-  if (absl::Status s = CheckDescale(call); !s.ok()) return s;
+  if (absl::Status s = CheckLaunchData(call); !s.ok()) return s;
   return CheckScale(call.scale);
 }
 
