@@ -7,6 +7,8 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "kernel_templates/kernel_template.h"
 #include "kernel_templates/template_registry.h"
 #include "launch/cuda_driver.h"
@@ -200,11 +202,26 @@ absl::StatusOr<std::unique_ptr<BundleSource>> BundleSource::Open(
     kernels[key] = std::move(k);
   }
   std::vector<std::pair<Problem, std::string>> listed;
+  std::set<std::string> archs;
   for (const auto& [key, k] : kernels) {
     listed.push_back({problems[key], k.arch()});
+    archs.insert(k.arch());
   }
-  return std::unique_ptr<BundleSource>(
-      new BundleSource(path, std::move(kernels), std::move(listed)));
+  const int64_t created = bundle->created_unix_s();  // 0: not dated.
+  const std::string made = absl::StrCat(
+      kernels.size(), " kernels for ",
+      archs.empty() ? "no GPU" : absl::StrJoin(archs, ", "),
+      created == 0 ? ""
+                   : absl::StrCat(", made ", absl::FormatTime(
+                                                 "%Y-%m-%d",
+                                                 absl::FromUnixSeconds(created),
+                                                 absl::UTCTimeZone())));
+  std::string about = bundle->about().empty()
+                          ? absl::StrCat("bundle ", path, ": ", made)
+                          : absl::StrCat("bundle ", path, ": ", bundle->about(),
+                                         " (", made, ")");
+  return std::unique_ptr<BundleSource>(new BundleSource(
+      path, std::move(kernels), std::move(listed), std::move(about)));
 }
 
 std::string BundleSource::BucketKey(const Problem& problem,

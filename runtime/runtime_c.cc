@@ -70,19 +70,24 @@ std::string ConfigText(const evotune::v1::Config& c) {
   return config.ok() ? evotune::ConfigKey(*config) : "(unreadable config)";
 }
 
-// "template CONFIG arch (tuned|transferred|default)" into `out`.
-void Describe(const evotune::v1::Kernel& k, char* out, int64_t size) {
-  const std::string text = absl::StrCat(
-      k.template_name(), " ", ConfigText(k.config()), " ", k.arch(), " (",
-      k.defaults()      ? "default"
-      : k.transferred() ? "transferred"
-                        : "tuned",
-      ")");
+// `text` into `out` (at most `size` bytes, NUL-terminated).
+void CopyOut(const std::string& text, char* out, int64_t size) {
   if (size > 0) {
     const size_t n = std::min<size_t>(text.size(), size - 1);
     std::memcpy(out, text.data(), n);
     out[n] = '\0';
   }
+}
+
+// "template CONFIG arch (tuned|transferred|default)" into `out`.
+void Describe(const evotune::v1::Kernel& k, char* out, int64_t size) {
+  CopyOut(absl::StrCat(k.template_name(), " ", ConfigText(k.config()), " ",
+                       k.arch(), " (",
+                       k.defaults()      ? "default"
+                       : k.transferred() ? "transferred"
+                                         : "tuned",
+                       ")"),
+          out, size);
 }
 
 evotune::AttentionTensor ToTensor(const evotune_tensor& t) {
@@ -179,6 +184,11 @@ int evotune_runtime_scratch(evotune_runtime* runtime,
   if (!k.ok()) return Report(k.status());
   *workspace_floats = static_cast<int64_t>(k->geometry().workspace_floats());
   *counters = static_cast<int64_t>(k->geometry().counters());
+  return 0;
+}
+
+int evotune_runtime_about(evotune_runtime* runtime, char* out, int64_t size) {
+  CopyOut(runtime->runtime->About(), out, size);
   return 0;
 }
 

@@ -87,6 +87,8 @@ def _declare(lib):
     lib.evotune_runtime_scratch.argtypes = [
         ctypes.c_void_p, p(Problem), ctypes.c_void_p, p(ctypes.c_int64),
         p(ctypes.c_int64)]
+    lib.evotune_runtime_about.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                          ctypes.c_int64]
     lib.evotune_runtime_describe.argtypes = [
         ctypes.c_void_p, p(Problem), ctypes.c_void_p, ctypes.c_char_p,
         ctypes.c_int64]
@@ -217,6 +219,13 @@ class Runtime:
             self.handle, ctypes.byref(problem), ctypes.c_void_p(stream),
             ctypes.byref(floats), ctypes.byref(counters))
         return rc, floats.value, counters.value
+
+    def about(self):
+        """What the runtime serves, one line: a bundle's "bundle PATH: what
+        it was made for (N kernels for ARCHS, made YYYY-MM-DD)"."""
+        out = ctypes.create_string_buffer(4096)
+        self.lib.evotune_runtime_about(self.handle, out, len(out))
+        return out.value.decode()
 
     def describe(self, problem, stream):
         """(code, "template CONFIG arch (tuned|transferred|default)")."""

@@ -68,7 +68,10 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
     SDPA answers it while the kernel is fetched in the background (a later
     call runs it): 5 ms by default, time for a daemon's answer from its
     store; True or None: until it comes; False: not at all. kernel_for()
-    and VarlenPlan always wait."""
+    and VarlenPlan always wait. Returns what is served, one line: a
+    bundle's "bundle PATH: what it was made for (N kernels for ARCHS, made
+    YYYY-MM-DD)" (`evotune tune-model`'s model, layers and envelope), or
+    "daemon ADDRESS: ..."."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     bounds = check_bounds(length_buckets)
@@ -85,6 +88,8 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         _State.missing, _State.scratch = {}, {}
         _State.length_buckets = bounds
         _State.generation += 1
+    about = runtime.about()
+    return about if bundle is not None else f"daemon {daemon}: {about}"
 
 
 def _problem(q, kv_heads, seq_k, causal, mods=score_mods.NONE,

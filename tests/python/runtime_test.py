@@ -67,6 +67,10 @@ class RuntimeTest(unittest.TestCase):
         # A bundle never waits on the network: any bound is accepted.
         for seconds in (None, 0, 0.005, float("inf")):
             rt.wait_for_new_classes(seconds)
+        # What it serves: its path, one kernel for sm_90a (the day made,
+        # where the bundle is dated).
+        self.assertRegex(rt.about(), rf"^bundle {self.bundle}: 1 kernels "
+                         r"for sm_90a(, made \d{4}-\d\d-\d\d)?$")
         p = runtime.Problem(1, 8, 8, 512, 512, 64, 0, 0)
         rc, text = rt.describe(p, 0)
         # No GPU here: the driver is missing, and the runtime says so.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "core/envelope.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,6 +45,37 @@ std::string BundleOf(const std::vector<std::pair<Problem, std::string>>& ks) {
                                .string();
   EXPECT_TRUE(WriteKernelBundle(path, bundle).ok());
   return path;
+}
+
+// A bundle says what it was made for (tune-model's `about`), its kernels'
+// count and architectures, and the day it was made.
+TEST(BundleSourceTest, SaysWhatItServes) {
+  v1::KernelBundle bundle;
+  bundle.set_about("tune-model llama: 32 heads on 8, head_dim 128");
+  bundle.set_created_unix_s(1796083200);  // 2026-12-01 UTC.
+  for (const char* arch : {"sm_90a", "sm_89", "sm_90a"}) {
+    v1::Kernel* k = bundle.add_kernels();
+    Problem p = Seed();
+    p.batch = bundle.kernels_size();
+    *k->mutable_problem() = ProblemToProto(p);
+    k->set_arch(arch);
+  }
+  const std::string path = (std::filesystem::path(::testing::TempDir()) /
+                            ("about" + std::to_string(getpid()) + ".evtb"))
+                               .string();
+  ASSERT_TRUE(WriteKernelBundle(path, bundle).ok());
+  absl::StatusOr<std::unique_ptr<BundleSource>> source =
+      BundleSource::Open(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->About(),
+            absl::StrCat("bundle ", path,
+                         ": tune-model llama: 32 heads on 8, head_dim 128 (3 "
+                         "kernels for sm_89, sm_90a, made 2026-12-01)"));
+  Runtime runtime(*std::move(source));
+  EXPECT_THAT(runtime.About(), HasSubstr("(3 kernels for sm_89, sm_90a"));
+  // Without an `about` (evotune export's) nor a date: the kernels.
+  EXPECT_THAT((*BundleSource::Open(BundleOf({{Seed(), "sm_80"}})))->About(),
+              ::testing::EndsWith(": 1 kernels for sm_80"));
 }
 
 TEST(BundleSourceTest, FindsKernelsByProblemAndArchitecture) {

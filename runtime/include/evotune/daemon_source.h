@@ -51,6 +51,9 @@ class DaemonSource : public KernelSource {
   // kRefreshInterval: kernels tuned since reach a running program.
   absl::Duration RefreshInterval() const override { return kRefreshInterval; }
   static constexpr absl::Duration kRefreshInterval = absl::Seconds(30);
+  std::string About() const override {
+    return "a daemon: kernels tuned, transferred or defaulted on demand";
+  }
 
  private:
   class Stub;  // The gRPC stub, out of this header.

@@ -61,6 +61,9 @@ class KernelSource {
   virtual absl::Duration RefreshInterval() const {
     return absl::InfiniteDuration();
   }
+  // What it serves, in one line for people (a bundle: what it was made for,
+  // its kernels and date); "" where it does not say.
+  virtual std::string About() const { return ""; }
 };
 
 // The kernels of a bundle file, by problem and architecture (the GPU name
@@ -80,13 +83,19 @@ class BundleSource : public KernelSource {
   absl::StatusOr<v1::Kernel> Find(const Problem& problem,
                                   const std::string& device,
                                   const std::string& arch) override;
+  // "bundle PATH: ABOUT (N kernels for ARCHS, made YYYY-MM-DD)", ABOUT
+  // what the bundle says it was made for (`evotune tune-model`'s model and
+  // envelope) where it says, the date where it has one.
+  std::string About() const override { return about_; }
 
  private:
   BundleSource(std::string path, std::map<std::string, v1::Kernel> kernels,
-               std::vector<std::pair<Problem, std::string>> problems)
+               std::vector<std::pair<Problem, std::string>> problems,
+               std::string about)
       : path_(std::move(path)),
         kernels_(std::move(kernels)),
-        problems_(std::move(problems)) {}
+        problems_(std::move(problems)),
+        about_(std::move(about)) {}
   // The key in kernels_ of the smallest bucket holding `problem`, of its
   // score mods, else of mods serving them (ServesScoreMods), or "".
   std::string BucketKey(const Problem& problem, const std::string& arch) const;
@@ -96,6 +105,7 @@ class BundleSource : public KernelSource {
   const std::map<std::string, v1::Kernel> kernels_;
   // Each kernel's problem and arch, in kernels_' order.
   const std::vector<std::pair<Problem, std::string>> problems_;
+  const std::string about_;
 };
 
 // Thread-safe: a launch of a problem already served never waits for the
@@ -159,6 +169,9 @@ class Runtime {
   // CheckWithinPlan's, "workspace", "counters"); INTERNAL for a driver error.
   absl::Status Run(const AttentionPlan& plan, const AttentionCall& call,
                    CUstream stream) const;
+
+  // What its source serves (KernelSource::About).
+  std::string About() const { return source_->About(); }
 
  private:
   struct Module;   // One cubin loaded in one context.

@@ -123,6 +123,11 @@ evotune_runtime* evotune_runtime_open_daemon_tls(const char* address,
                                                  const char* tls_key);
 void evotune_runtime_close(evotune_runtime* runtime);
 
+/* What the runtime serves, one line for people, into `out` (at most `size`
+ * bytes, NUL-terminated): a bundle's "bundle PATH: what it was made for
+ * (N kernels for ARCHS, made YYYY-MM-DD)", or the daemon's. */
+int evotune_runtime_about(evotune_runtime* runtime, char* out, int64_t size);
+
 /* How long a call for a problem of a class the runtime serves nothing of
  * yet (all but seq_k alike) waits for the daemon's answer: max_us < 0 (the
  * default) until it comes; otherwise at most max_us microseconds (0: not
