@@ -13,20 +13,23 @@ static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) &&
 
 AttentionParams ContiguousParams(const Problem& p) {
   AttentionParams params{};
+  // A contiguous [batch, heads, seq, cols] tensor's strides.
+  const auto bhsd = [](long long* batch, long long* head, long long* row,
+                       int64_t heads, int64_t seq, long long cols) {
+    *row = cols;
+    *head = seq * cols;
+    *batch = heads * seq * cols;
+  };
   const long long d = p.head_dim;
   const long long dv = HeadDimV(p);  // Of V and O.
-  params.q_row_stride = d;
-  params.q_head_stride = p.seq_q * d;
-  params.q_batch_stride = p.heads * p.seq_q * d;
-  params.o_row_stride = dv;
-  params.o_head_stride = p.seq_q * dv;
-  params.o_batch_stride = p.heads * p.seq_q * dv;
-  params.k_row_stride = d;
-  params.k_head_stride = p.seq_k * d;
-  params.k_batch_stride = p.kv_heads * p.seq_k * d;
-  params.v_row_stride = dv;
-  params.v_head_stride = p.seq_k * dv;
-  params.v_batch_stride = p.kv_heads * p.seq_k * dv;
+  bhsd(&params.q_batch_stride, &params.q_head_stride, &params.q_row_stride,
+       p.heads, p.seq_q, d);
+  bhsd(&params.o_batch_stride, &params.o_head_stride, &params.o_row_stride,
+       p.heads, p.seq_q, dv);
+  bhsd(&params.k_batch_stride, &params.k_head_stride, &params.k_row_stride,
+       p.kv_heads, p.seq_k, d);
+  bhsd(&params.v_batch_stride, &params.v_head_stride, &params.v_row_stride,
+       p.kv_heads, p.seq_k, dv);
   params.batch = static_cast<int>(p.batch);
   params.heads = static_cast<int>(p.heads);
   params.kv_heads = static_cast<int>(p.kv_heads);
