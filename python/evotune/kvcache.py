@@ -37,7 +37,8 @@ with the cache's factors: quantize_fp8). q_descale is not served (q is
 never float8 here).
 
 window_size, softcap and alibi_slopes ([heads] or [batch, heads] fp32)
-are FlashAttention's (evotune/score_mods.py), over dense and paged caches.
+are FlashAttention's, sinks ([heads] fp32, gpt-oss's attention sinks)
+evotune's own (evotune/score_mods.py), over dense and paged caches.
 Rotary embedding and the softmax's LSE are not served: asking for them
 raises AttentionArgumentError naming the argument. Calls evotune cannot serve run SDPA per sequence (this syncs).
 """
@@ -213,14 +214,14 @@ class _Plan:
         self.scratch = self.args = None  # The run's arguments, by scratch.
 
     def __call__(self, q, k_cache, v_cache, o, used, block_table, descale,
-                 scratch, stream_id, alibi_slopes=None):
+                 scratch, stream_id, data=(None, None)):
         t = self.tensors
         t[0].data, t[1].data, t[2].data, t[3].data = (
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             o.data_ptr())
         self.lengths.seqused_k = used.data_ptr()
         _set_descale(self.lengths, *descale)
-        score_mods.set_slopes(self.lengths, alibi_slopes)
+        score_mods.set_data(self.lengths, *data)
         if block_table is not None:
             self.lengths.block_table = block_table.data_ptr()
             self.lengths.block_table_stride = block_table.stride(0)
@@ -259,25 +260,25 @@ def _descale_views(q, k_cache, k_descale, v_descale):
 
 
 def _signature(q, k_cache, v_cache, block_table, causal, mods, scale,
-               stream_id, alibi=False):
+               stream_id, data=score_mods.NO_DATA):
     table = None if block_table is None else tuple(block_table.shape)
     return (_et._State.generation, tuple(q.shape), tuple(q.stride()),
             tuple(k_cache.shape), tuple(k_cache.stride()),
             tuple(v_cache.stride()), table, q.dtype, k_cache.dtype, q.device,
-            causal, mods, alibi, scale, stream_id)
+            causal, mods, data, scale, stream_id)
 
 
 def _plan_for(q, k_cache, v_cache, block_table, o, causal, mods, scale,
-              stream_id, alibi=False):
+              stream_id, data=score_mods.NO_DATA):
     """The _Plan of the call's signature, or why SDPA answers it."""
     key = _signature(q, k_cache, v_cache, block_table, causal, mods, scale,
-                     stream_id, alibi)
+                     stream_id, data)
     entry = _plans.get(key)
     if entry is not None and not (isinstance(entry, _et._Pending) and
                                   entry.due()):
         return entry
     entry = _make_plan(q, k_cache, v_cache, block_table, o, causal, mods,
-                       scale, stream_id, alibi)
+                       scale, stream_id, data)
     if len(_plans) >= 4096:
         _plans.clear()
     _plans[key] = entry
@@ -285,7 +286,7 @@ def _plan_for(q, k_cache, v_cache, block_table, o, causal, mods, scale,
 
 
 def _make_plan(q, k_cache, v_cache, block_table, o, causal, mods, scale,
-               stream_id, alibi=False):
+               stream_id, data=score_mods.NO_DATA):
     runtime = _et._State.runtime
     if runtime is None:
         return "no runtime: evotune.torch.use(bundle=...) or use(daemon=...)"
@@ -297,7 +298,7 @@ def _make_plan(q, k_cache, v_cache, block_table, o, causal, mods, scale,
         _rt.LAYOUT_PAGED if paged else _rt.LAYOUT_KV_CACHE,
         k_cache.shape[1] if paged else 0,
         int(k_cache.dtype == torch.float8_e4m3fn),
-        **score_mods.problem_fields(mods, (False, alibi)))
+        **score_mods.problem_fields(mods, data))
     if problem.key() in _et._State.missing:
         return _et._State.missing[problem.key()]
     plan, why = _et.plan_problem(problem, stream_id)
@@ -372,11 +373,12 @@ def _dequantized(t, descale, b, dtype):
 
 def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
                       block_table=None, k_descale=None, v_descale=None,
-                      mods=score_mods.NONE, alibi_slopes=None):
+                      mods=score_mods.NONE, data=(None, None)):
     """The reference semantics, one SDPA call per sequence (syncs;
     score_mods.attend); a paged cache's pages gathered through block_table;
-    an FP8 cache dequantized by the [batch, kv_heads] factors; ALiBi's
-    slopes [heads] or [batch, heads]."""
+    an FP8 cache dequantized by the [batch, kv_heads] factors; data: the
+    sinks [heads] and ALiBi's slopes [heads] or [batch, heads], or None."""
+    sinks, alibi_slopes = data
     o = torch.zeros_like(q)
     for b, n in enumerate(used.tolist()):
         if n == 0:
@@ -392,33 +394,31 @@ def sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
         vs = _dequantized(vs, v_descale, b, q.dtype)
         ks, vs = (t.transpose(0, 1)[None] for t in (ks, vs))
         o[b] = score_mods.attend(
-            qs, ks, vs, causal, scale, mods,
-            alibi_slopes=score_mods.sequence_slopes(alibi_slopes,
-                                                    b))[0].transpose(0, 1)
+            qs, ks, vs, causal, scale, mods, sinks,
+            score_mods.sequence_slopes(alibi_slopes, b))[0].transpose(0, 1)
     return o
 
 
 def _kvcache_impl(q, k_cache, v_cache, used, block_table, causal, scale,
                   k_descale=None, v_descale=None, mods=score_mods.NONE,
-                  shape_reason=_UNCHECKED, alibi_slopes=None):
+                  shape_reason=_UNCHECKED, data=(None, None)):
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     k_descale, v_descale = _descale_views(q, k_cache, k_descale, v_descale)
     if _served_reason(q, k_cache, v_cache, block_table, scale,
                       shape_reason) is None:
         stream_id = _et._stream_id(q.device)
         plan = _plan_for(q, k_cache, v_cache, block_table, o, causal, mods,
-                         scale, stream_id, alibi_slopes is not None)
+                         scale, stream_id, score_mods.data_mods(*data))
         if not isinstance(plan, str):
             scratch = [t.data_ptr() if t is not None else None
                        for t in _et._stream_scratch(q.device, stream_id).fit(
                            plan.plan.workspace_floats, plan.plan.counters,
                            q.device)]
             plan(q, k_cache, v_cache, o, used, block_table,
-                 (k_descale, v_descale), scratch, stream_id, alibi_slopes)
+                 (k_descale, v_descale), scratch, stream_id, data)
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, used, causal, scale,
-                             block_table, k_descale, v_descale, mods,
-                             alibi_slopes)
+                             block_table, k_descale, v_descale, mods, data)
 
 
 @torch.library.custom_op("evotune::kvcache_attention", mutates_args=())
@@ -428,17 +428,18 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              k_descale: Optional[torch.Tensor],
              v_descale: Optional[torch.Tensor], window_left: int = -1,
              window_right: int = -1, softcap: float = 0.0,
-             alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
+             alibi_slopes: Optional[torch.Tensor] = None,
+             sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _kvcache_impl(q, k_cache, v_cache, used, block_table, causal,
                          scale, k_descale, v_descale,
                          (window_left, window_right, softcap),
-                         alibi_slopes=alibi_slopes)
+                         data=(sinks, alibi_slopes))
 
 
 @_kvcache.register_fake
 def _(q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
       v_descale, window_left=-1, window_right=-1, softcap=0.0,
-      alibi_slopes=None):
+      alibi_slopes=None, sinks=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -450,10 +451,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
                             window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None,
                             num_splits=0, return_softmax_lse=False,
-                            q_descale=None, k_descale=None, v_descale=None):
+                            q_descale=None, k_descale=None, v_descale=None,
+                            sinks=None):
     """FlashAttention's flash_attn_with_kvcache, forward (see the module
     docstring), with FlashAttention 3's k_descale and v_descale for an FP8
-    cache; num_splits and rotary_interleaved are accepted and left to the
+    cache, and sinks ([heads] fp32: gpt-oss's attention sinks, which vLLM's
+    FlashAttention passes as s_aux); num_splits and rotary_interleaved are accepted and left to the
     kernel. Raises AttentionArgumentError naming the argument for tensors
     that do not fit together or a feature not served."""
     given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
@@ -480,16 +483,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
             if len(_checked) >= 4096:
                 _checked.clear()
             _checked[key] = shape_reason
-    alibi_slopes = score_mods.check_slopes(
-        alibi_slopes, q, "evotune.flash_attn_with_kvcache", heads=q.shape[2])
+    where = "evotune.flash_attn_with_kvcache"
+    sinks = score_mods.check_sinks(sinks, q, where, heads=q.shape[2])
+    alibi_slopes = score_mods.check_slopes(alibi_slopes, q, where,
+                                           heads=q.shape[2])
     used = _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table)
     args = (q, k_cache, v_cache, used, block_table, causal, scale, k_descale,
             v_descale)
-    tensors = [t for t in (*args, alibi_slopes) if isinstance(t, torch.Tensor)]
+    tensors = [t for t in (*args, sinks, alibi_slopes)
+               if isinstance(t, torch.Tensor)]
     if _et.eager(*tensors):
         return _kvcache_impl(*args, mods=mods, shape_reason=shape_reason,
-                             alibi_slopes=alibi_slopes)
-    return torch.ops.evotune.kvcache_attention(*args, *mods, alibi_slopes)
+                             data=(sinks, alibi_slopes))
+    return torch.ops.evotune.kvcache_attention(*args, *mods, alibi_slopes,
+                                               sinks)
 
 
 _checked = {}  # A decode step's signature: its _shape_reason.

@@ -23,7 +23,8 @@ maxima (use()'s length_buckets; the key bound cut to the block table's
 row): no host sync, capturable in CUDA graphs. Pages of 16 to 256 keys (a
 multiple of 16) are served by the kernels, other calls by SDPA per
 sequence (which syncs). window_size, softcap and alibi_slopes ([heads] or
-[batch, heads] fp32; a PagedPlan made with alibi=True) are FlashAttention's
+[batch, heads] fp32; a PagedPlan made with alibi=True) are FlashAttention's,
+sinks ([heads] fp32, gpt-oss's attention sinks; sinks=True) evotune's own
 (evotune/score_mods.py).
 """
 from typing import Optional
@@ -65,7 +66,8 @@ class PagedPlan(VarlenPlan):
                  max_seqlen_q, max_seqlen_k, causal=False,
                  dtype=torch.bfloat16, device=None, softmax_scale=None,
                  max_pages=None, _stream_scratch=False, *,
-                 window_size=(-1, -1), softcap=0.0, alibi=False):
+                 window_size=(-1, -1), softcap=0.0, alibi=False,
+                 sinks=False):
         if int(page_size) < 1:
             raise AttentionArgumentError(
                 f"evotune.PagedPlan: page_size must be at least 1, got "
@@ -75,7 +77,7 @@ class PagedPlan(VarlenPlan):
         super().__init__(batch, heads, kv_heads, head_dim, max_seqlen_q,
                          max_seqlen_k, causal, dtype, device, softmax_scale,
                          _stream_scratch, window_size=window_size,
-                         softcap=softcap, alibi=alibi)
+                         softcap=softcap, alibi=alibi, sinks=sinks)
 
     def _make_problem(self, bf16):
         batch, heads, kv_heads, head_dim = self.shape
@@ -84,13 +86,13 @@ class PagedPlan(VarlenPlan):
             key_bound(self.max_seqlen_k, self.page_size, self.max_pages),
             head_dim, int(self.causal), int(bf16), _rt.LAYOUT_PAGED,
             self.page_size,
-            **score_mods.problem_fields(self.mods, (False, self.alibi)))
+            **score_mods.problem_fields(self.mods, self.data))
 
     def _served_reason(self):
         return page_size_reason(self.page_size) or super()._served_reason()
 
     def run(self, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
-            out=None, alibi_slopes=None):
+            out=None, alibi_slopes=None, sinks=None):
         """The forward of a batch within the plan (see the module
         docstring): the output (`out` when given). Raises
         AttentionArgumentError naming the argument for tensors that do not
@@ -99,14 +101,14 @@ class PagedPlan(VarlenPlan):
                                 block_table, self.max_seqlen_q,
                                 self.max_seqlen_k)
         self._check_plan(q, k_cache, cu_seqlens_q, block_table, out)
-        alibi_slopes = self._check_slopes(q, alibi_slopes)
+        data = self._check_data(q, sinks, alibi_slopes)
         o = self._launch_paged(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                               block_table, out, alibi_slopes)
+                               block_table, out, data)
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                               block_table, self.causal, self.scale or None,
-                              self.mods, alibi_slopes)
+                              self.mods, data)
         return o if out is None else out.copy_(o)
 
     def _check_plan(self, q, k_cache, cu_q, block_table, out):
@@ -129,7 +131,7 @@ class PagedPlan(VarlenPlan):
         self._check_like_plan(q, out)
 
     def _launch_paged(self, q, k_cache, v_cache, cu_q, seqused_k,
-                      block_table, out, alibi_slopes=None):
+                      block_table, out, data=(None, None)):
         """The output, or None where SDPA answers."""
         if self._plan is None:
             return None
@@ -143,14 +145,16 @@ class PagedPlan(VarlenPlan):
                    _pages_tensor(v_cache), _packed_tensor(o)]
         lengths = _rt.Lengths(cu_q.data_ptr(), None, seqused_k.data_ptr(),
                               block_table.data_ptr(), block_table.stride(0))
-        score_mods.set_slopes(lengths, alibi_slopes)
+        score_mods.set_data(lengths, *data)
         return self._run_plan(q, tensors, lengths, o)
 
 
 def sdpa_per_sequence(q, k_cache, v_cache, cu_q, seqused_k, block_table,
-                      causal, scale, mods=score_mods.NONE, alibi_slopes=None):
+                      causal, scale, mods=score_mods.NONE, data=(None, None)):
     """The reference semantics, one SDPA call per sequence over its pages
-    gathered through the block table (syncs; score_mods.attend)."""
+    gathered through the block table (syncs; score_mods.attend; data: the
+    sinks and ALiBi's slopes, or None)."""
+    sinks, alibi_slopes = data
     o = torch.zeros_like(q)
     starts, used = cu_q.tolist(), seqused_k.tolist()
     page_size = k_cache.shape[1]
@@ -163,8 +167,8 @@ def sdpa_per_sequence(q, k_cache, v_cache, cu_q, seqused_k, block_table,
                   for t in (k_cache, v_cache))
         qs = q[q0:q1].transpose(0, 1)[None]
         out = score_mods.attend(
-            qs, ks, vs, causal, scale, mods,
-            alibi_slopes=score_mods.sequence_slopes(alibi_slopes, b))
+            qs, ks, vs, causal, scale, mods, sinks,
+            score_mods.sequence_slopes(alibi_slopes, b))
         o[q0:q1] = out[0].transpose(0, 1)
     return o
 
@@ -173,35 +177,36 @@ _plans = {}  # The op's PagedPlans, by bucket, device and stream.
 
 
 def _op_plan(q, k_cache, cu_q, block_table, max_q, max_k, causal, scale,
-             mods, alibi=False):
+             mods, data=score_mods.NO_DATA):
     """The op's plan for a call, one per bucket, block table width, device
     and stream, kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1],
            k_cache.shape[2], q.shape[2], k_cache.shape[1],
            block_table.shape[1], bucket(max_q), bucket(max_k), causal, mods,
-           alibi, q.dtype, q.device, stream, scale)
+           data, q.dtype, q.device, stream, scale)
     return cached_plan(_plans, key, lambda: PagedPlan(
         cu_q.shape[0] - 1, q.shape[1], k_cache.shape[2], q.shape[2],
         k_cache.shape[1], max_q, max_k, causal, q.dtype, q.device, scale,
         max_pages=block_table.shape[1], _stream_scratch=True,
-        window_size=mods[:2], softcap=mods[2], alibi=alibi))
+        window_size=mods[:2], softcap=mods[2], sinks=data[0],
+        alibi=data[1]))
 
 
 def _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
                 max_seqlen_q, max_seqlen_k, causal, scale,
-                mods=score_mods.NONE, alibi_slopes=None):
+                mods=score_mods.NONE, data=(None, None)):
     if paged_fallback_reason(q, k_cache, v_cache, block_table,
                              scale) is None:
         plan = _op_plan(q, k_cache, cu_seqlens_q, block_table, max_seqlen_q,
                         max_seqlen_k, causal, scale, mods,
-                        alibi_slopes is not None)
+                        score_mods.data_mods(*data))
         o = plan._launch_paged(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                               block_table, None, alibi_slopes)
+                               block_table, None, data)
         if o is not None:
             return o
     return sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                             block_table, causal, scale, mods, alibi_slopes)
+                             block_table, causal, scale, mods, data)
 
 
 @torch.library.custom_op("evotune::paged_varlen_attention", mutates_args=())
@@ -210,16 +215,18 @@ def _paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            block_table: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
            causal: bool, scale: Optional[float], window_left: int = -1,
            window_right: int = -1, softcap: float = 0.0,
-           alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
+           alibi_slopes: Optional[torch.Tensor] = None,
+           sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _paged_impl(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                        block_table, max_seqlen_q, max_seqlen_k, causal, scale,
-                       (window_left, window_right, softcap), alibi_slopes)
+                       (window_left, window_right, softcap),
+                       (sinks, alibi_slopes))
 
 
 @_paged.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
       max_seqlen_q, max_seqlen_k, causal, scale, window_left=-1,
-      window_right=-1, softcap=0.0, alibi_slopes=None):
+      window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None):
     return torch.empty_like(q)
 
 
@@ -227,26 +234,28 @@ def paged_varlen_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                            block_table, max_seqlen_q, max_seqlen_k,
                            causal=False, softmax_scale=None,
                            window_size=(-1, -1), softcap=0.0,
-                           alibi_slopes=None):
+                           alibi_slopes=None, sinks=None):
     """The forward of a packed batch over a paged cache (see the module
     docstring), with FlashAttention's window_size, softcap and
-    alibi_slopes (evotune/score_mods.py). Raises AttentionArgumentError
-    naming the argument for tensors that do not fit together."""
+    alibi_slopes, and sinks (evotune/score_mods.py). Raises
+    AttentionArgumentError naming the argument for tensors that do not fit
+    together."""
     check_paged_varlen_call(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                             block_table, max_seqlen_q, max_seqlen_k)
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.paged_varlen_attention")
+    sinks = score_mods.check_sinks(sinks, q, "evotune.paged_varlen_attention")
     alibi_slopes = score_mods.check_slopes(
         alibi_slopes, q, "evotune.paged_varlen_attention",
         batch=cu_seqlens_q.shape[0] - 1)
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
             int(max_seqlen_q), int(max_seqlen_k), causal,
             None if softmax_scale is None else float(softmax_scale))
-    data = [] if alibi_slopes is None else [alibi_slopes]
+    data = [t for t in (sinks, alibi_slopes) if t is not None]
     if _et.eager(*args[:6], *data):
-        return _paged_impl(*args, mods, alibi_slopes)
+        return _paged_impl(*args, mods, (sinks, alibi_slopes))
     return torch.ops.evotune.paged_varlen_attention(*args, *mods,
-                                                    alibi_slopes)
+                                                    alibi_slopes, sinks)
 
 
 def lengths_from_cumulative(cu_seqlens_k):

@@ -75,18 +75,22 @@ def problem_fields(mods, data=NO_DATA):
                 alibi=int(data[1]))
 
 
-def check_sinks(sinks, q, where):
+def check_sinks(sinks, q, where, heads=None):
     """sinks as the kernels read them (float32, contiguous, [heads] on q's
-    device), or None. Raises AttentionArgumentError naming the argument."""
-    if sinks is None or len(getattr(q, "shape", ())) != 4:
-        return sinks  # None, or a call check_call refuses first.
+    device; `heads` where q is not [batch, heads, ...] nor [..., heads,
+    head_dim]), or None. Raises AttentionArgumentError naming the
+    argument."""
+    if sinks is None or len(getattr(q, "shape", ())) < 3:
+        return sinks  # None, or a call the shape checks refuse first.
     if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
         raise AttentionArgumentError(
             f"{where}: sinks must be a floating-point tensor, got "
             f"{type(sinks).__name__}")
-    if tuple(sinks.shape) != (q.shape[1],) or sinks.device != q.device:
+    if heads is None:
+        heads = q.shape[1] if len(q.shape) == 4 else q.shape[-2]
+    if tuple(sinks.shape) != (heads,) or sinks.device != q.device:
         raise AttentionArgumentError(
-            f"{where}: sinks must be [heads] = [{q.shape[1]}] on {q.device}, "
+            f"{where}: sinks must be [heads] = [{heads}] on {q.device}, "
             f"got {tuple(sinks.shape)} on {sinks.device}")
     return sinks.to(torch.float32).contiguous()
 
@@ -123,9 +127,12 @@ def slopes_stride(alibi_slopes):
     return 0 if alibi_slopes.dim() == 1 else alibi_slopes.shape[1]
 
 
-def set_slopes(lengths, alibi_slopes):
-    """Checked slopes (check_slopes) into the runtime's Lengths: their
-    pointer and batch stride; nothing for None."""
+def set_data(lengths, sinks, alibi_slopes):
+    """Checked sinks and slopes (check_sinks, check_slopes) into the
+    runtime's Lengths: their pointers and the slopes' batch stride; nothing
+    for None."""
+    if sinks is not None:
+        lengths.sinks = sinks.data_ptr()
     if alibi_slopes is not None:
         lengths.alibi_slopes = alibi_slopes.data_ptr()
         lengths.alibi_batch_stride = slopes_stride(alibi_slopes)

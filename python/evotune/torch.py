@@ -246,9 +246,7 @@ class _Launch:
         """The output, or None where SDPA serves the call (serves())."""
         if not self.serves(q, k, v):
             return None
-        if sinks is not None:
-            self.lengths.sinks = sinks.data_ptr()
-        score_mods.set_slopes(self.lengths, alibi_slopes)
+        score_mods.set_data(self.lengths, sinks, alibi_slopes)
         o = _output(q, v)
         t = self.tensors
         t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),

@@ -42,10 +42,10 @@ def _tensor(t):
 
 
 def _problem(batch, heads, kv_heads, head_dim, max_q, max_k, causal, bf16,
-             mods=score_mods.NONE, alibi=False, head_dim_v=0):
+             mods=score_mods.NONE, data=score_mods.NO_DATA, head_dim_v=0):
     return _rt.Problem(batch, heads, kv_heads, bucket(max_q), bucket(max_k),
                        head_dim, int(causal), int(bf16), _rt.LAYOUT_VARLEN,
-                       **score_mods.problem_fields(mods, (False, alibi)),
+                       **score_mods.problem_fields(mods, data),
                        head_dim_v=0 if head_dim_v == head_dim else head_dim_v)
 
 
@@ -66,7 +66,8 @@ class VarlenPlan:
     which syncs. A plan's scratch is its own: run it on one stream at a time.
     window_size and softcap are FlashAttention's (evotune/score_mods.py);
     with alibi=True every run() passes alibi_slopes ([heads] or [batch,
-    heads] fp32); head_dim_v is v's head dim where it differs from
+    heads] fp32), with sinks=True sinks ([heads] fp32, gpt-oss's attention
+    sinks); head_dim_v is v's head dim where it differs from
     head_dim (the output's; DeepSeek's MLA prefill: 192 and 128). Raises
     AttentionArgumentError for sizes no attention takes."""
 
@@ -74,7 +75,7 @@ class VarlenPlan:
                  max_seqlen_k, causal=False, dtype=torch.bfloat16,
                  device=None, softmax_scale=None, _stream_scratch=False, *,
                  window_size=(-1, -1), softcap=0.0, alibi=False,
-                 head_dim_v=None):
+                 head_dim_v=None, sinks=False):
         device = torch.device("cuda" if device is None else device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
@@ -94,7 +95,7 @@ class VarlenPlan:
         self.max_seqlen_q, self.max_seqlen_k = max_seqlen_q, max_seqlen_k
         self.causal, self.mods = score_mods.normalize(
             causal, window_size, softcap, f"evotune.{type(self).__name__}")
-        self.alibi = bool(alibi)
+        self.data = (bool(sinks), bool(alibi))  # score_mods.data_mods'.
         self.dtype, self.device = dtype, device
         self.scale = 0.0 if softmax_scale is None else float(softmax_scale)
         self.problem = self._make_problem(dtype == torch.bfloat16)
@@ -109,7 +110,7 @@ class VarlenPlan:
     def _make_problem(self, bf16):
         """The bucket's problem."""
         return _problem(*self.shape, self.max_seqlen_q, self.max_seqlen_k,
-                        self.causal, bf16, self.mods, self.alibi,
+                        self.causal, bf16, self.mods, self.data,
                         self.head_dim_v)
 
     def _served_reason(self):
@@ -144,18 +145,24 @@ class VarlenPlan:
                          for t in (self.workspace, self.counters)]
         return None
 
-    def _check_slopes(self, q, alibi_slopes):
-        """alibi_slopes as the kernel reads them; given exactly where the
-        plan has ALiBi."""
-        where = f"evotune.{type(self).__name__}.run"
-        if (alibi_slopes is not None) != self.alibi:
-            raise AttentionArgumentError(
-                f"{where}: alibi_slopes must be "
-                + ("given: the plan has ALiBi" if self.alibi else
-                   "None: the plan has no ALiBi (VarlenPlan(..., "
-                   "alibi=True))"))
-        return score_mods.check_slopes(alibi_slopes, q, where,
-                                       batch=self.shape[0])
+    def _check_data(self, q, sinks, alibi_slopes):
+        """(sinks, alibi_slopes) as the kernel reads them; each given
+        exactly where the plan has it."""
+        name = type(self).__name__
+        where = f"evotune.{name}.run"
+        for arg, t, planned, what in (
+                ("sinks", sinks, self.data[0], "sinks"),
+                ("alibi_slopes", alibi_slopes, self.data[1], "ALiBi")):
+            if (t is not None) != planned:
+                flag = "alibi" if arg == "alibi_slopes" else arg
+                raise AttentionArgumentError(
+                    f"{where}: {arg} must be " +
+                    (f"given: the plan has {what}" if planned else
+                     f"None: the plan has no {what} ({name}(..., "
+                     f"{flag}=True))"))
+        return (score_mods.check_sinks(sinks, q, where),
+                score_mods.check_slopes(alibi_slopes, q, where,
+                                        batch=self.shape[0]))
 
     def _check(self, q, k, v, cu_q, cu_k, seqused_k, out):
         check_varlen_call(q, k, v, cu_q, cu_k, self.max_seqlen_q,
@@ -190,24 +197,24 @@ class VarlenPlan:
                 f"{out.device}")
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None,
-            out=None, alibi_slopes=None):
+            out=None, alibi_slopes=None, sinks=None):
         """flash_attn_varlen_func's forward for a batch within the plan
         (see evotune.torch.varlen_attention): the output (`out` when
         given). Raises AttentionArgumentError naming the argument for
         tensors that do not fit together or the plan."""
         self._check(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out)
-        alibi_slopes = self._check_slopes(q, alibi_slopes)
+        data = self._check_data(q, sinks, alibi_slopes)
         o = self._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, out,
-                         alibi_slopes)
+                         data)
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k,
                               self.causal, self.scale or None, seqused_k,
-                              self.mods, alibi_slopes)
+                              self.mods, data)
         return o if out is None else out.copy_(o)
 
     def _launch(self, q, k, v, cu_q, cu_k, seqused_k, out,
-                alibi_slopes=None):
+                data=(None, None)):
         """The output, or None where SDPA answers."""
         if self._plan is None:
             return None
@@ -219,7 +226,7 @@ class VarlenPlan:
         lengths = _rt.Lengths(cu_q.data_ptr(), cu_k.data_ptr(),
                               seqused_k.data_ptr() if seqused_k is not None
                               else None)
-        score_mods.set_slopes(lengths, alibi_slopes)
+        score_mods.set_data(lengths, *data)
         return self._run_plan(q, tensors, lengths, o)
 
     def _run_plan(self, q, tensors, lengths, o):
@@ -244,17 +251,18 @@ def softmax_scale_refused(scale):
 _plans = {}  # (generation, problem, device, stream): the op's VarlenPlans.
 
 
-def _op_plan(q, k, v, cu_q, max_q, max_k, causal, scale, mods, alibi=False):
+def _op_plan(q, k, v, cu_q, max_q, max_k, causal, scale, mods,
+             data=score_mods.NO_DATA):
     """The op's plan for a call, one per bucket, device and stream (its
     scratch is its own), kept until the next use()."""
     stream = _et._stream_id(q.device) if q.is_cuda else None
     key = (_et._State.generation, cu_q.shape[0] - 1, q.shape[1], k.shape[1],
            q.shape[2], v.shape[2], bucket(max_q), bucket(max_k), causal,
-           mods, alibi, q.dtype, q.device, stream, scale)
+           mods, data, q.dtype, q.device, stream, scale)
     return cached_plan(_plans, key, lambda: VarlenPlan(
         cu_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max_q, max_k,
         causal, q.dtype, q.device, scale, _stream_scratch=True,
-        window_size=mods[:2], softcap=mods[2], alibi=alibi,
+        window_size=mods[:2], softcap=mods[2], sinks=data[0], alibi=data[1],
         head_dim_v=v.shape[2]))
 
 
@@ -271,9 +279,11 @@ def cached_plan(plans, key, make):
 
 
 def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
-                      mods=score_mods.NONE, alibi_slopes=None):
+                      mods=score_mods.NONE, data=(None, None)):
     """The reference semantics, one SDPA call per sequence (syncs;
-    score_mods.attend; alibi_slopes [heads] or [batch, heads])."""
+    score_mods.attend; data: the sinks [heads] and ALiBi's slopes [heads]
+    or [batch, heads], or None)."""
+    sinks, alibi_slopes = data
     o = _et._output(q, v).zero_()
     starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
     used = seqused_k.tolist() if seqused_k is not None else None
@@ -286,24 +296,24 @@ def sdpa_per_sequence(q, k, v, cu_q, cu_k, causal, scale, seqused_k=None,
         qs, ks, vs = (t.transpose(0, 1).unsqueeze(0)
                       for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
         out = score_mods.attend(
-            qs, ks, vs, causal, scale, mods,
-            alibi_slopes=score_mods.sequence_slopes(alibi_slopes, b))
+            qs, ks, vs, causal, scale, mods, sinks,
+            score_mods.sequence_slopes(alibi_slopes, b))
         o[q0:q1] = out[0].transpose(0, 1)
     return o
 
 
 def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                  max_seqlen_k, causal, scale, seqused_k,
-                 mods=score_mods.NONE, alibi_slopes=None):
+                 mods=score_mods.NONE, data=(None, None)):
     if varlen_fallback_reason(q, k, v, scale) is None:
         plan = _op_plan(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
-                        causal, scale, mods, alibi_slopes is not None)
+                        causal, scale, mods, score_mods.data_mods(*data))
         o = plan._launch(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                         None, alibi_slopes)
+                         None, data)
         if o is not None:
             return o
     return sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
-                             scale, seqused_k, mods, alibi_slopes)
+                             scale, seqused_k, mods, data)
 
 
 @torch.library.custom_op("evotune::varlen_attention", mutates_args=())
@@ -313,31 +323,35 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             scale: Optional[float], seqused_k: Optional[torch.Tensor],
             window_left: int = -1, window_right: int = -1,
             softcap: float = 0.0,
-            alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
+            alibi_slopes: Optional[torch.Tensor] = None,
+            sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     return _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, causal, scale, seqused_k,
-                        (window_left, window_right, softcap), alibi_slopes)
+                        (window_left, window_right, softcap),
+                        (sinks, alibi_slopes))
 
 
 @_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       causal, scale, seqused_k, window_left=-1, window_right=-1,
-      softcap=0.0, alibi_slopes=None):
+      softcap=0.0, alibi_slopes=None, sinks=None):
     return _et._output(q, v)
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, causal=False, softmax_scale=None,
                      seqused_k=None, window_size=(-1, -1), softcap=0.0,
-                     alibi_slopes=None):
+                     alibi_slopes=None, sinks=None):
     """flash_attn_varlen_func's forward (see the module docstring), with
-    its window_size, softcap and alibi_slopes ([heads] or [batch, heads];
-    evotune/score_mods.py). Raises AttentionArgumentError naming the
-    argument for tensors that do not fit together."""
+    its window_size, softcap and alibi_slopes ([heads] or [batch, heads]),
+    and sinks ([heads], gpt-oss's attention sinks; evotune/score_mods.py).
+    Raises AttentionArgumentError naming the argument for tensors that do
+    not fit together."""
     check_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, seqused_k)
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.varlen_attention")
+    sinks = score_mods.check_sinks(sinks, q, "evotune.varlen_attention")
     alibi_slopes = score_mods.check_slopes(
         alibi_slopes, q, "evotune.varlen_attention",
         batch=cu_seqlens_q.shape[0] - 1)
@@ -345,10 +359,11 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             int(max_seqlen_k), causal,
             None if softmax_scale is None else float(softmax_scale),
             seqused_k)
-    data = [t for t in (seqused_k, alibi_slopes) if t is not None]
+    data = [t for t in (seqused_k, sinks, alibi_slopes) if t is not None]
     if _et.eager(q, k, v, cu_seqlens_q, cu_seqlens_k, *data):
-        return _varlen_impl(*args, mods, alibi_slopes)
-    return torch.ops.evotune.varlen_attention(*args, *mods, alibi_slopes)
+        return _varlen_impl(*args, mods, (sinks, alibi_slopes))
+    return torch.ops.evotune.varlen_attention(*args, *mods, alibi_slopes,
+                                              sinks)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -356,7 +371,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                            causal=False, window_size=(-1, -1), softcap=0.0,
                            alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None,
-                           seqused_k=None):
+                           seqused_k=None, sinks=None):
     """FlashAttention's flash_attn_varlen_func, forward: varlen_attention
     under FlashAttention's argument names, so that a caller swaps the
     import. Dropout and attention probabilities are not served: asking for
@@ -364,7 +379,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     `deterministic` is accepted (the forward pass is). With block_table, k
     and v are a paged cache [num_pages, page_size, kv_heads, head_dim]
     (evotune/paged.py) and each sequence's keys are seqused_k, or
-    FlashAttention-2's cumulative cu_seqlens_k where seqused_k is None."""
+    FlashAttention-2's cumulative cu_seqlens_k where seqused_k is None.
+    sinks ([heads] fp32, gpt-oss's attention sinks, which vLLM's
+    FlashAttention passes as s_aux) is evotune's own."""
     unserved = [("dropout_p", dropout_p != 0),
                 ("return_attn_probs", bool(return_attn_probs))]
     for name, asked in unserved:
@@ -383,9 +400,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             q, k, v, cu_seqlens_q, seqused_k, block_table, max_seqlen_q,
             max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
             window_size=window_size, softcap=softcap,
-            alibi_slopes=alibi_slopes)
+            alibi_slopes=alibi_slopes, sinks=sinks)
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, causal=causal,
                             softmax_scale=softmax_scale, seqused_k=seqused_k,
                             window_size=window_size, softcap=softcap,
-                            alibi_slopes=alibi_slopes)
+                            alibi_slopes=alibi_slopes, sinks=sinks)

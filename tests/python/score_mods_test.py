@@ -108,6 +108,23 @@ def bias_reference(q, k, v, causal, cap, slopes):
     return torch.softmax(s, -1) @ vv
 
 
+def gpt_oss_reference(q, k, v, sinks, left):
+    """gpt-oss's attention in fp32: causal scores (bottom-right), a window
+    of `left` keys before the diagonal (-1: none), the sinks as one more
+    softmax column, dropped. q [1, heads, sq, d], k and v [1, kv_heads,
+    sk, d]."""
+    heads, sq, sk = q.shape[1], q.shape[2], k.shape[2]
+    kk, vv = (t.float().repeat_interleave(heads // k.shape[1], dim=1)
+              for t in (k, v))
+    s = q.float() @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5
+    i = torch.arange(sq, device="cuda").view(-1, 1) + sk - sq
+    j = torch.arange(sk, device="cuda").view(1, -1)
+    seen = (j <= i) & ((j >= i - left) if left >= 0 else True)
+    s = s.masked_fill(~seen, float("-inf"))
+    col = sinks.float().view(1, heads, 1, 1).expand(1, heads, sq, 1)
+    return torch.softmax(torch.cat([s, col], dim=-1), -1)[..., :-1] @ vv
+
+
 class ScoreModsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -270,20 +287,11 @@ class ScoreModsTest(unittest.TestCase):
                 self.assertIsNotNone(kernel, why)
                 o = et.attention(q, k, v, True, window_size=window,
                                  sinks=sinks.to(torch.bfloat16))
-                # gpt-oss: scores, masked, the sink column, softmax, drop.
-                kk = k.float().repeat_interleave(8, dim=1)
-                vv = v.float().repeat_interleave(8, dim=1)
-                s = q.float() @ kk.transpose(-1, -2) / 8.0
-                i = torch.arange(sq, device="cuda").view(-1, 1) + sk - sq
-                j = torch.arange(sk, device="cuda").view(1, -1)
-                seen = (j <= i) & ((j >= i - window[0]) if window[0] >= 0
-                                   else True)
-                s = s.masked_fill(~seen, float("-inf"))
-                col = sinks.to(torch.bfloat16).float().view(1, 64, 1, 1)
-                s = torch.cat([s, col.expand(1, 64, sq, 1)], dim=-1)
-                want = torch.softmax(s, -1)[..., :-1] @ vv
+                want = gpt_oss_reference(q, k, v, sinks.to(torch.bfloat16),
+                                         window[0])
                 err = (o.float() - want).abs().max().item()
                 self.assertLess(err, 2e-2, kernel)
+        self.sinks_in_the_varlen_and_cache_entry_points(g)
         # Bad sinks name themselves.
         q = torch.randn(1, 4, 8, 64, device="cuda", dtype=torch.float16)
         for bad in (torch.zeros(3, device="cuda"), torch.zeros(4),
@@ -406,6 +414,73 @@ class ScoreModsTest(unittest.TestCase):
                 self.assertLess(err.item(), 2e-2, b)
         with self.assertRaisesRegex(AttentionArgumentError, "v's head_dim"):
             plan.run(q, k, k, cu, cu)
+
+    def sinks_in_the_varlen_and_cache_entry_points(self, g):
+        """gpt-oss's sinks (its 128-key window and none) through
+        flash_attn_with_kvcache over a dense and a paged cache (decode and
+        speculative rows of three sequences), flash_attn_varlen_func over
+        packed sequences and over the pages, and VarlenPlan(sinks=True)."""
+        b, h, kvh, d, slots, page = 3, 64, 8, 64, 512, 16
+        used = torch.tensor([5, 200, 512], dtype=torch.int32, device="cuda")
+        kc, vc = (torch.randn(b, slots, kvh, d, generator=g,
+                              device="cuda").to(torch.bfloat16)
+                  for _ in range(2))
+        sinks = torch.randn(h, generator=g, device="cuda") * 2
+        table = torch.randperm(b * slots // page, generator=torch.Generator(
+        ).manual_seed(5)).view(b, slots // page).int().cuda()
+        kp, vp = (torch.empty_like(t.view(-1, page, kvh, d)) for t in (kc, vc))
+        for pool, dense in ((kp, kc), (vp, vc)):
+            pool[table.long()] = dense.view(b, slots // page, page, kvh, d)
+
+        def want(q, i, left):  # q [seq_q, heads, d] of sequence i.
+            n = used[i].item()
+            ks, vs = (t[i, :n].transpose(0, 1)[None] for t in (kc, vc))
+            return gpt_oss_reference(q.transpose(0, 1)[None], ks, vs, sinks,
+                                     left)[0].transpose(0, 1)
+        for sq, left in ((1, 127), (4, -1)):
+            q = torch.randn(b, sq, h, d, generator=g, device="cuda").to(
+                torch.bfloat16)
+            window = (left, -1)
+            for paged in (False, True):
+                o = et.flash_attn_with_kvcache(
+                    q, kp if paged else kc, vp if paged else vc,
+                    cache_seqlens=used, causal=True, window_size=window,
+                    sinks=sinks, block_table=table if paged else None)
+                for i in range(b):
+                    err = (o[i].float() - want(q[i], i, left)).abs().max()
+                    self.assertLess(err.item(), 2e-2, (sq, paged, i))
+            cu = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32,
+                              device="cuda")
+            o = et.flash_attn_varlen_func(
+                q.flatten(0, 1), kp, vp, cu, None, sq, slots, causal=True,
+                seqused_k=used, block_table=table, window_size=window,
+                sinks=sinks)
+            for i in range(b):
+                err = (o[i * sq:(i + 1) * sq].float() -
+                       want(q[i], i, left)).abs().max()
+                self.assertLess(err.item(), 2e-2, (sq, "paged packed", i))
+        # Packed prefill: the sequences' own keys, the plan and the op.
+        lens = [1, 37, 300]
+        cu = torch.tensor([0, 1, 38, 338], dtype=torch.int32, device="cuda")
+        q, k, v = (torch.randn(338, n, d, generator=g, device="cuda").to(
+            torch.bfloat16) for n in (h, kvh, kvh))
+        plan = et.VarlenPlan(3, h, kvh, d, 300, 300, causal=True,
+                             dtype=torch.bfloat16, window_size=(127, -1),
+                             sinks=True)
+        self.assertIsNotNone(plan.kernel, plan.reason)
+        for o in (plan.run(q, k, v, cu, cu, sinks=sinks),
+                  et.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300,
+                                            causal=True, sinks=sinks,
+                                            window_size=(127, -1))):
+            for i in range(3):
+                def seq(t):
+                    return t[cu[i]:cu[i] + lens[i]].transpose(0, 1)[None]
+                ref = gpt_oss_reference(seq(q), seq(k), seq(v), sinks,
+                                        127)[0].transpose(0, 1)
+                err = (o[cu[i]:cu[i] + lens[i]].float() - ref).abs().max()
+                self.assertLess(err.item(), 2e-2, i)
+        with self.assertRaisesRegex(AttentionArgumentError, "sinks"):
+            plan.run(q, k, v, cu, cu)
 
     def alibi_over_a_kv_cache(self, g):
         """ALiBi with each sequence's slopes over a KV cache, dense and
