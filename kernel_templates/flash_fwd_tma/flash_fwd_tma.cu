@@ -63,8 +63,8 @@
 //
 // Tunables (compile-time macros): CONSUMERS (1-3), BLOCK_N (64, 128, 192),
 // STAGES (2-4), OVERLAP (0/1), PINGPONG (0/1, two consumers only),
-// PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (64,
-// 80, 96, 128, 192 or 256, computed as the next multiple of 64; 128 with
+// PERSISTENT (0/1), KV_SPLITS (1, 2, 4). Fixed per problem: HEAD_DIM (32,
+// 64, 80, 96, 128, 192 or 256, computed as the next multiple of 64; 128 with
 // FP8), HEAD_DIM_V (V's and O's, at most HEAD_DIM's 64-column blocks; the
 // same unless defined), EVT_BF16, EVT_Q_FP8 and EVT_KV_FP8.
 //

@@ -187,7 +187,8 @@ TEST(KernelTemplateTest, EveryAcceptedConfigMeetsTheLaunchLimits) {
       for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
                {1, 1}, {17, 4097}, {1 << 20, 1 << 20}, {1, 1 << 20}}) {
         for (auto [d, dv] :
-             std::vector<std::pair<int64_t, int64_t>>{{64, 0},
+             std::vector<std::pair<int64_t, int64_t>>{{32, 0},
+                                                      {64, 0},
                                                       {80, 0},
                                                       {96, 0},
                                                       {128, 0},
