@@ -125,6 +125,22 @@ def gpt_oss_reference(q, k, v, sinks, left):
     return torch.softmax(torch.cat([s, col], dim=-1), -1)[..., :-1] @ vv
 
 
+def cache_and_pages(batch, slots, kv_heads, d, page, g):
+    """A bf16 KV cache [batch, slots, kv_heads, d] twice (k, v), the same
+    rows in pages of `page` keys in a shuffled order, and the block table:
+    (k_cache, v_cache, k_pages, v_pages, block_table)."""
+    kc, vc = (torch.randn(batch, slots, kv_heads, d, generator=g,
+                          device="cuda").to(torch.bfloat16) for _ in range(2))
+    per_seq = slots // page
+    table = torch.randperm(batch * per_seq, generator=torch.Generator(
+    ).manual_seed(slots)).view(batch, per_seq).int().cuda()
+    kp, vp = (torch.empty_like(t.view(-1, page, kv_heads, d))
+              for t in (kc, vc))
+    for pool, dense in ((kp, kc), (vp, vc)):
+        pool[table.long()] = dense.view(batch, per_seq, page, kv_heads, d)
+    return kc, vc, kp, vp, table
+
+
 class ScoreModsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -422,15 +438,8 @@ class ScoreModsTest(unittest.TestCase):
         packed sequences and over the pages, and VarlenPlan(sinks=True)."""
         b, h, kvh, d, slots, page = 3, 64, 8, 64, 512, 16
         used = torch.tensor([5, 200, 512], dtype=torch.int32, device="cuda")
-        kc, vc = (torch.randn(b, slots, kvh, d, generator=g,
-                              device="cuda").to(torch.bfloat16)
-                  for _ in range(2))
+        kc, vc, kp, vp, table = cache_and_pages(b, slots, kvh, d, page, g)
         sinks = torch.randn(h, generator=g, device="cuda") * 2
-        table = torch.randperm(b * slots // page, generator=torch.Generator(
-        ).manual_seed(5)).view(b, slots // page).int().cuda()
-        kp, vp = (torch.empty_like(t.view(-1, page, kvh, d)) for t in (kc, vc))
-        for pool, dense in ((kp, kc), (vp, vc)):
-            pool[table.long()] = dense.view(b, slots // page, page, kvh, d)
 
         def want(q, i, left):  # q [seq_q, heads, d] of sequence i.
             n = used[i].item()
@@ -489,16 +498,8 @@ class ScoreModsTest(unittest.TestCase):
         flash_attn_varlen_func(block_table=)."""
         b, h, kvh, d, slots, page = 3, 8, 2, 128, 512, 16
         used = torch.tensor([5, 200, 512], dtype=torch.int32, device="cuda")
-        kc, vc = (torch.randn(b, slots, kvh, d, generator=g,
-                              device="cuda").to(torch.bfloat16)
-                  for _ in range(2))
+        kc, vc, kp, vp, table = cache_and_pages(b, slots, kvh, d, page, g)
         slopes = torch.stack([bloom_slopes(h) * (i + 1) for i in range(b)])
-        order = torch.randperm(b * slots // page,
-                               generator=torch.Generator().manual_seed(7))
-        table = order.view(b, slots // page).int().cuda()
-        kp, vp = (torch.empty_like(t.view(-1, page, kvh, d)) for t in (kc, vc))
-        for pool, dense in ((kp, kc), (vp, vc)):
-            pool[table.long()] = dense.view(b, slots // page, page, kvh, d)
 
         def want(q, i, causal):  # q [seq_q, heads, d] of sequence i.
             n = used[i].item()
