@@ -17,6 +17,7 @@ export LSAN_OPTIONS=suppressions=$PWD/deploy/lsan.supp
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sweeps='NvrtcCompilerTest\.(EveryFeasibleConfigCompilesForEveryTarget'
 sweeps+='|FlashFwdTmaConfigsDoNotSpill|DecodeFwdFp8KvConfigsDoNotSpill'
+sweeps+='|FlashFwdFp8ConfigsDoNotSpill'
 sweeps+='|ServedDefaultsDoNotSpillAtAnyHeadDim)$'
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE "gpu|build" \
   -E "$sweeps" "$@"

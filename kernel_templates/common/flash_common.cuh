@@ -139,6 +139,21 @@ __device__ __forceinline__ void Mma(float* c, const unsigned* a, unsigned b0,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c += a * b for one m16n8k32 tile of e4m3 operands (row-major A,
+// column-major B, fp32 accumulators; compute capability 8.9 and newer). Its
+// fragments hold the same bytes as m16n8k16's of 16-bit elements: a tile of
+// e4m3 rows is loaded as one of 16-bit pairs.
+__device__ __forceinline__ void MmaE4m3(float* c, const unsigned* a,
+                                        unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
 // The parts of a lane's ldmatrix addresses that depend on the lane alone,
 // in tiles of kD-element rows swizzled by 16-byte chunk XOR row mod 8:
 // element offsets of its row in a row-major A operand tile (Q), in a K tile
@@ -178,7 +193,10 @@ __device__ __forceinline__ void LoadQFragments(
 // S = Q K^T for one tile of kN keys: Q from q_frag when kQInRegs, else
 // re-read from the Q tile at q_lane; K from the tile at k_lane (the lane's
 // row address, shared bytes). The k-step loop is unrolled kUnroll times.
-template <int kMTiles, int kN, int kD, bool kQInRegs, int kUnroll, int kQSteps>
+// kD counts 16-bit columns; kE4m3: the rows are e4m3 pairs (2 kD elements
+// a row), multiplied by MmaE4m3.
+template <int kMTiles, int kN, int kD, bool kQInRegs, int kUnroll, int kQSteps,
+          bool kE4m3 = false>
 __device__ __forceinline__ void QkTile(
     float (&s)[kMTiles][kN / 8][4],
     const unsigned (&q_frag)[kMTiles][kQSteps][4], unsigned q_lane,
@@ -211,8 +229,13 @@ __device__ __forceinline__ void QkTile(
       LdMatrixX4(kf, k_ks + 2 * kb * 16 * kD);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        Mma(s[mt][2 * kb], qf[mt], kf[0], kf[1]);
-        Mma(s[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
+        if constexpr (kE4m3) {
+          MmaE4m3(s[mt][2 * kb], qf[mt], kf[0], kf[1]);
+          MmaE4m3(s[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
+        } else {
+          Mma(s[mt][2 * kb], qf[mt], kf[0], kf[1]);
+          Mma(s[mt][2 * kb + 1], qf[mt], kf[2], kf[3]);
+        }
       }
     }
   }

@@ -20,6 +20,12 @@
 #define EVT_KV_FP8 0
 #endif
 constexpr bool kKvFp8 = EVT_KV_FP8 != 0;
+// EVT_Q_FP8, a compile define: 1 where Q, K and V are all e4m3 (FP8
+// attention, with EVT_KV_FP8), O the problem's 16-bit dtype.
+#ifndef EVT_Q_FP8
+#define EVT_Q_FP8 0
+#endif
+constexpr bool kQFp8 = EVT_Q_FP8 != 0;
 
 // Raw storage of one element of K or V.
 #if EVT_KV_FP8

@@ -40,13 +40,28 @@
 //              blocks can share an SM.
 // Fixed per problem: HEAD_DIM (32, 64, 80, 96, 128, 192 or 256, computed as
 // the next multiple of 64), HEAD_DIM_V (V's and O's, one of the same; the
-// same as HEAD_DIM unless defined), EVT_BF16.
+// same as HEAD_DIM unless defined), EVT_BF16, EVT_Q_FP8 (with EVT_KV_FP8).
+//
+// FP8 attention (EVT_Q_FP8, compute capability 8.9 and newer; head_dim
+// 128): Q, K and V are e4m3, O the problem's 16-bit dtype. Tiles of e4m3
+// rows are copied and swizzled as rows of 16-bit pairs (half as many
+// columns), and Q K^T runs on mma.sync m16n8k32 e4m3, whose fragments hold
+// the same bytes as m16n8k16's (ldmatrix serves both). For P V each tile of
+// V is transposed in shared memory (kDv rows of BLOCK_N keys, the keys of a
+// 16-key step in the order PV's fragments take them: bytes 4 t .. 4 t + 3
+// hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9), read by ldmatrix and converted
+// to fp16 in registers (e4m3 values are exact there); P stays fp16, so the
+// product rounds nothing the 16-bit kernel does not. The descale factors of
+// Q and K fold into the softmax scale, V's into the output.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
 // NUM_WARPS * 32 threads;
 // dynamic shared memory ((BLOCK_M + STAGES * BLOCK_N) * D + STAGES * BLOCK_N
-// * Dv) * 2 B, D and Dv the head dims rounded up to multiples of 64.
+// * Dv) * E B, D and Dv the head dims rounded up to multiples of 64 and E
+// the bytes of an element of Q, K and V (FP8: 1, plus V's transpose, Dv *
+// BLOCK_N B).
 #include "flash_common.cuh"
+#include "fp8.cuh"
 
 namespace {
 
@@ -63,8 +78,15 @@ constexpr int kStages = STAGES;
 constexpr bool kQInRegs = Q_IN_REGS != 0;
 constexpr int kSplits = KV_SPLITS;
 constexpr int kThreads = kWarps * 32;
+constexpr bool kFp8 = kQFp8;
+// Q's and K's rows and V's in 16-bit units (FP8: e4m3 pairs), as the tiles
+// hold them.
+constexpr int kDc = kFp8 ? kD / 2 : kD;
+constexpr int kDcMem = kFp8 ? kDMem / 2 : kDMem;
+constexpr int kDvc = kFp8 ? kDv / 2 : kDv;
+constexpr int kDvcMem = kFp8 ? kDvMem / 2 : kDvMem;
 constexpr int kMTiles = kM / (16 * kWarps);  // 16-row MMA tiles per warp.
-constexpr int kKSteps = kD / 16;             // k-steps of Q K^T.
+constexpr int kKSteps = kDc / 16;            // k-steps of Q K^T.
 constexpr int kNTiles = kN / 8;              // n8 tiles of S.
 constexpr int kDTiles = kDv / 8;             // n8 tiles of O.
 static_assert(kM % (16 * kWarps) == 0 && kMTiles >= 1, "BLOCK_M");
@@ -72,6 +94,8 @@ static_assert(kN % 16 == 0, "BLOCK_N");
 static_assert(kDMem % 16 == 0, "HEAD_DIM");
 static_assert(kDvMem % 16 == 0, "HEAD_DIM_V");
 static_assert(kStages >= 1, "STAGES");
+static_assert(!kFp8 || (kKvFp8 && kDMem == 128 && kDvMem == 128),
+              "FP8 attention: head_dim 128");
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][kCols] tile.
 template <int kCols>
@@ -79,19 +103,35 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
   return row * kCols + ((chunk ^ (row & 7)) << 3);
 }
 
-// Rows [row0, row0 + kRows) of a [seq][kD] matrix into a swizzled tile; rows
-// at or past `rows` are zero-filled.
+// A stride of Q, K or V in elements as one in 16-bit units (FP8: pairs).
+__device__ __forceinline__ long long Units(long long stride) {
+  return kFp8 ? stride / 2 : stride;
+}
+
+// Rows of Q, K or V planned as 16-bit elements at `planned` (BlockPlan's,
+// from `base`) as the kernel copies them: FP8's e4m3 rows at the same
+// element offset, as 16-bit pairs.
+__device__ __forceinline__ const evt_elem* Pairs(const void* base,
+                                                 const evt_elem* planned) {
+  if constexpr (!kFp8) return planned;
+  const long long offset = planned - static_cast<const evt_elem*>(base);
+  return reinterpret_cast<const evt_elem*>(
+      static_cast<const unsigned char*>(base) + offset);
+}
+
+// Rows [row0, row0 + kRows) of Q (`g` and `stride` in 16-bit units) into a
+// swizzled tile; rows at or past `rows` are zero-filled.
 template <int kRows>
 __device__ __forceinline__ void LoadTile(evt_elem* tile, const evt_elem* g,
                                          long long stride, int row0, int rows) {
-  CopyRows<kRows, kD, kThreads, kDMem>(tile, g, stride, row0, rows,
-                                       Swizzled<kD>);
+  CopyRows<kRows, kDc, kThreads, kDcMem>(tile, g, stride, row0, rows,
+                                         Swizzled<kDc>);
 }
 
-// Key rows [row0, row0 + kN) of sequence b (K, or V with kCols = kDv, at
-// `g`, pages `page_stride` apart in a paged kernel) into a tile, as
+// Key rows [row0, row0 + kN) of sequence b of K (V with kCols = kDvc) at
+// `g`, pages `page_stride` apart in a paged kernel, into a tile, as
 // LoadTile.
-template <int kCols = kD, int kColsMem = kDMem>
+template <int kCols = kDc, int kColsMem = kDcMem>
 __device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
                                          const AttentionParams& p, int b,
                                          long long page_stride,
@@ -100,12 +140,126 @@ __device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
                                              row0, rows, Swizzled<kCols>);
 }
 
+// K's rows, as LoadKeys.
+__device__ __forceinline__ void LoadKRows(evt_elem* tile, const evt_elem* g,
+                                          const AttentionParams& p, int b,
+                                          int row0, int rows) {
+  LoadKeys(tile, g, p, b, Units(p.k_batch_stride), Units(p.k_row_stride), row0,
+           rows);
+}
+
 // V's rows, as LoadKeys.
 __device__ __forceinline__ void LoadValues(evt_elem* tile, const evt_elem* g,
                                            const AttentionParams& p, int b,
                                            int row0, int rows) {
-  LoadKeys<kDv, kDvMem>(tile, g, p, b, p.v_batch_stride, p.v_row_stride, row0,
-                        rows);
+  LoadKeys<kDvc, kDvcMem>(tile, g, p, b, Units(p.v_batch_stride),
+                          Units(p.v_row_stride), row0, rows);
+}
+
+// FP8: the 16-byte chunks of a row of V's transpose (BLOCK_N keys).
+constexpr int kVtChunks = kN / 16;
+static_assert(8 % kVtChunks == 0, "BLOCK_N");
+
+// FP8: the byte offset of (row, 16-byte chunk) in V's transpose, chunks
+// XOR the row's place among the rows of one 128-byte span, so that the
+// eight rows of an ldmatrix read fall on different banks.
+__device__ __forceinline__ int VtOffset(int row, int chunk) {
+  return row * kN + ((chunk ^ ((row / (8 / kVtChunks)) % kVtChunks)) << 4);
+}
+
+// FP8: the e4m3 tile of V (kN keys of kDv bytes, as LoadValues swizzles
+// it) into `vt`, its transpose: kDv rows of kN keys, bytes 4 t .. 4 t + 3 of
+// each 16-key step holding its keys 2 t, 2 t + 1, 2 t + 8 and 2 t + 9.
+__device__ __forceinline__ void TransposeValues(unsigned char* vt,
+                                                const evt_elem* v_tile) {
+  const unsigned char* v = reinterpret_cast<const unsigned char*>(v_tile);
+  constexpr int kQuads = kDv / 4;  // 4-byte words of a row of V.
+  for (int idx = threadIdx.x; idx < kN / 4 * kQuads; idx += kThreads) {
+    const int quad = idx % kQuads;
+    const int step = idx / kQuads / 4;
+    const int t = idx / kQuads % 4;
+    const int key0 = step * 16 + 2 * t;
+    const int keys[4] = {key0, key0 + 1, key0 + 8, key0 + 9};
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = *reinterpret_cast<const unsigned*>(
+          v + 2 * Swizzled<kDvc>(keys[i], quad / 4) + 4 * (quad % 4));
+    }
+    // Column c of the four keys, for c = 4 quad .. 4 quad + 3.
+    const unsigned lo01 = fp8::Interleave<0>(w[0], w[1]);
+    const unsigned hi01 = fp8::Interleave<0>(w[2], w[3]);
+    const unsigned lo23 = fp8::Interleave<2>(w[0], w[1]);
+    const unsigned hi23 = fp8::Interleave<2>(w[2], w[3]);
+    const unsigned cols[4] = {__byte_perm(lo01, hi01, 0x5410),
+                              __byte_perm(lo01, hi01, 0x7632),
+                              __byte_perm(lo23, hi23, 0x5410),
+                              __byte_perm(lo23, hi23, 0x7632)};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      *reinterpret_cast<unsigned*>(vt + VtOffset(4 * quad + c, step) + 4 * t) =
+          cols[c];
+    }
+  }
+}
+
+// FP8: O += P V for one tile of kN keys, P in fp16 from the probabilities
+// in s, V from its transpose at vt_lane (row `lane` of it, shared bytes)
+// converted to fp16; vt_swizzle is the lane's row's chunk XOR (VtOffset).
+__device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDv / 8][4],
+                                          const float (&s)[kMTiles][kN / 8][4],
+                                          unsigned vt_lane, int vt_swizzle) {
+#pragma unroll
+  for (int t = 0; t < kN / 16; ++t) {
+    unsigned pf[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      pf[mt][0] = fp8::PackHalf2(s[mt][2 * t][0], s[mt][2 * t][1]);
+      pf[mt][1] = fp8::PackHalf2(s[mt][2 * t][2], s[mt][2 * t][3]);
+      pf[mt][2] = fp8::PackHalf2(s[mt][2 * t + 1][0], s[mt][2 * t + 1][1]);
+      pf[mt][3] = fp8::PackHalf2(s[mt][2 * t + 1][2], s[mt][2 * t + 1][3]);
+    }
+#pragma unroll
+    for (int dq = 0; dq < kDv / 32; ++dq) {
+      unsigned vf[4];  // Output tiles 4 dq .. 4 dq + 3.
+      LdMatrixX4(vf, vt_lane + dq * 32 * kN + ((t ^ vt_swizzle) << 4));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const unsigned b0 = fp8::ToHalf2<0>(vf[i]);
+        const unsigned b1 = fp8::ToHalf2<1>(vf[i]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          fp8::MmaF16(o[mt][4 * dq + i], pf[mt], b0, b1);
+        }
+      }
+    }
+  }
+}
+
+// FP8: the output's rows times V's descale factor.
+__device__ __forceinline__ void DescaleOutput(
+    float (&o)[kMTiles][kDv / 8][4], const AttentionParams& p,
+    const BlockPlan& w) {
+  const float factor =
+      fp8::Descale(p, p.v_descale, w.b, w.h / (p.heads / p.kv_heads));
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDv / 8; ++dt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][dt][i] *= factor;
+    }
+  }
+}
+
+// The softmax scale * log2(e) of block w's rows (FP8: Q's and K's descale
+// factors folded in).
+__device__ __forceinline__ float ScaleLog2(const AttentionParams& p,
+                                           const BlockPlan& w) {
+  if constexpr (!kFp8) return p.scale_log2;
+  const int kvh = w.h / (p.heads / p.kv_heads);
+  return p.scale_log2 * fp8::Descale(p, p.q_descale, w.b, kvh) *
+         fp8::Descale(p, p.k_descale, w.b, kvh);
 }
 
 }  // namespace
@@ -114,28 +268,30 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     attention_fwd(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(128) evt_elem smem[];
   evt_elem* q_tile = smem;
-  evt_elem* k_tiles = q_tile + kM * kD;
-  evt_elem* v_tiles = k_tiles + kStages * kN * kD;
+  evt_elem* k_tiles = q_tile + kM * kDc;
+  evt_elem* v_tiles = k_tiles + kStages * kN * kDc;
+  unsigned char* vt = reinterpret_cast<unsigned char*>(v_tiles +
+                                                       kStages * kN * kDvc);
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const BlockPlan w = PlanBlock<kM, kN, kSplits>(p);
-  const ScoreScales scales = ScalesOf(p, p.scale_log2);
+  const ScoreScales scales = ScalesOf(p, ScaleLog2(p, w));
   if (w.q0 >= w.seq_q) return;  // Past its sequence: every split alike.
   const int q0 = w.q0;
   const int block0 = w.block0;
   const int num_blocks = w.num_blocks;
-  const evt_elem* q = w.q;
-  const evt_elem* k = w.k;
-  const evt_elem* v = w.v;
+  const evt_elem* q = Pairs(p.q, w.q);
+  const evt_elem* k = Pairs(p.k, w.k);
+  const evt_elem* v = Pairs(p.v, w.v);
 
   // Stage Q; its group completes with the first K/V tile's.
-  LoadTile<kM>(q_tile, q, p.q_row_stride, q0, w.seq_q);
+  LoadTile<kM>(q_tile, q, Units(p.q_row_stride), q0, w.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_blocks) {
-      LoadKeys(k_tiles + s * kN * kD, k, p, w.b, p.k_batch_stride,
-               p.k_row_stride, (block0 + s) * kN, w.seq_k);
-      LoadValues(v_tiles + s * kN * kDv, v, p, w.b, (block0 + s) * kN, w.seq_k);
+      LoadKRows(k_tiles + s * kN * kDc, k, p, w.b, (block0 + s) * kN, w.seq_k);
+      LoadValues(v_tiles + s * kN * kDvc, v, p, w.b, (block0 + s) * kN,
+                 w.seq_k);
     }
     CpAsyncCommit();
   }
@@ -144,10 +300,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   // Per-lane parts of the ldmatrix addresses, fixed for the whole pass.
   const unsigned q_lane =
       SmemAddress(q_tile) +
-      2 * (warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kD;
+      2 * (warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kDc;
   const unsigned k_base = SmemAddress(k_tiles);
   const unsigned v_base = SmemAddress(v_tiles);
-  const LaneFragments<kD> f(lane);
+  const unsigned vt_lane = SmemAddress(vt) + lane * kN;
+  const int vt_swizzle = (lane % 8) / (8 / kVtChunks);
+  const LaneFragments<kDc> f(lane);
   const LaneFragments<kDv> fv(lane);
   unsigned q_frag[kMTiles][kQInRegs ? kKSteps : 1][4];
   float o_acc[kMTiles][kDTiles][4];
@@ -158,8 +316,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int j = 0; j < num_blocks; ++j) {
     const int stage = j % kStages;
     if (kStages == 1) {
-      LoadKeys(k_tiles, k, p, w.b, p.k_batch_stride, p.k_row_stride,
-               (block0 + j) * kN, w.seq_k);
+      LoadKRows(k_tiles, k, p, w.b, (block0 + j) * kN, w.seq_k);
       LoadValues(v_tiles, v, p, w.b, (block0 + j) * kN, w.seq_k);
       CpAsyncCommit();
     }
@@ -170,16 +327,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       const int next = j + kStages - 1;
       if (next < num_blocks) {
         const int s = next % kStages;
-        LoadKeys(k_tiles + s * kN * kD, k, p, w.b, p.k_batch_stride,
-                 p.k_row_stride, (block0 + next) * kN, w.seq_k);
-        LoadValues(v_tiles + s * kN * kDv, v, p, w.b, (block0 + next) * kN,
+        LoadKRows(k_tiles + s * kN * kDc, k, p, w.b, (block0 + next) * kN,
+                  w.seq_k);
+        LoadValues(v_tiles + s * kN * kDvc, v, p, w.b, (block0 + next) * kN,
                    w.seq_k);
       }
       CpAsyncCommit();
     }
-    if (kQInRegs && j == 0) LoadQFragments<kD>(q_frag, q_lane, lane);
+    // FP8: V's transpose, read after the barrier below (every thread
+    // finished iteration j - 1's reads of it before the one above).
+    if constexpr (kFp8) TransposeValues(vt, v_tiles + stage * kN * kDvc);
+    if (kQInRegs && j == 0) LoadQFragments<kDc>(q_frag, q_lane, lane);
     // Shared-memory byte addresses of this lane's ldmatrix rows.
-    const unsigned k_lane = k_base + 2 * (stage * kN * kD + f.k_row);
+    const unsigned k_lane = k_base + 2 * (stage * kN * kDc + f.k_row);
     const unsigned v_lane = v_base + 2 * (stage * kN * kDv + fv.v_row);
     const int kv0 = (block0 + j) * kN;
 
@@ -187,8 +347,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     // by the k-step, so its loop stays rolled: fully unrolled, ptxas keeps
     // too many fragments in flight and spills at HEAD_DIM 128.
     float s_acc[kMTiles][kNTiles][4];
-    QkTile<kMTiles, kN, kD, kQInRegs, (kQInRegs ? kKSteps : 1)>(
-        s_acc, q_frag, q_lane, k_lane, lane);
+    QkTile<kMTiles, kN, kDc, kQInRegs, (kQInRegs ? kKSteps : 1),
+           (kQInRegs ? kKSteps : 1), kFp8>(s_acc, q_frag, q_lane, k_lane,
+                                           lane);
 
     // Softcap; mask keys past seq_k and outside the window (or causal mask).
     PrepareScores<kN>(s_acc, p, w, scales, kv0, q0 + warp_row0, lane);
@@ -197,11 +358,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     SoftmaxTile(s_acc, o_acc, row_max, row_sum, scales.log2);
 
     // O += P V.
-    PvTile<kMTiles, kN, kDv>(o_acc, s_acc, v_lane, fv.v_chunk);
+    if constexpr (kFp8) {
+      __syncthreads();  // V's transpose written.
+      Fp8PvTile(o_acc, s_acc, vt_lane, vt_swizzle);
+    } else {
+      PvTile<kMTiles, kN, kDv>(o_acc, s_acc, v_lane, fv.v_chunk);
+    }
     if (kStages == 1) __syncthreads();
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
+  if constexpr (kFp8) DescaleOutput(o_acc, p, w);
   StoreOutput<kM, kDv, kMTiles, kSplits, kThreads, kDvMem>(
       p, w, q0 + warp_row0, o_acc, row_max, row_sum, lane);
 }

@@ -16,12 +16,14 @@ Config FlashConfig(int64_t m, int64_t n, int64_t warps, int64_t stages,
 }
 
 // Dynamic shared memory of `c`: Q's tile and STAGES tiles of K and of V,
-// each row of its head dim rounded up to a multiple of 64 (16-bit).
+// each row of its head dim rounded up to a multiple of 64 (16-bit, or e4m3
+// with V's transpose beside them).
 int64_t SmemBytes(const Config& c, const Problem& p) {
   const int64_t ring = c.at("STAGES") * c.at("BLOCK_N");
-  return ((c.at("BLOCK_M") + ring) * HeadDimIn64s(p.head_dim) +
-          ring * HeadDimIn64s(HeadDimV(p))) *
-         2;
+  const int64_t dv = HeadDimIn64s(HeadDimV(p));
+  const int64_t elems =
+      (c.at("BLOCK_M") + ring) * HeadDimIn64s(p.head_dim) + ring * dv;
+  return p.q_fp8 ? elems + dv * c.at("BLOCK_N") : 2 * elems;
 }
 
 // `c` with fewer stages, then smaller key tiles (down to 32 keys and one
@@ -42,14 +44,32 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
   return c;
 }
 
-// `c` with what keeps a thread's registers within 255 above head_dim 128
-// (the output alone takes HEAD_DIM / 2 floats for each 16-row tile): one
-// 16-row tile a warp, key tiles of at most 64, Q re-read from shared
-// memory, and at least two stages (with one, 64-key tiles spill at 256 on
-// sm_80; FitSharedMemory goes down to one stage only with 32-key tiles).
+// Whether FP8 attention's registers fit (all but FP8's do, or are refused
+// by the output's constraint): one 16-row tile a warp, a thread's whole
+// share (MIN_BLOCKS 1) and, with score mods, Q re-read from shared memory.
+// Two tiles spill on sm_90 (36-392 bytes: each holds the output's and the
+// scores' accumulators), so do two blocks' shares, and mods with Q's
+// fragments held (8-12 bytes; NvrtcCompilerTest.FlashFwdFp8ConfigsDoNotSpill).
+bool RegistersFit(const Config& c, const Problem& p) {
+  return !p.q_fp8 || (c.at("BLOCK_M") == 16 * c.at("NUM_WARPS") &&
+                      c.at("MIN_BLOCKS") == 1 &&
+                      (!HasScoreMods(p) || c.at("Q_IN_REGS") == 0));
+}
+
+// `c` with what keeps a thread's registers within 255: FP8 attention's
+// as RegistersFit asks (a warp for each 16 rows); above head_dim 128 (the
+// output alone takes HEAD_DIM / 2 floats for
+// each 16-row tile): one 16-row tile a warp, key tiles of at most 64, Q re-read
+// from shared memory, and at least two stages (with one, 64-key tiles spill at
+// 256 on sm_80; FitSharedMemory goes down to one stage only with 32-key tiles).
 // Score mods hold more (a split decode at 256 with every mod spilled 20
 // bytes at 64-key tiles): 32-key tiles there.
 Config FitRegisters(Config c, const Problem& p) {
+  if (p.q_fp8) {  // RegistersFit.
+    c["NUM_WARPS"] = c.at("BLOCK_M") / 16;
+    c["MIN_BLOCKS"] = 1;
+    if (HasScoreMods(p)) c["Q_IN_REGS"] = 0;
+  }
   if (std::max(p.head_dim, HeadDimV(p)) <= 128) return c;
   c["BLOCK_M"] = 16 * c.at("NUM_WARPS");
   c["BLOCK_N"] = std::min<int64_t>(c.at("BLOCK_N"), HasScoreMods(p) ? 32 : 64);
@@ -164,6 +184,15 @@ std::vector<Constraint> Constraints() {
          return c.at("MIN_BLOCKS") == 1 ||
                 32 * c.at("NUM_WARPS") * c.at("MIN_BLOCKS") > 256;
        }},
+      // FP8 attention: 128-byte rows of e4m3, swizzled as 16-bit pairs.
+      {"Q_FP8 == 0 || (HEAD_DIM == 128 && HEAD_DIM_V == 128)",
+       [](const Config&, const Problem& p) {
+         return !p.q_fp8 || (p.head_dim == 128 && HeadDimV(p) == 128);
+       }},
+      // FP8 attention's registers (RegistersFit).
+      {"Q_FP8 == 0 || (BLOCK_M == 16 * NUM_WARPS && MIN_BLOCKS == 1 && "
+       "(MODS == 0 || Q_IN_REGS == 0))",
+       RegistersFit},
       // Rows of whole 32-byte sectors; the kernel computes up to the next
       // multiple of 64 (HeadDimIn64s).
       {"HEAD_DIM % 16 == 0 && HEAD_DIM_V % 16 == 0",
@@ -206,7 +235,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
   KernelTemplate t;
   t.name = "flash_fwd";
   t.description =
-      "FlashAttention-2-style forward: mma.sync m16n8k16 with ldmatrix, "
+      "FlashAttention-2-style forward: mma.sync m16n8k16 (FP8: m16n8k32 "
+      "e4m3 for Q K^T) with ldmatrix, "
       "cp.async K/V pipeline, swizzled shared memory, online softmax in "
       "registers with fp32 accumulation.";
   t.source = std::move(source);
@@ -225,6 +255,8 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
   t.head_dims = {32, 64, 80, 96, 128, 192, 256};
   t.value_head_dims = KernelTemplate::ValueHeadDims::kAny;
   t.dtypes = {DType::kFp16, DType::kBf16};
+  // Q, K and V in e4m3 (docs/fp8.md; compute capability 8.9 and newer).
+  t.q_fp8 = true;
   t.layouts = {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
                Layout::kPaged};
   t.constraints = Constraints();

@@ -80,18 +80,12 @@
 #include "fp8.cuh"
 #include "hopper.cuh"
 
-// EVT_Q_FP8, a compile define: 1 where Q, K and V are all e4m3 (FP8
-// attention, with EVT_KV_FP8), O the problem's 16-bit dtype.
-#ifndef EVT_Q_FP8
-#define EVT_Q_FP8 0
-#endif
-
 namespace {
 
 using namespace flash;
 using namespace hopper;
 
-constexpr bool kFp8 = EVT_Q_FP8 != 0;
+constexpr bool kFp8 = kQFp8;
 constexpr int kConsumers = CONSUMERS;
 constexpr int kM = 64 * kConsumers;
 constexpr int kN = BLOCK_N;

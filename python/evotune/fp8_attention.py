@@ -11,10 +11,11 @@ Tensors are [batch, heads, seq, head_dim] like attention()'s (k and v may
 have fewer heads, grouped); the value of q's element of sequence b and
 query head h is its e4m3 value times q_descale[b, h // (heads /
 kv_heads)], k's and v's likewise ([batch, kv_heads] float32 on q's device,
-or anything that broadcasts to it; None means 1). On Hopper, flash_fwd_tma
-serves head_dim 128 (docs/fp8.md): both products on e4m3 tensor cores, P
-rounded to e4m3. Other calls run SDPA on the dequantized tensors in
-out_dtype.
+or anything that broadcasts to it; None means 1). At head_dim 128 on
+Hopper flash_fwd_tma serves it (docs/fp8.md): both products on e4m3 tensor
+cores, P rounded to e4m3; on compute capability 8.9 (the L4) flash_fwd: Q
+K^T on e4m3 tensor cores, P V in fp16. Other calls run SDPA on the
+dequantized tensors in out_dtype.
 """
 import torch
 import torch.nn.functional as F

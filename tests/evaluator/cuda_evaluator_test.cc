@@ -95,6 +95,7 @@ class CudaEvaluatorTest : public ::testing::Test {
     EXPECT_EQ(ExpectOkUntil(t, feasible, p, 1), 1)
         << t.name << " " << ProblemKey(p);
   }
+  void ExpectFp8AttentionOk(const std::string& name, size_t sample);
   std::unique_ptr<Evaluator> evaluator_;
 };
 
@@ -360,15 +361,16 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
   }
 }
 
-// FP8 attention in flash_fwd_tma (e4m3 Q, K and V, per-(sequence, KV head)
-// descale factors, P rounded to e4m3) against the reference on the
-// dequantized inputs, within FP8's tolerance: every config the constraints
-// admit on one GQA problem, then dense, varlen and paged problems over both
-// output dtypes, masks and odd lengths with a few configs each.
-TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
-  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+// FP8 attention in template `name` (e4m3 Q, K and V, per-(sequence, KV
+// head) descale factors) against the reference on the dequantized inputs,
+// within FP8's tolerance: every config the constraints admit on one GQA
+// problem (a random `sample` of them where nonzero), then dense, varlen, KV
+// cache and paged problems over both output dtypes, masks and odd lengths
+// with a few configs each.
+void CudaEvaluatorTest::ExpectFp8AttentionOk(const std::string& name,
+                                             size_t sample) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find(name);
   const DeviceLimits& limits = evaluator_->device().limits;
-  if (limits.compute_capability != 90) GTEST_SKIP() << "needs sm_90";
   Problem gqa;
   gqa.batch = 2;
   gqa.heads = 8;
@@ -379,12 +381,17 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
   gqa.causal = true;
   gqa.dtype = DType::kBf16;
   gqa.kv_fp8 = gqa.q_fp8 = true;
-  const std::vector<Config> every = FeasibleConfigs(t, gqa, limits);
-  ASSERT_GE(every.size(), 8u);
-  ExpectEveryOk(t, every, gqa);
   std::mt19937 gen(90);
+  std::vector<Config> every = FeasibleConfigs(t, gqa, limits);
+  ASSERT_GE(every.size(), 8u);
+  if (sample != 0 && every.size() > sample) {
+    std::shuffle(every.begin(), every.end(), gen);
+    every.resize(sample);
+  }
+  ExpectEveryOk(t, every, gqa);
   int problems = 0;
-  for (Layout layout : {Layout::kDense, Layout::kVarlen, Layout::kPaged}) {
+  for (Layout layout : {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
+                        Layout::kPaged}) {
     for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
              {1, 17}, {113, 1023}, {1023, 113}, {640, 640}}) {
       Problem p = gqa;
@@ -399,12 +406,30 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
         p.page_size = problems % 2 ? 16 : 128;
         p.seq_k = (sk + p.page_size - 1) / p.page_size * p.page_size;
       }
+      if (!CheckSupports(t, p).ok()) continue;
       ++problems;
       std::vector<Config> feasible = FeasibleConfigs(t, p, limits);
       std::shuffle(feasible.begin(), feasible.end(), gen);
       EXPECT_EQ(ExpectOkUntil(t, feasible, p, 3), 3) << ProblemKey(p);
     }
   }
+}
+
+// flash_fwd_tma: e4m3 wgmma for both products, P rounded to e4m3.
+TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
+  if (evaluator_->device().limits.compute_capability != 90) {
+    GTEST_SKIP() << "needs sm_90";
+  }
+  ExpectFp8AttentionOk("flash_fwd_tma", 0);
+}
+
+// flash_fwd (sm_89 and newer; the L4's FP8 path): Q K^T on e4m3 mma.sync,
+// V transposed in shared memory and P V in fp16.
+TEST_F(CudaEvaluatorTest, FlashFwdRunsFp8Attention) {
+  if (evaluator_->device().limits.compute_capability < 89) {
+    GTEST_SKIP() << "needs compute capability 8.9";
+  }
+  ExpectFp8AttentionOk("flash_fwd", 24);
 }
 
 // Sliding windows (one side, both, causal, a window of the diagonal alone),

@@ -248,6 +248,37 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
   EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
 
+// flash_fwd's FP8 attention (e4m3 Q K^T, V transposed in shared memory)
+// compiles for sm_89 (the L4) and sm_90 without spilling: dense bf16, paged
+// (pages of 16 keys) and causal varlen fp16 with a window and softcapping.
+// Registers do not depend on the stage count or the number of splits past
+// two: one stage count and up to two splits cover the space.
+TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  ASSERT_TRUE(t.q_fp8);
+  Problem p;
+  p.heads = p.kv_heads = 8;
+  p.seq_q = p.seq_k = 1024;
+  p.head_dim = 128;
+  p.dtype = DType::kBf16;
+  p.q_fp8 = p.kv_fp8 = true;
+  Problem mods = WithScoreMods(p);
+  mods.dtype = DType::kFp16;
+  mods.layout = Layout::kVarlen;
+  std::vector<Job> jobs;
+  for (const Arch& arch : {Targets()[1], Targets()[2]}) {
+    for (const Problem& form : {p, Paged(p, 16), mods}) {
+      for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
+        if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2) {
+          jobs.push_back({&t, c, form, arch.name});
+        }
+      }
+    }
+  }
+  ASSERT_FALSE(jobs.empty());
+  EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
+}
+
 // What an untuned problem is served (RankedDefaults' first config, as the
 // daemon answers it) compiles without spilling for every template, target
 // and head_dim, prefill and decode alike: above head_dim 128 the fitted
