@@ -191,10 +191,9 @@ __device__ __forceinline__ void TransposeValues(unsigned char* vt,
     const unsigned hi01 = fp8::Interleave<0>(w[2], w[3]);
     const unsigned lo23 = fp8::Interleave<2>(w[0], w[1]);
     const unsigned hi23 = fp8::Interleave<2>(w[2], w[3]);
-    const unsigned cols[4] = {__byte_perm(lo01, hi01, 0x5410),
-                              __byte_perm(lo01, hi01, 0x7632),
-                              __byte_perm(lo23, hi23, 0x5410),
-                              __byte_perm(lo23, hi23, 0x7632)};
+    const unsigned cols[4] = {
+        __byte_perm(lo01, hi01, 0x5410), __byte_perm(lo01, hi01, 0x7632),
+        __byte_perm(lo23, hi23, 0x5410), __byte_perm(lo23, hi23, 0x7632)};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       *reinterpret_cast<unsigned*>(vt + VtOffset(4 * quad + c, step) + 4 * t) =
@@ -237,9 +236,9 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDv / 8][4],
 }
 
 // FP8: the output's rows times V's descale factor.
-__device__ __forceinline__ void DescaleOutput(
-    float (&o)[kMTiles][kDv / 8][4], const AttentionParams& p,
-    const BlockPlan& w) {
+__device__ __forceinline__ void DescaleOutput(float (&o)[kMTiles][kDv / 8][4],
+                                              const AttentionParams& p,
+                                              const BlockPlan& w) {
   const float factor =
       fp8::Descale(p, p.v_descale, w.b, w.h / (p.heads / p.kv_heads));
 #pragma unroll
@@ -270,8 +269,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   evt_elem* q_tile = smem;
   evt_elem* k_tiles = q_tile + kM * kDc;
   evt_elem* v_tiles = k_tiles + kStages * kN * kDc;
-  unsigned char* vt = reinterpret_cast<unsigned char*>(v_tiles +
-                                                       kStages * kN * kDvc);
+  unsigned char* vt =
+      reinterpret_cast<unsigned char*>(v_tiles + kStages * kN * kDvc);
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -348,8 +347,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     // too many fragments in flight and spills at HEAD_DIM 128.
     float s_acc[kMTiles][kNTiles][4];
     QkTile<kMTiles, kN, kDc, kQInRegs, (kQInRegs ? kKSteps : 1),
-           (kQInRegs ? kKSteps : 1), kFp8>(s_acc, q_frag, q_lane, k_lane,
-                                           lane);
+           (kQInRegs ? kKSteps : 1), kFp8>(s_acc, q_frag, q_lane, k_lane, lane);
 
     // Softcap; mask keys past seq_k and outside the window (or causal mask).
     PrepareScores<kN>(s_acc, p, w, scales, kv0, q0 + warp_row0, lane);

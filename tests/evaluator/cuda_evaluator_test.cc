@@ -390,8 +390,8 @@ void CudaEvaluatorTest::ExpectFp8AttentionOk(const std::string& name,
   }
   ExpectEveryOk(t, every, gqa);
   int problems = 0;
-  for (Layout layout : {Layout::kDense, Layout::kVarlen, Layout::kKvCache,
-                        Layout::kPaged}) {
+  for (Layout layout :
+       {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
     for (auto [sq, sk] : std::vector<std::pair<int64_t, int64_t>>{
              {1, 17}, {113, 1023}, {1023, 113}, {640, 640}}) {
       Problem p = gqa;
