@@ -88,6 +88,18 @@ __device__ __forceinline__ unsigned PackHalf2(float lo, float hi) {
   return d;
 }
 
+// The fp16 A operand (m16 x k16) of keys 16 t .. 16 t + 15 from the
+// probabilities `s` of one m-tile (its n8 tiles 2 t and 2 t + 1: the
+// accumulator and A layouts coincide), whatever the problem's dtype.
+template <int kNTiles>
+__device__ __forceinline__ void PackProbsHalf(const float (&s)[kNTiles][4],
+                                              int t, unsigned* a) {
+  a[0] = PackHalf2(s[2 * t][0], s[2 * t][1]);
+  a[1] = PackHalf2(s[2 * t][2], s[2 * t][3]);
+  a[2] = PackHalf2(s[2 * t + 1][0], s[2 * t + 1][1]);
+  a[3] = PackHalf2(s[2 * t + 1][2], s[2 * t + 1][3]);
+}
+
 // The descale factor of (sequence b, KV head kvh) in `factors`, 1 where
 // null.
 __device__ __forceinline__ float Descale(const AttentionParams& p,

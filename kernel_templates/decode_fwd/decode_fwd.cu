@@ -580,12 +580,7 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDTiles][4],
     unsigned pf[kMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
-      pf[mt][0] = fp8::PackHalf2(s[mt][2 * step][0], s[mt][2 * step][1]);
-      pf[mt][1] = fp8::PackHalf2(s[mt][2 * step][2], s[mt][2 * step][3]);
-      pf[mt][2] =
-          fp8::PackHalf2(s[mt][2 * step + 1][0], s[mt][2 * step + 1][1]);
-      pf[mt][3] =
-          fp8::PackHalf2(s[mt][2 * step + 1][2], s[mt][2 * step + 1][3]);
+      fp8::PackProbsHalf(s[mt], step, pf[mt]);
     }
     // Keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9 of the step.
     unsigned w[4][kVWords];

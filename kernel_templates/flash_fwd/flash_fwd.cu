@@ -212,12 +212,7 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDv / 8][4],
   for (int t = 0; t < kN / 16; ++t) {
     unsigned pf[kMTiles][4];
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      pf[mt][0] = fp8::PackHalf2(s[mt][2 * t][0], s[mt][2 * t][1]);
-      pf[mt][1] = fp8::PackHalf2(s[mt][2 * t][2], s[mt][2 * t][3]);
-      pf[mt][2] = fp8::PackHalf2(s[mt][2 * t + 1][0], s[mt][2 * t + 1][1]);
-      pf[mt][3] = fp8::PackHalf2(s[mt][2 * t + 1][2], s[mt][2 * t + 1][3]);
-    }
+    for (int mt = 0; mt < kMTiles; ++mt) fp8::PackProbsHalf(s[mt], t, pf[mt]);
 #pragma unroll
     for (int dq = 0; dq < kDv / 32; ++dq) {
       unsigned vf[4];  // Output tiles 4 dq .. 4 dq + 3.
