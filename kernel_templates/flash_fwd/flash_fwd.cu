@@ -140,20 +140,16 @@ __device__ __forceinline__ void LoadKeys(evt_elem* tile, const evt_elem* g,
                                              row0, rows, Swizzled<kCols>);
 }
 
-// K's rows, as LoadKeys.
-__device__ __forceinline__ void LoadKRows(evt_elem* tile, const evt_elem* g,
-                                          const AttentionParams& p, int b,
-                                          int row0, int rows) {
-  LoadKeys(tile, g, p, b, Units(p.k_batch_stride), Units(p.k_row_stride), row0,
-           rows);
-}
-
-// V's rows, as LoadKeys.
-__device__ __forceinline__ void LoadValues(evt_elem* tile, const evt_elem* g,
-                                           const AttentionParams& p, int b,
-                                           int row0, int rows) {
-  LoadKeys<kDvc, kDvcMem>(tile, g, p, b, Units(p.v_batch_stride),
-                          Units(p.v_row_stride), row0, rows);
+// K's and V's rows of key tile `tile` (kN keys from tile * kN) of block
+// w's sequence into stage `s` of the rings, as LoadKeys.
+__device__ __forceinline__ void LoadKvTile(evt_elem* k_tiles, evt_elem* v_tiles,
+                                           int s, const AttentionParams& p,
+                                           const BlockPlan& w, int tile) {
+  LoadKeys(k_tiles + s * kN * kDc, Pairs(p.k, w.k), p, w.b,
+           Units(p.k_batch_stride), Units(p.k_row_stride), tile * kN, w.seq_k);
+  LoadKeys<kDvc, kDvcMem>(v_tiles + s * kN * kDvc, Pairs(p.v, w.v), p, w.b,
+                          Units(p.v_batch_stride), Units(p.v_row_stride),
+                          tile * kN, w.seq_k);
 }
 
 // FP8: the 16-byte chunks of a row of V's transpose (BLOCK_N keys).
@@ -167,7 +163,7 @@ __device__ __forceinline__ int VtOffset(int row, int chunk) {
   return row * kN + ((chunk ^ ((row / (8 / kVtChunks)) % kVtChunks)) << 4);
 }
 
-// FP8: the e4m3 tile of V (kN keys of kDv bytes, as LoadValues swizzles
+// FP8: the e4m3 tile of V (kN keys of kDv bytes, as LoadKvTile swizzles
 // it) into `vt`, its transpose: kDv rows of kN keys, bytes 4 t .. 4 t + 3 of
 // each 16-key step holding its keys 2 t, 2 t + 1, 2 t + 8 and 2 t + 9.
 __device__ __forceinline__ void TransposeValues(unsigned char* vt,
@@ -275,18 +271,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int q0 = w.q0;
   const int block0 = w.block0;
   const int num_blocks = w.num_blocks;
-  const evt_elem* q = Pairs(p.q, w.q);
-  const evt_elem* k = Pairs(p.k, w.k);
-  const evt_elem* v = Pairs(p.v, w.v);
 
   // Stage Q; its group completes with the first K/V tile's.
-  LoadTile<kM>(q_tile, q, Units(p.q_row_stride), q0, w.seq_q);
+  LoadTile<kM>(q_tile, Pairs(p.q, w.q), Units(p.q_row_stride), q0, w.seq_q);
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_blocks) {
-      LoadKRows(k_tiles + s * kN * kDc, k, p, w.b, (block0 + s) * kN, w.seq_k);
-      LoadValues(v_tiles + s * kN * kDvc, v, p, w.b, (block0 + s) * kN,
-                 w.seq_k);
-    }
+    if (s < num_blocks) LoadKvTile(k_tiles, v_tiles, s, p, w, block0 + s);
     CpAsyncCommit();
   }
 
@@ -310,8 +299,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int j = 0; j < num_blocks; ++j) {
     const int stage = j % kStages;
     if (kStages == 1) {
-      LoadKRows(k_tiles, k, p, w.b, (block0 + j) * kN, w.seq_k);
-      LoadValues(v_tiles, v, p, w.b, (block0 + j) * kN, w.seq_k);
+      LoadKvTile(k_tiles, v_tiles, 0, p, w, block0 + j);
       CpAsyncCommit();
     }
     CpAsyncWait<(kStages >= 2 ? kStages - 2 : 0)>();
@@ -320,11 +308,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       // Refill the stage every thread finished reading in iteration j - 1.
       const int next = j + kStages - 1;
       if (next < num_blocks) {
-        const int s = next % kStages;
-        LoadKRows(k_tiles + s * kN * kDc, k, p, w.b, (block0 + next) * kN,
-                  w.seq_k);
-        LoadValues(v_tiles + s * kN * kDvc, v, p, w.b, (block0 + next) * kN,
-                   w.seq_k);
+        LoadKvTile(k_tiles, v_tiles, next % kStages, p, w, block0 + next);
       }
       CpAsyncCommit();
     }
