@@ -618,8 +618,10 @@ __device__ __forceinline__ float ExpRowHalf(float (&s)[kNTiles][4], int half,
 // the running max and sum of each row and leaves in `correction` the factor
 // the row's output accumulator must be scaled by to match the new max. A
 // row that has seen no key keeps a zero reference: its scores are all -inf
-// and exp2(-inf) = 0, never NaN.
-template <int kMTiles, int kNTiles>
+// and exp2(-inf) = 0, never NaN. kShift: probabilities taken 2^kShift
+// above the row's max; kSum false: their sums left to the caller (who
+// sums what it rounds them to).
+template <int kShift = 0, bool kSum = true, int kMTiles, int kNTiles>
 __device__ __forceinline__ void SoftmaxScores(float (&s)[kMTiles][kNTiles][4],
                                               float (&row_max)[kMTiles][2],
                                               float (&row_sum)[kMTiles][2],
@@ -634,8 +636,9 @@ __device__ __forceinline__ void SoftmaxScores(float (&s)[kMTiles][kNTiles][4],
       const float ref = new_max == NegInf() ? 0.f : new_max;
       correction[mt][half] = Exp2(row_max[mt][half] - ref);
       row_max[mt][half] = new_max;
-      row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] +
-                          ExpRowHalf(s[mt], half, scale_log2, ref);
+      const float sum = ExpRowHalf(s[mt], half, scale_log2, ref - kShift);
+      row_sum[mt][half] =
+          row_sum[mt][half] * correction[mt][half] + (kSum ? sum : 0.f);
     }
   }
 }
@@ -655,15 +658,16 @@ __device__ __forceinline__ void RescaleRows(
 }
 
 // One step of the online softmax: SoftmaxScores, then the output
-// accumulator `o` rescaled to the new max.
-template <int kMTiles, int kNTiles, int kDTiles>
+// accumulator `o` rescaled to the new max (kShift and kSum as there).
+template <int kShift = 0, bool kSum = true, int kMTiles, int kNTiles,
+          int kDTiles>
 __device__ __forceinline__ void SoftmaxTile(float (&s)[kMTiles][kNTiles][4],
                                             float (&o)[kMTiles][kDTiles][4],
                                             float (&row_max)[kMTiles][2],
                                             float (&row_sum)[kMTiles][2],
                                             float scale_log2) {
   float correction[kMTiles][2];
-  SoftmaxScores(s, row_max, row_sum, scale_log2, correction);
+  SoftmaxScores<kShift, kSum>(s, row_max, row_sum, scale_log2, correction);
   RescaleRows(o, correction);
 }
 

@@ -1,6 +1,7 @@
 // K and V stored as float8 e4m3 (an FP8 KV cache) in the mma.sync
 // templates (sm_89 and newer): conversions of e4m3 pairs to the 16-bit MMA
-// types, in PTX so that the templates need no toolkit header.
+// types, and FP8 attention's probabilities rounded to e4m3 with the sums
+// of what was rounded, in PTX so that the templates need no toolkit header.
 //
 // e4m3 values are exact in fp16, so a tile dequantized in registers (one
 // conversion instruction a pair) feeds fp16 MMAs and reads half the bytes;
@@ -98,6 +99,59 @@ __device__ __forceinline__ void PackProbsHalf(const float (&s)[kNTiles][4],
   a[1] = PackHalf2(s[2 * t][2], s[2 * t][3]);
   a[2] = PackHalf2(s[2 * t + 1][0], s[2 * t + 1][1]);
   a[3] = PackHalf2(s[2 * t + 1][2], s[2 * t + 1][3]);
+}
+
+// Four floats as e4m3 (saturating), the first in the low byte.
+__device__ __forceinline__ unsigned PackE4m3(float a, float b, float c,
+                                             float d) {
+  unsigned x = 0;
+#if __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(x)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+#endif
+  return x;
+}
+
+// The e4m3 A operand (m16 x k32) of keys 32 t .. 32 t + 31 from the
+// probabilities `s` of one m-tile (its n8 tiles 4 t .. 4 t + 3), straight
+// from the accumulators: the lane holding keys 2 i, 2 i + 1, 2 i + 8 and
+// 2 i + 9 (+ 16) of the step holds them as k-positions 4 i .. 4 i + 3
+// (+ 16), so B (V transposed) must hold its keys in that order.
+// Registers 0 and 2 are row lane / 4's, 1 and 3 row lane / 4 + 8's.
+template <int kNTiles>
+__device__ __forceinline__ void PackProbsE4m3(const float (&s)[kNTiles][4],
+                                              int t, unsigned* a) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int tile = 4 * t + 2 * (i / 2), h = 2 * (i % 2);
+    a[i] = PackE4m3(s[tile][h], s[tile][h + 1], s[tile + 1][h],
+                    s[tile + 1][h + 1]);
+  }
+}
+
+__device__ __forceinline__ unsigned AddHalf2(unsigned a, unsigned b) {
+  unsigned d;
+  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// The sum of four e4m3 values, as fp16x2 (two partial sums).
+__device__ __forceinline__ unsigned SumE4m3(unsigned x) {
+  return AddHalf2(ToHalf2<0>(x), ToHalf2<1>(x));
+}
+
+// The two halves of an fp16x2 added in fp32.
+__device__ __forceinline__ float HalvesSum(unsigned x) {
+  float lo, hi;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\n"
+      "cvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(x));
+  return lo + hi;
 }
 
 // The descale factor of (sequence b, KV head kvh) in `factors`, 1 where

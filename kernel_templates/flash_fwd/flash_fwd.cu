@@ -46,12 +46,13 @@
 // 128): Q, K and V are e4m3, O the problem's 16-bit dtype. Tiles of e4m3
 // rows are copied and swizzled as rows of 16-bit pairs (half as many
 // columns), and Q K^T runs on mma.sync m16n8k32 e4m3, whose fragments hold
-// the same bytes as m16n8k16's (ldmatrix serves both). For P V each tile of
-// V is transposed in shared memory (kDv rows of BLOCK_N keys, the keys of a
-// 16-key step in the order PV's fragments take them: bytes 4 t .. 4 t + 3
-// hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9), read by ldmatrix and converted
-// to fp16 in registers (e4m3 values are exact there); P stays fp16, so the
-// product rounds nothing the 16-bit kernel does not. The descale factors of
+// the same bytes as m16n8k16's (ldmatrix serves both). P V runs on e4m3
+// too: each tile of V is transposed in shared memory (kDv rows of BLOCK_N
+// keys, the keys of a 16-key step in the order P's fragments take them:
+// bytes 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9, so that
+// two such steps are one k-step's B operand), and P is rounded to e4m3 in
+// registers, 2^8 up, its rows summed as rounded; each tile's products are
+// added to O in fp32 (Fp8PvTile). The descale factors of
 // Q and K fold into the softmax scale, V's into the output.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
@@ -198,12 +199,85 @@ __device__ __forceinline__ void TransposeValues(unsigned char* vt,
   }
 }
 
-// FP8: O += P V for one tile of kN keys, P in fp16 from the probabilities
-// in s, V from its transpose at vt_lane (row `lane` of it, shared bytes)
-// converted to fp16; vt_swizzle is the lane's row's chunk XOR (VtOffset).
+// FP8: whether P V runs on e4m3 MMAs, as where mma.sync takes e4m3
+// natively (sm_89, sm_120 and newer). sm_90 and sm_100 emulate it
+// (conversions to fp16 around each instruction): there P V runs in fp16
+// (Fp8PvTileHalf), which converts V once a fragment.
+#if __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200
+constexpr bool kPvE4m3 = kFp8;
+#else
+constexpr bool kPvE4m3 = false;
+#endif
+
+// FP8 with kPvE4m3: probabilities are taken 2^kProbShift above the row's
+// max, so that they span [0, 256] (e4m3 reaches 448) and fewer fall below
+// e4m3's normal range (2^-6); the row sums are of the rounded values
+// (Fp8PvTile), so that rounding P scales no row (with 3 mantissa bits, a
+// row of close scores rounds all one way).
+constexpr int kProbShift = kPvE4m3 ? 8 : 0;
+
+// FP8: O += P V for one tile of kN keys on e4m3 MMAs (k-steps of 32 keys):
+// P rounded from the probabilities in s, its values added to row_sum; V
+// from its transpose at vt_lane (row `lane` of it, shared bytes; its keys
+// in the order of fp8::PackProbsE4m3), vt_swizzle the lane's row's chunk
+// XOR (VtOffset). The tensor cores keep fewer bits of a sum of e4m3
+// products than fp32 has (truncated below the accumulator's leading one),
+// so the tile's products are summed from zero and added to O in fp32.
 __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDv / 8][4],
                                           const float (&s)[kMTiles][kN / 8][4],
+                                          float (&row_sum)[kMTiles][2],
                                           unsigned vt_lane, int vt_swizzle) {
+  constexpr int kSteps = kN / 32;
+  unsigned pf[kMTiles][kSteps][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    unsigned sums[2] = {0, 0};  // Rows lane / 4 and + 8 (fp16x2).
+#pragma unroll
+    for (int t = 0; t < kSteps; ++t) {
+      fp8::PackProbsE4m3(s[mt], t, pf[mt][t]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sums[i % 2] = fp8::AddHalf2(sums[i % 2], fp8::SumE4m3(pf[mt][t][i]));
+      }
+    }
+    row_sum[mt][0] += fp8::HalvesSum(sums[0]);
+    row_sum[mt][1] += fp8::HalvesSum(sums[1]);
+  }
+#pragma unroll
+  for (int dq = 0; dq < kDv / 32; ++dq) {
+    float acc[kMTiles][4][4] = {};  // Output tiles 4 dq .. 4 dq + 3.
+#pragma unroll
+    for (int t = 0; t < kSteps; ++t) {
+      unsigned lo[4], hi[4];  // Keys 32 t .. + 15 and 32 t + 16 .. + 31.
+      const unsigned row = vt_lane + dq * 32 * kN;
+      LdMatrixX4(lo, row + (((2 * t) ^ vt_swizzle) << 4));
+      LdMatrixX4(hi, row + (((2 * t + 1) ^ vt_swizzle) << 4));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          MmaE4m3(acc[mt][i], pf[mt][t], lo[i], hi[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][4 * dq + i][e] += acc[mt][i][e];
+      }
+    }
+  }
+}
+
+// FP8 without native e4m3 MMAs: O += P V for one tile of kN keys, P in
+// fp16 from the probabilities in s (unrounded: P V then rounds nothing the
+// 16-bit kernel does not), V from its transpose as Fp8PvTile reads it,
+// converted to fp16 (exactly).
+__device__ __forceinline__ void Fp8PvTileHalf(
+    float (&o)[kMTiles][kDv / 8][4], const float (&s)[kMTiles][kN / 8][4],
+    unsigned vt_lane, int vt_swizzle) {
 #pragma unroll
   for (int t = 0; t < kN / 16; ++t) {
     unsigned pf[kMTiles][4];
@@ -239,6 +313,17 @@ __device__ __forceinline__ void DescaleOutput(float (&o)[kMTiles][kDv / 8][4],
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[mt][dt][i] *= factor;
     }
+  }
+}
+
+// FP8 with kPvE4m3: each row's max moved to the reference its probabilities
+// were taken against (kProbShift below), which its sink's part (WithSink) and
+// the split combine (CombineSplits) take the row's sum as relative to.
+__device__ __forceinline__ void ShiftReferences(float (&row_max)[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    row_max[mt][0] -= kProbShift;
+    row_max[mt][1] -= kProbShift;
   }
 }
 
@@ -332,12 +417,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     PrepareScores<kN>(s_acc, p, w, scales, kv0, q0 + warp_row0, lane);
 
     // Online softmax; P replaces S in place.
-    SoftmaxTile(s_acc, o_acc, row_max, row_sum, scales.log2);
+    SoftmaxTile<kProbShift, !kPvE4m3>(s_acc, o_acc, row_max, row_sum,
+                                      scales.log2);
 
     // O += P V.
     if constexpr (kFp8) {
       __syncthreads();  // V's transpose written.
-      Fp8PvTile(o_acc, s_acc, vt_lane, vt_swizzle);
+      if constexpr (kPvE4m3) {
+        Fp8PvTile(o_acc, s_acc, row_sum, vt_lane, vt_swizzle);
+      } else {
+        Fp8PvTileHalf(o_acc, s_acc, vt_lane, vt_swizzle);
+      }
     } else {
       PvTile<kMTiles, kN, kDv>(o_acc, s_acc, v_lane, fv.v_chunk);
     }
@@ -345,7 +435,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  if constexpr (kFp8) DescaleOutput(o_acc, p, w);
+  if constexpr (kFp8) {
+    DescaleOutput(o_acc, p, w);
+    if constexpr (kPvE4m3) ShiftReferences(row_max);
+  }
   StoreOutput<kM, kDv, kMTiles, kSplits, kThreads, kDvMem>(
       p, w, q0 + warp_row0, o_acc, row_max, row_sum, lane);
 }

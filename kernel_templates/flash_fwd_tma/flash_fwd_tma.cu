@@ -46,7 +46,7 @@
 // tiles): both GEMMs are e4m3 wgmma (k-steps of 32), Q and K as copied. Two
 // more warps of the producer warpgroup transpose each V tile into a Vt ring
 // (TransposeV), since e4m3 wgmma reads V K-major only; P is rounded to e4m3
-// in registers (PackProbsFp8, its keys in Vt's order), its probabilities
+// in registers (fp8::PackProbsE4m3, its keys in Vt's order), its probabilities
 // taken 2^kProbShift above the usual reference so that fewer fall below
 // e4m3's normal range. Q's and K's descale factors fold into the softmax
 // scale, V's into the output.
@@ -446,7 +446,7 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
 // [head_dim][keys]. The transposer warps turn each V tile ([kN keys][kD],
 // as copied) into Vt (kD rows of kN bytes, the same 128-byte swizzle),
 // permuting the keys within each k-step of 32 so that P's A fragments come
-// straight from S's accumulators (PackProbsFp8): the lane that holds keys
+// straight from S's accumulators (fp8::PackProbsE4m3): the lane that holds keys
 // 2i, 2i + 1, 2i + 8, 2i + 9 (+ 16) of a step's scores holds them as
 // k-positions 4i .. 4i + 3 (+ 16), so Vt's column 4i + e holds key
 // Key(i, e). A lane owns one 4-byte word of a Vt row: 4 keys of a k-step
@@ -735,55 +735,6 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
   }
 }
 
-// Four probabilities as e4m3 (saturating), the first in the low byte.
-__device__ __forceinline__ unsigned PackE4m3(float a, float b, float c,
-                                             float d) {
-  unsigned x;
-  asm("{\n.reg .b16 lo, hi;\n"
-      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
-      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-      "mov.b32 %0, {lo, hi};\n}\n"
-      : "=r"(x)
-      : "f"(a), "f"(b), "f"(c), "f"(d));
-  return x;
-}
-
-// FP8: P's A fragment of key step t (keys 32 t ..) straight from S's
-// accumulators, in the key order of TransposeV.
-__device__ __forceinline__ void PackProbsFp8(const float (&s)[kNTiles][4],
-                                             int t, unsigned* a) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int tile = 4 * t + 2 * (i / 2), h = 2 * (i % 2);
-    a[i] = PackE4m3(s[tile][h], s[tile][h + 1], s[tile + 1][h],
-                    s[tile + 1][h + 1]);
-  }
-}
-
-// The sum of four e4m3 values, as fp16x2 (two partial sums).
-__device__ __forceinline__ unsigned SumE4m3(unsigned x) {
-  unsigned d;
-  asm("add.rn.f16x2 %0, %1, %2;\n"
-      : "=r"(d)
-      : "r"(fp8::ToHalf2<0>(x)), "r"(fp8::ToHalf2<1>(x)));
-  return d;
-}
-
-__device__ __forceinline__ unsigned AddHalf2(unsigned a, unsigned b) {
-  unsigned d;
-  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-__device__ __forceinline__ float HalvesSum(unsigned x) {
-  float lo, hi;
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\n"
-      "cvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
-      : "=f"(lo), "=f"(hi)
-      : "r"(x));
-  return lo + hi;
-}
-
 // P for O += P V, done before the wgmma.fence that precedes its use. FP8
 // adds the rounded probabilities to the row sums (in fp16 within the tile:
 // at most 32 values of at most 256 a thread and row).
@@ -792,18 +743,18 @@ __device__ __forceinline__ void PackAll(Rows& r) {
 #pragma unroll
   for (int t = 0; t < kPvSteps; ++t) {
     if constexpr (kFp8) {
-      PackProbsFp8(r.s[0], t, r.pf[t]);
+      fp8::PackProbsE4m3(r.s[0], t, r.pf[t]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        sums[i % 2] = AddHalf2(sums[i % 2], SumE4m3(r.pf[t][i]));
+        sums[i % 2] = fp8::AddHalf2(sums[i % 2], fp8::SumE4m3(r.pf[t][i]));
       }
     } else {
       PackProbs(r.s, 0, t, r.pf[t]);
     }
   }
   if constexpr (kFp8) {
-    r.row_sum[0][0] += HalvesSum(sums[0]);
-    r.row_sum[0][1] += HalvesSum(sums[1]);
+    r.row_sum[0][0] += fp8::HalvesSum(sums[0]);
+    r.row_sum[0][1] += fp8::HalvesSum(sums[1]);
   }
   FenceOperands(r.pf);
 }

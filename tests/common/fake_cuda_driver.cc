@@ -140,9 +140,11 @@ CUresult ThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   std::swap(*mode, capture_mode);
   return CUDA_SUCCESS;
 }
-CUresult ModuleLoadData(CUmodule* m, const void*) {
+CUresult ModuleLoadData(CUmodule* m, const void* image) {
   *m = reinterpret_cast<CUmodule>(new int(0));
   ++State().module_loads;
+  // A cubin is an ELF file; NVRTC's PTX opens with a comment.
+  if (std::memcmp(image, "//", 2) == 0) ++State().ptx_module_loads;
   if (capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) {
     ++State().relaxed_module_loads;
   }

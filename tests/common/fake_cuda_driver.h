@@ -46,6 +46,8 @@ struct FakeGpuState {
   // Of those, loaded by a thread in relaxed capture mode
   // (cuThreadExchangeStreamCaptureMode).
   int relaxed_module_loads = 0;
+  // Of those, of PTX text (for the driver to compile) rather than a cubin.
+  int ptx_module_loads = 0;
   int function_loads = 0;  // cuFuncLoad's.
   int allocations = 0;
   int fills = 0;

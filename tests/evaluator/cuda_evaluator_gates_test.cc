@@ -56,6 +56,22 @@ TEST_F(CudaEvaluatorGatesTest, TheDeviceIsTheDriversAndACorrectKernelIsTimed) {
   EXPECT_EQ(gpu_.bytes_allocated, 0);  // Every buffer freed again.
 }
 
+// With a virtual compile_arch the candidate is PTX, compiled by the driver as
+// it loads it, and judged like a cubin.
+TEST_F(CudaEvaluatorGatesTest, AVirtualCompileArchLoadsPtx) {
+  CudaEvaluatorOptions options;
+  options.driver = FakeCudaDriver::Install();
+  options.compile_threads = 0;
+  options.compile_arch = "compute_89";
+  FakeCudaDriver::state().problem = problem_;
+  absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(options);
+  ASSERT_TRUE(e.ok()) << e.status();
+  evaluator_ = *std::move(e);
+  EXPECT_EQ(Evaluate().status, TrialStatus::kOk);
+  EXPECT_EQ(gpu_.ptx_module_loads, 1);
+  EXPECT_GT(gpu_.module_loads, 1);  // The evaluator's own kernels: cubins.
+}
+
 // Each wrong output, and the reason the correctness gate gives.
 TEST_F(CudaEvaluatorGatesTest, WrongOutputIsIncorrectSayingHow) {
   const std::pair<FakeKernel, std::string> cases[] = {

@@ -30,12 +30,15 @@ absl::StatusOr<KernelTemplate> EditedNaive(const std::string& from,
 
 class CudaEvaluatorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { MakeEvaluator(""); }
+  // The evaluator, compiling for `compile_arch` (empty: the device's).
+  void MakeEvaluator(const std::string& compile_arch) {
     CudaEvaluatorOptions options;
     // The sweeps below hand every config to Prefetch first: compile on all
     // cores while the GPU runs.
     options.compile_threads =
         std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+    options.compile_arch = compile_arch;
     absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(options);
     if (!e.ok()) GTEST_SKIP() << e.status().message();
     evaluator_ = *std::move(e);
@@ -423,9 +426,25 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
   ExpectFp8AttentionOk("flash_fwd_tma", 0);
 }
 
-// flash_fwd (sm_89 and newer; the L4's FP8 path): Q K^T on e4m3 mma.sync,
-// V transposed in shared memory and P V in fp16.
+// flash_fwd (sm_89 and newer): Q K^T on e4m3 mma.sync, V transposed in
+// shared memory, P V as the device's compile selects (e4m3 on sm_89, fp16
+// on Hopper).
 TEST_F(CudaEvaluatorTest, FlashFwdRunsFp8Attention) {
+  if (evaluator_->device().limits.compute_capability < 89) {
+    GTEST_SKIP() << "needs compute capability 8.9";
+  }
+  ExpectFp8AttentionOk("flash_fwd", 24);
+}
+
+// The same as sm_89 (the L4) compiles it, P V on e4m3 included, on any GPU
+// of compute capability 8.9 or newer: compute_89 PTX, which the driver
+// compiles for the device as it loads it.
+class CudaEvaluatorAsSm89Test : public CudaEvaluatorTest {
+ protected:
+  void SetUp() override { MakeEvaluator("compute_89"); }
+};
+
+TEST_F(CudaEvaluatorAsSm89Test, FlashFwdRunsFp8Attention) {
   if (evaluator_->device().limits.compute_capability < 89) {
     GTEST_SKIP() << "needs compute capability 8.9";
   }

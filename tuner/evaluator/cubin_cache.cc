@@ -104,7 +104,8 @@ absl::StatusOr<CompileResult> CubinCache::Compile(const Task& task) {
   if (ReadFile(task.key, &cached)) return cached;
   absl::StatusOr<CompileResult> r =
       CompileTemplate(*task.t, task.config, task.problem, arch_);
-  if (r.ok() && r->ok) WriteFile(task.key, *r);
+  // Cubins only: PTX (a virtual architecture's) is compiled again.
+  if (r.ok() && r->ok && !r->cubin.empty()) WriteFile(task.key, *r);
   return r;
 }
 

@@ -142,7 +142,10 @@ class CudaEvaluator : public Evaluator {
         repeat_runs_(options.repeat_runs),
         compile_threads_(options.compile_threads),
         cold_l2_(options.cold_l2),
-        cubins_(options.cache_dir, ArchName(info_.cc_major, info_.cc_minor),
+        cubins_(options.cache_dir,
+                options.compile_arch.empty()
+                    ? ArchName(info_.cc_major, info_.cc_minor)
+                    : options.compile_arch,
                 options.compile_threads),
         scrub_(d),
         sink_(d) {}
@@ -260,7 +263,10 @@ class CudaEvaluator : public Evaluator {
     if (!compiled->ok) {
       return Rejected(TrialStatus::kCompileError, compiled->log);
     }
-    if (CUresult r = d_->cuModuleLoadData(&c->module, compiled->cubin.data());
+    // PTX (a virtual compile_arch) is compiled for the device here.
+    const std::string& image =
+        compiled->cubin.empty() ? compiled->ptx : compiled->cubin;
+    if (CUresult r = d_->cuModuleLoadData(&c->module, image.data());
         r != CUDA_SUCCESS) {
       c->module = nullptr;
       return Rejected(TrialStatus::kCompileError,

@@ -55,6 +55,12 @@ struct CudaEvaluatorOptions {
   // left in L2. For benchmarks that set the two side by side: results
   // timed so are not the store's (its keys do not name the policy).
   bool cold_l2 = false;
+  // Compiles candidates for this architecture instead of the device's. A
+  // virtual one ("compute_89") gives PTX that the driver compiles for the
+  // device as it loads it, so that a GPU runs the code another
+  // architecture's compile selects (a test runs sm_89's FP8 path on a
+  // Hopper GPU so). Empty: the device's own (a cubin).
+  std::string compile_arch;
   // The driver API it calls; null: the machine's (CudaDriver::Get()). A
   // test's fake GPU (tests/common/fake_cuda_driver.h) drives the gates
   // without one. It must outlive the evaluator.
