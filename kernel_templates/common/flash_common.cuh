@@ -114,12 +114,24 @@ __device__ __forceinline__ void LdMatrixX4Trans(unsigned* r, unsigned addr) {
       : "r"(addr));
 }
 
-// In tiles swizzled by 16-byte chunk index XOR (row mod 8), the rows a lane
-// hands to ldmatrix are all congruent to the lane mod 8, so their swizzled
-// chunk depends on the lane and the logical chunk only: the element offset
-// of `chunk` within such a row.
+// The XOR a tile of rows of kD 16-bit columns swizzles row `row`'s 16-byte
+// chunk index by: row mod 8 in rows of 8 chunks or more; in rows of 4 (64
+// bytes: e4m3 rows of head_dim 64), row / 2 mod 4. Either way the eight
+// rows of an ldmatrix read (or of any 8 consecutive rows) fall on different
+// banks, and the XOR depends on the row mod 8 alone.
+template <int kD>
+__device__ __forceinline__ int RowSwizzle(int row) {
+  static_assert(kD >= 32 && kD % 32 == 0, "rows of 4 chunks or more");
+  return kD >= 64 ? row & 7 : (row >> 1) & 3;
+}
+
+// In tiles swizzled so (RowSwizzle), the rows a lane hands to ldmatrix are
+// all congruent to the lane mod 8, so their swizzled chunk depends on the
+// lane and the logical chunk only: the element offset of `chunk` within
+// such a row of kD 16-bit columns.
+template <int kD = 64>
 __device__ __forceinline__ int LaneChunk(int chunk, int lane) {
-  return (chunk ^ (lane & 7)) << 3;
+  return (chunk ^ RowSwizzle<kD>(lane)) << 3;
 }
 
 // c += a * b for one m16n8k16 tile (row-major A, column-major B, fp32
@@ -169,7 +181,9 @@ struct LaneFragments {
     k_row = ((lane % 8) + (lane / 16) * 8) * kD;
     v_row = a_row;
 #pragma unroll
-    for (int d = 0; d < 4; ++d) v_chunk[d] = LaneChunk(d * 2 + lane / 16, lane);
+    for (int d = 0; d < 4; ++d) {
+      v_chunk[d] = LaneChunk<kD>(d * 2 + lane / 16, lane);
+    }
   }
 };
 
@@ -183,9 +197,9 @@ __device__ __forceinline__ void LoadQFragments(
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      LdMatrixX4(
-          q_frag[mt][ks],
-          q_lane + 2 * (mt * 16 * kD + LaneChunk(ks * 2 + lane / 16, lane)));
+      LdMatrixX4(q_frag[mt][ks],
+                 q_lane + 2 * (mt * 16 * kD +
+                               LaneChunk<kD>(ks * 2 + lane / 16, lane)));
     }
   }
 }
@@ -218,11 +232,13 @@ __device__ __forceinline__ void QkTile(
 #pragma unroll
         for (int i = 0; i < 4; ++i) qf[mt][i] = q_frag[mt][ks][i];
       } else {
-        LdMatrixX4(qf[mt], q_lane + 2 * (mt * 16 * kD +
-                                         LaneChunk(ks * 2 + lane / 16, lane)));
+        LdMatrixX4(qf[mt],
+                   q_lane + 2 * (mt * 16 * kD +
+                                 LaneChunk<kD>(ks * 2 + lane / 16, lane)));
       }
     }
-    const unsigned k_ks = k_lane + 2 * LaneChunk(ks * 2 + (lane / 8) % 2, lane);
+    const unsigned k_ks =
+        k_lane + 2 * LaneChunk<kD>(ks * 2 + (lane / 8) % 2, lane);
 #pragma unroll
     for (int kb = 0; kb < kN / 16; ++kb) {
       unsigned kf[4];

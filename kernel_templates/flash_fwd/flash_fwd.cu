@@ -42,18 +42,18 @@
 // the next multiple of 64), HEAD_DIM_V (V's and O's, one of the same; the
 // same as HEAD_DIM unless defined), EVT_BF16, EVT_Q_FP8 (with EVT_KV_FP8).
 //
-// FP8 attention (EVT_Q_FP8, compute capability 8.9 and newer; head_dim
-// 128): Q, K and V are e4m3, O the problem's 16-bit dtype. Tiles of e4m3
+// FP8 attention (EVT_Q_FP8, compute capability 8.9 and newer; head_dim 64
+// or 128): Q, K and V are e4m3, O the problem's 16-bit dtype. Tiles of e4m3
 // rows are copied and swizzled as rows of 16-bit pairs (half as many
-// columns), and Q K^T runs on mma.sync m16n8k32 e4m3, whose fragments hold
-// the same bytes as m16n8k16's (ldmatrix serves both). P V runs on e4m3
-// too: each tile of V is transposed in shared memory (kDv rows of BLOCK_N
-// keys, the keys of a 16-key step in the order P's fragments take them:
-// bytes 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9, so that
-// two such steps are one k-step's B operand), and P is rounded to e4m3 in
-// registers, 2^8 up, its rows summed as rounded; each tile's products are
-// added to O in fp32 (Fp8PvTile). The descale factors of
-// Q and K fold into the softmax scale, V's into the output.
+// columns; 64-byte rows by RowSwizzle's second form), and Q K^T runs on
+// mma.sync m16n8k32 e4m3, whose fragments hold the same bytes as m16n8k16's
+// (ldmatrix serves both). P V runs on e4m3 too: each tile of V is transposed in
+// shared memory (kDv rows of BLOCK_N keys, the keys of a 16-key step in the
+// order P's fragments take them: bytes 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2
+// t + 8, 2 t + 9, so that two such steps are one k-step's B operand), and P is
+// rounded to e4m3 in registers, 2^8 up, its rows summed as rounded; each tile's
+// products are added to O in fp32 (Fp8PvTile). The descale factors of Q and K
+// fold into the softmax scale, V's into the output.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
 // NUM_WARPS * 32 threads;
@@ -95,13 +95,15 @@ static_assert(kN % 16 == 0, "BLOCK_N");
 static_assert(kDMem % 16 == 0, "HEAD_DIM");
 static_assert(kDvMem % 16 == 0, "HEAD_DIM_V");
 static_assert(kStages >= 1, "STAGES");
-static_assert(!kFp8 || (kKvFp8 && kDMem == 128 && kDvMem == 128),
-              "FP8 attention: head_dim 128");
+static_assert(!kFp8 ||
+                  (kKvFp8 && (kDMem == 64 || kDMem == 128) && kDvMem == kDMem),
+              "FP8 attention: head_dim 64 or 128");
 
-// Element offset of (row, 16-byte chunk) in a swizzled [rows][kCols] tile.
+// Element offset of (row, 16-byte chunk) in a swizzled [rows][kCols] tile
+// (RowSwizzle).
 template <int kCols>
 __device__ __forceinline__ int Swizzled(int row, int chunk) {
-  return row * kCols + ((chunk ^ (row & 7)) << 3);
+  return row * kCols + ((chunk ^ RowSwizzle<kCols>(row)) << 3);
 }
 
 // A stride of Q, K or V in elements as one in 16-bit units (FP8: pairs).

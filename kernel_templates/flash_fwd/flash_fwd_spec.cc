@@ -50,6 +50,8 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
 // Two tiles spill on sm_90 (36-392 bytes: each holds the output's and the
 // scores' accumulators), so do two blocks' shares, and mods with Q's
 // fragments held (8-12 bytes; NvrtcCompilerTest.FlashFwdFp8ConfigsDoNotSpill).
+// Head_dim 64 takes the same: without it, 128-key tiles spilled on sm_89
+// (8-184 bytes) with two tiles a warp, two blocks' shares or score mods.
 bool RegistersFit(const Config& c, const Problem& p) {
   return !p.q_fp8 || (c.at("BLOCK_M") == 16 * c.at("NUM_WARPS") &&
                       c.at("MIN_BLOCKS") == 1 &&
@@ -184,10 +186,12 @@ std::vector<Constraint> Constraints() {
          return c.at("MIN_BLOCKS") == 1 ||
                 32 * c.at("NUM_WARPS") * c.at("MIN_BLOCKS") > 256;
        }},
-      // FP8 attention: 128-byte rows of e4m3, swizzled as 16-bit pairs.
-      {"Q_FP8 == 0 || (HEAD_DIM == 128 && HEAD_DIM_V == 128)",
+      // FP8 attention: 64- or 128-byte rows of e4m3, swizzled as 16-bit
+      // pairs.
+      {"Q_FP8 == 0 || (HEAD_DIM in {64, 128} && HEAD_DIM_V == HEAD_DIM)",
        [](const Config&, const Problem& p) {
-         return !p.q_fp8 || (p.head_dim == 128 && HeadDimV(p) == 128);
+         return !p.q_fp8 || ((p.head_dim == 64 || p.head_dim == 128) &&
+                             HeadDimV(p) == p.head_dim);
        }},
       // FP8 attention's registers (RegistersFit).
       {"Q_FP8 == 0 || (BLOCK_M == 16 * NUM_WARPS && MIN_BLOCKS == 1 && "

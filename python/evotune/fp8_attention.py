@@ -13,9 +13,10 @@ query head h is its e4m3 value times q_descale[b, h // (heads /
 kv_heads)], k's and v's likewise ([batch, kv_heads] float32 on q's device,
 or anything that broadcasts to it; None means 1). At head_dim 128 on
 Hopper flash_fwd_tma serves it (docs/fp8.md): both products on e4m3 tensor
-cores, P rounded to e4m3; on compute capability 8.9 (the L4) flash_fwd: Q
-K^T on e4m3 tensor cores, P V in fp16. Other calls run SDPA on the
-dequantized tensors in out_dtype.
+cores, P rounded to e4m3; at head_dim 64 or 128 on compute capability 8.9
+(the L4) flash_fwd does likewise on mma.sync (and at head_dim 64 on Hopper,
+where it converts to fp16 around each product). Other calls run SDPA on
+the dequantized tensors in out_dtype.
 """
 import torch
 import torch.nn.functional as F

@@ -98,7 +98,8 @@ class CudaEvaluatorTest : public ::testing::Test {
     EXPECT_EQ(ExpectOkUntil(t, feasible, p, 1), 1)
         << t.name << " " << ProblemKey(p);
   }
-  void ExpectFp8AttentionOk(const std::string& name, size_t sample);
+  void ExpectFp8AttentionOk(const std::string& name, size_t sample,
+                            int64_t head_dim = 128);
   std::unique_ptr<Evaluator> evaluator_;
 };
 
@@ -371,7 +372,8 @@ TEST_F(CudaEvaluatorTest, DecodeFwdIsCorrectOnDecodeShapes) {
 // cache and paged problems over both output dtypes, masks and odd lengths
 // with a few configs each.
 void CudaEvaluatorTest::ExpectFp8AttentionOk(const std::string& name,
-                                             size_t sample) {
+                                             size_t sample, int64_t head_dim) {
+  SCOPED_TRACE(absl::StrCat(name, " at head_dim ", head_dim));
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find(name);
   const DeviceLimits& limits = evaluator_->device().limits;
   Problem gqa;
@@ -380,7 +382,7 @@ void CudaEvaluatorTest::ExpectFp8AttentionOk(const std::string& name,
   gqa.kv_heads = 2;
   gqa.seq_q = 300;
   gqa.seq_k = 1000;
-  gqa.head_dim = 128;
+  gqa.head_dim = head_dim;
   gqa.causal = true;
   gqa.dtype = DType::kBf16;
   gqa.kv_fp8 = gqa.q_fp8 = true;
@@ -426,14 +428,16 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
   ExpectFp8AttentionOk("flash_fwd_tma", 0);
 }
 
-// flash_fwd (sm_89 and newer): Q K^T on e4m3 mma.sync, V transposed in
-// shared memory, P V as the device's compile selects (e4m3 on sm_89, fp16
-// on Hopper).
+// flash_fwd (sm_89 and newer; head_dim 64 and 128): Q K^T on e4m3
+// mma.sync, V transposed in shared memory, P V as the device's compile
+// selects (e4m3 on sm_89, fp16 on Hopper).
 TEST_F(CudaEvaluatorTest, FlashFwdRunsFp8Attention) {
   if (evaluator_->device().limits.compute_capability < 89) {
     GTEST_SKIP() << "needs compute capability 8.9";
   }
-  ExpectFp8AttentionOk("flash_fwd", 24);
+  for (int64_t head_dim : {64, 128}) {
+    ExpectFp8AttentionOk("flash_fwd", 24, head_dim);
+  }
 }
 
 // The same as sm_89 (the L4) compiles it, P V on e4m3 included, on any GPU
@@ -448,7 +452,9 @@ TEST_F(CudaEvaluatorAsSm89Test, FlashFwdRunsFp8Attention) {
   if (evaluator_->device().limits.compute_capability < 89) {
     GTEST_SKIP() << "needs compute capability 8.9";
   }
-  ExpectFp8AttentionOk("flash_fwd", 24);
+  for (int64_t head_dim : {64, 128}) {
+    ExpectFp8AttentionOk("flash_fwd", 24, head_dim);
+  }
 }
 
 // Sliding windows (one side, both, causal, a window of the diagonal alone),
@@ -903,13 +909,13 @@ TEST_F(CudaEvaluatorTest, SmallProblemsForTheSanitizers) {
     // inside the tensors.
     for (Layout layout :
          {Layout::kDense, Layout::kVarlen, Layout::kKvCache, Layout::kPaged}) {
-      // 16-bit, e4m3 K and V, and e4m3 Q, K and V (at head_dim 128), where
-      // served.
-      for (int fp8 = 0; fp8 < 3; ++fp8) {
+      // 16-bit, e4m3 K and V, and e4m3 Q, K and V (at head_dim 128 and
+      // 64), where served.
+      for (int fp8 = 0; fp8 < 4; ++fp8) {
         Problem p;
         p.kv_fp8 = fp8 > 0;
-        p.q_fp8 = fp8 == 2;
-        if (p.q_fp8) p.head_dim = 128;
+        p.q_fp8 = fp8 >= 2;
+        p.head_dim = fp8 == 2 ? 128 : 64;
         p.batch = layout == Layout::kDense ? 1 : 3;
         p.heads = 2;
         p.kv_heads = 1;

@@ -249,28 +249,31 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
 }
 
 // flash_fwd's FP8 attention (e4m3 Q K^T, V transposed in shared memory)
-// compiles for sm_89 (the L4) and sm_90 without spilling: dense bf16, paged
+// compiles for sm_89 (the L4) and sm_90 without spilling at head_dim 64 and
+// 128: dense bf16, paged
 // (pages of 16 keys) and causal varlen fp16 with a window and softcapping.
 // Registers do not depend on the stage count or the number of splits past
 // two: one stage count and up to two splits cover the space.
 TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
   ASSERT_TRUE(t.q_fp8);
-  Problem p;
-  p.heads = p.kv_heads = 8;
-  p.seq_q = p.seq_k = 1024;
-  p.head_dim = 128;
-  p.dtype = DType::kBf16;
-  p.q_fp8 = p.kv_fp8 = true;
-  Problem mods = WithScoreMods(p);
-  mods.dtype = DType::kFp16;
-  mods.layout = Layout::kVarlen;
   std::vector<Job> jobs;
-  for (const Arch& arch : {Targets()[1], Targets()[2]}) {
-    for (const Problem& form : {p, Paged(p, 16), mods}) {
-      for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
-        if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2) {
-          jobs.push_back({&t, c, form, arch.name});
+  for (int64_t head_dim : {64, 128}) {
+    Problem p;
+    p.heads = p.kv_heads = 8;
+    p.seq_q = p.seq_k = 1024;
+    p.head_dim = head_dim;
+    p.dtype = DType::kBf16;
+    p.q_fp8 = p.kv_fp8 = true;
+    Problem mods = WithScoreMods(p);
+    mods.dtype = DType::kFp16;
+    mods.layout = Layout::kVarlen;
+    for (const Arch& arch : {Targets()[1], Targets()[2]}) {
+      for (const Problem& form : {p, Paged(p, 16), mods}) {
+        for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
+          if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2) {
+            jobs.push_back({&t, c, form, arch.name});
+          }
         }
       }
     }

@@ -45,9 +45,9 @@ def rand(*shape, seed):
     return torch.randn(*shape, generator=g, device="cuda")
 
 
-def inputs(kind, b, h, kvh, sq, sk, seed):
+def inputs(kind, b, h, kvh, sq, sk, seed, d=128):
     """q, k, v (fp32) of one of the four distributions."""
-    q, k, v = (rand(b, n, s, 128, seed=seed + i)
+    q, k, v = (rand(b, n, s, d, seed=seed + i)
                for i, (n, s) in enumerate(((h, sq), (kvh, sk), (kvh, sk))))
     if kind == "peaked":  # Scores spread wide: a few keys take each row.
         q = q * 4
@@ -98,12 +98,16 @@ class Fp8AttentionTest(unittest.TestCase):
                  (2, 8, 8, 1, 517, False, torch.bfloat16),
                  (1, 16, 2, 2048, 4096, False, torch.bfloat16),
                  (1, 4, 1, 113, 4097, True, torch.float16)]
-        for i, (b, h, kvh, sq, sk, causal, out) in enumerate(cases):
+        # head_dim 64 (flash_fwd's; P V unrounded on Hopper).
+        cases = [c + (128,) for c in cases] + [
+            (2, 8, 2, 300, 1000, True, torch.bfloat16, 64)]
+        for i, (b, h, kvh, sq, sk, causal, out, d) in enumerate(cases):
             for kind in ("normal", "peaked", "offset", "large"):
-                what = f"{kind} b{b} h{h}/{kvh} q{sq} k{sk} causal={causal}"
-                q, k, v = inputs(kind, b, h, kvh, sq, sk, seed=10 * i)
+                what = (f"{kind} b{b} h{h}/{kvh} q{sq} k{sk} d{d} "
+                        f"causal={causal}")
+                q, k, v = inputs(kind, b, h, kvh, sq, sk, seed=10 * i, d=d)
                 # Q's factors per KV head: its group's heads as one.
-                q8, qd = et.quantize_fp8(q.reshape(b, kvh, -1, 128),
+                q8, qd = et.quantize_fp8(q.reshape(b, kvh, -1, d),
                                          reduce_dims=(2, 3))
                 q8 = q8.reshape(q.shape)
                 k8, kd = et.quantize_fp8(k, reduce_dims=(2, 3))
@@ -132,8 +136,8 @@ class Fp8AttentionTest(unittest.TestCase):
         self.assertTrue(torch.equal(got, want))
 
     def test_calls_no_kernel_serves_fall_back(self):
-        # head_dim 64: no FP8 attention kernel; SDPA on the dequantized.
-        q, k, v = (rand(1, 2, 100, 64, seed=s) for s in (4, 5, 6))
+        # head_dim 96: no FP8 attention kernel; SDPA on the dequantized.
+        q, k, v = (rand(1, 2, 100, 96, seed=s) for s in (4, 5, 6))
         q8, k8, v8 = (t.to(E4M3) for t in (q, k, v))
         self.assertIsNone(fa.kernel_for(q8, k8))
         got = et.fp8_attention(q8, k8, v8)
