@@ -47,13 +47,15 @@
 // rows are copied and swizzled as rows of 16-bit pairs (half as many
 // columns; 64-byte rows by RowSwizzle's second form), and Q K^T runs on
 // mma.sync m16n8k32 e4m3, whose fragments hold the same bytes as m16n8k16's
-// (ldmatrix serves both). P V runs on e4m3 too: each tile of V is transposed in
-// shared memory (kDv rows of BLOCK_N keys, the keys of a 16-key step in the
-// order P's fragments take them: bytes 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2
-// t + 8, 2 t + 9, so that two such steps are one k-step's B operand), and P is
-// rounded to e4m3 in registers, 2^8 up, its rows summed as rounded; each tile's
-// products are added to O in fp32 (Fp8PvTile). The descale factors of Q and K
-// fold into the softmax scale, V's into the output.
+// (ldmatrix serves both). Where mma.sync takes e4m3 natively (kPvE4m3:
+// sm_89, sm_120) P V runs on e4m3 too, elsewhere in fp16 with P unrounded
+// (Fp8PvTileHalf). Each tile of V is transposed in shared memory (kDv rows of
+// BLOCK_N keys, the keys of a 16-key step in the order P's fragments take them:
+// bytes 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9, so that two
+// such steps are one k-step's B operand); on e4m3, P is rounded in registers,
+// 2^8 up, its rows summed as rounded, and each tile's products are added to O
+// in fp32 (Fp8PvTile). The descale factors of Q and K fold into the softmax
+// scale, V's into the output.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
 // NUM_WARPS * 32 threads;
