@@ -331,6 +331,29 @@ __device__ __forceinline__ void ShiftReferences(float (&row_max)[kMTiles][2]) {
   }
 }
 
+// FP8: O += P V for one tile, on e4m3 MMAs where they are native
+// (kPvE4m3), else in fp16.
+__device__ __forceinline__ void Fp8Pv(float (&o)[kMTiles][kDv / 8][4],
+                                      const float (&s)[kMTiles][kN / 8][4],
+                                      float (&row_sum)[kMTiles][2],
+                                      unsigned vt_lane, int vt_swizzle) {
+  if constexpr (kPvE4m3) {
+    Fp8PvTile(o, s, row_sum, vt_lane, vt_swizzle);
+  } else {
+    Fp8PvTileHalf(o, s, vt_lane, vt_swizzle);
+  }
+}
+
+// FP8: after the last tile, V's descale on the output and the rows'
+// references as StoreOutput takes them.
+__device__ __forceinline__ void FinishFp8(float (&o)[kMTiles][kDv / 8][4],
+                                          float (&row_max)[kMTiles][2],
+                                          const AttentionParams& p,
+                                          const BlockPlan& w) {
+  DescaleOutput(o, p, w);
+  if constexpr (kPvE4m3) ShiftReferences(row_max);
+}
+
 // The softmax scale * log2(e) of block w's rows (FP8: Q's and K's descale
 // factors folded in).
 __device__ __forceinline__ float ScaleLog2(const AttentionParams& p,
@@ -427,11 +450,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     // O += P V.
     if constexpr (kFp8) {
       __syncthreads();  // V's transpose written.
-      if constexpr (kPvE4m3) {
-        Fp8PvTile(o_acc, s_acc, row_sum, vt_lane, vt_swizzle);
-      } else {
-        Fp8PvTileHalf(o_acc, s_acc, vt_lane, vt_swizzle);
-      }
+      Fp8Pv(o_acc, s_acc, row_sum, vt_lane, vt_swizzle);
     } else {
       PvTile<kMTiles, kN, kDv>(o_acc, s_acc, v_lane, fv.v_chunk);
     }
@@ -439,10 +458,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
   CpAsyncWait<0>();  // Q's copy when no key tile was loaded.
 
-  if constexpr (kFp8) {
-    DescaleOutput(o_acc, p, w);
-    if constexpr (kPvE4m3) ShiftReferences(row_max);
-  }
+  if constexpr (kFp8) FinishFp8(o_acc, row_max, p, w);
   StoreOutput<kM, kDv, kMTiles, kSplits, kThreads, kDvMem>(
       p, w, q0 + warp_row0, o_acc, row_max, row_sum, lane);
 }
