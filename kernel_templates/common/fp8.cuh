@@ -154,6 +154,27 @@ __device__ __forceinline__ float HalvesSum(unsigned x) {
   return lo + hi;
 }
 
+// The e4m3 A operands of kSteps key steps (PackProbsE4m3) from one m-tile's
+// probabilities, what they round to added to its two rows' sums (in fp16
+// within the tile: at most 32 values of at most 256 a thread and row), so
+// that rounding P scales no row.
+template <int kSteps, int kNTiles>
+__device__ __forceinline__ void PackProbsE4m3Summed(
+    const float (&s)[kNTiles][4], unsigned (&pf)[kSteps][4],
+    float (&row_sum)[2]) {
+  unsigned sums[2] = {0, 0};  // Rows lane / 4 and + 8 (fp16x2).
+#pragma unroll
+  for (int t = 0; t < kSteps; ++t) {
+    PackProbsE4m3(s, t, pf[t]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sums[i % 2] = AddHalf2(sums[i % 2], SumE4m3(pf[t][i]));
+    }
+  }
+  row_sum[0] += HalvesSum(sums[0]);
+  row_sum[1] += HalvesSum(sums[1]);
+}
+
 // The descale factor of (sequence b, KV head kvh) in `factors`, 1 where
 // null.
 __device__ __forceinline__ float Descale(const AttentionParams& p,

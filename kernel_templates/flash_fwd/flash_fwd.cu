@@ -235,17 +235,7 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDv / 8][4],
   unsigned pf[kMTiles][kSteps][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    unsigned sums[2] = {0, 0};  // Rows lane / 4 and + 8 (fp16x2).
-#pragma unroll
-    for (int t = 0; t < kSteps; ++t) {
-      fp8::PackProbsE4m3(s[mt], t, pf[mt][t]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sums[i % 2] = fp8::AddHalf2(sums[i % 2], fp8::SumE4m3(pf[mt][t][i]));
-      }
-    }
-    row_sum[mt][0] += fp8::HalvesSum(sums[0]);
-    row_sum[mt][1] += fp8::HalvesSum(sums[1]);
+    fp8::PackProbsE4m3Summed(s[mt], pf[mt], row_sum[mt]);
   }
 #pragma unroll
   for (int dq = 0; dq < kDv / 32; ++dq) {

@@ -736,25 +736,13 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
 }
 
 // P for O += P V, done before the wgmma.fence that precedes its use. FP8
-// adds the rounded probabilities to the row sums (in fp16 within the tile:
-// at most 32 values of at most 256 a thread and row).
+// adds the rounded probabilities to the row sums.
 __device__ __forceinline__ void PackAll(Rows& r) {
-  unsigned sums[2] = {0, 0};  // Rows lane / 4 and + 8 (fp16x2).
-#pragma unroll
-  for (int t = 0; t < kPvSteps; ++t) {
-    if constexpr (kFp8) {
-      fp8::PackProbsE4m3(r.s[0], t, r.pf[t]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sums[i % 2] = fp8::AddHalf2(sums[i % 2], fp8::SumE4m3(r.pf[t][i]));
-      }
-    } else {
-      PackProbs(r.s, 0, t, r.pf[t]);
-    }
-  }
   if constexpr (kFp8) {
-    r.row_sum[0][0] += fp8::HalvesSum(sums[0]);
-    r.row_sum[0][1] += fp8::HalvesSum(sums[1]);
+    fp8::PackProbsE4m3Summed(r.s[0], r.pf, r.row_sum[0]);
+  } else {
+#pragma unroll
+    for (int t = 0; t < kPvSteps; ++t) PackProbs(r.s, 0, t, r.pf[t]);
   }
   FenceOperands(r.pf);
 }
