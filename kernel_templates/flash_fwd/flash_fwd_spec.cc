@@ -240,7 +240,7 @@ KernelTemplate EVOTUNE_TEMPLATE_SPEC(flash_fwd)(std::string source,
   t.name = "flash_fwd";
   t.description =
       "FlashAttention-2-style forward: mma.sync m16n8k16 (FP8: m16n8k32 "
-      "e4m3 for both products) with ldmatrix, "
+      "e4m3, P V too where native) with ldmatrix, "
       "cp.async K/V pipeline, swizzled shared memory, online softmax in "
       "registers with fp32 accumulation.";
   t.source = std::move(source);

@@ -248,10 +248,10 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
   EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
 
-// flash_fwd's FP8 attention (e4m3 Q K^T, V transposed in shared memory)
-// compiles for sm_89 (the L4) and sm_90 without spilling at head_dim 64 and
-// 128: dense bf16, paged
-// (pages of 16 keys) and causal varlen fp16 with a window and softcapping.
+// flash_fwd's FP8 attention (e4m3 Q K^T, V transposed in shared memory;
+// P V on e4m3 for sm_89, in fp16 for sm_90) compiles without spilling at
+// head_dim 64 and 128: dense bf16, paged (pages of 16 keys) and causal
+// varlen fp16 with a window and softcapping.
 // Registers do not depend on the stage count or the number of splits past
 // two: one stage count and up to two splits cover the space.
 TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
