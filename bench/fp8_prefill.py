@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """FP8 attention prefill (e4m3 q, k and v, per-(sequence, KV head) descale
 factors, bf16 output) through evotune.torch.fp8_attention, beside evotune's
-bf16 attention and SDPA's backends on the bf16 tensors, in interleaved
-turns in one process. Every call is first checked: FP8 against an fp32
-reference on the dequantized inputs (and against the unquantized bf16
-ones: what quantizing costs), bf16 ones against the bf16 inputs. Each call
+bf16 attention, SDPA's backends on the bf16 tensors and SDPA on the
+dequantized ones (what fp8_attention runs where no kernel serves), in
+interleaved turns in one process. Every call is first checked: FP8 ones
+against an fp32 reference on the dequantized inputs (and evotune's against
+the unquantized bf16 ones: what quantizing costs), bf16 ones against the
+bf16 inputs. Each call
 is captured in a CUDA graph of `--reps` calls and replayed, so the times
 are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
 
   PYTHONPATH=python:bench \\
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
-  python3 bench/fp8_prefill.py --daemon 127.0.0.1:7433 [--json OUT.json]
+  python3 bench/fp8_prefill.py --daemon 127.0.0.1:7433 [--only d64]
+      [--json OUT.json]
 """
 
 import torch
@@ -19,13 +22,16 @@ from torch.nn.attention import sdpa_kernel
 
 import evotune.torch as et
 from evotune import fp8_attention as fa
-from paged_decode import SDPA, bench_parser, rel_err, time_calls, write_results
+from paged_decode import (SDPA, bench_parser, rel_err, run_named, time_calls,
+                          write_results)
 
 # The suite's FP8 prefill shapes (../shared/bench/shapes.json): name,
 # (batch, heads, kv_heads, seq, head_dim, causal).
 SHAPES = [("long-d128", (2, 16, 16, 4096, 128, False)),
           ("8k-d128", (1, 16, 16, 8192, 128, False)),
-          ("long-causal", (2, 16, 16, 4096, 128, True))]
+          ("long-causal", (2, 16, 16, 4096, 128, True)),
+          ("long-d64", (2, 16, 16, 4096, 64, False)),
+          ("long-causal-d64", (2, 16, 16, 4096, 64, True))]
 
 
 def calls(shape):
@@ -37,10 +43,14 @@ def calls(shape):
     q8, qd = et.quantize_fp8(q, reduce_dims=(2, 3))
     k8, kd = et.quantize_fp8(k, reduce_dims=(2, 3))
     v8, vd = et.quantize_fp8(v, reduce_dims=(2, 3))
+    descale = fa._descales(q8, k8, (qd, kd, vd))
     out = {
         "evotune_bf16": lambda: et.attention(q, k, v, causal),
         "evotune_fp8": lambda: et.fp8_attention(
-            q8, k8, v8, causal, q_descale=qd, k_descale=kd, v_descale=vd)}
+            q8, k8, v8, causal, q_descale=qd, k_descale=kd, v_descale=vd),
+        # What fp8_attention runs where no kernel serves the problem.
+        "sdpa_on_dequantized": lambda: fa._sdpa(
+            q8, k8, v8, descale, causal, None, torch.bfloat16)}
     for name, backend in SDPA.items():
         def sdpa(backend=backend):
             with sdpa_kernel([backend]):
@@ -60,7 +70,8 @@ def run_shape(name, shape, args):
     b, h, kvh, s, d, causal = shape
     fns, want8, want16, kernel = calls(shape)
     outs, us, skipped = time_calls(fns, args.reps, args.turns)
-    errors = {call: rel_err(o, want8 if call == "evotune_fp8" else want16)
+    fp8_calls = ("evotune_fp8", "sdpa_on_dequantized")
+    errors = {call: rel_err(o, want8 if call in fp8_calls else want16)
               for call, o in outs.items()}
     err_vs_bf16 = {call: rel_err(o, want16) for call, o in outs.items()}
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
@@ -77,22 +88,23 @@ def run_shape(name, shape, args):
     return row
 
 
+def line(row):
+    return " ".join(
+        [row["fp8_kernel"] or "(SDPA answers)"]
+        + [f"{k}={t:.1f}us({row['tflops'][k]:.0f}TF)"
+           for k, t in row["us"].items()]
+        + [f"| fp8/bf16 {row['fp8_speedup_over_bf16']:.2f}x",
+           "| err " + " ".join(f"{k}={e:.1e}"
+                               for k, e in row["rel_err"].items()),
+           f"| fp8 vs bf16 inputs "
+           f"{row['rel_err_vs_bf16_inputs']['evotune_fp8']:.1e}",
+           f"| skipped {list(row['skipped'])}"])
+
+
 def main():
-    args = bench_parser(reps=10).parse_args()
+    args = bench_parser(reps=10, only=True).parse_args()
     et.use(daemon=args.daemon, wait=True)
-    rows = []
-    for name, shape in SHAPES:
-        row = run_shape(name, shape, args)
-        rows.append(row)
-        print(name, row["fp8_kernel"], " ".join(
-            f"{k}={t:.1f}us({row['tflops'][k]:.0f}TF)"
-            for k, t in row["us"].items()),
-            f"| fp8/bf16 {row['fp8_speedup_over_bf16']:.2f}x",
-            "| err " + " ".join(f"{k}={e:.1e}"
-                                for k, e in row["rel_err"].items()),
-            f"| fp8 vs bf16 inputs "
-            f"{row['rel_err_vs_bf16_inputs']['evotune_fp8']:.1e}",
-            "| skipped", list(row["skipped"]), flush=True)
+    rows = run_named(SHAPES, run_shape, args, line)
     if args.json:
         write_results(args.json, args.commit, rows)
 
