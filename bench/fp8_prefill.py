@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """FP8 attention prefill (e4m3 q, k and v, per-(sequence, KV head) descale
 factors, bf16 output) through evotune.torch.fp8_attention, beside evotune's
-bf16 attention, SDPA's backends on the bf16 tensors and SDPA on the
-dequantized ones (what fp8_attention runs where no kernel serves), in
+bf16 attention, SDPA's backends on the bf16 tensors, and evotune's and
+SDPA's attention on the dequantized ones (what fp8_attention runs where no
+FP8 kernel serves, and what a user could run instead), in
 interleaved turns in one process. Every call is first checked: FP8 ones
 against an fp32 reference on the dequantized inputs (and evotune's against
 the unquantized bf16 ones: what quantizing costs), bf16 ones against the
-bf16 inputs. Each call
-is captured in a CUDA graph of `--reps` calls and replayed, so the times
-are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
+bf16 inputs. Each call is captured in a CUDA graph of `--reps` calls and
+replayed, so the times are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
 
   PYTHONPATH=python:bench \\
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
@@ -44,13 +44,19 @@ def calls(shape):
     k8, kd = et.quantize_fp8(k, reduce_dims=(2, 3))
     v8, vd = et.quantize_fp8(v, reduce_dims=(2, 3))
     descale = fa._descales(q8, k8, (qd, kd, vd))
+    deq16 = [lambda t=t, f=f: fa._dequantized(t, f, torch.bfloat16)
+             for t, f in zip((q8, k8, v8), descale)]
     out = {
         "evotune_bf16": lambda: et.attention(q, k, v, causal),
         "evotune_fp8": lambda: et.fp8_attention(
             q8, k8, v8, causal, q_descale=qd, k_descale=kd, v_descale=vd),
-        # What fp8_attention runs where no kernel serves the problem.
-        "sdpa_on_dequantized": lambda: fa._sdpa(
-            q8, k8, v8, descale, causal, None, torch.bfloat16)}
+        # What fp8_attention runs where no FP8 kernel serves the problem,
+        # and SDPA on the tensors dequantized the same way.
+        "evotune_on_dequantized": lambda: fa._dequantized_attention(
+            q8, k8, v8, descale, causal, None, torch.bfloat16),
+        "sdpa_on_dequantized": lambda: F.scaled_dot_product_attention(
+            *(f() for f in deq16), is_causal=causal,
+            enable_gqa=kvh != h)}
     for name, backend in SDPA.items():
         def sdpa(backend=backend):
             with sdpa_kernel([backend]):
@@ -70,7 +76,8 @@ def run_shape(name, shape, args):
     b, h, kvh, s, d, causal = shape
     fns, want8, want16, kernel = calls(shape)
     outs, us, skipped = time_calls(fns, args.reps, args.turns)
-    fp8_calls = ("evotune_fp8", "sdpa_on_dequantized")
+    fp8_calls = ("evotune_fp8", "evotune_on_dequantized",
+                 "sdpa_on_dequantized")
     errors = {call: rel_err(o, want8 if call in fp8_calls else want16)
               for call, o in outs.items()}
     err_vs_bf16 = {call: rel_err(o, want16) for call, o in outs.items()}
@@ -90,7 +97,7 @@ def run_shape(name, shape, args):
 
 def line(row):
     return " ".join(
-        [row["fp8_kernel"] or "(SDPA answers)"]
+        [row["fp8_kernel"] or "(no FP8 kernel)"]
         + [f"{k}={t:.1f}us({row['tflops'][k]:.0f}TF)"
            for k, t in row["us"].items()]
         + [f"| fp8/bf16 {row['fp8_speedup_over_bf16']:.2f}x",

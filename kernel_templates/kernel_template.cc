@@ -151,6 +151,26 @@ absl::Status CheckGeometry(const LaunchGeometry& g,
 
 namespace {
 
+// FP8 attention on a device the template serves it on (its
+// q_fp8_compute_capabilities).
+absl::Status CheckFp8Device(const KernelTemplate& t, const Problem& problem,
+                            const DeviceLimits& limits) {
+  const std::vector<int>& on = t.q_fp8_compute_capabilities;
+  const int cc = limits.compute_capability;
+  if (!problem.q_fp8 || on.empty() || cc == 0 ||
+      std::find(on.begin(), on.end(), cc) != on.end()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("problem.q_dtype: template ", t.name,
+                   " serves FP8 attention only on compute capability ",
+                   absl::StrJoin(on, ", ",
+                                 [](std::string* out, int c) {
+                                   absl::StrAppend(out, c / 10, ".", c % 10);
+                                 }),
+                   " devices; this one is ", cc / 10, ".", cc % 10));
+}
+
 absl::Status CheckConstraints(const KernelTemplate& t, const Config& config,
                               const Problem& problem,
                               const DeviceLimits& limits, bool waste_too) {
@@ -162,6 +182,7 @@ absl::Status CheckConstraints(const KernelTemplate& t, const Config& config,
         "this device is ",
         limits.compute_capability / 10, ".", limits.compute_capability % 10));
   }
+  if (absl::Status s = CheckFp8Device(t, problem, limits); !s.ok()) return s;
   if (absl::Status s = t.space.Contains(config); !s.ok()) return s;
   for (const Constraint& c : t.constraints) {
     if ((waste_too || !c.waste_only) && !c.holds(config, problem)) {

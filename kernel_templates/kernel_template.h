@@ -109,6 +109,11 @@ struct KernelTemplate {
   bool kv_fp8 = false;
   // Reads e4m3 Q, K and V (Problem::q_fp8; EVT_Q_FP8 and EVT_KV_FP8).
   bool q_fp8 = false;
+  // With q_fp8: the compute capabilities (10 * major + minor) whose devices
+  // it serves FP8 attention on, where others would emulate its instructions
+  // slower than SDPA runs on the dequantized tensors. Empty: every device
+  // with FP8 (kFp8ComputeCapability and newer).
+  std::vector<int> q_fp8_compute_capabilities;
   // Where its kernels may find the lengths (core/problem.h): every template
   // reads each sequence's lengths through common/sequence.cuh.
   std::vector<Layout> layouts = {Layout::kDense};

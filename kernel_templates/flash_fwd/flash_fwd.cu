@@ -42,19 +42,18 @@
 // the next multiple of 64), HEAD_DIM_V (V's and O's, one of the same; the
 // same as HEAD_DIM unless defined), EVT_BF16, EVT_Q_FP8 (with EVT_KV_FP8).
 //
-// FP8 attention (EVT_Q_FP8, compute capability 8.9 and newer; head_dim 64
-// or 128): Q, K and V are e4m3, O the problem's 16-bit dtype. Tiles of e4m3
-// rows are copied and swizzled as rows of 16-bit pairs (half as many
-// columns; 64-byte rows by RowSwizzle's second form), and Q K^T runs on
-// mma.sync m16n8k32 e4m3, whose fragments hold the same bytes as m16n8k16's
-// (ldmatrix serves both). Where mma.sync takes e4m3 natively (kPvE4m3:
-// sm_89, sm_120) P V runs on e4m3 too, elsewhere in fp16 with P unrounded
-// (Fp8PvTileHalf). Each tile of V is transposed in shared memory (kDv rows of
-// BLOCK_N keys, the keys of a 16-key step in the order P's fragments take them:
-// bytes 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9, so that two
-// such steps are one k-step's B operand); on e4m3, P is rounded in registers,
-// 2^8 up, its rows summed as rounded, and each tile's products are added to O
-// in fp32 (Fp8PvTile). The descale factors of Q and K fold into the softmax
+// FP8 attention (EVT_Q_FP8, served on sm_89 and sm_120, where mma.sync
+// takes e4m3 natively; head_dim 64 or 128): Q, K and V are e4m3, O the
+// problem's 16-bit dtype. Tiles of e4m3 rows are copied and swizzled as rows
+// of 16-bit pairs (half as many columns; 64-byte rows by RowSwizzle's second
+// form), and both products run on mma.sync m16n8k32 e4m3, whose A and B
+// fragments hold the same bytes as m16n8k16's (ldmatrix serves both). Each
+// tile of V is transposed in shared memory (kDv rows of BLOCK_N keys, the
+// keys of a 16-key step in the order P's fragments take them: bytes
+// 4 t .. 4 t + 3 hold keys 2 t, 2 t + 1, 2 t + 8, 2 t + 9, so that two such
+// steps are one k-step's B operand); P is rounded in registers, 2^8 up, its
+// rows summed as rounded, and each tile's products are added to O in fp32
+// (Fp8PvTile). The descale factors of Q and K fold into the softmax
 // scale, V's into the output.
 //
 // Grid: (ceil(seq_q / BLOCK_M) * KV_SPLITS, heads, batch); block:
@@ -203,22 +202,12 @@ __device__ __forceinline__ void TransposeValues(unsigned char* vt,
   }
 }
 
-// FP8: whether P V runs on e4m3 MMAs, as where mma.sync takes e4m3
-// natively (sm_89, sm_120 and newer). sm_90 and sm_100 emulate it
-// (conversions to fp16 around each instruction): there P V runs in fp16
-// (Fp8PvTileHalf), which converts V once a fragment.
-#if __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200
-constexpr bool kPvE4m3 = kFp8;
-#else
-constexpr bool kPvE4m3 = false;
-#endif
-
-// FP8 with kPvE4m3: probabilities are taken 2^kProbShift above the row's
+// FP8: probabilities are taken 2^kProbShift above the row's
 // max, so that they span [0, 256] (e4m3 reaches 448) and fewer fall below
 // e4m3's normal range (2^-6); the row sums are of the rounded values
 // (Fp8PvTile), so that rounding P scales no row (with 3 mantissa bits, a
 // row of close scores rounds all one way).
-constexpr int kProbShift = kPvE4m3 ? 8 : 0;
+constexpr int kProbShift = kFp8 ? 8 : 0;
 
 // FP8: O += P V for one tile of kN keys on e4m3 MMAs (k-steps of 32 keys):
 // P rounded from the probabilities in s, its values added to row_sum; V
@@ -265,35 +254,6 @@ __device__ __forceinline__ void Fp8PvTile(float (&o)[kMTiles][kDv / 8][4],
   }
 }
 
-// FP8 without native e4m3 MMAs: O += P V for one tile of kN keys, P in
-// fp16 from the probabilities in s (unrounded: P V then rounds nothing the
-// 16-bit kernel does not), V from its transpose as Fp8PvTile reads it,
-// converted to fp16 (exactly).
-__device__ __forceinline__ void Fp8PvTileHalf(
-    float (&o)[kMTiles][kDv / 8][4], const float (&s)[kMTiles][kN / 8][4],
-    unsigned vt_lane, int vt_swizzle) {
-#pragma unroll
-  for (int t = 0; t < kN / 16; ++t) {
-    unsigned pf[kMTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) fp8::PackProbsHalf(s[mt], t, pf[mt]);
-#pragma unroll
-    for (int dq = 0; dq < kDv / 32; ++dq) {
-      unsigned vf[4];  // Output tiles 4 dq .. 4 dq + 3.
-      LdMatrixX4(vf, vt_lane + dq * 32 * kN + ((t ^ vt_swizzle) << 4));
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const unsigned b0 = fp8::ToHalf2<0>(vf[i]);
-        const unsigned b1 = fp8::ToHalf2<1>(vf[i]);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          fp8::MmaF16(o[mt][4 * dq + i], pf[mt], b0, b1);
-        }
-      }
-    }
-  }
-}
-
 // FP8: the output's rows times V's descale factor.
 __device__ __forceinline__ void DescaleOutput(float (&o)[kMTiles][kDv / 8][4],
                                               const AttentionParams& p,
@@ -310,7 +270,7 @@ __device__ __forceinline__ void DescaleOutput(float (&o)[kMTiles][kDv / 8][4],
   }
 }
 
-// FP8 with kPvE4m3: each row's max moved to the reference its probabilities
+// FP8: each row's max moved to the reference its probabilities
 // were taken against (kProbShift below), which its sink's part (WithSink) and
 // the split combine (CombineSplits) take the row's sum as relative to.
 __device__ __forceinline__ void ShiftReferences(float (&row_max)[kMTiles][2]) {
@@ -321,19 +281,6 @@ __device__ __forceinline__ void ShiftReferences(float (&row_max)[kMTiles][2]) {
   }
 }
 
-// FP8: O += P V for one tile, on e4m3 MMAs where they are native
-// (kPvE4m3), else in fp16.
-__device__ __forceinline__ void Fp8Pv(float (&o)[kMTiles][kDv / 8][4],
-                                      const float (&s)[kMTiles][kN / 8][4],
-                                      float (&row_sum)[kMTiles][2],
-                                      unsigned vt_lane, int vt_swizzle) {
-  if constexpr (kPvE4m3) {
-    Fp8PvTile(o, s, row_sum, vt_lane, vt_swizzle);
-  } else {
-    Fp8PvTileHalf(o, s, vt_lane, vt_swizzle);
-  }
-}
-
 // FP8: after the last tile, V's descale on the output and the rows'
 // references as StoreOutput takes them.
 __device__ __forceinline__ void FinishFp8(float (&o)[kMTiles][kDv / 8][4],
@@ -341,7 +288,7 @@ __device__ __forceinline__ void FinishFp8(float (&o)[kMTiles][kDv / 8][4],
                                           const AttentionParams& p,
                                           const BlockPlan& w) {
   DescaleOutput(o, p, w);
-  if constexpr (kPvE4m3) ShiftReferences(row_max);
+  ShiftReferences(row_max);
 }
 
 // The softmax scale * log2(e) of block w's rows (FP8: Q's and K's descale
@@ -434,13 +381,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     PrepareScores<kN>(s_acc, p, w, scales, kv0, q0 + warp_row0, lane);
 
     // Online softmax; P replaces S in place.
-    SoftmaxTile<kProbShift, !kPvE4m3>(s_acc, o_acc, row_max, row_sum,
-                                      scales.log2);
+    SoftmaxTile<kProbShift, !kFp8>(s_acc, o_acc, row_max, row_sum, scales.log2);
 
     // O += P V.
     if constexpr (kFp8) {
       __syncthreads();  // V's transpose written.
-      Fp8Pv(o_acc, s_acc, row_sum, vt_lane, vt_swizzle);
+      Fp8PvTile(o_acc, s_acc, row_sum, vt_lane, vt_swizzle);
     } else {
       PvTile<kMTiles, kN, kDv>(o_acc, s_acc, v_lane, fv.v_chunk);
     }

@@ -14,12 +14,11 @@ kv_heads)], k's and v's likewise ([batch, kv_heads] float32 on q's device,
 or anything that broadcasts to it; None means 1). At head_dim 128 on
 Hopper flash_fwd_tma serves it (docs/fp8.md): both products on e4m3 tensor
 cores, P rounded to e4m3; at head_dim 64 or 128 on compute capability 8.9
-(the L4) flash_fwd does likewise on mma.sync (and at head_dim 64 on Hopper,
-where it converts to fp16 around each product). Other calls run SDPA on
-the dequantized tensors in out_dtype.
+(the L4) and 12.0 flash_fwd does likewise on mma.sync. Other calls run
+attention() on the tensors dequantized to out_dtype (an evotune kernel,
+or SDPA where none serves).
 """
 import torch
-import torch.nn.functional as F
 
 from . import runtime as _rt
 from . import torch as _et
@@ -92,18 +91,13 @@ def _dequantized(t, descale, dtype):
     return x.to(dtype)
 
 
-def _sdpa(q, k, v, descale, causal, scale, out_dtype):
-    g = q.shape[1] // k.shape[1]
-    qd, kd, vd = (_dequantized(t, d, out_dtype) for t, d in zip(
-        (q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)),
-        descale))
-    if causal and q.shape[2] != k.shape[2]:
-        from torch.nn.attention.bias import causal_lower_right
-        return F.scaled_dot_product_attention(
-            qd, kd, vd, attn_mask=causal_lower_right(q.shape[2], k.shape[2]),
-            scale=scale)
-    return F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal,
-                                          scale=scale)
+def _dequantized_attention(q, k, v, descale, causal, scale, out_dtype):
+    """Where no FP8 kernel serves: attention() (an evotune kernel, or SDPA
+    where none serves that either) on the tensors dequantized to
+    out_dtype."""
+    qd, kd, vd = (_dequantized(t, d, out_dtype)
+                  for t, d in zip((q, k, v), descale))
+    return _et.attention(qd, kd, vd, causal, scale)
 
 
 def _tensor(t):
@@ -156,7 +150,8 @@ def fp8_attention(q, k, v, causal=False, scale=None, q_descale=None,
     if isinstance(entry, str) or any(
             t.stride(3) != 1 or any(s % 16 for s in t.stride()[:3])
             for t in (q, k, v)):
-        return _sdpa(q, k, v, descale, causal, scale, out_dtype)
+        return _dequantized_attention(q, k, v, descale, causal, scale,
+                                      out_dtype)
     plan, problem = entry
     o = torch.empty(q.shape, dtype=out_dtype, device=q.device)
     lengths = _rt.Lengths()

@@ -70,6 +70,23 @@ TEST_F(CudaEvaluatorGatesTest, AVirtualCompileArchLoadsPtx) {
   EXPECT_EQ(Evaluate().status, TrialStatus::kOk);
   EXPECT_EQ(gpu_.ptx_module_loads, 1);
   EXPECT_GT(gpu_.module_loads, 1);  // The evaluator's own kernels: cubins.
+  // Configs are judged for the architecture compiled for.
+  EXPECT_EQ(evaluator_->device().limits.compute_capability, 89);
+  EXPECT_EQ(evaluator_->device().cc_major, 9);
+}
+
+// A compile_arch newer than the device (or no architecture) is refused
+// naming the option.
+TEST_F(CudaEvaluatorGatesTest, ACompileArchNewerThanTheDeviceIsRefused) {
+  CudaEvaluatorOptions options;
+  options.driver = FakeCudaDriver::Install();
+  options.compile_threads = 0;
+  for (const char* arch : {"compute_100", "sm_120", "ampere"}) {
+    options.compile_arch = arch;
+    absl::StatusOr<std::unique_ptr<Evaluator>> e = MakeCudaEvaluator(options);
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << arch;
+    EXPECT_EQ(e.status().message().rfind("compile_arch:", 0), 0u) << e.status();
+  }
 }
 
 // Each wrong output, and the reason the correctness gate gives.

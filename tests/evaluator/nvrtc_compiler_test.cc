@@ -100,6 +100,16 @@ Problem WithScoreMods(Problem p) {
   return p;
 }
 
+TEST(NvrtcCompilerTest, ArchNamesSayTheirComputeCapability) {
+  EXPECT_EQ(ArchComputeCapability("compute_89"), 89);
+  EXPECT_EQ(ArchComputeCapability("sm_90a"), 90);
+  EXPECT_EQ(ArchComputeCapability(VirtualArchName("sm_120")), 120);
+  EXPECT_EQ(ArchComputeCapability("sm_100f"), 100);
+  for (const char* bad : {"", "89", "sm_", "compute_x9", "sm_90b"}) {
+    EXPECT_EQ(ArchComputeCapability(bad), 0) << bad;
+  }
+}
+
 TEST(NvrtcCompilerTest, EveryFeasibleConfigCompilesForEveryTarget) {
   std::vector<Job> jobs;
   for (const KernelTemplate& t : TemplateRegistry::Builtin().templates()) {
@@ -248,10 +258,10 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
   EXPECT_THAT(CompileAll(jobs, NoSpill), ::testing::IsEmpty());
 }
 
-// flash_fwd's FP8 attention (e4m3 Q K^T, V transposed in shared memory;
-// P V on e4m3 for sm_89, in fp16 for sm_90) compiles without spilling at
-// head_dim 64 and 128: dense bf16, paged (pages of 16 keys) and causal
-// varlen fp16 with a window and softcapping.
+// flash_fwd's FP8 attention (both products on e4m3 mma.sync, V transposed
+// in shared memory; served on sm_89 and sm_120) compiles without spilling
+// at head_dim 64 and 128 for both: dense bf16, paged (pages of 16 keys) and
+// causal varlen fp16 with a window and softcapping.
 // Registers do not depend on the stage count or the number of splits past
 // two: one stage count and up to two splits cover the space.
 TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
@@ -268,7 +278,8 @@ TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
     Problem mods = WithScoreMods(p);
     mods.dtype = DType::kFp16;
     mods.layout = Layout::kVarlen;
-    for (const Arch& arch : {Targets()[1], Targets()[2]}) {
+    for (const Arch& arch :
+         {Targets()[1], Arch{ArchName(12, 0), {101376, 1024, 120}}}) {
       for (const Problem& form : {p, Paged(p, 16), mods}) {
         for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
           if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2) {

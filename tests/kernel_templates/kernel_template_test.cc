@@ -464,6 +464,28 @@ TEST(KernelTemplateTest, Fp8AttentionNeedsATemplateThatReadsIt) {
   EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_KV_FP8=1"));
 }
 
+// flash_fwd serves FP8 attention where mma.sync takes e4m3 natively (sm_89,
+// sm_120) and refuses it, naming the field, where it would be emulated
+// (sm_90, sm_100); its 16-bit attention runs everywhere.
+TEST(KernelTemplateTest, FlashFwdServesFp8OnlyWhereE4m3MmaIsNative) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd");
+  Problem p = SeedProblem();
+  p.dtype = DType::kBf16;
+  p.kv_fp8 = p.q_fp8 = true;
+  const Config c = t.fitted_defaults(p, {101376, 1024, 89}).front();
+  for (int cc : {89, 120}) {
+    EXPECT_TRUE(CheckConfig(t, c, p, {101376, 1024, cc}).ok()) << cc;
+  }
+  Problem bf16 = p;
+  bf16.kv_fp8 = bf16.q_fp8 = false;
+  for (int cc : {90, 100}) {
+    absl::Status s = CheckConfig(t, c, p, {232448, 1024, cc});
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << cc;
+    EXPECT_EQ(s.message().rfind("problem.q_dtype:", 0), 0u) << s;
+    EXPECT_TRUE(CheckConfig(t, c, bf16, {232448, 1024, cc}).ok()) << cc;
+  }
+}
+
 TEST(KernelTemplateTest, DefinesInstantiateEveryParameter) {
   Problem p = SeedProblem();
   p.dtype = DType::kBf16;

@@ -872,6 +872,25 @@ class CudaEvaluator : public Evaluator {
   absl::Status broken_;
 };
 
+// With a compile_arch, configs are judged for the architecture the code is
+// compiled for (sm_89's runs no wgmma, and the FP8 attention of its
+// templates), which must not be newer than the device.
+absl::Status JudgeAsCompileArch(const std::string& compile_arch,
+                                DeviceInfo& info) {
+  if (compile_arch.empty()) return absl::OkStatus();
+  const int cc = ArchComputeCapability(compile_arch);
+  const int device = 10 * info.cc_major + info.cc_minor;
+  if (cc == 0 || cc > device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compile_arch: \"", compile_arch,
+        "\" is not an architecture (sm_XY or compute_XY) of compute "
+        "capability ",
+        info.cc_major, ".", info.cc_minor, " or older"));
+  }
+  info.limits.compute_capability = cc;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(
@@ -884,6 +903,10 @@ absl::StatusOr<std::unique_ptr<Evaluator>> MakeCudaEvaluator(
   }
   absl::StatusOr<DeviceInfo> info = ProbeCudaDevice(*d, options.ordinal);
   if (!info.ok()) return info.status();
+  if (absl::Status s = JudgeAsCompileArch(options.compile_arch, *info);
+      !s.ok()) {
+    return s;
+  }
   info->nvrtc_version = NvrtcVersion();  // Part of the device key.
   CUdevice dev;
   if (absl::Status s =

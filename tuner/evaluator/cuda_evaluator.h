@@ -59,7 +59,8 @@ struct CudaEvaluatorOptions {
   // virtual one ("compute_89") gives PTX that the driver compiles for the
   // device as it loads it, so that a GPU runs the code another
   // architecture's compile selects (a test runs sm_89's FP8 path on a
-  // Hopper GPU so). Empty: the device's own (a cubin).
+  // Hopper GPU so); configs are then judged for that architecture, which
+  // must not be newer than the device. Empty: the device's own (a cubin).
   std::string compile_arch;
   // The driver API it calls; null: the machine's (CudaDriver::Get()). A
   // test's fake GPU (tests/common/fake_cuda_driver.h) drives the gates

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "kernel_templates/embedded_sources.h"
 
@@ -68,6 +70,17 @@ bool NvrtcCompilesFor(int cc_major, int cc_minor) {
 
 std::string VirtualArchName(const std::string& arch) {
   return absl::StrCat("compute_", absl::StripPrefix(arch, "sm_"));
+}
+
+int ArchComputeCapability(const std::string& arch) {
+  absl::string_view digits = arch;
+  if (!absl::ConsumePrefix(&digits, "sm_") &&
+      !absl::ConsumePrefix(&digits, "compute_")) {
+    return 0;
+  }
+  if (!absl::ConsumeSuffix(&digits, "a")) absl::ConsumeSuffix(&digits, "f");
+  int cc = 0;
+  return absl::SimpleAtoi(digits, &cc) && cc > 0 ? cc : 0;
 }
 
 namespace {

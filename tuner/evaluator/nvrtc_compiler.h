@@ -24,6 +24,10 @@ bool NvrtcCompilesFor(int cc_major, int cc_minor);
 // The virtual architecture of a real one: "compute_90a" for "sm_90a".
 std::string VirtualArchName(const std::string& arch);
 
+// The compute capability (10 * major + minor) an architecture's code is
+// for: 89 for "compute_89", 90 for "sm_90a"; 0 for a name of neither form.
+int ArchComputeCapability(const std::string& arch);
+
 // NVRTC's version, "13.0".
 std::string NvrtcVersion();
 
