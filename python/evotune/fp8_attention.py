@@ -83,12 +83,13 @@ def _descales(q, k, descale):
 
 def _dequantized(t, descale, dtype):
     """t's values in `dtype`: e4m3 times its factors (per KV head, repeated
-    over the query heads of a group)."""
-    x = t.float()
+    over the query heads of a group), multiplied in dtype (two passes over
+    the tensor; e4m3 converts to any of them exactly)."""
+    x = t.to(dtype)
     if descale is not None:
-        x = x * descale.repeat_interleave(t.shape[1] // descale.shape[1],
-                                          dim=1)[:, :, None, None]
-    return x.to(dtype)
+        g = t.shape[1] // descale.shape[1]
+        x.mul_(descale.repeat_interleave(g, dim=1)[:, :, None, None].to(dtype))
+    return x
 
 
 def _dequantized_attention(q, k, v, descale, causal, scale, out_dtype):

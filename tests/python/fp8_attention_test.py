@@ -136,15 +136,15 @@ class Fp8AttentionTest(unittest.TestCase):
     def test_calls_no_kernel_serves_fall_back(self):
         # No FP8 kernel on Hopper at head_dim 64 (flash_fwd's is served
         # where e4m3 mma.sync is native) or 96: attention() on the
-        # dequantized tensors, an evotune kernel at 64, SDPA at 96.
-        for d, served in ((64, True), (96, False)):
+        # dequantized tensors, served by a 16-bit evotune kernel.
+        for d in (64, 96):
             q, k, v = (rand(2, 8, 300, d, seed=s) for s in (4, 5, 6))
             q8, k8, v8 = (t.to(E4M3) for t in (q, k, v))
             self.assertIsNone(fa.kernel_for(q8, k8, True))
             got = et.fp8_attention(q8, k8, v8, True)
             q16, k16 = (t.to(torch.bfloat16) for t in (q8, k8))
-            self.assertEqual(et.kernel_for(q16, k16, True) is not None,
-                             served, f"head_dim {d}")
+            self.assertIsNotNone(et.kernel_for(q16, k16, True),
+                                 f"head_dim {d}")
             want = reference(*(t.float() for t in (q8, k8, v8)), True, False)
             self.assertLess(rel_err(got, want), 1e-2, f"head_dim {d}")
 
