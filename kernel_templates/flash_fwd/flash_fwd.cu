@@ -42,8 +42,8 @@
 // the next multiple of 64), HEAD_DIM_V (V's and O's, one of the same; the
 // same as HEAD_DIM unless defined), EVT_BF16, EVT_Q_FP8 (with EVT_KV_FP8).
 //
-// FP8 attention (EVT_Q_FP8, served on sm_89 and sm_120, where mma.sync
-// takes e4m3 natively; head_dim 64 or 128): Q, K and V are e4m3, O the
+// FP8 attention (EVT_Q_FP8, served on sm_89, where mma.sync takes e4m3
+// natively; head_dim 64 or 128): Q, K and V are e4m3, O the
 // problem's 16-bit dtype. Tiles of e4m3 rows are copied and swizzled as rows
 // of 16-bit pairs (half as many columns; 64-byte rows by RowSwizzle's second
 // form), and both products run on mma.sync m16n8k32 e4m3, whose A and B

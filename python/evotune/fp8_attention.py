@@ -14,7 +14,7 @@ kv_heads)], k's and v's likewise ([batch, kv_heads] float32 on q's device,
 or anything that broadcasts to it; None means 1). At head_dim 128 on
 Hopper flash_fwd_tma serves it (docs/fp8.md): both products on e4m3 tensor
 cores, P rounded to e4m3; at head_dim 64 or 128 on compute capability 8.9
-(the L4) and 12.0 flash_fwd does likewise on mma.sync. Other calls run
+(the L4) flash_fwd does likewise on mma.sync. Other calls run
 attention() on the tensors dequantized to out_dtype (an evotune kernel,
 or SDPA where none serves).
 """
@@ -83,12 +83,12 @@ def _descales(q, k, descale):
 
 def _dequantized(t, descale, dtype):
     """t's values in `dtype`: e4m3 times its factors (per KV head, repeated
-    over the query heads of a group), multiplied in dtype (two passes over
-    the tensor; e4m3 converts to any of them exactly)."""
+    over the query heads of a group): converted to dtype (exactly), then
+    multiplied in place, in fp32 and rounded once (two passes)."""
     x = t.to(dtype)
     if descale is not None:
         g = t.shape[1] // descale.shape[1]
-        x.mul_(descale.repeat_interleave(g, dim=1)[:, :, None, None].to(dtype))
+        x.mul_(descale.repeat_interleave(g, dim=1)[:, :, None, None])
     return x
 
 
