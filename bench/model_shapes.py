@@ -10,10 +10,17 @@ envelope bounds them. The same seed draws the same shapes.
       --head_dim 128 [--max_batch 256 --max_context 8192 --prefill_chunk 2048
       --max_prefill_tokens 8192 --decode_queries 1,4] [--count 200] > PLAN.json
   python3 bench/sdpa_compare.py PLAN.json --interleave --json OUT.json
+  python3 bench/model_shapes_summary.py OUT.json
+
+With --bundle given several times (e.g. bundles of one envelope tuned by the
+evolutionary search, by random search, and of the fitted defaults alone),
+each shape is an entry per bundle, named "I KIND LABEL" (LABEL the bundle's
+file name): sdpa_compare times them together, in turns, beside SDPA.
 """
 import argparse
 import json
 import math
+import os
 import random
 import sys
 
@@ -41,9 +48,16 @@ def draw(rng, a):
         rng, 1, max(1, a.max_context - q)), True
 
 
+def bundle_label(path):
+    """A bundle's name in the plan's entries: its file's, no extension."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bundle", required=True)
+    ap.add_argument("--bundle", required=True, action="append",
+                    help="the bundle serving the shapes; given more than "
+                    "once, each shape once per bundle (timed together)")
     ap.add_argument("--heads", type=int, required=True)
     ap.add_argument("--kv_heads", type=int, required=True)
     ap.add_argument("--head_dim", type=int, required=True)
@@ -64,8 +78,10 @@ def main():
         key = (f"b{batch}_h{a.heads}_kv{a.kv_heads}_q{seq_q}_k{seq_k}"
                f"_d{a.head_dim}_{'causal' if causal else 'full'}_{a.dtype}"
                "_bhsd")
-        plan.append({"name": f"{i} {kind}", "bundle": a.bundle,
-                     "problem": key})
+        for bundle in a.bundle:
+            label = "" if len(a.bundle) == 1 else f" {bundle_label(bundle)}"
+            plan.append({"name": f"{i} {kind}{label}", "bundle": bundle,
+                         "problem": key})
     json.dump(plan, sys.stdout, indent=1)
 
 

@@ -97,6 +97,9 @@ def runtime_of(build):
     return _builds[path]
 
 
+_RUNTIMES = {}  # ((kind, path or address), library): its Runtime.
+
+
 class EvotuneKernel:
     """The kernel a bundle serves for a problem, launched through the
     evotune runtime (its C API) on the current stream, with the scratch it
@@ -109,10 +112,16 @@ class EvotuneKernel:
         build = entry.get("build")
         rt = runtime_of(build)
         library = None if build is None else build["library"]
-        if "daemon" in entry:  # What the daemon serves, tuned or not.
-            self.rt = rt.Runtime.open_daemon(entry["daemon"], library=library)
-        else:
-            self.rt = rt.Runtime.open_bundle(entry["bundle"], library)
+        # One runtime per bundle or daemon (a model's plan names one bundle
+        # hundreds of times).
+        source = ("daemon", entry["daemon"]) if "daemon" in entry else (
+            "bundle", entry["bundle"])
+        if (source, library) not in _RUNTIMES:
+            _RUNTIMES[source, library] = (
+                rt.Runtime.open_daemon(source[1], library=library)
+                if source[0] == "daemon" else
+                rt.Runtime.open_bundle(source[1], library))
+        self.rt = _RUNTIMES[source, library]
         self.runtime = rt
         self.problem = rt.Problem(
             pr["batch"], pr["heads"], pr["kv_heads"], pr["seq_q"],

@@ -156,7 +156,8 @@ class Client:
                    max_batch=256, max_context=8192, prefill_chunk=2048,
                    max_prefill_tokens=8192, decode_queries=(1, 4),
                    max_trials=12, max_seconds=600, device="", dry_run=False,
-                   layer_kinds=(), layout="bhsd", page_size=0, head_dim_v=0):
+                   layer_kinds=(), layout="bhsd", page_size=0, head_dim_v=0,
+                   strategy="", strategy_options=None):
         """One search per bucket of a model's serving envelope that needs
         one (Tuner.TuneModel; `evotune tune-model` reads the fields from a
         config.json): returns the buckets (problem, job_id, state,
@@ -167,8 +168,9 @@ class Client:
         none: full attention.
         layout: how the model's calls pass tensors ("bhsd", "thd",
         "cache", or "paged" with page_size keys a page). head_dim_v: the
-        values' head dim where it differs (DeepSeek's MLA). Asked again, it
-        resumes; dry_run submits nothing."""
+        values' head dim where it differs (DeepSeek's MLA). strategy and
+        strategy_options: each bucket's search's, as submit's. Asked again,
+        it resumes; dry_run submits nothing."""
         if layout not in _LAYOUTS:
             raise ValueError(f"layout: one of {sorted(_LAYOUTS)}, got "
                              f"{layout!r}")
@@ -197,7 +199,8 @@ class Client:
                 layout=_LAYOUTS[layout], page_size=page_size),
             budget=evotune_pb2.Budget(max_trials=max_trials,
                                       max_seconds=max_seconds),
-            device=device, dry_run=dry_run)
+            device=device, dry_run=dry_run, strategy=strategy,
+            strategy_options=strategy_options or {})
         return list(self._call(self._stub.TuneModel, req).buckets)
 
     def job(self, job_id):

@@ -818,11 +818,8 @@ TEST_F(GrpcApiTest, ASearchWithoutATemplateTunesTheOneRankedFirst) {
   }
 }
 
-// TuneModel submits one search per bucket of the envelope; asked again it
-// submits nothing and answers with the same jobs; a dry run submits nothing;
-// a bad request names the field and submits nothing.
-TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
-  Daemon d(db_, "", &evaluations_);
+// A small model's TuneModel request: 6 buckets of two trials each.
+v1::TuneModelRequest SmallModelRequest() {
   v1::TuneModelRequest req;
   req.set_heads(8);
   req.set_kv_heads(2);
@@ -836,6 +833,15 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
   e->add_decode_queries(1);
   req.mutable_budget()->set_max_trials(2);
   req.mutable_budget()->set_max_seconds(60);
+  return req;
+}
+
+// TuneModel submits one search per bucket of the envelope; asked again it
+// submits nothing and answers with the same jobs; a dry run submits nothing;
+// a bad request names the field and submits nothing.
+TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
+  Daemon d(db_, "", &evaluations_);
+  const v1::TuneModelRequest req = SmallModelRequest();
   auto call = [&](const v1::TuneModelRequest& r, v1::TuneModelResponse* out) {
     grpc::ClientContext ctx;
     return d.stub()->TuneModel(&ctx, r, out);
@@ -902,6 +908,37 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
     EXPECT_EQ(resp.buckets(i).state(), v1::JOB_STATE_SUCCEEDED);
   }
   EXPECT_EQ(jobs(), 6);
+}
+
+// Each bucket's search runs the strategy the request names, with its
+// options; an unknown strategy or option is refused naming the field before
+// anything is submitted.
+TEST_F(GrpcApiTest, TuneModelSearchesWithTheStrategyAsked) {
+  Daemon d(db_, "", &evaluations_);
+  v1::TuneModelRequest req = SmallModelRequest();
+  auto call = [&](const v1::TuneModelRequest& r, v1::TuneModelResponse* out) {
+    grpc::ClientContext ctx;
+    return d.stub()->TuneModel(&ctx, r, out);
+  };
+  auto jobs = [&] {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse resp;
+    EXPECT_TRUE(d.stub()->ListJobs(&ctx, {}, &resp).ok());
+    return resp;
+  };
+  v1::TuneModelResponse resp;
+  req.set_strategy("annealing");
+  EXPECT_THAT(call(req, &resp).error_message(), StartsWith("strategy:"));
+  req.set_strategy("random");
+  (*req.mutable_strategy_options())["population"] = 4;
+  EXPECT_THAT(call(req, &resp).error_message(),
+              StartsWith("strategy_options:"));
+  EXPECT_EQ(jobs().jobs_size(), 0);
+  req.clear_strategy_options();
+  ASSERT_TRUE(call(req, &resp).ok());
+  const v1::ListJobsResponse listed = jobs();
+  ASSERT_EQ(listed.jobs_size(), 6);
+  for (const v1::Job& job : listed.jobs()) EXPECT_EQ(job.strategy(), "random");
 }
 
 // Two TuneModel calls at once (a run and its resumption while the first

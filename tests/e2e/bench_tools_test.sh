@@ -172,4 +172,30 @@ for e in model:
     assert q in (1, 4) or b * q <= 4096, e  # Prefill: the token bound.
     assert (mask == "causal") == (q > 1), e
 ' "$work/serve.json" "$work/model.json" || fail "shape plans"
+# Several bundles: each shape once per bundle, labelled; the summary of a
+# run over them gives each bundle's bars.
+python3 "$src/bench/model_shapes.py" --bundle=d/evo.evtb --bundle=d/random.evtb \
+  --heads=32 --kv_heads=8 --head_dim=128 --count=3 >"$work/two.json" ||
+  fail "model_shapes.py with two bundles exited $?"
+python3 -c '
+import json, sys
+plan = json.load(open(sys.argv[1]))
+assert len(plan) == 6 and plan[0]["problem"] == plan[1]["problem"], plan
+assert [e["name"].split()[2] for e in plan[:2]] == ["evo", "random"], plan
+assert [e["bundle"] for e in plan[:2]] == ["d/evo.evtb", "d/random.evtb"]
+run = {"gpu": "G", "date": "D", "commit": "C", "results": [
+    dict(name=e["name"], problem=e["problem"], us=u, flash_us=12.0,
+         cudnn_us=10.0, served="tuned", finite=True, op_kernel="k")
+    for e, u in zip(plan, (5.0, 20.0) * 3)]}
+json.dump(run, open(sys.argv[2], "w"))
+' "$work/two.json" "$work/run.json" || fail "two-bundle plan"
+out=$(python3 "$src/bench/model_shapes_summary.py" "$work/run.json" \
+  --json "$work/bars.json") || fail "model_shapes_summary.py exited $?"
+python3 -c '
+import json, sys
+b = json.load(open(sys.argv[1]))["bundles"]
+assert b["evo"]["median_ratio"] == 2.0 and b["evo"]["under_1"] == 0, b
+assert b["random"]["worst_ratio"] == 0.5 and b["random"]["under_1"] == 3, b
+assert b["random"]["evotune_total_us"] == 60.0, b
+' "$work/bars.json" || fail "model shapes summary: $out"
 echo "PASS"

@@ -46,6 +46,8 @@ for args in "--model_config=$work/bad.json|num_key_value_heads: 5 must divide" \
   "--model_config=$work/none.json|none.json: cannot be read" \
   "--model_config=$work/config.json --max_context=0|max_context: must be in" \
   "--model_config=$work/config.json --decode_queries=1,x|--decode_queries:" \
+  "--model_config=$work/config.json --strategy=annealing|strategy: unknown" \
+  "--model_config=$work/config.json --strategy_options=x|--strategy_options" \
   "|--model_config: required"; do
   flags=${args%%|*}
   want=${args#*|}

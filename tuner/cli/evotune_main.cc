@@ -94,9 +94,10 @@ ABSL_FLAG(std::string, device, "", "GPU name (default: the daemon's)");
 ABSL_FLAG(int, max_trials, 50, "submit: trial budget");
 ABSL_FLAG(double, max_seconds, 3600, "submit: time budget in seconds");
 ABSL_FLAG(std::string, strategy, "evolutionary",
-          "submit: the search strategy (listed below with their options)");
+          "submit, tune-model: the search strategy (listed below with their "
+          "options)");
 ABSL_FLAG(std::string, strategy_options, "",
-          "submit: options of the strategy, NAME=value,... (e.g. "
+          "submit, tune-model: options of the strategy, NAME=value,... (e.g. "
           "population=16,patience=4)");
 ABSL_FLAG(uint64_t, seed, 1, "submit: seed of the search");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
@@ -396,6 +397,21 @@ int RunTemplates(Client& client, const Args&) {
   return PrintOrFail(client, s, resp, FormatTemplates);
 }
 
+// --strategy and --strategy_options into a request that has them
+// (SubmitSearchRequest, TuneModelRequest); INVALID_ARGUMENT naming the flag.
+template <typename Request>
+absl::Status SetStrategy(Request& req) {
+  absl::StatusOr<StrategyOptions> options =
+      ParseStrategyOptions(absl::GetFlag(FLAGS_strategy_options));
+  if (!options.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", options.status().message()));
+  }
+  req.set_strategy(absl::GetFlag(FLAGS_strategy));
+  req.mutable_strategy_options()->insert(options->begin(), options->end());
+  return absl::OkStatus();
+}
+
 int RunSubmit(Client& client, const Args&) {
   v1::SubmitSearchRequest req;
   std::string error;
@@ -404,13 +420,8 @@ int RunSubmit(Client& client, const Args&) {
   req.mutable_budget()->set_max_trials(
       std::max(0, absl::GetFlag(FLAGS_max_trials)));
   req.mutable_budget()->set_max_seconds(absl::GetFlag(FLAGS_max_seconds));
-  req.set_strategy(absl::GetFlag(FLAGS_strategy));
-  absl::StatusOr<StrategyOptions> options =
-      ParseStrategyOptions(absl::GetFlag(FLAGS_strategy_options));
-  if (!options.ok()) {
-    return Fail(absl::StrCat("--", options.status().message()));
-  }
-  req.mutable_strategy_options()->insert(options->begin(), options->end());
+  if (absl::Status s = SetStrategy(req); !s.ok())
+    return Fail(std::string(s.message()));
   req.set_seed(absl::GetFlag(FLAGS_seed));
   req.set_device(absl::GetFlag(FLAGS_device));
   v1::SubmitSearchResponse resp;
@@ -732,6 +743,7 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
       absl::ToDoubleSeconds(absl::GetFlag(FLAGS_budget)));
   req.set_device(absl::GetFlag(FLAGS_device));
   req.set_dry_run(absl::GetFlag(FLAGS_dry_run));
+  if (absl::Status s = SetStrategy(req); !s.ok()) return s;
   *about = absl::StrCat(
       "tune-model ",
       !m->name.empty()      ? m->name
@@ -748,7 +760,10 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
       LayoutName(*layout),
       *layout == Layout::kPaged
           ? absl::StrCat(" of ", e->page_size(), "-key pages")
-          : "");
+          : "",
+      req.strategy() == "evolutionary"
+          ? ""
+          : absl::StrCat("; ", req.strategy(), " searches"));
   return req;
 }
 

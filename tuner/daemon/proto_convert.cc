@@ -139,6 +139,9 @@ absl::StatusOr<ModelTuneRequest> ModelTuneFromProto(
   out.max_seconds = r.budget().max_seconds();
   out.device = r.device();
   out.dry_run = r.dry_run();
+  out.strategy = r.strategy();
+  out.strategy_options.insert(r.strategy_options().begin(),
+                              r.strategy_options().end());
   return out;
 }
 

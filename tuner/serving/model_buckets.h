@@ -11,6 +11,7 @@
 #include "core/envelope.h"
 #include "core/problem.h"
 #include "storage/result_store.h"
+#include "tuner/search/strategy_registry.h"
 
 namespace evotune {
 
@@ -29,6 +30,9 @@ struct ModelTuneRequest {
   double max_seconds = 3600;  // Of each bucket's search.
   std::string device;         // Empty: the default one.
   bool dry_run = false;
+  // Of each bucket's search (SearchRequest's; empty: kDefaultStrategy).
+  std::string strategy;
+  StrategyOptions strategy_options;
 };
 
 struct ModelBucket {

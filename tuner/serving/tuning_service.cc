@@ -26,6 +26,20 @@ absl::Status ValidateJobId(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+// A strategy by name (empty: kDefaultStrategy) with options it documents,
+// within their ranges; INVALID_ARGUMENT naming `strategy` or the option.
+absl::Status ValidateStrategy(const std::string& name,
+                              const StrategyOptions& options) {
+  const StrategySpec* strategy =
+      FindStrategy(name.empty() ? kDefaultStrategy : name);
+  if (strategy == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("strategy: unknown strategy \"", name, "\" (one of ",
+                     absl::StrJoin(StrategyNames(), ", "), ")"));
+  }
+  return CompleteStrategyOptions(*strategy, options).status();
+}
+
 }  // namespace
 
 TuningService::TuningService(ResultStore* store,
@@ -133,16 +147,10 @@ absl::Status TuningService::ValidateSearch(const SearchRequest& r,
         absl::StrCat("budget.max_seconds: must be in (0, ", kMaxSecondsLimit,
                      "], got ", r.max_seconds));
   }
-  const StrategySpec* strategy =
-      FindStrategy(r.strategy.empty() ? kDefaultStrategy : r.strategy);
-  if (strategy == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("strategy: unknown strategy \"", r.strategy, "\" (one of ",
-                     absl::StrJoin(StrategyNames(), ", "), ")"));
+  if (absl::Status s = ValidateStrategy(r.strategy, r.strategy_options);
+      !s.ok()) {
+    return s;
   }
-  absl::StatusOr<StrategyOptions> options =
-      CompleteStrategyOptions(*strategy, r.strategy_options);
-  if (!options.ok()) return options.status();
   absl::StatusOr<DeviceInfo> device = LocalDevice(r.device);
   if (!device.ok()) return device.status();
   if (absl::Status s = jobs_->CanEvaluate(*device, **t); !s.ok()) return s;
@@ -192,6 +200,11 @@ absl::StatusOr<JobRecord> TuningService::SubmitSearch(
 absl::StatusOr<std::vector<ModelBucket>> TuningService::TuneModel(
     const ModelTuneRequest& request) {
   if (absl::Status s = ValidateModelTune(request); !s.ok()) return s;
+  if (absl::Status s =
+          ValidateStrategy(request.strategy, request.strategy_options);
+      !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&tune_model_mu_);
   absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(std::nullopt);
   if (!jobs.ok()) return jobs.status();
@@ -207,6 +220,8 @@ absl::StatusOr<std::vector<ModelBucket>> TuningService::TuneModel(
     search.max_trials = b.trials;
     search.max_seconds = request.max_seconds;
     search.device = request.device;
+    search.strategy = request.strategy;
+    search.strategy_options = request.strategy_options;
     search.seed = 1;
     absl::StatusOr<JobRecord> job = SubmitSearch(search);
     if (!job.ok()) {
