@@ -818,6 +818,19 @@ TEST_F(GrpcApiTest, ASearchWithoutATemplateTunesTheOneRankedFirst) {
   }
 }
 
+grpc::Status TuneModel(Daemon& d, const v1::TuneModelRequest& req,
+                       v1::TuneModelResponse* out) {
+  grpc::ClientContext ctx;
+  return d.stub()->TuneModel(&ctx, req, out);
+}
+
+v1::ListJobsResponse ListJobs(Daemon& d) {
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse resp;
+  EXPECT_TRUE(d.stub()->ListJobs(&ctx, {}, &resp).ok());
+  return resp;
+}
+
 // A small model's TuneModel request: 6 buckets of two trials each.
 v1::TuneModelRequest SmallModelRequest() {
   v1::TuneModelRequest req;
@@ -843,15 +856,9 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
   Daemon d(db_, "", &evaluations_);
   const v1::TuneModelRequest req = SmallModelRequest();
   auto call = [&](const v1::TuneModelRequest& r, v1::TuneModelResponse* out) {
-    grpc::ClientContext ctx;
-    return d.stub()->TuneModel(&ctx, r, out);
+    return TuneModel(d, r, out);
   };
-  auto jobs = [&] {
-    grpc::ClientContext ctx;
-    v1::ListJobsResponse resp;
-    EXPECT_TRUE(d.stub()->ListJobs(&ctx, {}, &resp).ok());
-    return resp.jobs_size();
-  };
+  auto jobs = [&] { return ListJobs(d).jobs_size(); };
   v1::TuneModelRequest bad = req;
   bad.set_kv_heads(3);
   v1::TuneModelResponse resp;
@@ -916,27 +923,18 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
 TEST_F(GrpcApiTest, TuneModelSearchesWithTheStrategyAsked) {
   Daemon d(db_, "", &evaluations_);
   v1::TuneModelRequest req = SmallModelRequest();
-  auto call = [&](const v1::TuneModelRequest& r, v1::TuneModelResponse* out) {
-    grpc::ClientContext ctx;
-    return d.stub()->TuneModel(&ctx, r, out);
-  };
-  auto jobs = [&] {
-    grpc::ClientContext ctx;
-    v1::ListJobsResponse resp;
-    EXPECT_TRUE(d.stub()->ListJobs(&ctx, {}, &resp).ok());
-    return resp;
-  };
   v1::TuneModelResponse resp;
   req.set_strategy("annealing");
-  EXPECT_THAT(call(req, &resp).error_message(), StartsWith("strategy:"));
+  EXPECT_THAT(TuneModel(d, req, &resp).error_message(),
+              StartsWith("strategy:"));
   req.set_strategy("random");
   (*req.mutable_strategy_options())["population"] = 4;
-  EXPECT_THAT(call(req, &resp).error_message(),
+  EXPECT_THAT(TuneModel(d, req, &resp).error_message(),
               StartsWith("strategy_options:"));
-  EXPECT_EQ(jobs().jobs_size(), 0);
+  EXPECT_EQ(ListJobs(d).jobs_size(), 0);
   req.clear_strategy_options();
-  ASSERT_TRUE(call(req, &resp).ok());
-  const v1::ListJobsResponse listed = jobs();
+  ASSERT_TRUE(TuneModel(d, req, &resp).ok());
+  const v1::ListJobsResponse listed = ListJobs(d);
   ASSERT_EQ(listed.jobs_size(), 6);
   for (const v1::Job& job : listed.jobs()) EXPECT_EQ(job.strategy(), "random");
 }

@@ -420,8 +420,9 @@ int RunSubmit(Client& client, const Args&) {
   req.mutable_budget()->set_max_trials(
       std::max(0, absl::GetFlag(FLAGS_max_trials)));
   req.mutable_budget()->set_max_seconds(absl::GetFlag(FLAGS_max_seconds));
-  if (absl::Status s = SetStrategy(req); !s.ok())
+  if (absl::Status s = SetStrategy(req); !s.ok()) {
     return Fail(std::string(s.message()));
+  }
   req.set_seed(absl::GetFlag(FLAGS_seed));
   req.set_device(absl::GetFlag(FLAGS_device));
   v1::SubmitSearchResponse resp;
