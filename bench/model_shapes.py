@@ -16,6 +16,8 @@ With --bundle given several times (e.g. bundles of one envelope tuned by the
 evolutionary search, by random search, and of the fitted defaults alone),
 each shape is an entry per bundle, named "I KIND LABEL" (LABEL the bundle's
 file name): sdpa_compare times them together, in turns, beside SDPA.
+With --problems FILE, the shapes are FILE's problem keys (one a line, e.g.
+buckets picked for an exhaustive search) instead of drawn ones.
 """
 import argparse
 import json
@@ -53,6 +55,21 @@ def bundle_label(path):
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def shapes(a):
+    """(kind, problem key) of each shape: drawn, or --problems' keys."""
+    if a.problems:
+        with open(a.problems) as f:
+            return [("bucket", line.strip()) for line in f if line.strip()]
+    rng = random.Random(a.seed)
+    out = []
+    for _ in range(a.count):
+        kind, batch, seq_q, seq_k, causal = draw(rng, a)
+        out.append((kind, f"b{batch}_h{a.heads}_kv{a.kv_heads}_q{seq_q}"
+                    f"_k{seq_k}_d{a.head_dim}_"
+                    f"{'causal' if causal else 'full'}_{a.dtype}_bhsd"))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bundle", required=True, action="append",
@@ -69,15 +86,12 @@ def main():
     ap.add_argument("--decode_queries", default="1,4")
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--problems", help="a file of problem keys, one a line: "
+                    "these shapes instead of drawn ones")
     a = ap.parse_args()
     a.decode_queries = [int(q) for q in a.decode_queries.split(",")]
-    rng = random.Random(a.seed)
     plan = []
-    for i in range(a.count):
-        kind, batch, seq_q, seq_k, causal = draw(rng, a)
-        key = (f"b{batch}_h{a.heads}_kv{a.kv_heads}_q{seq_q}_k{seq_k}"
-               f"_d{a.head_dim}_{'causal' if causal else 'full'}_{a.dtype}"
-               "_bhsd")
+    for i, (kind, key) in enumerate(shapes(a)):
         for bundle in a.bundle:
             label = "" if len(a.bundle) == 1 else f" {bundle_label(bundle)}"
             plan.append({"name": f"{i} {kind}{label}", "bundle": bundle,

@@ -8,6 +8,12 @@ the shapes it served with no kernel of that bundle (misses: SDPA
 answered).
 
   python3 bench/model_shapes_summary.py RUN.json [--json SUMMARY.json]
+      [--versus LABEL]
+
+With --versus LABEL (a bundle of the run, e.g. one of exhaustive searches'
+winners), each other bundle's time on each shape over LABEL's on the same
+shape, timed in the same turns: the worst, the median and how many are
+within 5%.
 """
 import argparse
 import collections
@@ -52,10 +58,44 @@ def summarize(rows):
     return out
 
 
+def versus(rows, ref):
+    """{label: its time over ref's, shape by shape} of one run's rows."""
+    times = collections.defaultdict(dict)
+    for row in rows:
+        if row.get("us"):
+            times[row["name"].split(" ", 1)[0]][label(row["name"])] = row
+    out = collections.defaultdict(lambda: {"per_shape": []})
+    for shape, by_label in times.items():
+        if ref not in by_label:
+            continue
+        for name, row in by_label.items():
+            if name != ref:
+                out[name]["per_shape"].append(
+                    {"problem": row.get("problem", shape),
+                     "ratio": row["us"] / by_label[ref]["us"]})
+    for b in out.values():
+        ratios = sorted(x["ratio"] for x in b["per_shape"])
+        b.update(shapes=len(ratios), worst=ratios[-1],
+                 median=statistics.median(ratios),
+                 within_5pct=sum(x <= 1.05 for x in ratios))
+    return dict(out)
+
+
+def print_versus(ref, against):
+    for name, b in against.items():
+        print(f"{name} / {ref}: worst {b['worst']:.3f}, median "
+              f"{b['median']:.3f}, {b['within_5pct']} of {b['shapes']} "
+              "within 5%")
+        for x in b["per_shape"]:
+            print(f"  {x['problem']:<48} {x['ratio']:.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("run")
     ap.add_argument("--json")
+    ap.add_argument("--versus", help="a bundle label: every other bundle's "
+                    "time on each shape over this one's")
     args = ap.parse_args()
     run = json.load(open(args.run))
     bars = summarize(run["results"])
@@ -69,10 +109,13 @@ def main():
               f"{b['sdpa_total_us'] / 1e3:>8.2f} {fmt(b['worst_ratio']):>6} "
               f"{fmt(b['median_ratio']):>6} {b['under_1']:>5} "
               f"{b['op_misses']:>7}  {b['served']}")
+    out = {"run": args.run, "gpu": run["gpu"], "date": run["date"],
+           "commit": run["commit"], "bundles": bars}
+    if args.versus:
+        out["versus"] = {args.versus: versus(run["results"], args.versus)}
+        print_versus(args.versus, out["versus"][args.versus])
     if args.json:
-        json.dump({"run": args.run, "gpu": run["gpu"], "date": run["date"],
-                   "commit": run["commit"], "bundles": bars},
-                  open(args.json, "w"), indent=1)
+        json.dump(out, open(args.json, "w"), indent=1)
 
 
 if __name__ == "__main__":

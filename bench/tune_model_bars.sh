@@ -9,6 +9,7 @@
 #   bench/tune_model_bars.sh BIN STATE random [BUDGET]    # random.evtb
 #   bench/tune_model_bars.sh BIN STATE defaults           # defaults.evtb
 #   bench/tune_model_bars.sh BIN STATE compare [COUNT]    # shapes.json, bars
+#   bench/tune_model_bars.sh BIN STATE exhaustive [COUNT] # vs the optimum
 #
 # tune and random: the envelope tuned by the evolutionary search (with the
 # cost model the daemon trains meanwhile) or by random search, BUDGET each
@@ -18,6 +19,10 @@
 # by every bundle made so far, timed together beside SDPA's backends
 # (bench/sdpa_compare.py --interleave, the op through evolutionary.evtb),
 # then bench/model_shapes_summary.py: the search's worth table.
+# exhaustive: COUNT (default 10) buckets picked at random, each searched
+# exhaustively by a fresh daemon, its winners exported to exhaustive.evtb
+# and timed beside evolutionary.evtb's kernels in one run: the served
+# config over the exhaustive optimum, bucket by bucket (exhaustive_bars.json).
 # Needs PYTHONPATH=python:bench and EVOTUNE_RUNTIME_LIBRARY for compare;
 # $EVOTUNED_FLAGS go to the daemons (e.g. --evaluator=synthetic
 # --synthetic_cc=9.0 to try the steps on a machine without a GPU).
@@ -41,6 +46,42 @@ daemon() {  # daemon NAME: a fresh daemon on STATE/NAME.db; sets $cli.
   cli=("$bin/evotune" --address=127.0.0.1:"$(cat "$state/$1.port")")
 }
 
+buckets() {  # the envelope's buckets, one problem key a line
+  "${cli[@]}" tune-model --model_config="$model" "${envelope[@]}" \
+    --dry_run 2>/dev/null | grep -E '^b[0-9]+_'
+}
+
+key_flags() {  # key_flags KEY: the problem flags of a bucket's key
+  [[ $1 =~ ^b([0-9]+)_h([0-9]+)_kv([0-9]+)_q([0-9]+)_k([0-9]+)_d([0-9]+)_(full|causal)_([a-z0-9]+)_([a-z]+)$ ]] ||
+    { echo "not a bucket key: $1" >&2; return 1; }
+  local m=("${BASH_REMATCH[@]}")
+  echo "--batch=${m[1]} --heads=${m[2]} --kv_heads=${m[3]} --seq_q=${m[4]}" \
+    "--seq_k=${m[5]} --head_dim=${m[6]} --causal=$([ "${m[7]}" = causal ] &&
+      echo true || echo false) --dtype=${m[8]} --layout=${m[9]}"
+}
+
+exhaustive() {  # exhaustive COUNT
+  daemon exhaustive
+  buckets | shuf -n "$1" --random-source=<(yes) >"$state/picked.txt"
+  local jobs=() key
+  while read -r key; do
+    # shellcheck disable=SC2046  # The flags are words.
+    jobs+=("$("${cli[@]}" submit $(key_flags "$key") --strategy=exhaustive \
+      --max_trials=100000)")
+  done <"$state/picked.txt"
+  for j in "${jobs[@]}"; do "${cli[@]}" watch "$j" >>"$state/exhaustive.log" 2>&1; done
+  "${cli[@]}" export --problems="$state/picked.txt" \
+    --output="$state/exhaustive.evtb" >>"$state/exhaustive.log" 2>&1
+  python3 "$here/model_shapes.py" --bundle="$state/evolutionary.evtb" \
+    --bundle="$state/exhaustive.evtb" --problems="$state/picked.txt" \
+    --heads=32 --kv_heads=8 --head_dim=128 >"$state/exhaustive_plan.json"
+  python3 "$here/sdpa_compare.py" "$state/exhaustive_plan.json" --interleave \
+    --json="$state/exhaustive_run.json" --commit="${COMMIT:-unknown}" \
+    >"$state/exhaustive_run.log" 2>&1
+  python3 "$here/model_shapes_summary.py" "$state/exhaustive_run.json" \
+    --versus=exhaustive --json="$state/exhaustive_bars.json"
+}
+
 tune() {  # tune STRATEGY BUDGET
   daemon "$1"
   local start=$SECONDS
@@ -56,8 +97,7 @@ case $step in
   random) tune random "${4:-8m}" ;;
   defaults)
     daemon defaults
-    "${cli[@]}" tune-model --model_config="$model" "${envelope[@]}" \
-      --dry_run 2>/dev/null | grep -E '^b[0-9]+_' >"$state/buckets.txt"
+    buckets >"$state/buckets.txt"
     "${cli[@]}" export --problems="$state/buckets.txt" \
       --output="$state/defaults.evtb" >"$state/defaults.log" 2>&1
     echo "defaults: $(wc -l <"$state/buckets.txt") buckets exported" ;;
@@ -74,5 +114,7 @@ case $step in
       --commit="${COMMIT:-unknown}" >"$state/shapes.log" 2>&1
     python3 "$here/model_shapes_summary.py" "$state/shapes.json" \
       --json="$state/bars.json" ;;
-  *) echo "unknown step $step (tune, random, defaults, compare)" >&2; exit 2 ;;
+  exhaustive) exhaustive "${4:-10}" ;;
+  *) echo "unknown step $step (tune, random, defaults, compare, exhaustive)" >&2
+    exit 2 ;;
 esac
