@@ -8,7 +8,8 @@ interleaved turns in one process. Every call is first checked: FP8 ones
 against an fp32 reference on the dequantized inputs (and evotune's against
 the unquantized bf16 ones: what quantizing costs), bf16 ones against the
 bf16 inputs. Each call is captured in a CUDA graph of `--reps` calls and
-replayed, so the times are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D, halved when causal.
+replayed, so the times are the kernels'. TFLOP/s count 4*B*H*Sq*Sk*D,
+halved when causal.
 
   PYTHONPATH=python:bench \\
   EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\

@@ -30,7 +30,9 @@ set -euo pipefail
 bin=$1 state=$2 step=$3
 mkdir -p "$state"
 here=$(cd "$(dirname "$0")" && pwd)
-model='{"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}'
+model='{"num_attention_heads": 32, "num_key_value_heads": 8,
+  "head_dim": 128, "torch_dtype": "bfloat16"}'
+# shellcheck disable=SC2054  # Commas inside a flag's value.
 envelope=(--max_batch=256 --max_context=8192 --prefill_chunk=2048
   --decode_queries=1,4)
 
@@ -52,7 +54,8 @@ buckets() {  # the envelope's buckets, one problem key a line
 }
 
 key_flags() {  # key_flags KEY: the problem flags of a bucket's key
-  [[ $1 =~ ^b([0-9]+)_h([0-9]+)_kv([0-9]+)_q([0-9]+)_k([0-9]+)_d([0-9]+)_(full|causal)_([a-z0-9]+)_([a-z]+)$ ]] ||
+  local n='([0-9]+)' w='([a-z0-9]+)'
+  [[ $1 =~ ^b${n}_h${n}_kv${n}_q${n}_k${n}_d${n}_(full|causal)_${w}_${w}$ ]] ||
     { echo "not a bucket key: $1" >&2; return 1; }
   local m=("${BASH_REMATCH[@]}")
   echo "--batch=${m[1]} --heads=${m[2]} --kv_heads=${m[3]} --seq_q=${m[4]}" \
@@ -69,7 +72,9 @@ exhaustive() {  # exhaustive COUNT
     jobs+=("$("${cli[@]}" submit $(key_flags "$key") --strategy=exhaustive \
       --max_trials=100000)")
   done <"$state/picked.txt"
-  for j in "${jobs[@]}"; do "${cli[@]}" watch "$j" >>"$state/exhaustive.log" 2>&1; done
+  for j in "${jobs[@]}"; do
+    "${cli[@]}" watch "$j" >>"$state/exhaustive.log" 2>&1
+  done
   "${cli[@]}" export --problems="$state/picked.txt" \
     --output="$state/exhaustive.evtb" >>"$state/exhaustive.log" 2>&1
   python3 "$here/model_shapes.py" --bundle="$state/evolutionary.evtb" \

@@ -105,5 +105,26 @@ TEST(CliFormatTest, ConfigsTimedInTurnsAreMarked) {
   EXPECT_THAT(FormatBest(best), Not(HasSubstr("timed again")));
 }
 
+// A template's FP8 inputs are listed, with the devices it serves FP8
+// attention on; a template of 16-bit inputs alone has no such line.
+TEST(CliFormatTest, TemplatesShowTheirFp8Inputs) {
+  v1::ListTemplatesResponse templates;
+  templates.add_templates()->set_name("plain");
+  v1::TemplateInfo* cache = templates.add_templates();
+  cache->set_name("cache");
+  cache->set_kv_fp8(true);
+  v1::TemplateInfo* fp8 = templates.add_templates();
+  fp8->set_name("fp8");
+  fp8->set_q_fp8(true);
+  fp8->add_q_fp8_compute_capabilities(89);
+  fp8->add_q_fp8_compute_capabilities(120);
+  const std::string out = FormatTemplates(templates);
+  EXPECT_THAT(out, ContainsRegex("plain @[^\n]*\n[^\n]*\n  head_dim "
+                                 "[^\n]*\ncache @"));
+  EXPECT_THAT(out, HasSubstr("  e4m3 K and V (an FP8 KV cache)\n"));
+  EXPECT_THAT(out, HasSubstr("  e4m3 Q, K and V (FP8 attention on compute "
+                             "capability 8.9, 12.0)\n"));
+}
+
 }  // namespace
 }  // namespace evotune

@@ -357,6 +357,15 @@ TEST_F(GrpcApiTest, TokenIsRequiredWhenSet) {
     registered.insert(t.name);
   }
   EXPECT_EQ(names, registered);
+  for (const v1::TemplateInfo& t : resp.templates()) {
+    const KernelTemplate* mine = TemplateRegistry::Builtin().Find(t.name());
+    ASSERT_NE(mine, nullptr);
+    EXPECT_EQ(t.q_fp8(), mine->q_fp8) << t.name();
+    const auto& on = t.q_fp8_compute_capabilities();
+    EXPECT_EQ(std::vector<int>(on.begin(), on.end()),
+              mine->q_fp8_compute_capabilities)
+        << t.name();
+  }
 }
 
 // Options reach the job (stored with it, every default filled in) and its

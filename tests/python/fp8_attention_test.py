@@ -98,8 +98,8 @@ class Fp8AttentionTest(unittest.TestCase):
                  (2, 8, 8, 1, 517, False, torch.bfloat16),
                  (1, 16, 2, 2048, 4096, False, torch.bfloat16),
                  (1, 4, 1, 113, 4097, True, torch.float16)]
+        d = 128
         for i, (b, h, kvh, sq, sk, causal, out) in enumerate(cases):
-            d = 128
             for kind in ("normal", "peaked", "offset", "large"):
                 what = (f"{kind} b{b} h{h}/{kvh} q{sq} k{sk} d{d} "
                         f"causal={causal}")

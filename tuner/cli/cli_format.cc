@@ -270,6 +270,27 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
   return out;
 }
 
+namespace {
+
+// "  e4m3: ...\n" of a template that reads FP8 inputs; "" otherwise.
+std::string Fp8Line(const v1::TemplateInfo& t) {
+  std::vector<std::string> what;
+  if (t.kv_fp8()) what.push_back("K and V (an FP8 KV cache)");
+  if (t.q_fp8()) {
+    std::vector<std::string> on;
+    for (uint32_t cc : t.q_fp8_compute_capabilities()) {
+      on.push_back(absl::StrCat(cc / 10, ".", cc % 10));
+    }
+    what.push_back(absl::StrCat("Q, K and V (FP8 attention",
+                                on.empty() ? "" : " on compute capability ",
+                                absl::StrJoin(on, ", "), ")"));
+  }
+  if (what.empty()) return "";
+  return absl::StrCat("  e4m3 ", absl::StrJoin(what, "; "), "\n");
+}
+
+}  // namespace
+
 std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {
   std::string out;
   for (const v1::TemplateInfo& t : templates.templates()) {
@@ -277,14 +298,14 @@ std::string FormatTemplates(const v1::ListTemplatesResponse& templates) {
     for (uint32_t d : t.head_dims()) dims.push_back(absl::StrCat(d));
     for (int d : t.dtypes())
       dtypes.push_back(d == v1::DTYPE_BF16 ? "bf16" : "fp16");
-    absl::StrAppend(&out, t.name(), " @", t.source_hash(), "\n  ",
-                    t.description(), "\n  head_dim {",
-                    absl::StrJoin(dims, ", "), "}",
-                    t.value_head_dims() == "any" ? " (head_dim_v any of them)"
-                    : t.value_head_dims() == "narrower"
-                        ? " (head_dim_v any of them up to head_dim's width)"
-                        : "",
-                    ", dtype {", absl::StrJoin(dtypes, ", "), "}\n");
+    absl::StrAppend(
+        &out, t.name(), " @", t.source_hash(), "\n  ", t.description(),
+        "\n  head_dim {", absl::StrJoin(dims, ", "), "}",
+        t.value_head_dims() == "any" ? " (head_dim_v any of them)"
+        : t.value_head_dims() == "narrower"
+            ? " (head_dim_v any of them up to head_dim's width)"
+            : "",
+        ", dtype {", absl::StrJoin(dtypes, ", "), "}\n", Fp8Line(t));
     for (const v1::ParamSpec& p : t.params()) {
       absl::StrAppend(&out, "  ", p.name(), " {",
                       absl::StrJoin(p.values(), ", "), "}: ", p.help(), "\n");

@@ -67,6 +67,9 @@ v1::TemplateInfo TemplateToProto(const KernelTemplate& t) {
   }
   out.set_kv_fp8(t.kv_fp8);
   out.set_q_fp8(t.q_fp8);
+  for (int cc : t.q_fp8_compute_capabilities) {
+    out.add_q_fp8_compute_capabilities(static_cast<uint32_t>(cc));
+  }
   using Dims = KernelTemplate::ValueHeadDims;
   out.set_value_head_dims(t.value_head_dims == Dims::kAny        ? "any"
                           : t.value_head_dims == Dims::kNarrower ? "narrower"
