@@ -657,11 +657,9 @@ int RunExport(Client& client, const Args&) {
 
 // tune-model's model from the problem flags, where no --model_config is
 // given: --heads, --kv_heads, --head_dim (--head_dim_v), --dtype, and one
-// kind of layer of
-// --window_left, --softcap, --sinks and --alibi. One of them must differ
-// from its
-// default (the defaults alone are the seed problem's, and more likely a
-// forgotten --model_config than a model).
+// kind of layer of --window_left, --softcap, --sinks and --alibi. One of
+// them must differ from its default (the defaults alone are the seed
+// problem's, and more likely a forgotten --model_config than a model).
 absl::StatusOr<ModelAttention> ModelFromFlags() {
   bool given = false;
   for (const char* name :
@@ -692,6 +690,53 @@ absl::StatusOr<ModelAttention> ModelFromFlags() {
   return m;
 }
 
+// The model's attention into `req`; returns its kinds of layer, named.
+std::vector<std::string> SetModel(const ModelAttention& m,
+                                  v1::TuneModelRequest& req) {
+  req.set_heads(m.heads);
+  req.set_kv_heads(m.kv_heads);
+  req.set_head_dim(m.head_dim);
+  req.set_head_dim_v(m.head_dim_v);
+  req.set_dtype(m.dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  std::vector<std::string> kinds;
+  for (const LayerKind& kind : m.kinds) {
+    v1::LayerKind* k = req.add_layer_kinds();
+    if (kind.window_left >= 0) k->set_window_left(kind.window_left);
+    k->set_softcap(kind.softcap);
+    k->set_sinks(kind.sinks);
+    k->set_alibi(kind.alibi);
+    kinds.push_back(LayerKindName(kind));
+  }
+  return kinds;
+}
+
+// The serving envelope of the tune-model flags into `e`; returns its
+// layout. INVALID_ARGUMENT naming the flag.
+absl::StatusOr<Layout> SetEnvelope(v1::Envelope& e) {
+  e.set_max_batch(std::max(0, absl::GetFlag(FLAGS_max_batch)));
+  e.set_max_context(std::max(0, absl::GetFlag(FLAGS_max_context)));
+  e.set_prefill_chunk(std::max(0, absl::GetFlag(FLAGS_prefill_chunk)));
+  e.set_max_prefill_tokens(
+      std::max(0, absl::GetFlag(FLAGS_max_prefill_tokens)));
+  absl::StatusOr<Layout> layout = ParseLayout(absl::GetFlag(FLAGS_layout));
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout: ", layout.status().message()));
+  }
+  e.set_layout(LayoutToProto(*layout));
+  e.set_page_size(std::max(0, absl::GetFlag(FLAGS_page_size)));
+  for (absl::string_view q :
+       absl::StrSplit(absl::GetFlag(FLAGS_decode_queries), ',')) {
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(q, &n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--decode_queries: \"", q, "\" is not a count"));
+    }
+    e.add_decode_queries(n);
+  }
+  return layout;
+}
+
 // The TuneModel request of the tune-model flags and the model's config (or
 // the model's flags); `about` says what for. INVALID_ARGUMENT naming the
 // flag or config field.
@@ -702,42 +747,10 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
                    : ReadModelConfig(path, absl::GetFlag(FLAGS_max_context));
   if (!m.ok()) return m.status();
   v1::TuneModelRequest req;
-  req.set_heads(m->heads);
-  req.set_kv_heads(m->kv_heads);
-  req.set_head_dim(m->head_dim);
-  req.set_head_dim_v(m->head_dim_v);
-  req.set_dtype(m->dtype == DType::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
-  std::vector<std::string> kinds;
-  for (const LayerKind& kind : m->kinds) {
-    v1::LayerKind* k = req.add_layer_kinds();
-    if (kind.window_left >= 0) k->set_window_left(kind.window_left);
-    k->set_softcap(kind.softcap);
-    k->set_sinks(kind.sinks);
-    k->set_alibi(kind.alibi);
-    kinds.push_back(LayerKindName(kind));
-  }
-  v1::Envelope* e = req.mutable_envelope();
-  e->set_max_batch(std::max(0, absl::GetFlag(FLAGS_max_batch)));
-  e->set_max_context(std::max(0, absl::GetFlag(FLAGS_max_context)));
-  e->set_prefill_chunk(std::max(0, absl::GetFlag(FLAGS_prefill_chunk)));
-  e->set_max_prefill_tokens(
-      std::max(0, absl::GetFlag(FLAGS_max_prefill_tokens)));
-  absl::StatusOr<Layout> layout = ParseLayout(absl::GetFlag(FLAGS_layout));
-  if (!layout.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--layout: ", layout.status().message()));
-  }
-  e->set_layout(LayoutToProto(*layout));
-  e->set_page_size(std::max(0, absl::GetFlag(FLAGS_page_size)));
-  for (absl::string_view q :
-       absl::StrSplit(absl::GetFlag(FLAGS_decode_queries), ',')) {
-    uint32_t n = 0;
-    if (!absl::SimpleAtoi(q, &n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--decode_queries: \"", q, "\" is not a count"));
-    }
-    e->add_decode_queries(n);
-  }
+  const std::vector<std::string> kinds = SetModel(*m, req);
+  absl::StatusOr<Layout> layout = SetEnvelope(*req.mutable_envelope());
+  if (!layout.ok()) return layout.status();
+  const v1::Envelope* e = &req.envelope();
   req.mutable_budget()->set_max_trials(
       std::max(0, absl::GetFlag(FLAGS_bucket_trials)));
   req.mutable_budget()->set_max_seconds(
