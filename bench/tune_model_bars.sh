@@ -64,6 +64,8 @@ key_flags() {  # key_flags KEY: the problem flags of a bucket's key
 }
 
 exhaustive() {  # exhaustive COUNT
+  [ -f "$state/evolutionary.evtb" ] ||
+    { echo "exhaustive: run the tune step first" >&2; exit 2; }
   daemon exhaustive
   buckets | shuf -n "$1" --random-source=<(yes) >"$state/picked.txt"
   local jobs=() key

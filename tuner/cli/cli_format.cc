@@ -272,7 +272,7 @@ std::string FormatBest(const v1::QueryBestResponse& best) {
 
 namespace {
 
-// "  e4m3: ...\n" of a template that reads FP8 inputs; "" otherwise.
+// "  e4m3 ...\n": the FP8 inputs of a template that reads any; or "".
 std::string Fp8Line(const v1::TemplateInfo& t) {
   std::vector<std::string> what;
   if (t.kv_fp8()) what.push_back("K and V (an FP8 KV cache)");
