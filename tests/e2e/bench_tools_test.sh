@@ -198,4 +198,25 @@ assert b["evo"]["median_ratio"] == 2.0 and b["evo"]["under_1"] == 0, b
 assert b["random"]["worst_ratio"] == 0.5 and b["random"]["under_1"] == 3, b
 assert b["random"]["evotune_total_us"] == 60.0, b
 ' "$work/bars.json" || fail "model shapes summary: $out"
+# --versus: each other bundle's time over the named one's, shape by shape;
+# --problems: a plan of the keys of a file instead of drawn shapes.
+python3 "$src/bench/model_shapes_summary.py" "$work/run.json" --versus=evo \
+  --json "$work/versus.json" >/dev/null || fail "--versus exited $?"
+python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1]))["versus"]["evo"]["random"]
+assert v["shapes"] == 3 and v["worst"] == 4.0 and v["within_5pct"] == 0, v
+' "$work/versus.json" || fail "model shapes summary --versus"
+printf '%s\n' b2_h8_kv2_q1_k100_d64_full_bf16_bhsd "" \
+  b1_h8_kv2_q9_k9_d64_causal_bf16_bhsd >"$work/keys.txt"
+python3 "$src/bench/model_shapes.py" --bundle=d/evo.evtb --bundle=d/ex.evtb \
+  --heads=8 --kv_heads=2 --head_dim=64 --problems="$work/keys.txt" \
+  >"$work/keys.json" || fail "model_shapes.py --problems exited $?"
+python3 -c '
+import json, sys
+plan = json.load(open(sys.argv[1]))
+assert [e["name"] for e in plan] == ["0 bucket evo", "0 bucket ex",
+    "1 bucket evo", "1 bucket ex"], plan
+assert plan[2]["problem"] == "b1_h8_kv2_q9_k9_d64_causal_bf16_bhsd", plan
+' "$work/keys.json" || fail "model_shapes.py --problems"
 echo "PASS"
