@@ -7,6 +7,8 @@ of `evotune --json best ... --k=1`, for bench/export_kernel.
 import json
 import sys
 
+from problem_keys import problem_key
+
 
 def main():
     best = json.load(open(sys.argv[1]))
@@ -16,10 +18,10 @@ def main():
     p = best["source_problem"]
     config = ",".join(f"{x['name']}={x.get('value', 0)}"
                       for x in r["trial"]["config"]["params"])
-    key = (f"b{p['batch']}_h{p['heads']}_kv{p.get('kv_heads', p['heads'])}"
-           f"_q{p['seq_q']}_k{p['seq_k']}_d{p['head_dim']}_"
-           f"{'causal' if p.get('causal') else 'full'}_"
-           f"{'bf16' if p['dtype'] == 'DTYPE_BF16' else 'fp16'}_bhsd")
+    key = problem_key(p["batch"], p["heads"], p.get("kv_heads", p["heads"]),
+                      p["seq_q"], p["seq_k"], p["head_dim"],
+                      p.get("causal", False),
+                      "bf16" if p["dtype"] == "DTYPE_BF16" else "fp16")
     print(r["template_name"], config, key)
 
 

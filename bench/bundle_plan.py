@@ -12,12 +12,14 @@ import os
 import sys
 
 from evotune.v1 import bundle_pb2, evotune_pb2
+from problem_keys import problem_key
 
 
-def problem_key(p):
-    dtype = "bf16" if p.dtype == evotune_pb2.DTYPE_BF16 else "fp16"
-    return (f"b{p.batch}_h{p.heads}_kv{p.kv_heads}_q{p.seq_q}_k{p.seq_k}"
-            f"_d{p.head_dim}_{'causal' if p.causal else 'full'}_{dtype}_bhsd")
+def key_of(p):
+    """The key of a bundle's problem (a v1.Problem)."""
+    return problem_key(p.batch, p.heads, p.kv_heads, p.seq_q, p.seq_k,
+                       p.head_dim, p.causal,
+                       "bf16" if p.dtype == evotune_pb2.DTYPE_BF16 else "fp16")
 
 
 def main():
@@ -29,7 +31,7 @@ def main():
     path = os.path.abspath(bundle_path)
     # One entry per problem: the runtime serves the kernel of this GPU's
     # architecture where the bundle holds several.
-    keys = dict.fromkeys(problem_key(k.problem) for k in bundle.kernels)
+    keys = dict.fromkeys(key_of(k.problem) for k in bundle.kernels)
     plan = [{"name": key, "bundle": path, "problem": key} for key in keys]
     with open(os.path.join(out, "plan.json"), "w") as f:
         json.dump(plan, f, indent=1)

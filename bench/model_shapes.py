@@ -26,6 +26,8 @@ import os
 import random
 import sys
 
+from problem_keys import problem_key
+
 
 def log_uniform(rng, lo, hi):
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
@@ -64,9 +66,8 @@ def shapes(a):
     out = []
     for _ in range(a.count):
         kind, batch, seq_q, seq_k, causal = draw(rng, a)
-        out.append((kind, f"b{batch}_h{a.heads}_kv{a.kv_heads}_q{seq_q}"
-                    f"_k{seq_k}_d{a.head_dim}_"
-                    f"{'causal' if causal else 'full'}_{a.dtype}_bhsd"))
+        out.append((kind, problem_key(batch, a.heads, a.kv_heads, seq_q,
+                                      seq_k, a.head_dim, causal, a.dtype)))
     return out
 
 

@@ -15,6 +15,8 @@ import math
 import random
 import sys
 
+from problem_keys import problem_key
+
 # (query heads, KV heads, head_dim) of open models: Llama 3 8B and 70B,
 # Llama 2 7B, Qwen2 0.5B and 7B, Mistral Nemo, GPT-2, an MQA model.
 HEADS = ((32, 8, 128), (64, 8, 128), (32, 32, 128), (14, 2, 64),
@@ -59,8 +61,8 @@ def main():
         kind, batch, seq_q, seq_k, causal = shape(rng)
         heads, kv_heads, head_dim = rng.choice(HEADS)
         dtype = "bf16" if rng.random() < 0.75 else "fp16"
-        key = (f"b{batch}_h{heads}_kv{kv_heads}_q{seq_q}_k{seq_k}_d{head_dim}"
-               f"_{'causal' if causal else 'full'}_{dtype}_bhsd")
+        key = problem_key(batch, heads, kv_heads, seq_q, seq_k, head_dim,
+                          causal, dtype)
         plan.append({"name": f"{i} {kind}", "daemon": args.daemon,
                      "problem": key})
     for i, key in enumerate(REPORTED):

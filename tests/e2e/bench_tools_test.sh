@@ -172,6 +172,17 @@ for e in model:
     assert q in (1, 4) or b * q <= 4096, e  # Prefill: the token bound.
     assert (mask == "causal") == (q > 1), e
 ' "$work/serve.json" "$work/model.json" || fail "shape plans"
+# The fastest config of `evotune --json best` as export_kernel takes it (a
+# value of 0 is left out of the JSON).
+cat >"$work/best.json" <<'JSON'
+{"source_problem": {"batch": 2, "heads": 8, "kv_heads": 2, "seq_q": 1,
+  "seq_k": 300, "head_dim": 64, "dtype": "DTYPE_BF16"},
+ "results": [{"template_name": "decode_fwd", "trial": {"config": {"params":
+  [{"name": "ROWS", "value": 16}, {"name": "Q_IN_REGS"}]}}}]}
+JSON
+out=$(python3 "$src/bench/best_config.py" "$work/best.json")
+[ "$out" = "decode_fwd ROWS=16,Q_IN_REGS=0 b2_h8_kv2_q1_k300_d64_full_bf16_bhsd" ] ||
+  fail "best_config.py: $out"
 # Several bundles: each shape once per bundle, labelled; the summary of a
 # run over them gives each bundle's bars.
 python3 "$src/bench/model_shapes.py" --bundle=d/evo.evtb --bundle=d/random.evtb \
