@@ -82,6 +82,12 @@ diff "$work/buckets" "$work/flag_buckets" >/dev/null ||
   fail "flags' buckets differ: $(cat "$work/flag_buckets")"
 grep -q "tune-model (flags): 32 heads on 8, head_dim 128" "$work/err" ||
   fail "$(cat "$work/err")"
+# The default strategy (also asked for as none) goes unnamed.
+cli tune-model --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 \
+  "${envelope[@]}" --strategy= --dry_run >/dev/null 2>"$work/err" ||
+  fail "an empty --strategy: $(cat "$work/err")"
+grep -q "decode queries [0-9,]*; bhsd: " "$work/err" ||
+  fail "the default strategy's summary: $(cat "$work/err")"
 cli tune-model --heads=16 --kv_heads=8 --head_dim=256 --dtype=bf16 \
   --softcap=50 "${envelope[@]}" --dry_run >"$work/flag_buckets" \
   2>"$work/err" || fail "head_dim 256 as flags: $(cat "$work/err")"

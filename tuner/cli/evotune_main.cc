@@ -775,7 +775,7 @@ absl::StatusOr<v1::TuneModelRequest> ModelRequest(std::string* about) {
       *layout == Layout::kPaged
           ? absl::StrCat(" of ", e->page_size(), "-key pages")
           : "",
-      req.strategy() == "evolutionary"
+      req.strategy().empty() || req.strategy() == "evolutionary"
           ? ""
           : absl::StrCat("; ", req.strategy(), " searches"));
   return req;
