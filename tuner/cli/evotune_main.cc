@@ -223,25 +223,40 @@ void PrintJson(const google::protobuf::Message& m) {
   std::cout << out << std::endl;
 }
 
-bool FillProblem(v1::Problem* p, std::string* error) {
+// The problem's sizes from the flags (--seq_k defaults to --seq_q).
+absl::Status FillSizes(v1::Problem* p) {
+  const int seq_k = absl::GetFlag(FLAGS_seq_k);
+  for (int flag :
+       {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
+        absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q), seq_k,
+        absl::GetFlag(FLAGS_head_dim), absl::GetFlag(FLAGS_head_dim_v)}) {
+    if (flag < 0) {
+      return absl::InvalidArgumentError(
+          "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim, "
+          "--head_dim_v must not be negative");
+    }
+  }
   p->set_batch(absl::GetFlag(FLAGS_batch));
   p->set_heads(absl::GetFlag(FLAGS_heads));
   p->set_kv_heads(absl::GetFlag(FLAGS_kv_heads));
   p->set_seq_q(absl::GetFlag(FLAGS_seq_q));
-  const int seq_k = absl::GetFlag(FLAGS_seq_k);
   p->set_seq_k(seq_k == 0 ? absl::GetFlag(FLAGS_seq_q) : seq_k);
   p->set_head_dim(absl::GetFlag(FLAGS_head_dim));
   p->set_head_dim_v(absl::GetFlag(FLAGS_head_dim_v));
-  p->set_causal(absl::GetFlag(FLAGS_causal));
+  return absl::OkStatus();
+}
+
+// The mask and score mods from the flags.
+absl::Status FillScoreMods(v1::Problem* p) {
   for (auto [name, bound] :
        {std::pair{"--window_left", absl::GetFlag(FLAGS_window_left)},
         {"--window_right", absl::GetFlag(FLAGS_window_right)}}) {
     if (bound < -1) {
-      *error =
-          absl::StrCat(name, ": -1 (no bound) or a key count, got ", bound);
-      return false;
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": -1 (no bound) or a key count, got ", bound));
     }
   }
+  p->set_causal(absl::GetFlag(FLAGS_causal));
   if (absl::GetFlag(FLAGS_window_left) >= 0) {
     p->set_window_left(absl::GetFlag(FLAGS_window_left));
   }
@@ -251,55 +266,61 @@ bool FillProblem(v1::Problem* p, std::string* error) {
   p->set_softcap(static_cast<float>(absl::GetFlag(FLAGS_softcap)));
   p->set_sinks(absl::GetFlag(FLAGS_sinks));
   p->set_alibi(absl::GetFlag(FLAGS_alibi));
-  for (int flag :
-       {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_heads),
-        absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_seq_q), seq_k,
-        absl::GetFlag(FLAGS_head_dim), absl::GetFlag(FLAGS_head_dim_v)}) {
-    if (flag < 0) {
-      *error =
-          "--batch, --heads, --kv_heads, --seq_q, --seq_k, --head_dim, "
-          "--head_dim_v must not be negative";
-      return false;
-    }
-  }
+  return absl::OkStatus();
+}
+
+// --dtype, and --kv_dtype / --q_dtype where they name e4m3.
+absl::Status FillDTypes(v1::Problem* p) {
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "fp16") {
-    p->set_dtype(v1::DTYPE_FP16);
-  } else if (dtype == "bf16") {
-    p->set_dtype(v1::DTYPE_BF16);
-  } else {
-    *error =
-        absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)");
-    return false;
+  if (dtype != "fp16" && dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: unknown dtype \"", dtype, "\" (fp16 or bf16)"));
   }
+  p->set_dtype(dtype == "fp16" ? v1::DTYPE_FP16 : v1::DTYPE_BF16);
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
   if (kv_dtype == "e4m3") {
     p->set_kv_dtype(v1::DTYPE_E4M3);
   } else if (!kv_dtype.empty() && kv_dtype != dtype) {
-    *error = absl::StrCat("--kv_dtype: unknown K/V type \"", kv_dtype,
-                          "\" (empty for --dtype's, or e4m3)");
-    return false;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_dtype: unknown K/V type \"", kv_dtype,
+                     "\" (empty for --dtype's, or e4m3)"));
   }
   const std::string q_dtype = absl::GetFlag(FLAGS_q_dtype);
   if (q_dtype == "e4m3") {
     p->set_q_dtype(v1::DTYPE_E4M3);
   } else if (!q_dtype.empty() && q_dtype != dtype) {
-    *error = absl::StrCat("--q_dtype: unknown Q type \"", q_dtype,
-                          "\" (empty for --dtype's, or e4m3)");
-    return false;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--q_dtype: unknown Q type \"", q_dtype,
+                     "\" (empty for --dtype's, or e4m3)"));
   }
+  return absl::OkStatus();
+}
+
+// --layout and --page_size.
+absl::Status FillLayout(v1::Problem* p) {
   absl::StatusOr<Layout> layout = ParseLayout(absl::GetFlag(FLAGS_layout));
   if (!layout.ok()) {
-    *error = absl::StrCat("--layout: ", layout.status().message());
-    return false;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout: ", layout.status().message()));
   }
-  p->set_layout(LayoutToProto(*layout));
   const int page_size = absl::GetFlag(FLAGS_page_size);
   if (page_size < 0) {
-    *error = absl::StrCat("--page_size: must be positive, got ", page_size);
-    return false;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--page_size: must be positive, got ", page_size));
   }
+  p->set_layout(LayoutToProto(*layout));
   p->set_page_size(static_cast<uint32_t>(page_size));
+  return absl::OkStatus();
+}
+
+// The problem of the problem flags; false with `error` naming the flag.
+bool FillProblem(v1::Problem* p, std::string* error) {
+  for (auto fill : {FillSizes, FillScoreMods, FillDTypes, FillLayout}) {
+    if (absl::Status s = fill(p); !s.ok()) {
+      *error = std::string(s.message());
+      return false;
+    }
+  }
   return true;
 }
 
