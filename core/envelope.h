@@ -72,12 +72,13 @@ absl::Status ValidateEnvelope(const Envelope& envelope);
 // bucket queries from 16 as evotune.torch's varlen entry points do, their
 // decode buckets causal as engines call them: one query sees the same
 // keys either way). Batch sizes and lengths go
-// by powers of two, lengths from 128 up to the first power of two at or
-// above the envelope's bound, so that every call within it falls in one:
+// by powers of two, lengths up to the first power of two at or above the
+// envelope's bound, so that every call within it falls in one:
 //   decode: each decode query count q (causal where q > 1), batch 1 ..
 //     max_batch, q queries on 128 .. max_context keys;
-//   prompts (causal): the batches (up to max_batch) and lengths a call of
-//     at most max_prefill_tokens tokens falls in, queries as many as keys;
+//   prompts (causal): the batches (up to max_batch) and lengths (from 32)
+//     a call of at most max_prefill_tokens tokens falls in, queries as many
+//     as keys;
 //   chunks (causal): up to prefill_chunk queries on prefill_chunk ..
 //     max_context keys, the batches (up to max_batch) a call of at most
 //     max_prefill_tokens queries falls in.
