@@ -148,7 +148,8 @@ class VarlenTest(unittest.TestCase):
         bad = [
             ((q3, k3, v3, cu_q3, cu_k3), {}, "batch"),
             ((q.repeat(1, 2, 1), k, v, cu_q, cu_k), {}, "heads is 8"),
-            ((q, k, v, cu_q, cu_k), dict(out=q[:, :2]), "out must be like q"),
+            ((q, k, v, cu_q, cu_k), dict(out=q[:, :2]),
+             r"out must be \(7, 4, 64\) torch.float16"),
         ]
         for args, kwargs, want in bad:
             with self.assertRaisesRegex(et.AttentionArgumentError, want):
