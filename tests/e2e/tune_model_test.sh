@@ -36,6 +36,7 @@ cat >"$work/config.json" <<'JSON'
 {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
  "num_key_value_heads": 8, "torch_dtype": "bfloat16"}
 JSON
+# shellcheck disable=SC2054  # --decode_queries takes a comma list.
 envelope=(--max_batch=2 --max_context=256 --prefill_chunk=128
   --max_prefill_tokens=256 --decode_queries=1,4 --bucket_trials=2)
 
