@@ -10,12 +10,13 @@
 namespace evotune {
 namespace {
 
-constexpr int64_t kShortest = 128;  // The shortest key bucket of decode.
-// The shortest prompt bucket: prompts of a few tokens run best on smaller
-// tiles than 128-token ones (on the H100, 20 to 100 tokens on one 64-row
-// consumer 1.3-1.6x faster than on the two of the 128-token bucket's
-// kernel: bench/results/2026-12-06_h100_84bd925_small-prompts.json).
-constexpr int64_t kShortestPrompt = 32;
+// The shortest length bucket, of decode keys and of prompts: short calls
+// run best on other configs than 128-token ones (on the H100, prompts of 20
+// to 100 tokens on one 64-row consumer 1.2-1.6x faster than on the two of
+// the 128-token bucket's kernel; decode over 17 to 24 keys on two warps of
+// 16-key tiles 1.12-1.16x faster than on the 128-key bucket's eight:
+// bench/results/2026-12-06_h100_84bd925_small-prompts.json).
+constexpr int64_t kShortest = 32;
 // The fewest queries a packed call's bucket has (evotune.torch's varlen
 // entry points round their maxima up to a power of two, at least 16).
 constexpr int64_t kFewestPacked = 16;
@@ -156,10 +157,9 @@ std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
     }
   }
   for (int64_t batch : Pow2s(1, e.max_batch)) {
-    for (int64_t len : Pow2s(kShortestPrompt, longest)) {
+    for (int64_t len : Pow2s(kShortest, longest)) {
       // Where a call of at most max_prefill_tokens can fall.
-      if (Least(batch, 1) * Least(len, kShortestPrompt) <=
-          e.max_prefill_tokens) {
+      if (Least(batch, 1) * Least(len, kShortest) <= e.max_prefill_tokens) {
         add(batch, len, len, true);
       }
     }

@@ -149,7 +149,7 @@ TEST(EnvelopeTest, PagedBucketsHoldAnEnginesCalls) {
     EXPECT_GE(p.seq_q, 16) << ProblemKey(p);
   }
   EXPECT_EQ(ProblemKey(buckets.front()),
-            "b1_h32_kv8_q16_k144_d128_causal_bf16_paged48");
+            "b1_h32_kv8_q16_k48_d128_causal_bf16_paged48");
   auto bound = [](int64_t n) {  // evotune.varlen.bucket's default policy.
     int64_t b = 16;
     while (b < n) b *= 2;

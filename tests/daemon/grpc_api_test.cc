@@ -881,9 +881,9 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
   v1::TuneModelRequest dry = req;
   dry.set_dry_run(true);
   ASSERT_TRUE(call(dry, &resp).ok());
-  // Decode at batches 1, 2 on 128 and 256 keys; prompts of up to 128
-  // tokens (one sequence of up to 32, 64 or 128, two of up to 32 or 64).
-  EXPECT_EQ(resp.buckets_size(), 9);
+  // Decode at batches 1, 2 on 32 .. 256 keys; prompts of up to 128 tokens
+  // (one sequence of up to 32, 64 or 128, two of up to 32 or 64).
+  EXPECT_EQ(resp.buckets_size(), 13);
   EXPECT_EQ(jobs(), 0);
   // Layers of two kinds (gpt-oss's): each kind's buckets, its mods on each.
   v1::TuneModelRequest kinds = dry;
@@ -893,24 +893,24 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
   windowed->set_sinks(true);
   v1::TuneModelResponse two;
   ASSERT_TRUE(call(kinds, &two).ok());
-  ASSERT_EQ(two.buckets_size(), 18);
+  ASSERT_EQ(two.buckets_size(), 26);
   EXPECT_TRUE(two.buckets(0).problem().sinks());
   EXPECT_FALSE(two.buckets(0).problem().has_window_left());
-  EXPECT_EQ(two.buckets(9).problem().window_left(), 127u);
-  EXPECT_TRUE(two.buckets(17).problem().sinks());
+  EXPECT_EQ(two.buckets(13).problem().window_left(), 127u);
+  EXPECT_TRUE(two.buckets(25).problem().sinks());
   kinds.mutable_layer_kinds(1)->set_softcap(-1);
   EXPECT_THAT(call(kinds, &two).error_message(),
               StartsWith("layer_kinds[1].softcap:"));
   EXPECT_EQ(jobs(), 0);
 
   ASSERT_TRUE(call(req, &resp).ok());
-  ASSERT_EQ(resp.buckets_size(), 9);
+  ASSERT_EQ(resp.buckets_size(), 13);
   std::vector<std::string> ids;
   for (const v1::ModelBucket& b : resp.buckets()) {
     EXPECT_TRUE(b.submitted());
     ids.push_back(b.job_id());
   }
-  EXPECT_EQ(jobs(), 9);
+  EXPECT_EQ(jobs(), 13);
   for (const std::string& id : ids) {
     std::vector<v1::JobUpdate> updates = WatchAll(d, id);
     ASSERT_FALSE(updates.empty());
@@ -923,7 +923,7 @@ TEST_F(GrpcApiTest, TuneModelSearchesEachBucketOnceAndResumes) {
     EXPECT_EQ(resp.buckets(i).job_id(), ids[i]);
     EXPECT_EQ(resp.buckets(i).state(), v1::JOB_STATE_SUCCEEDED);
   }
-  EXPECT_EQ(jobs(), 9);
+  EXPECT_EQ(jobs(), 13);
 }
 
 // Each bucket's search runs the strategy the request names, with its
@@ -944,7 +944,7 @@ TEST_F(GrpcApiTest, TuneModelSearchesWithTheStrategyAsked) {
   req.clear_strategy_options();
   ASSERT_TRUE(TuneModel(d, req, &resp).ok());
   const v1::ListJobsResponse listed = ListJobs(d);
-  ASSERT_EQ(listed.jobs_size(), 9);
+  ASSERT_EQ(listed.jobs_size(), 13);
   for (const v1::Job& job : listed.jobs()) EXPECT_EQ(job.strategy(), "random");
 }
 

@@ -69,7 +69,7 @@ assert c.cancel(long_job).state in (evotune_pb2.JOB_STATE_CANCELLED,
 buckets = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
                        prefill_chunk=0, max_prefill_tokens=128,
                        decode_queries=[1], max_trials=2)
-assert len(buckets) == 9 and all(b.submitted for b in buckets), buckets
+assert len(buckets) == 13 and all(b.submitted for b in buckets), buckets
 for b in buckets:
     assert c.watch(b.job_id).state == evotune_pb2.JOB_STATE_SUCCEEDED, b
 again = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
@@ -83,9 +83,9 @@ kinds = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
                      decode_queries=[1], dry_run=True,
                      layer_kinds=[{"sinks": True},
                                   {"window_left": 127, "sinks": True}])
-assert len(kinds) == 18 and all(b.problem.sinks for b in kinds), kinds
+assert len(kinds) == 26 and all(b.problem.sinks for b in kinds), kinds
 assert not kinds[0].problem.HasField("window_left"), kinds[0]
-assert kinds[9].problem.window_left == 127, kinds[9]
+assert kinds[13].problem.window_left == 127, kinds[13]
 paged = c.tune_model(8, 2, 64, "fp16", max_batch=2, max_context=256,
                      prefill_chunk=0, max_prefill_tokens=128,
                      decode_queries=[1], dry_run=True, layout="paged",

@@ -63,7 +63,7 @@ done
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" --dry_run \
   >"$work/buckets" 2>/dev/null || fail "dry run"
 n=$(wc -l <"$work/buckets")
-[ "$n" -eq 17 ] || fail "expected 17 buckets, got $n: $(cat "$work/buckets")"
+[ "$n" -eq 25 ] || fail "expected 25 buckets, got $n: $(cat "$work/buckets")"
 grep -qx "b2_h32_kv8_q4_k256_d128_causal_bf16_bhsd" "$work/buckets" ||
   fail "no speculative decode bucket: $(cat "$work/buckets")"
 [ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
@@ -72,7 +72,7 @@ grep -qx "b2_h32_kv8_q4_k256_d128_causal_bf16_bhsd" "$work/buckets" ||
 cli tune-model --model_config='{"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}' \
   "${envelope[@]}" --dry_run --json >"$work/plan.json" 2>"$work/err" ||
   fail "fields in place of a file: $(cat "$work/err")"
-[ "$(grep -o '"problem"' "$work/plan.json" | wc -l)" -eq 17 ] ||
+[ "$(grep -o '"problem"' "$work/plan.json" | wc -l)" -eq 25 ] ||
   fail "the plan as JSON: $(cat "$work/plan.json")"
 
 # The model as flags: the same buckets; Gemma 2's head_dim 256 and softcap.
@@ -92,14 +92,14 @@ grep -q "decode queries [0-9,]*; bhsd: " "$work/err" ||
 cli tune-model --heads=16 --kv_heads=8 --head_dim=256 --dtype=bf16 \
   --softcap=50 "${envelope[@]}" --dry_run >"$work/flag_buckets" \
   2>"$work/err" || fail "head_dim 256 as flags: $(cat "$work/err")"
-[ "$(wc -l <"$work/flag_buckets")" -eq 17 ] &&
+[ "$(wc -l <"$work/flag_buckets")" -eq 25 ] &&
   ! grep -qv "_d256_.*_cap50$" "$work/flag_buckets" ||
   fail "head_dim 256 buckets: $(cat "$work/flag_buckets")"
 # BLOOM's config (n_head, ALiBi): every bucket ALiBi's.
 cli tune-model --model_config='{"model_type": "bloom", "n_head": 32, "hidden_size": 4096}' \
   "${envelope[@]}" --dry_run >"$work/flag_buckets" 2>"$work/err" ||
   fail "BLOOM's config: $(cat "$work/err")"
-[ "$(wc -l <"$work/flag_buckets")" -eq 17 ] &&
+[ "$(wc -l <"$work/flag_buckets")" -eq 25 ] &&
   ! grep -qv "_h32_kv32_.*_d128_.*_alibi$" "$work/flag_buckets" ||
   fail "BLOOM's buckets: $(cat "$work/flag_buckets")"
 
@@ -108,7 +108,7 @@ cli tune-model --model_config='{"model_type": "bloom", "n_head": 32, "hidden_siz
 cli tune-model --model_config='{"model_type": "deepseek_v3", "num_attention_heads": 128, "num_key_value_heads": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}' \
   "${envelope[@]}" --dry_run >"$work/flag_buckets" 2>"$work/err" ||
   fail "DeepSeek's config: $(cat "$work/err")"
-[ "$(wc -l <"$work/flag_buckets")" -eq 17 ] &&
+[ "$(wc -l <"$work/flag_buckets")" -eq 25 ] &&
   ! grep -qv "_h128_kv128_.*_d192v128_" "$work/flag_buckets" ||
   fail "DeepSeek's buckets: $(cat "$work/flag_buckets")"
 grep -q "head_dim 192 (values 128)" "$work/err" || fail "$(cat "$work/err")"
@@ -138,11 +138,11 @@ JSON
 cli tune-model --model_config="$work/gpt-oss.json" "${envelope[@]}" \
   --dry_run >"$work/buckets" 2>"$work/err" || fail "gpt-oss dry run"
 n=$(wc -l <"$work/buckets")
-[ "$n" -eq 34 ] || fail "expected 34 buckets, got $n: $(cat "$work/buckets")"
+[ "$n" -eq 50 ] || fail "expected 50 buckets, got $n: $(cat "$work/buckets")"
 grep -qx "b2_h64_kv8_q4_k256_d64_causal_bf16_bhsd_sinks" "$work/buckets" &&
   grep -qx "b2_h64_kv8_q4_k256_d64_causal_bf16_bhsd_wl127_sinks" \
     "$work/buckets" || fail "gpt-oss's kinds: $(cat "$work/buckets")"
-grep -q "layers of sinks and of window 127, sinks; .*: 34 buckets, 34 to search" \
+grep -q "layers of sinks and of window 127, sinks; .*: 50 buckets, 50 to search" \
   "$work/err" ||
   fail "gpt-oss's kinds unnamed: $(cat "$work/err")"
 [ "$(jobs_of)" -eq 0 ] || fail "a dry run submitted jobs"
@@ -165,24 +165,24 @@ cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
 [ -s "$work/model.evtb" ] || fail "no bundle"
 grep -aq '"num_key_value_heads": 8' "$work/model.evtb" ||
   fail "the bundle does not record the model's config.json"
-[ "$(jobs_of succeeded)" -eq 17 ] ||
-  fail "expected 17 searches done, got $(jobs_of succeeded)"
-[ "$(jobs_of)" -eq 17 ] || fail "a bucket was searched twice: $(jobs_of) jobs"
-grep -q "^tune-model: 17/17 buckets, [0-9]* trials, gain [0-9.]*%, " \
+[ "$(jobs_of succeeded)" -eq 25 ] ||
+  fail "expected 25 searches done, got $(jobs_of succeeded)"
+[ "$(jobs_of)" -eq 25 ] || fail "a bucket was searched twice: $(jobs_of) jobs"
+grep -q "^tune-model: 25/25 buckets, [0-9]* trials, gain [0-9.]*%, " \
   "$work/second.err" || fail "no measured gain: $(cat "$work/second.err")"
-grep -q "^\[17/17\] .*decode_fwd\|^\[17/17\] .*flash_fwd" "$work/second.err" ||
+grep -q "^\[25/25\] .*decode_fwd\|^\[25/25\] .*flash_fwd" "$work/second.err" ||
   fail "export progress: $(cat "$work/second.err")"
-grep -q "^\[1/17\] B=1 H=32 KV=8 Sq=1 Sk=128 D=128 non-causal bf16: decode_fwd .*(tuned" \
+grep -q "^\[1/25\] B=1 H=32 KV=8 Sq=1 Sk=32 D=128 non-causal bf16: decode_fwd .*(tuned" \
   "$work/second.err" || fail "the decode bucket: $(cat "$work/second.err")"
 
 # Once more: nothing left to search; the same bundle again.
 cli tune-model --model_config="$work/config.json" "${envelope[@]}" \
   --output="$work/again.evtb" >/dev/null 2>"$work/third.err" ||
   fail "third run: $(cat "$work/third.err")"
-[ "$(jobs_of)" -eq 17 ] || fail "a finished run searched again"
+[ "$(jobs_of)" -eq 25 ] || fail "a finished run searched again"
 [ "$(wc -c <"$work/again.evtb")" = "$(wc -c <"$work/model.evtb")" ] ||
   fail "the bundles differ in size"
-grep -q ": 17 buckets, 0 to search" "$work/third.err" ||
+grep -q ": 25 buckets, 0 to search" "$work/third.err" ||
   fail "the third run's plan: $(cat "$work/third.err")"
 
 # The run as a page: every bucket's search.
@@ -190,10 +190,10 @@ cli model-report --model_config="$work/config.json" "${envelope[@]}" \
   --output="$work/model.html" >"$work/out" 2>"$work/err" ||
   fail "model-report: $(cat "$work/err")"
 [ "$(cat "$work/out")" = "$work/model.html" ] || fail "$(cat "$work/out")"
-[ "$(grep -c "^<tr><td>b" "$work/model.html")" -eq 17 ] &&
-  grep -q "<dd>17, 17 searched</dd>" "$work/model.html" ||
+[ "$(grep -c "^<tr><td>b" "$work/model.html")" -eq 25 ] &&
+  grep -q "<dd>25, 25 searched</dd>" "$work/model.html" ||
   fail "the model report: $(head -c 2000 "$work/model.html")"
-[ "$(jobs_of)" -eq 17 ] || fail "model-report submitted a search"
+[ "$(jobs_of)" -eq 25 ] || fail "model-report submitted a search"
 
 # A budget shorter than the searches: they are cancelled when it is spent,
 # their trials kept, and the bundle still covers every bucket.

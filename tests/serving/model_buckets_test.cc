@@ -15,7 +15,7 @@ ModelTuneRequest Llama3() {
   r.kv_heads = 8;
   r.head_dim = 128;
   r.envelope.max_batch = 1;
-  r.envelope.max_context = 1024;
+  r.envelope.max_context = 256;
   r.envelope.prefill_chunk = 0;
   r.envelope.max_prefill_tokens = 1;
   r.envelope.decode_queries = {1};
@@ -35,11 +35,11 @@ JobRecord Job(const std::string& id, const Problem& p, JobState state) {
 // be searched; jobs of other problems do not matter.
 TEST(ModelBucketsTest, ARunResumesWhereTheLastOneStopped) {
   const std::vector<ModelBucket> fresh = PlanModelBuckets(Llama3(), {});
-  // Decode on 128 .. 1024 keys, and prompts of one token (128 at most).
+  // Decode on 32 .. 256 keys, and prompts of one token (32 at most).
   ASSERT_EQ(fresh.size(), 4u + 1u);
   std::vector<Problem> p;
   for (const ModelBucket& b : fresh) p.push_back(b.problem);
-  EXPECT_EQ(ProblemKey(p[0]), "b1_h32_kv8_q1_k128_d128_full_bf16_bhsd");
+  EXPECT_EQ(ProblemKey(p[0]), "b1_h32_kv8_q1_k32_d128_full_bf16_bhsd");
   const std::vector<JobRecord> jobs = {
       Job("a", p[0], JobState::kCancelled),
       Job("b", p[0], JobState::kSucceeded),
@@ -68,7 +68,7 @@ TEST(ModelBucketsTest, EachKindOfLayersHasItsBuckets) {
   const std::vector<ModelBucket> fresh = PlanModelBuckets(r, {});
   ASSERT_EQ(fresh.size(), 2 * plain.size());
   EXPECT_EQ(ProblemKey(fresh[plain.size()].problem),
-            "b1_h32_kv8_q1_k128_d128_full_bf16_bhsd_wl4095");
+            "b1_h32_kv8_q1_k32_d128_full_bf16_bhsd_wl4095");
   const std::vector<ModelBucket> plan =
       PlanModelBuckets(r, {Job("a", plain[0].problem, JobState::kSucceeded)});
   EXPECT_EQ(plan[0].job_id, "a");
