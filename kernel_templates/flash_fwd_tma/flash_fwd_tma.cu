@@ -248,6 +248,10 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
 struct Tiles {
   int count, q_blocks, single;  // single: the tile of a non-persistent block.
   int split;                    // Its part of the keys, of kSplits.
+  // The order: tiles of query block major (causal, persistent), else of
+  // (batch, head) major; `inner` tiles share the major index.
+  bool query_major;
+  int inner;
   // The block's n-th tile; count or more when it has no more.
   __device__ __forceinline__ int At(int n) const {
     if (!kPersistent) return n == 0 ? single : count;
@@ -264,17 +268,17 @@ __device__ __forceinline__ Tiles MyTiles(const AttentionParams& p) {
   t.single =
       (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x / kSplits;
   t.split = blockIdx.x % kSplits;
+  t.query_major = kPersistent && p.causal;
+  t.inner = t.query_major ? p.heads * p.batch : t.q_blocks;
   return t;
 }
 
 __device__ __forceinline__ BlockPlan TileAt(const AttentionParams& p,
                                             const Tiles& t, int tile) {
+  const int major = tile / t.inner, minor = tile - major * t.inner;
   // batch * heads + head, and the query block's rank (0: the last).
-  int head = tile / t.q_blocks, rank = tile % t.q_blocks;
-  if (kPersistent && p.causal) {  // Query block first, over every head.
-    head = tile % (p.heads * p.batch);
-    rank = tile / (p.heads * p.batch);
-  }
+  const int head = t.query_major ? minor : major;
+  const int rank = t.query_major ? major : minor;
   return PlanWork<kM, kN, kSplits>(p, head / p.heads, head % p.heads,
                                    t.q_blocks, rank, t.split);
 }
