@@ -42,6 +42,10 @@ EVOTUNE_README="$src/docs/serving.md" \
 # Variable-length batches, through the daemon.
 "$python" "$src/tests/python/varlen_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"
+# Hugging Face continuous batching's attention (evotune.hf), through the
+# daemon.
+"$python" "$src/tests/python/hf_test.py" \
+  --daemon=127.0.0.1:"$(cat "$work/port")"
 # KV caches (flash_attn_with_kvcache), through the daemon.
 "$python" "$src/tests/python/kvcache_test.py" \
   --daemon=127.0.0.1:"$(cat "$work/port")"
