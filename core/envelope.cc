@@ -75,6 +75,14 @@ Problem BucketOf(const Problem& form, int64_t batch, int64_t seq_q,
   return p;
 }
 
+// The most queries of a step's prefilling sequence: a chunk's; without
+// chunks, in a packed layout's step (decode rows and whole prompts in one
+// call), a whole prompt's; none in a dense one's.
+int64_t PrefillQueries(const Envelope& e, bool packed) {
+  if (e.prefill_chunk > 0) return e.prefill_chunk;
+  return packed ? std::min(e.max_context, e.max_prefill_tokens) : 0;
+}
+
 absl::Status OutOfRange(const char* field, int64_t value, int64_t lo,
                         int64_t hi) {
   return absl::InvalidArgumentError(
@@ -164,8 +172,8 @@ std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
       }
     }
   }
-  if (e.prefill_chunk > 0) {
-    const int64_t chunk = std::max(fewest, CeilPow2(e.prefill_chunk));
+  if (const int64_t queries = PrefillQueries(e, packed); queries > 0) {
+    const int64_t chunk = std::max(fewest, CeilPow2(queries));
     for (int64_t batch : Pow2s(1, e.max_batch)) {
       // A chunk has queries as many as its tokens allow, up to the chunk.
       if (Least(batch, 1) > e.max_prefill_tokens) break;

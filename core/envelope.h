@@ -81,7 +81,10 @@ absl::Status ValidateEnvelope(const Envelope& envelope);
 //     as keys;
 //   chunks (causal): up to prefill_chunk queries on prefill_chunk ..
 //     max_context keys, the batches (up to max_batch) a call of at most
-//     max_prefill_tokens queries falls in.
+//     max_prefill_tokens queries falls in; in a packed layout without
+//     chunks (prefill_chunk 0), whole prompts of up to max_context and
+//     max_prefill_tokens queries take the chunk's place (a step of decode
+//     rows and prompts is one call whose longest sequence is a prompt).
 // In that order, each list by batch then length; none twice. Each bucket
 // has the kind's window (window_right -1), softcap and sinks.
 std::vector<Problem> EnvelopeBuckets(const Envelope& envelope, int64_t heads,

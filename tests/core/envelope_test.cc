@@ -176,6 +176,34 @@ TEST(EnvelopeTest, PagedBucketsHoldAnEnginesCalls) {
   }
 }
 
+// An engine that does not chunk prompts calls a step of decode rows and
+// whole prompts at once (packed queries): every such step falls in a
+// bucket, though no prompt bucket of its batch is that long.
+TEST(EnvelopeTest, PackedStepsOfWholePromptsFallInABucket) {
+  Envelope e;
+  e.max_batch = 64;
+  e.max_context = 4096;
+  e.prefill_chunk = 0;
+  e.max_prefill_tokens = 1024;
+  e.layout = Layout::kVarlen;
+  const std::vector<Problem> buckets = Llama3Buckets(e);
+  std::mt19937 rng(5);
+  auto upto = [&](int64_t n) {
+    return std::uniform_int_distribution<int64_t>(1, n)(rng);
+  };
+  for (int i = 0; i < 2000; ++i) {
+    Problem call = buckets.front();
+    call.batch = upto(e.max_batch);  // Decode rows and one prompt.
+    const int64_t prompt = upto(e.max_prefill_tokens - (call.batch - 1));
+    call.seq_q = std::max<int64_t>(16, prompt);
+    call.seq_k = std::max(prompt, upto(e.max_context));
+    bool held = false;
+    for (const Problem& b : buckets) held |= Holds(b, call);
+    EXPECT_TRUE(held) << ProblemKey(call) << " of a " << prompt
+                      << "-token prompt";
+  }
+}
+
 TEST(EnvelopeTest, AGainIsTheShareSaved) {
   EXPECT_DOUBLE_EQ(GainShare(10, 8), 0.2);
   EXPECT_EQ(GainShare(10, 12), 0);  // Slower saves nothing.

@@ -132,7 +132,8 @@ ABSL_FLAG(int, max_batch, 256,
 ABSL_FLAG(int, max_context, 8192,
           "tune-model: keys a sequence attends to, at most");
 ABSL_FLAG(int, prefill_chunk, 2048,
-          "tune-model: queries of a prefill chunk against a prefix (0: none)");
+          "tune-model: queries of a prefill chunk against a prefix (0: "
+          "none; packed layouts then bucket steps of whole prompts)");
 ABSL_FLAG(int, max_prefill_tokens, 8192,
           "tune-model: tokens of one whole-prompt prefill call, at most");
 ABSL_FLAG(std::string, decode_queries, "1,4",
