@@ -35,8 +35,11 @@ Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
 
 // The config fitted to the problem for blocks of `rows` packed rows: the
 // most splits (a power of two, at most 64) that keep the grid within one
-// block per multiprocessor, give each split more than 32 keys and keep the
-// merge of the splits' rows within what one split streams. Three tiles in
+// block per multiprocessor, give each split more than 64 keys (a split's
+// merge costs more than streaming a few tiles: on the H200, searched
+// exhaustively, one split was fastest on 128 keys for 1 and 8 sequences,
+// eight on 1,024 keys for 2) and keep the merge of the splits' rows within
+// what one split streams. Three tiles in
 // flight per warp; two warps per block where several blocks share a
 // multiprocessor, else eight where a block has 16 rows or more to feed
 // (16-key tiles at head_dim 128, where 32-key ones overflow shared memory),
@@ -49,7 +52,7 @@ Config FitRows(const Problem& p, int64_t sms, int64_t rows) {
   // than each split streams of K and V (4 bytes a value either way).
   const int64_t merged = std::min(PackedRows(p), rows);
   int64_t splits = 1;
-  while (splits < 64 && blocks * splits * 2 <= sms && splits * 32 < p.seq_k &&
+  while (splits < 64 && blocks * splits * 2 <= sms && splits * 128 < p.seq_k &&
          4 * splits * splits * merged <= p.seq_k) {
     splits *= 2;
   }

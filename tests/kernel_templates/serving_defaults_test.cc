@@ -102,8 +102,9 @@ TEST(ServingDefaultsTest, RankedDefaultsFittedFirstRunnableOnlyOnce) {
 // grid within one block per multiprocessor (the recorded optimum of the
 // suite's decode problems on the H100: 16 for decode-long, 2 for
 // decode-gqa, 1 for decode-d64), and no more than the keys can feed: more
-// than 32 keys a split, and a merge of the splits' partial rows that reads
-// no more than a split streams.
+// than 64 keys a split (the H200's exhaustive optima: one split on 128 keys,
+// eight on 1,024), and a merge of the splits' partial rows that reads no
+// more than a split streams.
 TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("decode_fwd");
   // The split count of the fitted configs, the same in all of the first's
@@ -128,9 +129,14 @@ TEST(ServingDefaultsTest, DecodeSplitsFillTheMultiprocessors) {
   d64.head_dim = 64;
   d64.dtype = DType::kFp16;
   EXPECT_EQ(splits(d64, H100Limits()), 1);
-  // Few keys: every split gets more than 32; 2 x 2 x 8 merged rows of 100.
-  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100Limits()), 2);
-  EXPECT_EQ(splits(Decode(1, 8, 8, 100), H100Limits()), 4);  // One row merged.
+  // Few keys: one split up to 128, more than 64 keys a split past them.
+  EXPECT_EQ(splits(Decode(1, 64, 8, 100), H100Limits()), 1);
+  EXPECT_EQ(splits(Decode(1, 8, 8, 128), H100Limits()), 1);
+  EXPECT_EQ(splits(Decode(1, 8, 8, 129), H100Limits()), 2);
+  EXPECT_EQ(splits(Decode(2, 32, 8, 1024), H100Limits()), 8);
+  // 16 merged rows of 1,000 keys: the merge bounds it at 4 (4 x 4 x 16 rows
+  // of partial sums read; the keys allow 8).
+  EXPECT_EQ(splits(Decode(1, 64, 4, 1000), H100Limits()), 4);
   // MQA: 16 rows merged from each split. 16 splits (recorded 11% off the
   // optimum on the H100), where the grid alone allows 32 (24% off).
   Problem mqa = Decode(4, 16, 1, 8192);
