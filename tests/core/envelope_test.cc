@@ -22,6 +22,18 @@ bool Holds(const Problem& bucket, const Problem& call) {
          bucket.seq_k >= call.seq_k;
 }
 
+// Draws from 1 .. n, the same every run.
+class Upto {
+ public:
+  explicit Upto(unsigned seed) : rng_(seed) {}
+  int64_t operator()(int64_t n) {
+    return std::uniform_int_distribution<int64_t>(1, n)(rng_);
+  }
+
+ private:
+  std::mt19937 rng_;
+};
+
 std::vector<Problem> Llama3Buckets(const Envelope& e) {
   return EnvelopeBuckets(e, 32, 8, 128, DType::kBf16);
 }
@@ -47,10 +59,7 @@ TEST(EnvelopeTest, EveryCallWithinTheEnvelopeFallsInABucket) {
   e.max_prefill_tokens = 6000;
   e.decode_queries = {1, 3};
   const std::vector<Problem> buckets = Llama3Buckets(e);
-  std::mt19937 rng(7);
-  auto upto = [&](int64_t n) {
-    return std::uniform_int_distribution<int64_t>(1, n)(rng);
-  };
+  Upto upto(7);
   for (int i = 0; i < 3000; ++i) {
     Problem call = buckets.front();
     switch (i % 3) {
@@ -155,10 +164,7 @@ TEST(EnvelopeTest, PagedBucketsHoldAnEnginesCalls) {
     while (b < n) b *= 2;
     return b;
   };
-  std::mt19937 rng(3);
-  auto upto = [&](int64_t n) {
-    return std::uniform_int_distribution<int64_t>(1, n)(rng);
-  };
+  Upto upto(3);
   for (int i = 0; i < 2000; ++i) {
     Problem call = buckets.front();
     // A step of decode rows and at most one prefill chunk.
@@ -187,10 +193,7 @@ TEST(EnvelopeTest, PackedStepsOfWholePromptsFallInABucket) {
   e.max_prefill_tokens = 1024;
   e.layout = Layout::kVarlen;
   const std::vector<Problem> buckets = Llama3Buckets(e);
-  std::mt19937 rng(5);
-  auto upto = [&](int64_t n) {
-    return std::uniform_int_distribution<int64_t>(1, n)(rng);
-  };
+  Upto upto(5);
   for (int i = 0; i < 2000; ++i) {
     Problem call = buckets.front();
     call.batch = upto(e.max_batch);  // Decode rows and one prompt.
