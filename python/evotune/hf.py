@@ -27,12 +27,12 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None,
     """transformers' attention interface, for continuous batching: query
     [1, heads, total_q, head_dim], key and value [1, kv_heads, new,
     head_dim]; returns ([total_q, heads, head_dim], None)."""
-    import torch
-    from .varlen import flash_attn_varlen_func
     if cache is None:
         raise ValueError(f"{NAME} serves continuous batching "
                          "(generate_batch) only: it was called without "
                          "the paged cache")
+    import torch
+    from .varlen import flash_attn_varlen_func
     window = getattr(module, "sliding_window", None)
     if isinstance(cu_seq_lens_k, dict):  # Per layer type.
         kind = "sliding_attention" if window else "full_attention"
