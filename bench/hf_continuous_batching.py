@@ -6,7 +6,11 @@ compared request by request (the agreement of evotune with SDPA beside
 eager's with SDPA) and each implementation's throughput, in one process,
 interleaved rounds.
 
-  hf_continuous_batching.py --daemon=HOST:PORT [--json=OUT]
+  hf_continuous_batching.py --daemon=HOST:PORT [--cuda_graphs] [--json=OUT]
+
+With --cuda_graphs, continuous batching captures each step's forward in a
+CUDA graph per padded step shape (transformers' default on a GPU) and
+replays it with the step's new lengths.
 
 A request agrees when all its generated tokens are the same; the common
 prefix is the mean share of tokens generated alike before the first
@@ -39,11 +43,11 @@ def model(layers, seed):
     return LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
 
 
-def generate(m, implementation, prompts, new_tokens, batch_tokens):
+def generate(m, implementation, prompts, new_tokens, batch_tokens, graphs):
     """Greedy tokens per prompt and the seconds generate_batch took."""
     m.set_attn_implementation(implementation)
     gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=False)
-    cb = ContinuousBatchingConfig(use_cuda_graph=False,
+    cb = ContinuousBatchingConfig(use_cuda_graph=graphs,
                                   max_batch_tokens=batch_tokens)
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -77,6 +81,8 @@ def main():
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch_tokens", type=int, default=512,
                         help="tokens a step at most (eager's scores fit)")
+    parser.add_argument("--cuda_graphs", action="store_true",
+                        help="capture and replay each step shape's graph")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
@@ -93,7 +99,7 @@ def main():
     for r in range(args.rounds + 1):  # Round 0 warms up (and compiles).
         for impl in IMPLEMENTATIONS:
             tokens[impl], s = generate(m, impl, prompts, args.new_tokens,
-                                       args.batch_tokens)
+                                       args.batch_tokens, args.cuda_graphs)
             if r > 0:
                 seconds[impl].append(s)
             print(f"round {r} {impl}: {s:.2f} s", flush=True)

@@ -75,7 +75,8 @@ absl::Status ValidateEnvelope(const Envelope& envelope);
 // by powers of two, lengths up to the first power of two at or above the
 // envelope's bound, so that every call within it falls in one:
 //   decode: each decode query count q (causal where q > 1), batch 1 ..
-//     max_batch, q queries on 32 .. max_context keys;
+//     max_batch (also 3, 6, 12, ...: 1.5 times each power of two from 2),
+//     q queries on 32 .. max_context keys;
 //   prompts (causal): the batches (up to max_batch) and lengths (from 32)
 //     a call of at most max_prefill_tokens tokens falls in, queries as many
 //     as keys;

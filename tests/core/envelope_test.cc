@@ -45,9 +45,21 @@ TEST(EnvelopeTest, TheDefaultEnvelopeIsAFewHundredBucketsAtMostNoneTwice) {
     EXPECT_TRUE(keys.insert(ProblemKey(p)).second) << ProblemKey(p);
     EXPECT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
   }
-  // Decode: 2 query counts x 9 batches x 7 lengths; prompts and chunks.
-  EXPECT_GT(buckets.size(), 126u);
-  EXPECT_LT(buckets.size(), 250u);
+  // Decode: 2 query counts x 16 batches x 9 lengths; prompts and chunks.
+  EXPECT_GT(buckets.size(), 288u);
+  EXPECT_LT(buckets.size(), 400u);
+}
+
+// Decode batches go by halves of powers of two as well: a step of 20
+// sequences falls in the bucket of 24, one of 12 in its own.
+TEST(EnvelopeTest, DecodeBatchesHaveBucketsBetweenPowersOfTwo) {
+  std::set<int64_t> decode, prompt;
+  for (const Problem& p : Llama3Buckets(Envelope())) {
+    (p.seq_q <= 4 ? decode : prompt).insert(p.batch);  // 1 or 4 queries.
+  }
+  EXPECT_EQ(decode, (std::set<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48,
+                                       64, 96, 128, 192, 256}));
+  EXPECT_EQ(prompt.count(24), 0u);  // Prompts and chunks: powers of two.
 }
 
 // Every call within the envelope, drawn at random, falls in a bucket.
