@@ -57,8 +57,8 @@ TEST(EnvelopeTest, DecodeBatchesHaveBucketsBetweenPowersOfTwo) {
   for (const Problem& p : Llama3Buckets(Envelope())) {
     (p.seq_q <= 4 ? decode : prompt).insert(p.batch);  // 1 or 4 queries.
   }
-  EXPECT_EQ(decode, (std::set<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48,
-                                       64, 96, 128, 192, 256}));
+  EXPECT_EQ(decode, (std::set<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
+                                       96, 128, 192, 256}));
   EXPECT_EQ(prompt.count(24), 0u);  // Prompts and chunks: powers of two.
 }
 
