@@ -429,7 +429,8 @@ TEST_F(CudaEvaluatorTest, FlashFwdTmaRunsFp8Attention) {
 }
 
 // flash_fwd (head_dim 64 and 128): both products on e4m3 mma.sync, V
-// transposed in shared memory; on the devices it serves FP8 on (sm_89);
+// transposed in shared memory; on the devices it serves FP8 on (sm_89,
+// sm_120);
 // elsewhere CudaEvaluatorAsSm89Test runs its code.
 TEST_F(CudaEvaluatorTest, FlashFwdRunsFp8Attention) {
   const std::vector<int>& on =

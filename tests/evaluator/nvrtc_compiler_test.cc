@@ -259,9 +259,9 @@ TEST(NvrtcCompilerTest, DecodeFwdFp8KvConfigsDoNotSpill) {
 }
 
 // flash_fwd's FP8 attention (both products on e4m3 mma.sync, V transposed
-// in shared memory; served on sm_89) compiles for sm_89 without spilling at
-// head_dim 64 and 128: dense bf16, paged (pages of 16 keys) and causal
-// varlen fp16 with a window and softcapping.
+// in shared memory; served on sm_89 and sm_120) compiles for both without
+// spilling at head_dim 64 and 128: dense bf16, paged (pages of 16 keys) and
+// causal varlen fp16 with a window and softcapping.
 // Registers do not depend on the stage count or the number of splits past
 // two: one stage count and up to two splits cover the space.
 TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
@@ -278,11 +278,15 @@ TEST(NvrtcCompilerTest, FlashFwdFp8ConfigsDoNotSpill) {
     Problem mods = WithScoreMods(p);
     mods.dtype = DType::kFp16;
     mods.layout = Layout::kVarlen;
-    const Arch& sm89 = Targets()[1];
-    for (const Problem& form : {p, Paged(p, 16), mods}) {
-      for (const Config& c : FeasibleConfigs(t, form, sm89.limits)) {
-        if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2) {
-          jobs.push_back({&t, c, form, sm89.name});
+    // sm_89 and sm_120 (GeForce Blackwell: 99 KB of shared memory a
+    // block, as the L4).
+    const Arch sm120 = {ArchName(12, 0), {101376, 1024, 120}};
+    for (const Arch& arch : {Targets()[1], sm120}) {
+      for (const Problem& form : {p, Paged(p, 16), mods}) {
+        for (const Config& c : FeasibleConfigs(t, form, arch.limits)) {
+          if (c.at("STAGES") == 2 && c.at("KV_SPLITS") <= 2) {
+            jobs.push_back({&t, c, form, arch.name});
+          }
         }
       }
     }
