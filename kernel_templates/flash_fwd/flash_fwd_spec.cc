@@ -52,16 +52,19 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
 // fragments held (8-12 bytes; NvrtcCompilerTest.FlashFwdFp8ConfigsDoNotSpill).
 // Head_dim 64 takes the same: without it, 128-key tiles spilled on sm_89
 // (8-184 bytes) with two tiles a warp, two blocks' shares or score mods.
+// Split keys take 64-key tiles: 128-key tiles with two splits spilled 8-40
+// bytes on sm_120 (the split's partial rows, 255 registers without them).
 bool RegistersFit(const Config& c, const Problem& p) {
   return !p.q_fp8 || (c.at("BLOCK_M") == 16 * c.at("NUM_WARPS") &&
                       c.at("MIN_BLOCKS") == 1 &&
-                      (!HasScoreMods(p) || c.at("Q_IN_REGS") == 0));
+                      (!HasScoreMods(p) || c.at("Q_IN_REGS") == 0) &&
+                      (c.at("KV_SPLITS") == 1 || c.at("BLOCK_N") <= 64));
 }
 
-// `c` with what keeps a thread's registers within 255: FP8 attention's
-// as RegistersFit asks (a warp for each 16 rows); above head_dim 128 (the
-// output alone takes HEAD_DIM / 2 floats for
-// each 16-row tile): one 16-row tile a warp, key tiles of at most 64, Q re-read
+// `c` with what keeps a thread's registers within 255: FP8 attention's as
+// RegistersFit asks (a warp for each 16 rows, 64-key tiles where split);
+// above head_dim 128 (the output alone takes HEAD_DIM / 2 floats for each
+// 16-row tile): one 16-row tile a warp, key tiles of at most 64, Q re-read
 // from shared memory, and at least two stages (with one, 64-key tiles spill at
 // 256 on sm_80; FitSharedMemory goes down to one stage only with 32-key tiles).
 // Score mods hold more (a split decode at 256 with every mod spilled 20
@@ -71,6 +74,9 @@ Config FitRegisters(Config c, const Problem& p) {
     c["NUM_WARPS"] = c.at("BLOCK_M") / 16;
     c["MIN_BLOCKS"] = 1;
     if (HasScoreMods(p)) c["Q_IN_REGS"] = 0;
+    if (c.at("KV_SPLITS") > 1) {
+      c["BLOCK_N"] = std::min<int64_t>(c.at("BLOCK_N"), 64);
+    }
   }
   if (std::max(p.head_dim, HeadDimV(p)) <= 128) return c;
   c["BLOCK_M"] = 16 * c.at("NUM_WARPS");
@@ -195,7 +201,7 @@ std::vector<Constraint> Constraints() {
        }},
       // FP8 attention's registers (RegistersFit).
       {"Q_FP8 == 0 || (BLOCK_M == 16 * NUM_WARPS && MIN_BLOCKS == 1 && "
-       "(MODS == 0 || Q_IN_REGS == 0))",
+       "(MODS == 0 || Q_IN_REGS == 0) && (KV_SPLITS == 1 || BLOCK_N <= 64))",
        RegistersFit},
       // Rows of whole 32-byte sectors; the kernel computes up to the next
       // multiple of 64 (HeadDimIn64s).
