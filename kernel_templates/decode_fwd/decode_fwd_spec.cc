@@ -39,12 +39,11 @@ Config DecodeConfig(int64_t rows, int64_t n, int64_t warps, int64_t stages,
 // merge costs more than streaming a few tiles: on the H200, searched
 // exhaustively, one split was fastest on 128 keys for 1 and 8 sequences,
 // eight on 1,024 keys for 2) and keep the merge of the splits' rows within
-// what one split streams. Three tiles in
-// flight per warp; two warps per block where several blocks share a
-// multiprocessor, else eight where a block has 16 rows or more to feed
-// (16-key tiles at head_dim 128, where 32-key ones overflow shared memory),
-// four otherwise. Q stays in registers only for 16-row blocks (more spill
-// at head_dim 128).
+// what one split streams. Three tiles in flight per warp; two warps per
+// block where several blocks share a multiprocessor, else eight where a
+// block has 16 rows or more to feed (16-key tiles at head_dim 128, where
+// 32-key ones overflow shared memory), four otherwise. Q stays in registers
+// only for 16-row blocks (more spill at head_dim 128).
 Config FitRows(const Problem& p, int64_t sms, int64_t rows) {
   const int64_t blocks =
       p.batch * p.kv_heads * ((PackedRows(p) + rows - 1) / rows);

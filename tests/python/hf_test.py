@@ -2,9 +2,10 @@
 batching's calling convention (packed new keys written into a paged cache
 whose update returns every sequence's keys packed, a step of decode rows
 and prefill chunks) against an fp32 reference per sequence, with and
-without a sliding window; the call without a cache refused; and, where
-transformers is installed, "paged|evotune" registered as an attention
-implementation.
+without a sliding window; and, where transformers is installed,
+"paged|evotune" registered as an attention implementation (the call
+without a cache is refused before PyTorch is imported: hf_checks_test.py,
+which runs without a GPU).
 
     PYTHONPATH=python:tests/python \
       EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
@@ -27,6 +28,7 @@ import evotune.hf
 import evotune.torch as et
 from evotune import score_mods
 from evotune.varlen import sdpa_per_sequence
+from lengths import cu_seqlens
 
 DAEMON = None
 KV_HEADS, HEADS, D = 2, 8, 128
@@ -62,11 +64,10 @@ def step(past_lens, new_lens, dtype, seed=0):
     total = sum(new_lens)
     make = lambda h: torch.randn(1, h, total, D, generator=g,
                                  device="cuda").to(dtype)
-    cu = lambda xs: torch.tensor([0] + list(torch.tensor(xs).cumsum(0)),
-                                 dtype=torch.int32, device="cuda")
     k_lens = [p + n for p, n in zip(past_lens, new_lens)]
     return (make(HEADS), make(KV_HEADS), make(KV_HEADS),
-            FakeCache(past_lens, seed), cu(new_lens), cu(k_lens))
+            FakeCache(past_lens, seed), cu_seqlens(new_lens),
+            cu_seqlens(k_lens))
 
 
 class PagedAttentionTest(unittest.TestCase):
@@ -102,14 +103,6 @@ class PagedAttentionTest(unittest.TestCase):
 
     def test_sliding_window(self):
         self.check([700, 0, 64], [1, 300, 5], window=128)
-
-    def test_a_call_without_the_cache_is_refused(self):
-        q, k, v, _, cu_q, cu_k = step([4], [1], torch.bfloat16)
-        module = types.SimpleNamespace(layer_idx=0, scaling=1.0)
-        with self.assertRaisesRegex(ValueError, "paged cache"):
-            evotune.hf.paged_attention(module, q, k, v, None,
-                                       cu_seq_lens_q=cu_q,
-                                       cu_seq_lens_k=cu_k)
 
     def test_registered_with_transformers(self):
         try:

@@ -31,6 +31,7 @@ import evotune.torch as et
 from evotune import kvcache
 from evotune import runtime as rt
 from evotune.kvcache import sdpa_per_sequence
+from lengths import cu_seqlens
 
 DAEMON = None
 
@@ -94,6 +95,7 @@ class KvCacheTest(unittest.TestCase):
             self.assertTrue(torch.equal(k_cache[b, n:n + 3], k_new[b]))
             self.assertTrue(torch.equal(v_cache[b, n:n + 3], v_new[b]))
             self.assertTrue(torch.equal(k_cache[b, :n], k0[b, :n]))
+            self.assertTrue(torch.equal(v_cache[b, :n], v0[b, :n]))
         self.assertEqual(lens.tolist(), [10, 40])  # Not the caller's to grow.
         want = reference(q, k_cache, v_cache, lens + 3, True)
         self.assertLess(rel_err(got, want), 2e-2)
@@ -289,7 +291,7 @@ def paged_batch(q_lens, k_lens, heads, kv_heads, d, page_size, dtype, seed):
     for t in (k_cache, v_cache):
         t[~used] = float("nan")
     i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")
-    cu_q = i32([0] + torch.tensor(q_lens).cumsum(0).tolist())
+    cu_q = cu_seqlens(q_lens)
     return q, k_cache, v_cache, cu_q, i32(k_lens), table
 
 
@@ -367,8 +369,7 @@ class PagedVarlenTest(unittest.TestCase):
             plan.run(q, k_cache, v_cache, cu_q, used, table, out=out)
         for q_lens, k_lens in (([33, 1, 32], [800, 1, 900]),
                                ([1, 1, 64], [1, 2, 64])):
-            cu_q.copy_(torch.tensor([0] + torch.tensor(q_lens).cumsum(
-                0).tolist(), dtype=torch.int32))
+            cu_q.copy_(cu_seqlens(q_lens))
             used.copy_(torch.tensor(k_lens, dtype=torch.int32))
             table.copy_(table.flip(0))  # Other pages, in place.
             graph.replay()

@@ -22,6 +22,7 @@ if not torch.cuda.is_available():
 
 import evotune.torch as et
 from evotune.varlen import bucket, sdpa_per_sequence
+from lengths import cu_seqlens
 
 DAEMON = None
 
@@ -30,10 +31,9 @@ def batch(q_lens, k_lens, heads, kv_heads, d, dtype, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     make = lambda rows, h: torch.randn(rows, h, d, generator=g,
                                        device="cuda").to(dtype)
-    cu = lambda xs: torch.tensor([0] + list(torch.tensor(xs).cumsum(0)),
-                                 dtype=torch.int32, device="cuda")
     return (make(sum(q_lens), heads), make(sum(k_lens), kv_heads),
-            make(sum(k_lens), kv_heads), cu(q_lens), cu(k_lens))
+            make(sum(k_lens), kv_heads), cu_seqlens(q_lens),
+            cu_seqlens(k_lens))
 
 
 def rel_err(got, want):
@@ -65,10 +65,8 @@ class VarlenTest(unittest.TestCase):
         cu_k; each output against the reference."""
         for q_lens, k_lens in (([100, 1, 101], [300, 700, 50]),
                                ([1, 1, 200], [1, 849, 200])):
-            cu_q.copy_(torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)),
-                                    dtype=torch.int32))
-            cu_k.copy_(torch.tensor([0] + list(torch.tensor(k_lens).cumsum(0)),
-                                    dtype=torch.int32))
+            cu_q.copy_(cu_seqlens(q_lens))
+            cu_k.copy_(cu_seqlens(k_lens))
             graph.replay()
             want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
                                      cu_k, True, None)
