@@ -9,8 +9,9 @@ interleaved rounds.
   hf_continuous_batching.py --daemon=HOST:PORT [--cuda_graphs] [--json=OUT]
 
 With --cuda_graphs, continuous batching captures each step's forward in a
-CUDA graph per padded step shape (transformers' default on a GPU) and
-replays it with the step's new lengths.
+CUDA graph per padded step shape and replays it with the step's new
+lengths (transformers turns graphs on by itself for an attention that
+takes no mask, as evotune's).
 
 A request agrees when all its generated tokens are the same; the common
 prefix is the mean share of tokens generated alike before the first

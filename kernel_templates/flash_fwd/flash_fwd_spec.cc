@@ -53,7 +53,7 @@ Config FitSharedMemory(Config c, const Problem& p, const DeviceLimits& limits) {
 // Head_dim 64 takes the same: without it, 128-key tiles spilled on sm_89
 // (8-184 bytes) with two tiles a warp, two blocks' shares or score mods.
 // Split keys take 64-key tiles: 128-key tiles with two splits spilled 8-40
-// bytes on sm_120 (the split's partial rows, 255 registers without them).
+// bytes on sm_120 (unsplit they take 238-255 registers there, no spill).
 bool RegistersFit(const Config& c, const Problem& p) {
   return !p.q_fp8 || (c.at("BLOCK_M") == 16 * c.at("NUM_WARPS") &&
                       c.at("MIN_BLOCKS") == 1 &&
