@@ -52,6 +52,24 @@ std::vector<int64_t> DecodeBatches(int64_t max_batch) {
   return out;
 }
 
+// Decode key lengths, but for packed layouts (whose maxima the op rounds up
+// to powers of two): the powers of two from kShortest up to
+// CeilPow2(longest) and, from 384, three quarters of each (384, 768, ...),
+// as the op's key buckets of a dense decode call (evotune.torch.key_bucket).
+// The config tuned at a bucket's longest serves a call of half its keys
+// less well (on the H200, one-query rows with under 0.6 of their bucket's
+// keys: the search's pick no faster than the fitted default on the mean, 4
+// of 14 more than 5% slower; over 0.8 of them: 4.6% faster, none slower:
+// bench/results/2026-12-06_h200_6693b56_tune-model-llama3-8b-shapes.json).
+std::vector<int64_t> DecodeKeys(int64_t longest) {
+  std::vector<int64_t> out;
+  for (int64_t p : Pow2s(kShortest, longest)) {
+    if (p >= 512) out.push_back(p / 4 * 3);
+    out.push_back(p);
+  }
+  return out;
+}
+
 // The fewest of a quantity a call in the bucket of `bucket` has: one more
 // than half of it (a call of half or less falls in the bucket below), one
 // in the first bucket.
@@ -175,7 +193,8 @@ std::vector<Problem> EnvelopeBuckets(const Envelope& e, int64_t heads,
   const int64_t longest = std::max(kShortest, e.max_context);
   for (int64_t q : e.decode_queries) {
     for (int64_t batch : DecodeBatches(e.max_batch)) {
-      for (int64_t keys : Pow2s(kShortest, longest)) {
+      for (int64_t keys :
+           packed ? Pow2s(kShortest, longest) : DecodeKeys(longest)) {
         add(batch, std::max(fewest, CeilPow2(q)), keys, packed || q > 1);
       }
     }

@@ -41,7 +41,7 @@ from . import planning
 from . import runtime as _rt
 from . import score_mods
 from .checks import AttentionArgumentError  # noqa: F401 (the op's refusal)
-from .varlen_checks import bucket_bound, check_bounds
+from .varlen_checks import check_bounds, key_bound
 
 class _State:
     runtime = None  # An evotune.runtime.Runtime.
@@ -184,11 +184,13 @@ def key_bucket(seq_q, seq_k):
     """The key length a dense call is planned for: its own where the
     queries are as many as the keys or more (self-attention: a tuned shape
     runs its own kernel), else the bucket of seq_k under the policy of
-    use() (length_buckets), so that decode steps and chunks against a
-    growing cache run one plan for every length of a bucket."""
+    use() (length_buckets; by default the next power of two, or from 384
+    three quarters of it where that holds seq_k: `evotune tune-model`'s
+    decode buckets), so that decode steps and chunks against a growing
+    cache run one plan for every length of a bucket."""
     if seq_q >= seq_k:
         return seq_k
-    return bucket_bound(seq_k, _State.length_buckets)
+    return key_bound(seq_k, _State.length_buckets)
 
 
 def _plan(p, q, stream_id, wait):

@@ -6,7 +6,8 @@
         attention could serve
     varlen_fallback_reason(q, k, v, scale)
         why evotune's kernels cannot serve a call that passed, or None
-    bucket_bound(n, bounds=None), check_bounds(bounds)
+    bucket_bound(n, bounds=None), key_bound(n, bounds=None),
+    check_bounds(bounds)
         the bucket policy: the bound of a maximum length
 
 Like evotune.checks they read shapes, strides, dtypes, devices and data
@@ -116,6 +117,19 @@ def bucket_bound(n, bounds=None):
             if b >= n:
                 return b
     return max(16, 1 << (n - 1).bit_length())
+
+
+def key_bound(n, bounds=None):
+    """The key bucket of a dense decode call (fewer queries than keys) of
+    `n` keys: with `bounds`, bucket_bound's; by default the next power of
+    two (at least 16) or, from 384, three quarters of it where that holds
+    `n` (384, 768, 1536, ...): the decode key buckets of `evotune
+    tune-model`, since a config tuned at a bucket's longest serves half as
+    many keys less well."""
+    bound = bucket_bound(n, bounds)
+    if not bounds and bound >= 512 and int(n) <= bound // 4 * 3:
+        return bound // 4 * 3
+    return bound
 
 
 def _fail_paged(message):

@@ -45,9 +45,29 @@ TEST(EnvelopeTest, TheDefaultEnvelopeIsAFewHundredBucketsAtMostNoneTwice) {
     EXPECT_TRUE(keys.insert(ProblemKey(p)).second) << ProblemKey(p);
     EXPECT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
   }
-  // Decode: 2 query counts x 16 batches x 9 lengths; prompts and chunks.
-  EXPECT_GT(buckets.size(), 288u);
-  EXPECT_LT(buckets.size(), 400u);
+  // Decode: 2 query counts x 16 batches x 14 lengths; prompts and chunks.
+  EXPECT_GT(buckets.size(), 448u);
+  EXPECT_LT(buckets.size(), 560u);
+}
+
+// A dense decode step's keys go by three quarters of powers of two as well
+// from 384 (the op's key buckets): 600 keys fall in the bucket of 768. A
+// packed layout's stay powers of two (the op rounds its maxima so).
+TEST(EnvelopeTest, DenseDecodeKeysHaveBucketsBetweenPowersOfTwo) {
+  Envelope e;
+  e.max_context = 4096;
+  for (Layout layout : {Layout::kDense, Layout::kVarlen}) {
+    e.layout = layout;
+    std::set<int64_t> keys;
+    for (const Problem& p : Llama3Buckets(e)) {
+      if (p.batch == 8 && p.seq_q <= 16 && p.seq_k != p.seq_q) {
+        keys.insert(p.seq_k);  // Decode rows of 8 sequences.
+      }
+    }
+    std::set<int64_t> want = {32, 64, 128, 256, 512, 1024, 2048, 4096};
+    if (layout == Layout::kDense) want.insert({384, 768, 1536, 3072});
+    EXPECT_EQ(keys, want) << LayoutName(layout);
+  }
 }
 
 // Decode batches go by halves of powers of two as well: a step of 20

@@ -10,7 +10,7 @@ from checks_test import FakeTensor as T
 from evotune.checks import AttentionArgumentError
 from evotune.varlen_checks import (bucket_bound, check_bounds,
                                    check_paged_varlen_call, check_varlen_call,
-                                   paged_fallback_reason,
+                                   key_bound, paged_fallback_reason,
                                    varlen_fallback_reason)
 
 
@@ -34,6 +34,12 @@ class BucketPolicyTest(unittest.TestCase):
     def test_powers_of_two_by_default(self):
         self.assertEqual([bucket_bound(n) for n in (1, 16, 17, 512, 513)],
                          [16, 16, 32, 512, 1024])
+
+    def test_dense_decode_keys_also_by_three_quarters_from_384(self):
+        self.assertEqual([key_bound(n) for n in
+                          (17, 300, 384, 385, 513, 768, 769, 5000)],
+                         [32, 384, 384, 512, 768, 768, 1024, 6144])
+        self.assertEqual(key_bound(513, check_bounds([600, 2048])), 600)
 
     def test_bounds_given_come_first(self):
         bounds = check_bounds([64, 1000, 4096])
