@@ -52,8 +52,8 @@ std::vector<int64_t> DecodeBatches(int64_t max_batch) {
   return out;
 }
 
-// Decode key lengths, but for packed layouts (whose maxima the op rounds up
-// to powers of two): the powers of two from kShortest up to
+// Decode key lengths in a layout that is not packed (the op rounds a packed
+// call's maxima up to powers of two): the powers of two from kShortest up to
 // CeilPow2(longest) and, from 384, three quarters of each (384, 768, ...),
 // as the op's key buckets of a dense decode call (evotune.torch.key_bucket).
 // The config tuned at a bucket's longest serves a call of half its keys
