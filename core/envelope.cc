@@ -36,20 +36,27 @@ std::vector<int64_t> Pow2s(int64_t from, int64_t to) {
   return out;
 }
 
-// Decode batches: the powers of two up to CeilPow2(max_batch) and, from 3,
-// one and a half times each (3, 6, 12, ...). A decode kernel's best config
-// follows how its blocks fill the multiprocessors, so a bucket tuned at its
-// largest batch serves a call of 0.6 times that less well (on the H100, 20
-// sequences of 3,427 keys in the bucket of 32: the bucket's four-warp
-// config 100.2 us, two warps 93.6:
-// bench/results/2026-12-06_h100_0d349d8_decode-configs-under-sdpa.json).
-std::vector<int64_t> DecodeBatches(int64_t max_batch) {
+// The powers of two from `from` up to CeilPow2(to), each from `threshold` up
+// preceded by three quarters of it (2^k / 4 * 3, between 2^(k-1) and 2^k).
+std::vector<int64_t> Pow2sAndThreeQuarters(int64_t from, int64_t to,
+                                           int64_t threshold) {
   std::vector<int64_t> out;
-  for (int64_t p : Pow2s(1, max_batch)) {
-    if (p >= 4) out.push_back(p / 4 * 3);
+  for (int64_t p : Pow2s(from, to)) {
+    if (p >= threshold) out.push_back(p / 4 * 3);
     out.push_back(p);
   }
   return out;
+}
+
+// Decode batches: the powers of two up to CeilPow2(max_batch) and, from 3,
+// three quarters of each (3, 6, 12, ...). A decode kernel's best config follows
+// how its blocks fill the multiprocessors, so a bucket tuned at its largest
+// batch serves a call of 0.6 times that less well (on the H100, 20 sequences of
+// 3,427 keys in the bucket of 32: the bucket's four-warp config 100.2 us,
+// two warps 93.6:
+// bench/results/2026-12-06_h100_0d349d8_decode-configs-under-sdpa.json).
+std::vector<int64_t> DecodeBatches(int64_t max_batch) {
+  return Pow2sAndThreeQuarters(1, max_batch, 4);
 }
 
 // Decode key lengths in a layout that is not packed (the op rounds a packed
@@ -62,12 +69,7 @@ std::vector<int64_t> DecodeBatches(int64_t max_batch) {
 // of 14 more than 5% slower; over 0.8 of them: 4.6% faster, none slower:
 // bench/results/2026-12-06_h200_6693b56_tune-model-llama3-8b-shapes.json).
 std::vector<int64_t> DecodeKeys(int64_t longest) {
-  std::vector<int64_t> out;
-  for (int64_t p : Pow2s(kShortest, longest)) {
-    if (p >= 512) out.push_back(p / 4 * 3);
-    out.push_back(p);
-  }
-  return out;
+  return Pow2sAndThreeQuarters(kShortest, longest, 512);
 }
 
 // The fewest of a quantity a call in the bucket of `bucket` has: one more
