@@ -30,22 +30,29 @@ past_source() {
   }
   {
     echo '#include "attention_params.cuh"'
-    for header in dtype.cuh flash_common.cuh; do inline "$header"; done
-    if git -C "$root" show "$commit:kernel_templates/$template/$template.cu" |
-      grep -q '^#include "hopper.cuh"'; then
-      inline hopper.cuh
-    fi
-    git -C "$root" show "$commit:kernel_templates/$template/$template.cu" |
-      grep -v '^#include "'
+    # The commit's shared headers, each after those it includes.
+    for header in dtype.cuh sequence.cuh fp8.cuh flash_common.cuh; do
+      if git -C "$root" cat-file -e \
+        "$commit:kernel_templates/common/$header" 2>/dev/null; then
+        inline "$header"
+      fi
+    done
+    local body
+    body=$(git -C "$root" show "$commit:kernel_templates/$template/$template.cu")
+    if [[ $body == *'#include "hopper.cuh"'* ]]; then inline hopper.cuh; fi
+    grep -v '^#include "' <<<"$body"
   } >"$file"
 }
 
+# ONLY="NAME ..." keeps those rows of the runs.
 python3 - "$@" >"$out/rows.txt" <<'EOF'
-import json, sys
+import json, os, sys
+only = os.environ.get("ONLY", "").split()
 for run in sys.argv[1:]:
     for r in json.load(open(run))["results"]:
-        print(r["name"].replace(" ", "_"), r["template"], r["config"],
-              r["problem"])
+        name = r["name"].replace(" ", "_")
+        if not only or name in only:
+            print(name, r["template"], r["config"], r["problem"])
 EOF
 
 plan=()
