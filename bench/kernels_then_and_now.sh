@@ -5,9 +5,11 @@
 # "no regression" check of a change to the templates). Runs on any machine
 # with export_kernel (NVRTC needs no GPU); the plan runs on the GPU.
 #
-#   bench/kernels_then_and_now.sh BIN_DIR COMMIT OUT_DIR RUN.json...
+#   [ONLY="NAME ..."] bench/kernels_then_and_now.sh BIN_DIR COMMIT OUT_DIR \
+#     RUN.json...
 #   python3 bench/sdpa_compare.py OUT_DIR/plan.json --interleave --rounds 5
 #
+# BIN_DIR holds export_kernel; ONLY keeps the runs' rows of those names.
 # RUN.json: sdpa_compare.py runs whose results name template, config and
 # problem (the suite's, e.g. bench/results/*_suite-part*.json). A past
 # template is its .cu at COMMIT with that commit's shared headers inlined,
@@ -44,7 +46,6 @@ past_source() {
   } >"$file"
 }
 
-# ONLY="NAME ..." keeps those rows of the runs.
 python3 - "$@" >"$out/rows.txt" <<'EOF'
 import json, os, sys
 only = os.environ.get("ONLY", "").split()
