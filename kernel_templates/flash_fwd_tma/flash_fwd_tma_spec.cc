@@ -155,20 +155,18 @@ std::vector<Config> FittedDefaults(const Problem& p,
   while (splits < 4 && 2 * splits * grid <= sms && 1024 * splits <= p.seq_k) {
     splits *= 2;
   }
-  // A persistent block walks ceil(grid / SMs) rounds of tiles. A causal
-  // mask's tiles differ in length, and a last round under half full then
-  // leaves most blocks idle where the hardware's own scheduling packs them
-  // (on the H200, b4 h14/2 q=k=2413 d64 and b2 h32/8 q=k=805 d128: 4% and
-  // 9% faster unpersisted, 8.06 and 3.39 rounds; 7.76 rounds kept it).
-  const int64_t last_round = grid % sms;
-  const bool ragged = p.causal && last_round != 0 && 2 * last_round < sms;
-  const int64_t persistent = splits == 1 && !ragged ? 1 : 0;
+  // Persistent blocks wherever the keys are not split, causal or not: with
+  // the tiles of a causal mask taken longest first (flash_fwd_tma.cu,
+  // Tiles), even a ragged last round of them leaves no block idle for long
+  // (on the H100, b4 h14/2 q=k=2413 d64 and b2 h32/8 q=k=805 d128 causal:
+  // 0.73x and 0.76x the time unpersisted; bench/RESULTS.md, 2026-12-06).
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
     return {FitSharedMemory(
-        TmaConfig(2, 128, 2, 1, 1, splits == 1 && !ragged ? 1 : 0, splits), p)};
+        TmaConfig(2, 128, 2, 1, 1, splits == 1 ? 1 : 0, splits), p)};
   }
+  const int64_t persistent = splits == 1 ? 1 : 0;
   const Config first =
       FitSharedMemory(TmaConfig(1, 128, 2, 1, 0, persistent, splits), p);
   const Config second =

@@ -311,25 +311,27 @@ TEST(ServingDefaultsTest, PagedDecodeTilesLieInOnePageOrSpanWholeOnes) {
   }
 }
 
-// With a causal mask, persistent blocks only where their last round of
-// tiles is at least half full (or full).
-TEST(ServingDefaultsTest, TmaCausalPersistsWithoutARaggedLastRound) {
+// Persistent blocks wherever the keys are not split, with a causal mask
+// too (a ragged last round of tiles included: they go longest first).
+TEST(ServingDefaultsTest, TmaPersistsWhereKeysAreNotSplit) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
-  auto persistent = [&](int64_t batch, int64_t heads, int64_t seq,
-                        bool causal) {
-    Problem p = Decode(batch, heads, heads, seq);
-    p.seq_q = seq;
+  auto served = [&](int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_k,
+                    bool causal) {
+    Problem p = Decode(batch, heads, heads, seq_k);
+    p.seq_q = seq_q;
     p.causal = causal;
-    return Served(t, p).at("PERSISTENT");
+    return Served(t, p);
   };
   // 1,064 tiles of 128 rows on 132 multiprocessors: a last round of 8.
-  EXPECT_EQ(persistent(4, 14, 2413, true), 0);
-  EXPECT_EQ(persistent(4, 14, 2413, false), 1);  // Tiles of one length.
+  EXPECT_EQ(served(4, 14, 2413, 2413, true).at("PERSISTENT"), 1);
+  EXPECT_EQ(served(4, 14, 2413, 2413, false).at("PERSISTENT"), 1);
   // 448 tiles: 52 in the last round.
-  EXPECT_EQ(persistent(2, 32, 805, true), 0);
-  // 1,024 tiles: 100 in the last; 1,056: eight full rounds.
-  EXPECT_EQ(persistent(4, 16, 2048, true), 1);
-  EXPECT_EQ(persistent(2, 33, 2048, true), 1);
+  EXPECT_EQ(served(2, 32, 805, 805, true).at("PERSISTENT"), 1);
+  EXPECT_EQ(served(4, 16, 2048, 2048, true).at("PERSISTENT"), 1);
+  // Two query blocks on 4,013 keys: split, so not persistent.
+  const Config chunk = served(1, 32, 256, 4013, true);
+  EXPECT_GT(chunk.at("KV_SPLITS"), 1);
+  EXPECT_EQ(chunk.at("PERSISTENT"), 0);
 }
 
 // The decode template ranks first for up to 16 queries, and for up to 64
