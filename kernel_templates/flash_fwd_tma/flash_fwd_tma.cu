@@ -280,11 +280,17 @@ __device__ __forceinline__ bool OrdersWeighed(const AttentionParams& p,
          count > static_cast<int>(gridDim.x);
 }
 
-__device__ __forceinline__ Tiles MyTiles(const AttentionParams& p,
-                                         const Smem& s) {
+// The tiles' count and query blocks a head (their order unset).
+__device__ __forceinline__ Tiles CountTiles(const AttentionParams& p) {
   Tiles t;
   t.q_blocks = (p.seq_q + kM - 1) / kM;
   t.count = t.q_blocks * p.heads * p.batch;
+  return t;
+}
+
+__device__ __forceinline__ Tiles MyTiles(const AttentionParams& p,
+                                         const Smem& s) {
+  Tiles t = CountTiles(p);
   // Grid (q_blocks * kSplits, heads, batch) when not persistent.
   t.single =
       (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x / kSplits;
@@ -324,9 +330,7 @@ __device__ __forceinline__ int ModelledWork(const AttentionParams& p,
 // each goes to s.busiest (zero before, read after a __syncthreads).
 __device__ __forceinline__ void WeighOrders(const AttentionParams& p,
                                             const Smem& s) {
-  Tiles t;
-  t.q_blocks = (p.seq_q + kM - 1) / kM;
-  t.count = t.q_blocks * p.heads * p.batch;
+  const Tiles t = CountTiles(p);
   int by_head = 0, by_query = 0;
   for (int b = threadIdx.x; b < static_cast<int>(gridDim.x); b += kThreads) {
     by_head = max(by_head, ModelledWork(p, t, false, b));
@@ -1173,7 +1177,7 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
     s.busiest[0] = s.busiest[1] = 0;
   }
   __syncthreads();
-  if (OrdersWeighed(p, ((p.seq_q + kM - 1) / kM) * p.heads * p.batch)) {
+  if (OrdersWeighed(p, CountTiles(p).count)) {
     WeighOrders(p, s);
     __syncthreads();
   }
