@@ -14,12 +14,10 @@ block's work in the longest-first order over the kernel's.
       --seq 6583 6894 8192 [--block_m 128 --sms 132]
 
 Orders: "heads" (tiles by (batch, head), then query block, the last
-first: the kernel's order without a causal mask), "longest" (query block
-major, the last first, then (batch, head): every block's turns draw tiles
-of about one length). With a causal mask the kernel weighs both at launch
-by this model (`WeighOrders`: one overhead key block a tile) and takes
-"heads" where its busiest block has at most 1/64 more work, since blocks
-running at once then share a head's K and V in L2.
+first: the kernel's until 2026-12-06, and still its order without a causal
+mask), "longest" (query block major, the last first, then (batch, head):
+every block's turns draw tiles of about one length; the kernel's order with
+a causal mask since).
 """
 import argparse
 

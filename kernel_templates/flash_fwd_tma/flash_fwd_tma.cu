@@ -168,10 +168,6 @@ constexpr unsigned kSumsBytes = 64 * kD * 4;  // A consumer's fp32 O.
 struct Smem {
   unsigned q, o, k0, v0, vt0, sums0, bars;
   unsigned char* tiles;  // Where q is, as a generic pointer.
-  // After the barriers: the busiest block's modelled work in each order of
-  // persistent causal tiles (WeighOrders), by (batch, head) and by query
-  // block.
-  int* busiest;
   __device__ __forceinline__ unsigned k(int s) const {
     return k0 + s * kTileBytes;
   }
@@ -219,7 +215,7 @@ struct Smem {
     return kFp8 ? vt_empty(s) : v_empty(s);
   }
 };
-static_assert(8 * (3 + 6 * 4) <= 240, "barriers fit their 240 bytes");
+static_assert(8 * (3 + 6 * 4) <= 256, "barriers fit their 256 bytes");
 
 __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   Smem s;
@@ -233,7 +229,6 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   s.vt0 = s.v0 + kStages * kVTileBytes;
   s.sums0 = s.vt0 + (kFp8 ? kStages * kVTileBytes : 0);
   s.bars = s.sums0 + (kFp8 ? kConsumers * kSumsBytes : 0);
-  s.busiest = reinterpret_cast<int*>(s.tiles + (s.bars + 240 - s.q));
   return s;
 }
 
@@ -241,24 +236,20 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
 // per tile: grid (query block, head, batch). Persistent blocks take one tile
 // of every wave of gridDim.x tiles, in a snake: block b takes the b-th of
 // even waves and the b-th from the end of odd ones, so the blocks that drew
-// the longer tiles of one wave draw the shorter of the next. Tiles are
-// ordered by (batch, head), then query block, the last first, so that
-// blocks running at the same time share a head's K and V in L2; with a
-// causal mask (tiles of one head differ in length up to q_blocks times)
-// they may instead go by query block, the last first, then (batch, head),
-// so that each wave holds tiles of about one length: by head first, a
-// causal prompt of a few waves left its busiest block up to 1.7x the mean
-// and took up to 1.5x as long on the H100. Which order a dense causal
-// problem takes is weighed per launch (WeighOrders): by (batch, head)
-// where its busiest block has no more than 1/64 more work than by query
-// block (b4 h16 q=k=2048 d64 causal ran 1.5-2.5% faster by head, the
-// orders equally balanced); by query block for lengths on the device or a
-// window.
+// the longer tiles of one wave draw the shorter of the next. With a causal
+// mask (tiles of one head differ in length up to q_blocks times) the tiles
+// are ordered by query block, the last first (they see the most keys), then
+// (batch, head), so that each wave holds tiles of about one length: ordered
+// by head first, a causal prompt of a few waves left its busiest block up
+// to 1.7x the mean (bench/persistent_balance.py) and took up to 1.5x as
+// long on the H100. Without one, by (batch, head) first, so that blocks
+// running at the same time share a head's K and V in L2 (2% faster at
+// 6,583 keys unmasked).
 struct Tiles {
   int count, q_blocks, single;  // single: the tile of a non-persistent block.
   int split;                    // Its part of the keys, of kSplits.
-  // The order: tiles of query block major, else of (batch, head) major;
-  // `inner` tiles share the major index.
+  // The order: tiles of query block major (causal, persistent), else of
+  // (batch, head) major; `inner` tiles share the major index.
   bool query_major;
   int inner;
   // The block's n-th tile; count or more when it has no more.
@@ -269,79 +260,17 @@ struct Tiles {
   }
 };
 
-// Whether persistent causal tiles are weighed (WeighOrders): lengths known
-// to the host (none on the device), no window, more tiles than blocks.
-__device__ __forceinline__ bool OrdersWeighed(const AttentionParams& p,
-                                              int count) {
-  const bool device_lengths =
-      kDeviceLengths && (p.cu_seqlens_q != nullptr ||
-                         p.cu_seqlens_k != nullptr || p.seqused_k != nullptr);
-  return kPersistent && p.causal && !kWindow && !device_lengths &&
-         count > static_cast<int>(gridDim.x);
-}
-
-// The tiles' count and query blocks a head (their order unset).
-__device__ __forceinline__ Tiles CountTiles(const AttentionParams& p) {
+__device__ __forceinline__ Tiles MyTiles(const AttentionParams& p) {
   Tiles t;
   t.q_blocks = (p.seq_q + kM - 1) / kM;
   t.count = t.q_blocks * p.heads * p.batch;
-  return t;
-}
-
-__device__ __forceinline__ Tiles MyTiles(const AttentionParams& p,
-                                         const Smem& s) {
-  Tiles t = CountTiles(p);
   // Grid (q_blocks * kSplits, heads, batch) when not persistent.
   t.single =
       (blockIdx.z * p.heads + blockIdx.y) * t.q_blocks + blockIdx.x / kSplits;
   t.split = blockIdx.x % kSplits;
-  if (!kPersistent || !p.causal) {
-    t.query_major = false;
-  } else if (OrdersWeighed(p, t.count)) {
-    t.query_major = 63 * s.busiest[0] > 64 * s.busiest[1];
-  } else {  // One tile a block (order alike), or lengths unknown here.
-    t.query_major = t.count > static_cast<int>(gridDim.x);
-  }
+  t.query_major = kPersistent && p.causal;
   t.inner = t.query_major ? p.heads * p.batch : t.q_blocks;
   return t;
-}
-
-// A block's work in an order of dense causal tiles, modelled as
-// bench/persistent_balance.py does: per tile its key tiles plus one (its
-// prologue and epilogue).
-__device__ __forceinline__ int ModelledWork(const AttentionParams& p,
-                                            const Tiles& t, bool query_major,
-                                            int block) {
-  const int inner = query_major ? p.heads * p.batch : t.q_blocks;
-  const int waves = gridDim.x;
-  int work = 0;
-  for (int n = 0;; ++n) {
-    const int tile = n * waves + ((n & 1) ? waves - 1 - block : block);
-    if (tile >= t.count) return work;
-    const int major = tile / inner, minor = tile - major * inner;
-    const int q0 = (t.q_blocks - 1 - (query_major ? major : minor)) * kM;
-    const int last_row = min(p.seq_q - 1, q0 + kM - 1);
-    const int kv_end = min(p.seq_k, max(0, last_row + p.seq_k - p.seq_q + 1));
-    work += (kv_end + kN - 1) / kN + 1;
-  }
-}
-
-// Every thread models a block (or more) in both orders; the busiest of
-// each goes to s.busiest (zero before, read after a __syncthreads).
-__device__ __forceinline__ void WeighOrders(const AttentionParams& p,
-                                            const Smem& s) {
-  const Tiles t = CountTiles(p);
-  int by_head = 0, by_query = 0;
-  for (int b = threadIdx.x; b < static_cast<int>(gridDim.x); b += kThreads) {
-    by_head = max(by_head, ModelledWork(p, t, false, b));
-    by_query = max(by_query, ModelledWork(p, t, true, b));
-  }
-  by_head = __reduce_max_sync(0xffffffffu, by_head);
-  by_query = __reduce_max_sync(0xffffffffu, by_query);
-  if (threadIdx.x % 32 == 0) {
-    atomicMax(&s.busiest[0], by_head);
-    atomicMax(&s.busiest[1], by_query);
-  }
 }
 
 __device__ __forceinline__ BlockPlan TileAt(const AttentionParams& p,
@@ -491,7 +420,7 @@ __device__ __forceinline__ void Produce(const AttentionParams& p,
     PrefetchTensorMap(maps.k);
     PrefetchTensorMap(maps.v);
   }
-  const Tiles tiles = MyTiles(p, s);
+  const Tiles tiles = MyTiles(p);
   int it = 0, done = 0, tails = 0;
   for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
@@ -594,7 +523,7 @@ __device__ __forceinline__ void TransposeV(unsigned v, unsigned vt, int thread,
 // with the stage's previous Vt; then V's stage goes back to the producer.
 __device__ __forceinline__ void Transpose(const AttentionParams& p,
                                           const Smem& s, int thread) {
-  const Tiles tiles = MyTiles(p, s);
+  const Tiles tiles = MyTiles(p);
   int it = 0;
   for (int n = 0, tile; (tile = tiles.At(n)) < tiles.count; ++n) {
     const BlockPlan w = TileAt(p, tiles, tile);
@@ -1090,7 +1019,7 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
   const int row0 = consumer * 64 + (thread / 32) * 16;
   const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
   const Turns turns{consumer};
-  const Tiles tiles = MyTiles(p, s);
+  const Tiles tiles = MyTiles(p);
   int it = 0;    // Key tiles consumed before this tile.
   int done = 0;  // Tiles with rows before this one.
   turns.StartBlock();
@@ -1154,7 +1083,7 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
   if constexpr (!kPersistent) {
     // A block (or cluster: its blocks share the tile) past its sequence's
     // rows has nothing to do.
-    const Tiles t = MyTiles(p, s);
+    const Tiles t = MyTiles(p);
     if (!HasRows(TileAt(p, t, t.single))) return;
   }
   if (threadIdx.x == 0) {
@@ -1174,13 +1103,8 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
       }
     }
     BarrierInitFence();
-    s.busiest[0] = s.busiest[1] = 0;
   }
   __syncthreads();
-  if (OrdersWeighed(p, CountTiles(p).count)) {
-    WeighOrders(p, s);
-    __syncthreads();
-  }
   // Broadcast from lane 0, so the compiler sees it uniform across the warp
   // (else it serialises the wgmma behind the divergent role branch).
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
