@@ -158,8 +158,9 @@ std::vector<Config> FittedDefaults(const Problem& p,
   // Persistent blocks wherever the keys are not split, causal or not: with
   // the tiles of a causal mask taken longest first (flash_fwd_tma.cu,
   // Tiles), even a ragged last round of them leaves no block idle for long
-  // (on the H100, b4 h14/2 q=k=2413 d64 and b2 h32/8 q=k=805 d128 causal:
-  // 0.73x and 0.76x the time unpersisted; bench/RESULTS.md, 2026-12-06).
+  // (on the H100, b4 h14/2 q=k=2413 d64 and b2 h32/8 q=k=805 d128 causal
+  // took 0.73x and 0.76x the time persistent that they took unpersisted;
+  // bench/RESULTS.md, 2026-12-06).
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
