@@ -327,7 +327,9 @@ TEST(ServingDefaultsTest, TmaPersistsWhereKeysAreNotSplit) {
   EXPECT_EQ(served(4, 14, 2413, 2413, false).at("PERSISTENT"), 1);
   // 448 tiles: 52 in the last round.
   EXPECT_EQ(served(2, 32, 805, 805, true).at("PERSISTENT"), 1);
+  // 1,024 tiles: 100 in the last; 1,056: eight full rounds.
   EXPECT_EQ(served(4, 16, 2048, 2048, true).at("PERSISTENT"), 1);
+  EXPECT_EQ(served(2, 33, 2048, 2048, true).at("PERSISTENT"), 1);
   // Two query blocks on 4,013 keys: split, so not persistent.
   const Config chunk = served(1, 32, 256, 4013, true);
   EXPECT_GT(chunk.at("KV_SPLITS"), 1);
