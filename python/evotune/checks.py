@@ -167,7 +167,10 @@ def shape_only(t, contiguous=False):
 
 
 def misaligned(*pointers):
-    return any(p % _ALIGN_BYTES for p in pointers)
+    bits = 0
+    for p in pointers:
+        bits |= p
+    return bits % _ALIGN_BYTES != 0
 
 
 def unaligned_layout(t):

@@ -53,6 +53,7 @@ class _State:
     lock = threading.Lock()
     generation = 0  # Bumped by use(): prepared calls of before are stale.
     length_buckets = None  # The varlen bucket bounds (None: powers of two).
+    key_buckets = {}  # Key length -> its bucket under length_buckets.
 
 
 def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
@@ -86,7 +87,7 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
         # The runtime before closes once no prepared call holds it.
         _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}
-        _State.length_buckets = bounds
+        _State.length_buckets, _State.key_buckets = bounds, {}
         _State.generation += 1
     about = runtime.about()
     return about if bundle is not None else f"daemon {daemon}: {about}"
@@ -118,9 +119,14 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _stream_id(device):
+    return _stream_of(device.index)
+
+
+def _stream_of(index):
+    """The current stream of CUDA device `index`, as an int."""
     if _raw_stream is not None:
-        return _raw_stream(device.index)
-    return torch.cuda.current_stream(device).cuda_stream
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 _Pending = planning.Pending
@@ -190,7 +196,13 @@ def key_bucket(seq_q, seq_k):
     cache run one plan for every length of a bucket."""
     if seq_q >= seq_k:
         return seq_k
-    return key_bound(seq_k, _State.length_buckets)
+    bucket = _State.key_buckets.get(seq_k)
+    if bucket is None:
+        if len(_State.key_buckets) >= _MAX_PREPARED:
+            _State.key_buckets.clear()
+        bucket = _State.key_buckets[seq_k] = key_bound(
+            seq_k, _State.length_buckets)
+    return bucket
 
 
 def _plan(p, q, stream_id, wait):
@@ -230,29 +242,42 @@ class _Launch:
                                   0.0 if scale is None else scale, *scratch,
                                   stream_id)
         self.replan_at = time.monotonic() + _REPLAN_S
+        # k's and v's strides as PyTorch gives them, once launchable
+        # (_strides_fit): most calls of a signature repeat them.
+        self.kv_strides = None
+        self.same_head_dim = v.shape[3] == q.shape[3]
 
-    def serves(self, q, k, v):
-        """Whether the call's data and key/value strides (not part of the
-        signature) are ones the kernels read; sets them if so."""
+    def _strides_fit(self, k, v):
+        """Whether the kernels read k's and v's strides (not part of the
+        signature); sets them if so."""
+        strides = k.stride(), v.stride()
+        if strides == self.kv_strides:
+            return True
         k_strides = checks.launchable_strides(k)
         v_strides = checks.launchable_strides(v)
-        if k_strides is None or v_strides is None or checks.misaligned(
-                q.data_ptr(), k.data_ptr(), v.data_ptr()):
+        if k_strides is None or v_strides is None:
             return False
         t = self.tensors
         t[1].batch_stride, t[1].head_stride, t[1].row_stride = k_strides
         t[2].batch_stride, t[2].head_stride, t[2].row_stride = v_strides
+        self.kv_strides = strides
         return True
+
+    def serves(self, q, k, v):
+        """Whether the call's data and key/value strides (not part of the
+        signature) are ones the kernels read; sets the strides if so."""
+        return self._strides_fit(k, v) and not checks.misaligned(
+            q.data_ptr(), k.data_ptr(), v.data_ptr())
 
     def __call__(self, q, k, v, sinks=None, alibi_slopes=None):
         """The output, or None where SDPA serves the call (serves())."""
-        if not self.serves(q, k, v):
+        pointers = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        if checks.misaligned(*pointers) or not self._strides_fit(k, v):
             return None
         score_mods.set_data(self.lengths, sinks, alibi_slopes)
-        o = _output(q, v)
+        o = torch.empty_like(q) if self.same_head_dim else _output(q, v)
         t = self.tensors
-        t[0].data, t[1].data, t[2].data = (q.data_ptr(), k.data_ptr(),
-                                           v.data_ptr())
+        t[0].data, t[1].data, t[2].data = pointers
         t[3].data = o.data_ptr()
         t[1].seq = t[2].seq = self.problem.seq_k = k.shape[2]
         if self.plan.run(self.args) != 0:
@@ -297,12 +322,21 @@ def _signature(q, k, v, causal, mods, scale, stream_id,
                data=score_mods.NO_DATA):
     """What a prepared call depends on: the tensors' shapes, dtype and
     device with the key length as its bucket (and whether it is 0 or 1,
-    which the checks treat apart), q's strides."""
-    n = k.shape[2]
-    keys = (key_bucket(q.shape[2], n), min(n, 2), k.shape[0], k.shape[1],
-            k.shape[3], v.shape[0], v.shape[1], v.shape[3])
-    return checks.meta(q), keys, k.dtype, k.device, v.dtype, v.device, \
-        causal, mods, data, scale, stream_id
+    which the checks treat apart), q's strides; None for tensors that do not
+    fit together. Each property is read once: on a decode step this costs
+    as much as the kernel."""
+    qs, ks, vs = q.shape, k.shape, v.shape
+    if len(qs) != 4 or len(ks) != 4 or len(vs) != 4 or ks[2] != vs[2]:
+        return None  # A call _prepare refuses.
+    n = ks[2]
+    keys = (key_bucket(qs[2], n), min(n, 2), ks[0], ks[1], ks[3], vs[0],
+            vs[1], vs[3])
+    if q.is_cuda and k.is_cuda and v.is_cuda:
+        devices = q.get_device(), k.get_device(), v.get_device()
+    else:
+        devices = q.device, k.device, v.device
+    return (qs, q.stride(), keys, q.dtype, k.dtype, v.dtype, devices, causal,
+            mods, data, scale, stream_id)
 
 
 def _stale(entry):
@@ -321,11 +355,10 @@ def _lookup(q, k, v, causal, mods, scale, wait=False,
     until due)."""
     if getattr(_local, "generation", None) != _State.generation:
         _local.generation, _local.calls = _State.generation, {}
-    stream_id = _stream_id(q.device) if q.is_cuda else None
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or \
-            k.shape[2] != v.shape[2]:
-        return _prepare(q, k, v, causal, mods, scale, stream_id)  # Raises.
+    stream_id = _stream_of(q.get_device()) if q.is_cuda else None
     signature = _signature(q, k, v, causal, mods, scale, stream_id, data)
+    if signature is None:
+        return _prepare(q, k, v, causal, mods, scale, stream_id)  # Raises.
     entry = _local.calls.get(signature)
     if entry is None or _stale(entry) or (
             wait and isinstance(entry, _Pending)):
@@ -437,15 +470,20 @@ def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
     them. float8_e4m3fn q, k and v run FP8
     attention with their descale factors and out_dtype (fp8_attention;
     eager only)."""
-    fp8 = getattr(q, "dtype", None) == torch.float8_e4m3fn
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.attention")
-    if fp8 and (mods != score_mods.NONE or sinks is not None or
-                alibi_slopes is not None):
-        raise checks.AttentionArgumentError(
-            "evotune.attention: window_size, softcap, sinks and alibi_slopes "
-            "are not served with float8_e4m3fn q, k and v yet")
-    if fp8:
+    scale = None if scale is None else float(scale)
+    if sinks is None and alibi_slopes is None and q_descale is None and \
+            k_descale is None and v_descale is None and out_dtype is None \
+            and eager(q, k, v) and q.dtype != torch.float8_e4m3fn:
+        return _attention_impl(q, k, v, causal, scale, mods)  # The common.
+    if getattr(q, "dtype", None) == torch.float8_e4m3fn:
+        if mods != score_mods.NONE or sinks is not None or \
+                alibi_slopes is not None:
+            raise checks.AttentionArgumentError(
+                "evotune.attention: window_size, softcap, sinks and "
+                "alibi_slopes are not served with float8_e4m3fn q, k and v "
+                "yet")
         return fp8_attention(q, k, v, causal, scale, q_descale, k_descale,
                              v_descale, out_dtype or torch.bfloat16)
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
@@ -454,7 +492,6 @@ def attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1),
             raise checks.AttentionArgumentError(
                 f"evotune.attention: {name} is for float8_e4m3fn q, k and v "
                 f"(FP8 attention); q is {getattr(q, 'dtype', type(q))}")
-    scale = None if scale is None else float(scale)
     sinks = score_mods.check_sinks(sinks, q, "evotune.attention")
     alibi_slopes = score_mods.check_slopes(alibi_slopes, q,
                                            "evotune.attention")
