@@ -157,8 +157,6 @@ constexpr int kTransposeWarps = 2;
 constexpr int kTurn = 4;
 constexpr int kDone = 6;
 
-constexpr unsigned kSumsBytes = 64 * kD * 4;  // A consumer's fp32 O.
-
 // Shared-memory addresses of the tiles and barriers. Persistent blocks keep
 // O in a buffer of its own, so that the next tile's Q loads during the
 // epilogue; otherwise O goes where Q was (FP8: Q's buffer is sized for O).
@@ -166,7 +164,7 @@ constexpr unsigned kSumsBytes = 64 * kD * 4;  // A consumer's fp32 O.
 // with barriers of their own; P V reads the "pv" stages: Vt's for FP8,
 // else V's.
 struct Smem {
-  unsigned q, o, k0, v0, vt0, sums0, bars;
+  unsigned q, o, k0, v0, vt0, bars;
   unsigned char* tiles;  // Where q is, as a generic pointer.
   __device__ __forceinline__ unsigned k(int s) const {
     return k0 + s * kTileBytes;
@@ -176,10 +174,6 @@ struct Smem {
   }
   __device__ __forceinline__ unsigned vt(int s) const {
     return vt0 + s * kVTileBytes;
-  }
-  // FP8: consumer c's fp32 sums of O (Promote).
-  __device__ __forceinline__ unsigned sums(int c) const {
-    return sums0 + c * kSumsBytes;
   }
   __device__ __forceinline__ unsigned q_full() const { return bars; }
   __device__ __forceinline__ unsigned q_empty() const { return bars + 8; }
@@ -227,8 +221,7 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   s.k0 = s.q + kQOBytes;
   s.v0 = s.k0 + kStages * kTileBytes;
   s.vt0 = s.v0 + kStages * kVTileBytes;
-  s.sums0 = s.vt0 + (kFp8 ? kStages * kVTileBytes : 0);
-  s.bars = s.sums0 + (kFp8 ? kConsumers * kSumsBytes : 0);
+  s.bars = s.vt0 + (kFp8 ? kStages * kVTileBytes : 0);
   return s;
 }
 
@@ -619,7 +612,8 @@ __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
 // faster than one m64n64k16 per block, but 1-2.5% slower with 192-key
 // tiles (bench/RESULTS.md, 2026-11-26). Else output columns 64 db .. 64 db
 // + 63 from V's column block db.
-// FP8: Vt's rows (head_dim) of 32 bytes (keys) a step, K-major.
+// FP8: Vt's rows (head_dim) of 32 bytes (keys) a step, K-major, into `o`
+// anew (a tile's own accumulator, AddPv).
 constexpr bool kPvWide = kDv == 128 && kN <= 128;
 template <bool kE4m3 = kFp8>
 __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
@@ -631,7 +625,7 @@ __device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
     if constexpr (kE4m3) {
       WgmmaRSFp8(o, pf[t],
                  Descriptor(v_stage + (t / 4) * kD * kRowBytes + (t % 4) * 32),
-                 true);
+                 t > 0);
     } else if constexpr (kPvWide) {  // o is 16 tiles then.
       WgmmaRS(*reinterpret_cast<float(*)[16][4]>(&o[0]), pf[t],
               Descriptor(rows, kN * kRowBytes));
@@ -694,11 +688,8 @@ struct Rows {
   // scale * log2(e), times Q's and K's descale factors (FP8), and with
   // softcapping the factor of scores before tanh (ScalesOf).
   ScoreScales scales;
-  // FP8: P V products summed into O since its last promotion (Promote),
-  // whether there was one, and the thread's fp32 sums in shared memory.
-  int pvs;
-  bool promoted;
-  unsigned sums;
+  // FP8: the last key tile's P V, added to O by AddPv.
+  float pv[1][kDTiles][4];
 };
 
 // The online softmax of a tile with a lazy reference: a row's reference
@@ -764,86 +755,30 @@ __device__ __forceinline__ void PackAll(Rows& r) {
 // FP8: the tensor cores keep fewer bits of a sum of e4m3 products than
 // fp32 has (about 13 below the accumulator's leading one, truncated), so O
 // summed over thousands of keys in their accumulator drifts (7% relative
-// L2 error at 8,192 keys with a V of nonzero mean). Every kPromoteTiles
-// tiles the thread adds its O to fp32 sums of its own in shared memory
-// (Smem::sums, 16-byte vectors laid out [vector][thread]) and restarts O at
-// zero; the sums are scaled with O where a row's reference moves, and
-// added back before the output is stored (FinishSums).
-constexpr int kPromoteTiles = 2;
-
-__device__ __forceinline__ unsigned SumsAt(const Rows& r, int dt) {
-  return r.sums + dt * 128 * 16;
-}
-
-__device__ __forceinline__ float4 LoadSums(unsigned at) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(at)
-               : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void StoreSums(unsigned at, float4 v) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "f"(v.x),
-               "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
-
-// The sums scaled by the rows' corrections where a reference moved (with
-// O, in Rescale).
-__device__ __forceinline__ void ScaleSums(Rows& r) {
-  if (!r.promoted || (r.correction[0][0] == 1.f && r.correction[0][1] == 1.f)) {
-    return;
-  }
+// L2 error at 8,192 keys with a V of nonzero mean). Each key tile's P V
+// goes to an accumulator of its own (Rows::pv), added to O in fp32 once
+// done, outside the ping-pong turns: the truncation stays within a tile.
+__device__ __forceinline__ void AddPv(Rows& r) {
+  if constexpr (kFp8) {
 #pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-    float4 v = LoadSums(SumsAt(r, dt));
-    v.x *= r.correction[0][0];
-    v.y *= r.correction[0][0];
-    v.z *= r.correction[0][1];
-    v.w *= r.correction[0][1];
-    StoreSums(SumsAt(r, dt), v);
-  }
-}
-
-// O moved into the sums once it holds kPromoteTiles tiles' P V (no wgmma
-// in flight on it; outside the ping-pong turns).
-__device__ __forceinline__ void Promote(Rows& r) {
-  if (r.pvs < kPromoteTiles) return;
+    for (int dt = 0; dt < kDTiles; ++dt) {
 #pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-    float* o = r.o[0][dt];
-    float4 v = r.promoted ? LoadSums(SumsAt(r, dt)) : make_float4(0, 0, 0, 0);
-    StoreSums(SumsAt(r, dt),
-              make_float4(v.x + o[0], v.y + o[1], v.z + o[2], v.w + o[3]));
-    o[0] = o[1] = o[2] = o[3] = 0.f;
-  }
-  r.promoted = true;
-  r.pvs = 0;
-  FenceOperands(r.o[0]);
-}
-
-// O plus the sums, once its last P V is done.
-__device__ __forceinline__ void FinishSums(Rows& r) {
-  if (!r.promoted) return;
-#pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) {
-    const float4 v = LoadSums(SumsAt(r, dt));
-    r.o[0][dt][0] += v.x;
-    r.o[0][dt][1] += v.y;
-    r.o[0][dt][2] += v.z;
-    r.o[0][dt][3] += v.w;
+      for (int i = 0; i < 4; ++i) r.o[0][dt][i] += r.pv[0][dt][i];
+    }
   }
 }
 
-// O scaled to the rows' new references where one moved (FP8: and its
-// sums), done before the next wgmma.fence.
+// The accumulator of O += P V: FP8's per-tile one (AddPv), else O.
+__device__ __forceinline__ float (&PvAccumulator(Rows& r))[kDTiles][4] {
+  return kFp8 ? r.pv[0] : r.o[0];
+}
+
+// O scaled to the rows' new references where one moved, done before the
+// next wgmma.fence.
 __device__ __forceinline__ void Rescale(Rows& r) {
   if (!kLazy || r.correction[0][0] != 1.f || r.correction[0][1] != 1.f) {
     RescaleRows(r.o, r.correction);
   }
-  if constexpr (kFp8) ScaleSums(r);
   FenceOperands(r.o[0]);
 }
 
@@ -870,14 +805,13 @@ __device__ __forceinline__ void ConsumeSerial(
     BarrierWait(s.pv_full(stage), parity);
     turns.Begin();
     WgmmaFence();
-    IssuePv(r.o[0], r.pf, s.pv(stage));
-    ++r.pvs;
+    IssuePv(PvAccumulator(r), r.pf, s.pv(stage));
     WgmmaCommit();
     turns.End(j == w.num_blocks - 1);
     WgmmaWait<0>();
-    FenceOperands(r.o[0]);
+    FenceOperands(PvAccumulator(r));
     if (lane == 0) BarrierArrive(s.pv_empty(stage));
-    if constexpr (kFp8) Promote(r);
+    AddPv(r);
   }
 }
 
@@ -912,8 +846,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
     Rescale(r);
     BarrierWait(s.pv_full(prev), ((it + j - 1) / kStages) & 1);
     WgmmaFence();
-    IssuePv(r.o[0], r.pf, s.pv(prev));
-    ++r.pvs;
+    IssuePv(PvAccumulator(r), r.pf, s.pv(prev));
     WgmmaCommit();
     turns.End(false);
     WgmmaWait<1>();
@@ -922,24 +855,24 @@ __device__ __forceinline__ void ConsumeOverlapped(
     if (lane == 0 && j == n - 1) BarrierArrive(s.q_empty());
     Softmax(r, p, w, j, row0, lane);
     WgmmaWait<0>();
-    FenceOperands(r.o[0]);
+    FenceOperands(PvAccumulator(r));
     FenceOperands(r.s[0]);
     if (lane == 0) BarrierArrive(s.pv_empty(prev));
     PackAll(r);
-    if constexpr (kFp8) Promote(r);
+    AddPv(r);
   }
   const int last = (it + n - 1) % kStages;
   BarrierWait(s.pv_full(last), ((it + n - 1) / kStages) & 1);
   turns.Begin();
   Rescale(r);
   WgmmaFence();
-  IssuePv(r.o[0], r.pf, s.pv(last));
-  ++r.pvs;
+  IssuePv(PvAccumulator(r), r.pf, s.pv(last));
   WgmmaCommit();
   turns.End(true);
   WgmmaWait<0>();
-  FenceOperands(r.o[0]);
+  FenceOperands(PvAccumulator(r));
   if (lane == 0) BarrierArrive(s.pv_empty(last));
+  AddPv(r);
 }
 
 // Rows row0.. (up to the sequence's seq_q) of the warpgroup's part of the
@@ -1030,9 +963,6 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     InitRows(r.o, r.row_max, r.row_sum);
     const int kv_head = w.h / (p.heads / p.kv_heads);
     float scale_log2 = p.scale_log2;
-    r.pvs = 0;
-    r.promoted = false;
-    r.sums = s.sums(consumer) + thread * 16;
     if constexpr (kFp8) {
       scale_log2 *= fp8::Descale(p, p.q_descale, w.b, kv_head) *
                     fp8::Descale(p, p.k_descale, w.b, kv_head);
@@ -1051,7 +981,6 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
     // The loops hand Q back after the tile's last S; with no key tile, here.
     if (lane == 0 && w.num_blocks == 0) BarrierArrive(s.q_empty());
     if constexpr (kFp8) {
-      FinishSums(r);
       const float v_descale = fp8::Descale(p, p.v_descale, w.b, kv_head);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {

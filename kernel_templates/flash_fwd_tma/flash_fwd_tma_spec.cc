@@ -24,12 +24,15 @@ int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
 // (nvrtc_compiler_test's FlashFwdTmaConfigsDoNotSpill holds the rest to it).
 // With OVERLAP the kernel keeps Q in registers (HEAD_DIM / 4 more) where
 // that still fits (its kQInRegs).
-// FP8 packs P four to a register. A window, softcap or sinks (MODS) take
-// 8 more: bounds, the softcap's factor, the sink.
+// FP8 packs P four to a register, and with OVERLAP keeps a tile's P V
+// (HEAD_DIM_V / 2 more) beside S. A window, softcap or sinks (MODS) take 8
+// more: bounds, the softcap's factor, the sink.
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
-  return HeadDimIn64s(HeadDimV(p)) / 2 + c.at("BLOCK_N") / 2 +
-         c.at("OVERLAP") * c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + 32 +
-         8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
+  const int64_t o = HeadDimIn64s(HeadDimV(p)) / 2;
+  return o + c.at("BLOCK_N") / 2 +
+         c.at("OVERLAP") *
+             (c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + (p.q_fp8 ? o : 0)) +
+         32 + 8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
 }
 
 std::vector<Constraint> Constraints() {
@@ -43,7 +46,8 @@ std::vector<Constraint> Constraints() {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
        }},
       {"CEIL64(HEAD_DIM_V) / 2 + BLOCK_N / 2 + "
-       "OVERLAP * BLOCK_N / (Q_FP8 ? 8 : 4) + 32 + 8 * PERSISTENT + "
+       "OVERLAP * (BLOCK_N / (Q_FP8 ? 8 : 4) + "
+       "(Q_FP8 ? CEIL64(HEAD_DIM_V) / 2 : 0)) + 32 + 8 * PERSISTENT + "
        "8 * MODS <= "
        "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? (Q_FP8 ? 208 : 240) : 160)",
        [](const Config& c, const Problem& p) {
@@ -164,8 +168,10 @@ std::vector<Config> FittedDefaults(const Problem& p,
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
+    // FP8's two consumers keep S and a tile's P V in turn (no OVERLAP).
     return {FitSharedMemory(
-        TmaConfig(2, 128, 2, 1, 1, splits == 1 ? 1 : 0, splits), p)};
+        TmaConfig(2, 128, 2, p.q_fp8 ? 0 : 1, 1, splits == 1 ? 1 : 0, splits),
+        p)};
   }
   const int64_t persistent = splits == 1 ? 1 : 0;
   const Config first =
@@ -190,8 +196,8 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   }
   g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
   // Q and O (one buffer unless persistent; O is 16-bit), the K/V ring (FP8:
-  // and V's transposes, and each consumer's fp32 sums of O); 1024 B to
-  // align the swizzled tiles, 256 B of mbarriers.
+  // and V's transposes); 1024 B to align the swizzled tiles, 256 B of
+  // mbarriers.
   const int64_t elem = DTypeBytes(QDType(p));  // Of Q, K and V.
   const int64_t d = HeadDimIn64s(p.head_dim);
   const int64_t dv = HeadDimIn64s(HeadDimV(p));  // Of V and O.
@@ -199,9 +205,8 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   const int64_t o_bytes = block_m * dv * 2;
   const int64_t ring =
       c.at("STAGES") * c.at("BLOCK_N") * (d + (p.q_fp8 ? 2 : 1) * dv) * elem;
-  const int64_t sums = p.q_fp8 ? c.at("CONSUMERS") * 64 * d * 4 : 0;
   g.smem_bytes = (persistent ? q_bytes + o_bytes : std::max(q_bytes, o_bytes)) +
-                 ring + sums + 1024 + 256;
+                 ring + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
   // A paged kernel copies each tile in parts that lie in one page.
   g.tma.kv_rows = static_cast<int>(p.layout == Layout::kPaged
