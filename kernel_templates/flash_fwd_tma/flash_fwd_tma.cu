@@ -72,11 +72,10 @@
 // blocks first (with a causal mask they are the longest), clusters of
 // (KV_SPLITS, 1, 1); persistent: one block per SM, at most one per tile. Block:
 // 128 * (1 + CONSUMERS) threads; dynamic shared memory as the spec's Geometry
-// lays it out (LayOut here): Q and O, the K/V ring (FP8: and the Vt ring
-// and each consumer's fp32 sums), 1024 B of alignment and 256 B of
-// barriers. Second parameter: tensor maps with boxes of 128 bytes of
-// columns (64 16-bit, 128 e4m3) by BLOCK_M (Q), BLOCK_N (K, V; paged:
-// gcd(BLOCK_N, page size)) and 64 (O) rows.
+// lays it out (LayOut here): Q and O, the K/V ring (FP8: and the Vt ring),
+// 1024 B of alignment and 256 B of barriers. Second parameter: tensor maps with
+// boxes of 128 bytes of columns (64 16-bit, 128 e4m3) by BLOCK_M (Q), BLOCK_N
+// (K, V; paged: gcd(BLOCK_N, page size)) and 64 (O) rows.
 #include "fp8.cuh"
 #include "hopper.cuh"
 

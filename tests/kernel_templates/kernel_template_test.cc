@@ -460,6 +460,17 @@ TEST(KernelTemplateTest, Fp8AttentionNeedsATemplateThatReadsIt) {
   Problem d64 = p;
   d64.head_dim = 64;
   EXPECT_FALSE(CheckConfig(tma, fitted.front(), d64, h200).ok());
+  // Two consumers keep each tile's P V in registers of its own: no room
+  // for OVERLAP beside it.
+  Problem large = p;
+  large.heads = large.kv_heads = 16;
+  large.seq_q = large.seq_k = 4096;
+  Config two = tma.fitted_defaults(large, h200).front();
+  EXPECT_EQ(two.at("CONSUMERS"), 2);
+  EXPECT_EQ(two.at("OVERLAP"), 0);
+  EXPECT_TRUE(CheckConfig(tma, two, large, h200).ok()) << ConfigKey(two);
+  two["OVERLAP"] = 1;
+  EXPECT_FALSE(CheckConfig(tma, two, large, h200).ok());
   EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_Q_FP8=1"));
   EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_KV_FP8=1"));
 }
