@@ -89,6 +89,12 @@ __device__ __forceinline__ void WgmmaWait() {
   "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "  \
   "%58, %59, %60, %61, %62, %63}"
+#define EVT_ACC_REGS_136                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
+  "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "  \
+  "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
 #define EVT_ACC_REGS_192                                                    \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
@@ -202,6 +208,20 @@ __device__ __forceinline__ void WgmmaRSFp8(float (&d)[kTiles][4],
       "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " EVT_ACC_REGS_128
       ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
       : EVT_ACC_8(d, 0), EVT_ACC_8(d, 8)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+        "r"(accumulate ? 1 : 0));
+}
+
+// WgmmaRSFp8 with 136 columns: b's rows 128..135 after its 128 (FP8
+// attention's P V beside P's row sums, IssueTilePv).
+__device__ __forceinline__ void WgmmaRSFp8(float (&d)[17][4], const unsigned* a,
+                                           unsigned long long b,
+                                           bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " EVT_ACC_REGS_136
+      ", {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"
+      : EVT_ACC_8(d, 0), EVT_ACC_8(d, 8), EVT_ACC_TILE(d, 16)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
         "r"(accumulate ? 1 : 0));
 }

@@ -110,6 +110,9 @@ constexpr unsigned kQBytes = kM * kD * kElemBytes;
 constexpr unsigned kOBytes = kM * kDv * 2;
 constexpr unsigned kTileBytes = kN * kD * kElemBytes;    // A K stage.
 constexpr unsigned kVTileBytes = kN * kDv * kElemBytes;  // A V stage.
+// FP8: a Vt stage, V's transpose and 8 more rows (1 KB) of which the first
+// is ones (e4m3 1.0, byte 0x38): B's rows 128..135 of P V, P's row sums.
+constexpr unsigned kVtStageBytes = kVTileBytes + 1024;
 // Q's buffer and O's: one where O goes where Q was (not persistent).
 constexpr unsigned kQOBytes =
     kPersistent ? kQBytes + kOBytes : (kOBytes > kQBytes ? kOBytes : kQBytes);
@@ -172,7 +175,7 @@ struct Smem {
     return v0 + s * kVTileBytes;
   }
   __device__ __forceinline__ unsigned vt(int s) const {
-    return vt0 + s * kVTileBytes;
+    return vt0 + s * kVtStageBytes;
   }
   __device__ __forceinline__ unsigned q_full() const { return bars; }
   __device__ __forceinline__ unsigned q_empty() const { return bars + 8; }
@@ -220,7 +223,7 @@ __device__ __forceinline__ Smem LayOut(const unsigned char* smem_raw) {
   s.k0 = s.q + kQOBytes;
   s.v0 = s.k0 + kStages * kTileBytes;
   s.vt0 = s.v0 + kStages * kVTileBytes;
-  s.bars = s.vt0 + (kFp8 ? kStages * kVTileBytes : 0);
+  s.bars = s.vt0 + (kFp8 ? kStages * kVtStageBytes : 0);
   return s;
 }
 
@@ -614,8 +617,8 @@ __device__ __forceinline__ void IssueQk(float (&s)[kNTiles][4], unsigned q_rows,
 // FP8: Vt's rows (head_dim) of 32 bytes (keys) a step, K-major, into `o`
 // anew (a tile's own accumulator, AddPv).
 constexpr bool kPvWide = kDv == 128 && kN <= 128;
-template <bool kE4m3 = kFp8>
-__device__ __forceinline__ void IssuePv(float (&o)[kDTiles][4],
+template <bool kE4m3 = kFp8, int kTiles>
+__device__ __forceinline__ void IssuePv(float (&o)[kTiles][4],
                                         const unsigned (&pf)[kPvSteps][4],
                                         unsigned v_stage) {
 #pragma unroll
@@ -688,7 +691,9 @@ struct Rows {
   // softcapping the factor of scores before tanh (ScalesOf).
   ScoreScales scales;
   // FP8: the last key tile's P V, added to O by AddPv.
-  float pv[1][kDTiles][4];
+  // Tile kDTiles: P's row sums (lanes 4 i hold rows i and i + 8 in [0] and
+  // [2], the others zeros, so that QuadSum adds them up).
+  float pv[1][kDTiles + 1][4];
 };
 
 // The online softmax of a tile with a lazy reference: a row's reference
@@ -739,14 +744,15 @@ __device__ __forceinline__ void Softmax(Rows& r, const AttentionParams& p,
   }
 }
 
-// P for O += P V, done before the wgmma.fence that precedes its use. FP8
-// adds the rounded probabilities to the row sums.
+// P for O += P V, done before the wgmma.fence that precedes its use.
 __device__ __forceinline__ void PackAll(Rows& r) {
-  if constexpr (kFp8) {
-    fp8::PackProbsE4m3Summed(r.s[0], r.pf, r.row_sum[0]);
-  } else {
 #pragma unroll
-    for (int t = 0; t < kPvSteps; ++t) PackProbs(r.s, 0, t, r.pf[t]);
+  for (int t = 0; t < kPvSteps; ++t) {
+    if constexpr (kFp8) {
+      fp8::PackProbsE4m3(r.s[0], t, r.pf[t]);
+    } else {
+      PackProbs(r.s, 0, t, r.pf[t]);
+    }
   }
   FenceOperands(r.pf);
 }
@@ -757,19 +763,41 @@ __device__ __forceinline__ void PackAll(Rows& r) {
 // L2 error at 8,192 keys with a V of nonzero mean). Each key tile's P V
 // goes to an accumulator of its own (Rows::pv), added to O in fp32 once
 // done, outside the ping-pong turns: the truncation stays within a tile.
-__device__ __forceinline__ void AddPv(Rows& r) {
+// The same wgmma sums P's rows (of what P rounded to, so that rounding
+// scales no row) on a column of ones after V's (Smem::vt), at no ALU cost;
+// `rescaled`: the rows' sums have taken a correction since (r.correction).
+__device__ __forceinline__ void AddPv(Rows& r, bool rescaled) {
   if constexpr (kFp8) {
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) r.o[0][dt][i] += r.pv[0][dt][i];
     }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = r.pv[0][kDTiles][2 * half];
+      r.row_sum[0][half] += rescaled ? sum * r.correction[0][half] : sum;
+    }
   }
 }
 
-// The accumulator of O += P V: FP8's per-tile one (AddPv), else O.
-__device__ __forceinline__ float (&PvAccumulator(Rows& r))[kDTiles][4] {
-  return kFp8 ? r.pv[0] : r.o[0];
+// O += P V of one key tile: into O, or (FP8) into the tile's own
+// accumulator (AddPv).
+__device__ __forceinline__ void IssueTilePv(Rows& r, unsigned v_stage) {
+  if constexpr (kFp8) {
+    IssuePv(r.pv[0], r.pf, v_stage);
+  } else {
+    IssuePv(r.o[0], r.pf, v_stage);
+  }
+}
+
+// After the wait for IssueTilePv's wgmma.
+__device__ __forceinline__ void FenceTilePv(Rows& r) {
+  if constexpr (kFp8) {
+    FenceOperands(r.pv[0]);
+  } else {
+    FenceOperands(r.o[0]);
+  }
 }
 
 // O scaled to the rows' new references where one moved, done before the
@@ -804,13 +832,13 @@ __device__ __forceinline__ void ConsumeSerial(
     BarrierWait(s.pv_full(stage), parity);
     turns.Begin();
     WgmmaFence();
-    IssuePv(PvAccumulator(r), r.pf, s.pv(stage));
+    IssueTilePv(r, s.pv(stage));
     WgmmaCommit();
     turns.End(j == w.num_blocks - 1);
     WgmmaWait<0>();
-    FenceOperands(PvAccumulator(r));
+    FenceTilePv(r);
     if (lane == 0) BarrierArrive(s.pv_empty(stage));
-    AddPv(r);
+    AddPv(r, false);
   }
 }
 
@@ -845,7 +873,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
     Rescale(r);
     BarrierWait(s.pv_full(prev), ((it + j - 1) / kStages) & 1);
     WgmmaFence();
-    IssuePv(PvAccumulator(r), r.pf, s.pv(prev));
+    IssueTilePv(r, s.pv(prev));
     WgmmaCommit();
     turns.End(false);
     WgmmaWait<1>();
@@ -854,24 +882,24 @@ __device__ __forceinline__ void ConsumeOverlapped(
     if (lane == 0 && j == n - 1) BarrierArrive(s.q_empty());
     Softmax(r, p, w, j, row0, lane);
     WgmmaWait<0>();
-    FenceOperands(PvAccumulator(r));
+    FenceTilePv(r);
     FenceOperands(r.s[0]);
     if (lane == 0) BarrierArrive(s.pv_empty(prev));
     PackAll(r);
-    AddPv(r);
+    AddPv(r, true);
   }
   const int last = (it + n - 1) % kStages;
   BarrierWait(s.pv_full(last), ((it + n - 1) / kStages) & 1);
   turns.Begin();
   Rescale(r);
   WgmmaFence();
-  IssuePv(PvAccumulator(r), r.pf, s.pv(last));
+  IssueTilePv(r, s.pv(last));
   WgmmaCommit();
   turns.End(true);
   WgmmaWait<0>();
-  FenceOperands(PvAccumulator(r));
+  FenceTilePv(r);
   if (lane == 0) BarrierArrive(s.pv_empty(last));
-  AddPv(r);
+  AddPv(r, false);
 }
 
 // Rows row0.. (up to the sequence's seq_q) of the warpgroup's part of the
@@ -1031,6 +1059,14 @@ extern "C" __global__ void EVT_CLUSTER_DIMS __launch_bounds__(kThreads, 1)
       }
     }
     BarrierInitFence();
+  }
+  if constexpr (kFp8) {  // Each Vt stage's rows of ones (kVtStageBytes).
+    for (int i = threadIdx.x; i < kStages * 256; i += kThreads) {
+      const unsigned at = s.vt(i / 256) + kVTileBytes + (i % 256) * 4;
+      *reinterpret_cast<unsigned*>(s.tiles + (at - s.q)) =
+          i % 256 < kRowBytes / 4 ? 0x38383838u : 0u;
+    }
+    FenceSharedForAsync();
   }
   __syncthreads();
   // Broadcast from lane 0, so the compiler sees it uniform across the warp

@@ -196,15 +196,16 @@ LaunchGeometry Geometry(const Config& c, const Problem& p) {
   }
   g.block_threads = static_cast<int>(128 * (1 + c.at("CONSUMERS")));
   // Q and O (one buffer unless persistent; O is 16-bit), the K/V ring (FP8:
-  // and V's transposes); 1024 B to align the swizzled tiles, 256 B of
-  // mbarriers.
+  // and V's transposes, each with 1 KB of the row sums' ones); 1024 B to
+  // align the swizzled tiles, 256 B of mbarriers.
   const int64_t elem = DTypeBytes(QDType(p));  // Of Q, K and V.
   const int64_t d = HeadDimIn64s(p.head_dim);
   const int64_t dv = HeadDimIn64s(HeadDimV(p));  // Of V and O.
   const int64_t q_bytes = block_m * d * elem;
   const int64_t o_bytes = block_m * dv * 2;
   const int64_t ring =
-      c.at("STAGES") * c.at("BLOCK_N") * (d + (p.q_fp8 ? 2 : 1) * dv) * elem;
+      c.at("STAGES") * (c.at("BLOCK_N") * (d + (p.q_fp8 ? 2 : 1) * dv) * elem +
+                        (p.q_fp8 ? 1024 : 0));
   g.smem_bytes = (persistent ? q_bytes + o_bytes : std::max(q_bytes, o_bytes)) +
                  ring + 1024 + 256;
   g.tma.q_rows = static_cast<int>(block_m);
