@@ -708,7 +708,7 @@ struct Rows {
 // kProbShift below the row's, so that they span [0, 2^(kSlack +
 // kProbShift)] = [0, 256] (e4m3 reaches 448), and fewer of them fall below
 // e4m3's normal range (2^-6). Their row sums are of the rounded values
-// (PackAll), so that rounding P scales no row: with 3 mantissa bits, the
+// (AddPv), so that rounding P scales no row: with 3 mantissa bits, the
 // probabilities of a row with scores close together all round the same way
 // (up to 6% off), which summing the unrounded ones would leave in O.
 constexpr bool kLazy = kN <= 128;
