@@ -417,6 +417,25 @@ struct BlockPlan {
   int q_start, k_start;  // Rows of Q and of K before the sequence's.
 };
 
+// The key tiles (kN keys each) that rows [r0, r1] of w's sequence may see:
+// [x, y), x past 0 only with a window; none where r0 > r1.
+template <int kN>
+__device__ __forceinline__ int2 KeyTilesOfRows(const AttentionParams& p,
+                                               const BlockPlan& w, int r0,
+                                               int r1) {
+  int kv_end = r0 <= r1 ? w.seq_k : 0;
+  if (kWindow) {
+    kv_end = min(kv_end, max(0, r1 + w.shift + WindowRight(p) + 1));
+  } else if (p.causal) {
+    kv_end = min(kv_end, max(0, r1 + w.shift + 1));
+  }
+  const int end = (kv_end + kN - 1) / kN;
+  int first = 0;
+  if constexpr (kWindow)
+    first = min(max(0, r0 + w.shift - WindowLeft(p)) / kN, end);
+  return make_int2(first, end);
+}
+
 // The plan of query block q_blocks - 1 - rank (the last blocks first) of
 // head h of sequence b, split `split` of kSplits. A block past the
 // sequence's queries has no key tiles.
@@ -442,26 +461,32 @@ __device__ __forceinline__ BlockPlan PlanWork(const AttentionParams& p, int b,
   w.o = static_cast<evt_elem*>(p.o) + s.o + w.h * p.o_head_stride;
   w.k = static_cast<const evt_elem*>(p.k) + s.k + kvh * p.k_head_stride;
   w.v = static_cast<const evt_elem*>(p.v) + s.v + kvh * p.v_head_stride;
-  // Keys any row of this block may see: [first * kN, kv_end), `first`
-  // past 0 only with a window.
   w.last_row = min(w.seq_q - 1, w.q0 + kM - 1);
-  int kv_end = w.q0 < w.seq_q ? w.seq_k : 0;
-  if (kWindow) {
-    kv_end = min(kv_end, max(0, w.last_row + w.shift + WindowRight(p) + 1));
-  } else if (p.causal) {
-    kv_end = min(kv_end, max(0, w.last_row + w.shift + 1));
-  }
-  int first = 0;
-  if constexpr (kWindow) {
-    first = min(max(0, w.q0 + w.shift - WindowLeft(p)) / kN,
-                (kv_end + kN - 1) / kN);
-  }
+  const int2 tiles = KeyTilesOfRows<kN>(p, w, w.q0, w.last_row);
+  const int first = tiles.x;
   // A contiguous range of the key tiles from `first` per split.
-  const int all_blocks = (kv_end + kN - 1) / kN - first;
+  const int all_blocks = tiles.y - first;
   const int per_split = (all_blocks + kSplits - 1) / kSplits;
   const int begin = w.split * per_split;
   w.block0 = first + begin;
   w.num_blocks = max(0, min(all_blocks, begin + per_split) - begin);
+  return w;
+}
+
+// Plan w narrowed to its rows [w.q0 + offset, w.q0 + offset + rows) (a
+// warpgroup's part of the block): their last row, and of w's key tiles
+// those any of them may see (none where the block's rows end before).
+template <int kN>
+__device__ __forceinline__ BlockPlan NarrowRows(const AttentionParams& p,
+                                                BlockPlan w, int offset,
+                                                int rows) {
+  w.q0 += offset;
+  w.last_row = min(w.last_row, w.q0 + rows - 1);
+  const int2 tiles = KeyTilesOfRows<kN>(p, w, w.q0, w.last_row);
+  const int begin = max(tiles.x, w.block0);
+  const int end = min(tiles.y, w.block0 + w.num_blocks);
+  w.num_blocks = max(0, end - begin);
+  w.block0 = w.num_blocks > 0 ? begin : w.block0;
   return w;
 }
 

@@ -652,7 +652,8 @@ constexpr bool kTurnsAcrossTiles = kPersistent && kD == 64;
 // turn of the block (or of each tile with key tiles); the last turn of the
 // block (or tile) given to consumer 0 is taken by its FinishBlock (or kept
 // by consumer 1), so every barrier sees as many arrivals as waits. Both
-// consumers take the same tiles, so they take turns as often.
+// consumers take as many turns a tile: one whose rows see fewer of the
+// block's key tiles passes the turns it has no use for (Pass).
 struct Turns {
   int consumer;
   __device__ __forceinline__ void StartBlock() const {
@@ -672,6 +673,19 @@ struct Turns {
   }
   __device__ __forceinline__ void FinishBlock() const {
     if (kTurnsAcrossTiles && consumer == 0) Begin();
+  }
+  // Turns taken over n key tiles (ConsumeOverlapped's, ConsumeSerial's).
+  static __device__ __forceinline__ int Of(int n) {
+    return n == 0 ? 0 : kOverlap ? n + 1 : 2 * n;
+  }
+  // n turns with nothing to issue, the last of them the tile's last: a
+  // consumer whose rows see fewer of the block's key tiles takes as many
+  // turns as the other.
+  __device__ __forceinline__ void Pass(int n) const {
+    for (int i = 0; i < n; ++i) {
+      Begin();
+      End(i == n - 1);
+    }
   }
 
  private:
@@ -809,10 +823,30 @@ __device__ __forceinline__ void Rescale(Rows& r) {
   FenceOperands(r.o[0]);
 }
 
-// The key tiles one after another: S, softmax, then O += P V.
-__device__ __forceinline__ void ConsumeSerial(
-    Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
-    unsigned q_rows, int row0, const Turns& turns, int it, int lane) {
+// Key tiles [from, to) of the ring from `it`, which this consumer's rows do
+// not see, handed back once loaded (an early arrival would count towards
+// the stage's previous phase).
+__device__ __forceinline__ void HandBack(const Smem& s, int it, int from,
+                                         int to, int lane) {
+  for (int j = from; j < to; ++j) {
+    const int stage = (it + j) % kStages;
+    const int parity = ((it + j) / kStages) & 1;
+    BarrierWait(s.k_full(stage), parity);
+    if (lane == 0) BarrierArrive(s.k_empty(stage));
+    BarrierWait(s.pv_full(stage), parity);
+    if (lane == 0) BarrierArrive(s.pv_empty(stage));
+  }
+}
+
+// The key tiles one after another: S, softmax, then O += P V. `it`: key
+// tiles of the ring consumed before w's first; `ends`: whether w's last turn
+// is the block tile's last (TurnsOf).
+__device__ __forceinline__ void ConsumeSerial(Rows& r, const Smem& s,
+                                              const AttentionParams& p,
+                                              const BlockPlan& w,
+                                              unsigned q_rows, int row0,
+                                              const Turns& turns, int it,
+                                              bool ends, int lane) {
   for (int j = 0; j < w.num_blocks; ++j) {
     const int stage = (it + j) % kStages;
     const int parity = ((it + j) / kStages) & 1;
@@ -834,7 +868,7 @@ __device__ __forceinline__ void ConsumeSerial(
     WgmmaFence();
     IssueTilePv(r, s.pv(stage));
     WgmmaCommit();
-    turns.End(j == w.num_blocks - 1);
+    turns.End(ends && j == w.num_blocks - 1);
     WgmmaWait<0>();
     FenceTilePv(r);
     if (lane == 0) BarrierArrive(s.pv_empty(stage));
@@ -845,9 +879,12 @@ __device__ __forceinline__ void ConsumeSerial(
 // The key tiles pipelined: S of tile j and O += P V of tile j - 1 are in
 // flight together while nothing else is; the softmax of tile j runs while O
 // += P V of tile j - 1 does, and O is rescaled while S of tile j + 1 runs.
-__device__ __forceinline__ void ConsumeOverlapped(
-    Rows& r, const Smem& s, const AttentionParams& p, const BlockPlan& w,
-    unsigned q_rows, int row0, const Turns& turns, int it, int lane) {
+__device__ __forceinline__ void ConsumeOverlapped(Rows& r, const Smem& s,
+                                                  const AttentionParams& p,
+                                                  const BlockPlan& w,
+                                                  unsigned q_rows, int row0,
+                                                  const Turns& turns, int it,
+                                                  bool ends, int lane) {
   const int n = w.num_blocks;
   if (n == 0) return;
   BarrierWait(s.k_full(it % kStages), (it / kStages) & 1);
@@ -895,7 +932,7 @@ __device__ __forceinline__ void ConsumeOverlapped(
   WgmmaFence();
   IssueTilePv(r, s.pv(last));
   WgmmaCommit();
-  turns.End(true);
+  turns.End(ends);
   WgmmaWait<0>();
   FenceTilePv(r);
   if (lane == 0) BarrierArrive(s.pv_empty(last));
@@ -976,7 +1013,8 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
                                         const Smem& s, int consumer,
                                         int thread) {
   const int lane = thread % 32;
-  const int row0 = consumer * 64 + (thread / 32) * 16;
+  const int warp_row0 = (thread / 32) * 16;  // Of the warpgroup's rows.
+  const int row0 = consumer * 64 + warp_row0;
   const unsigned q_rows = s.q + consumer * 64 * kRowBytes;
   const Turns turns{consumer};
   const Tiles tiles = MyTiles(p);
@@ -995,18 +1033,29 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
                     fp8::Descale(p, p.k_descale, w.b, kv_head);
     }
     r.scales = ScalesOf(p, scale_log2);
+    // This warpgroup's rows and the block's key tiles they see: the
+    // others (at a window's or the causal diagonal's edge, or all of them
+    // for rows past the sequence's) are handed back unread.
+    const BlockPlan mine = NarrowRows<kN>(p, w, consumer * 64, 64);
+    const int before = mine.block0 - w.block0;
+    const int pass = Turns::Of(w.num_blocks) - Turns::Of(mine.num_blocks);
     turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), done & 1);
     ++done;
     if constexpr (kQInRegs) LoadWarpgroupQ(r.qf, q_rows, thread);
+    HandBack(s, it, 0, before, lane);
     if constexpr (kOverlap) {
-      ConsumeOverlapped(r, s, p, w, q_rows, row0, turns, it, lane);
+      ConsumeOverlapped(r, s, p, mine, q_rows, warp_row0, turns, it + before,
+                        pass == 0, lane);
     } else {
-      ConsumeSerial(r, s, p, w, q_rows, row0, turns, it, lane);
+      ConsumeSerial(r, s, p, mine, q_rows, warp_row0, turns, it + before,
+                    pass == 0, lane);
     }
+    HandBack(s, it, before + mine.num_blocks, w.num_blocks, lane);
+    turns.Pass(pass);
     it += w.num_blocks;
-    // The loops hand Q back after the tile's last S; with no key tile, here.
-    if (lane == 0 && w.num_blocks == 0) BarrierArrive(s.q_empty());
+    // The loops hand Q back after their last S; with no key tile, here.
+    if (lane == 0 && mine.num_blocks == 0) BarrierArrive(s.q_empty());
     if constexpr (kFp8) {
       const float v_descale = fp8::Descale(p, p.v_descale, w.b, kv_head);
 #pragma unroll

@@ -24,15 +24,18 @@ int64_t ConsumerRegisters(int64_t consumers, const Problem& p) {
 // (nvrtc_compiler_test's FlashFwdTmaConfigsDoNotSpill holds the rest to it).
 // With OVERLAP the kernel keeps Q in registers (HEAD_DIM / 4 more) where
 // that still fits (its kQInRegs).
-// FP8 packs P four to a register, and with OVERLAP keeps a tile's P V
-// (HEAD_DIM_V / 2 more) beside S. A window, softcap or sinks (MODS) take 8
-// more: bounds, the softcap's factor, the sink.
+// FP8 packs P four to a register and keeps a tile's P V (HEAD_DIM_V / 2)
+// apart from O: with OVERLAP beside S and P, without it in S's place beside
+// P (the larger of S and P V plus P). A window, softcap or sinks (MODS)
+// take 8 more: bounds, the softcap's factor, the sink.
 int64_t RegisterEstimate(const Config& c, const Problem& p) {
   const int64_t o = HeadDimIn64s(HeadDimV(p)) / 2;
-  return o + c.at("BLOCK_N") / 2 +
-         c.at("OVERLAP") *
-             (c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4) + (p.q_fp8 ? o : 0)) +
-         32 + 8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
+  const int64_t s = c.at("BLOCK_N") / 2;
+  const int64_t pf = c.at("BLOCK_N") / (p.q_fp8 ? 8 : 4);  // P, packed.
+  const int64_t tile = !p.q_fp8          ? s + c.at("OVERLAP") * pf
+                       : c.at("OVERLAP") ? s + pf + o
+                                         : std::max(s, pf + o);
+  return o + tile + 32 + 8 * c.at("PERSISTENT") + 8 * HasScoreMods(p);
 }
 
 std::vector<Constraint> Constraints() {
@@ -45,10 +48,10 @@ std::vector<Constraint> Constraints() {
        [](const Config& c, const Problem&) {
          return c.at("PINGPONG") == 0 || c.at("CONSUMERS") == 2;
        }},
-      {"CEIL64(HEAD_DIM_V) / 2 + BLOCK_N / 2 + "
-       "OVERLAP * (BLOCK_N / (Q_FP8 ? 8 : 4) + "
-       "(Q_FP8 ? CEIL64(HEAD_DIM_V) / 2 : 0)) + 32 + 8 * PERSISTENT + "
-       "8 * MODS <= "
+      {"CEIL64(HEAD_DIM_V) / 2 + (Q_FP8 == 0 ? BLOCK_N / 2 + OVERLAP * "
+       "BLOCK_N / 4 : OVERLAP ? BLOCK_N / 2 + BLOCK_N / 8 + "
+       "CEIL64(HEAD_DIM_V) / 2 : MAX(BLOCK_N / 2, BLOCK_N / 8 + "
+       "CEIL64(HEAD_DIM_V) / 2)) + 32 + 8 * PERSISTENT + 8 * MODS <= "
        "(CONSUMERS == 1 ? 255 : CONSUMERS == 2 ? (Q_FP8 ? 208 : 240) : 160)",
        [](const Config& c, const Problem& p) {
          return RegisterEstimate(c, p) <=
@@ -131,6 +134,16 @@ Config FitSharedMemory(Config c, const Problem& p) {
   return c;
 }
 
+// Whether a row sees at most 256 keys (a window of both bounds, or of the
+// left with the causal mask): with 64-key tiles each of two consumers
+// then takes the tiles its own rows see, about 3 of the block's 4 at a
+// window of 128 (flash_fwd_tma.cu, NarrowRows), where 128-key tiles leave
+// both consumers all of the block's.
+bool NarrowWindow(const Problem& p) {
+  const int64_t right = p.causal ? 0 : p.window_right;
+  return p.window_left >= 0 && right >= 0 && p.window_left + right < 256;
+}
+
 // Configs fitted to the problem and device. One consumer (64-row tiles)
 // where a head has 64 queries or fewer (a 128-row tile would be at least
 // half empty) or where 128-row tiles would fill at most a quarter of the
@@ -169,8 +182,9 @@ std::vector<Config> FittedDefaults(const Problem& p,
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
     // FP8's two consumers keep S and a tile's P V in turn (no OVERLAP).
+    const int64_t n = NarrowWindow(p) && !p.q_fp8 ? 64 : 128;
     return {FitSharedMemory(
-        TmaConfig(2, 128, 2, p.q_fp8 ? 0 : 1, 1, splits == 1 ? 1 : 0, splits),
+        TmaConfig(2, n, 2, p.q_fp8 ? 0 : 1, 1, splits == 1 ? 1 : 0, splits),
         p)};
   }
   const int64_t persistent = splits == 1 ? 1 : 0;

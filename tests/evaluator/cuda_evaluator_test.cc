@@ -1097,6 +1097,59 @@ TEST_F(CudaEvaluatorTest, TmaKernelsInTurnsAreCorrect) {
   EXPECT_GT(ok, 0);
 }
 
+// flash_fwd_tma's two consumers each take the key tiles their own 64 rows
+// see and pass the others' (NarrowRows): a narrow window (each consumer
+// skips a 64-key tile of the block's four), causal rows above the keys
+// (seq_q > seq_k: consumer 0 of the first blocks sees none), short packed
+// sequences (consumer 1 of their one block has no rows), and FP8 with a
+// window; four random two-consumer configs each, of 64-key tiles where the
+// problem admits them (FP8 runs 128).
+TEST_F(CudaEvaluatorTest, TmaConsumersPassTheKeyTilesTheirRowsDoNotSee) {
+  const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  const DeviceLimits& limits = evaluator_->device().limits;
+  if (!CheckDevice(t, limits).ok()) {
+    GTEST_SKIP() << "needs a compute capability 9.0 device";
+  }
+  struct Case {
+    int64_t sq, sk, d, left;
+    bool causal;
+    Layout layout;
+    bool fp8 = false;
+  };
+  const std::vector<Case> cases = {
+      {1000, 1000, 64, 128, true, Layout::kDense},
+      {700, 1500, 128, 100, false, Layout::kDense},
+      {300, 100, 64, -1, true, Layout::kDense},
+      {70, 200, 128, -1, true, Layout::kVarlen},
+      {700, 1500, 128, 200, true, Layout::kDense, true},
+  };
+  std::mt19937 gen(64);
+  for (const Case& c : cases) {
+    Problem p;
+    p.batch = 3;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.seq_q = c.sq;
+    p.seq_k = c.sk;
+    p.head_dim = c.d;
+    p.dtype = DType::kBf16;
+    p.causal = c.causal;
+    p.window_left = c.left;
+    p.layout = c.layout;
+    p.q_fp8 = p.kv_fp8 = c.fp8;
+    ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
+    std::vector<Config> two;
+    for (const Config& config : FeasibleConfigs(t, p, limits)) {
+      if (config.at("CONSUMERS") == 2) two.push_back(config);
+    }
+    std::shuffle(two.begin(), two.end(), gen);
+    std::stable_partition(two.begin(), two.end(), [&](const Config& x) {
+      return c.fp8 || x.at("BLOCK_N") == 64;
+    });
+    EXPECT_EQ(ExpectOkUntil(t, two, p, 4), 4) << ProblemKey(p);
+  }
+}
+
 // Kernels of several templates timed in turns on one problem: each config
 // runs its own template's kernel (a wrong template's config is caught while
 // the others pass) and every correct one gets a sample per turn.

@@ -475,6 +475,43 @@ TEST(KernelTemplateTest, Fp8AttentionNeedsATemplateThatReadsIt) {
   EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_KV_FP8=1"));
 }
 
+// Under a window of fewer than 256 keys a row, flash_fwd_tma's two
+// consumers take 64-key tiles, so that each computes only the tiles its own
+// rows see (3 of the block's 4 at gpt-oss's 128); wider windows, and FP8
+// (one tile shape), keep 128-key tiles.
+TEST(KernelTemplateTest, FlashFwdTmaTakes64KeyTilesUnderANarrowWindow) {
+  const KernelTemplate& tma =
+      *TemplateRegistry::Builtin().Find("flash_fwd_tma");
+  const DeviceLimits h200{232448, 1024, 90};
+  Problem gptoss;
+  gptoss.heads = 64;
+  gptoss.kv_heads = 8;
+  gptoss.seq_q = gptoss.seq_k = 4096;
+  gptoss.head_dim = 64;
+  gptoss.dtype = DType::kBf16;
+  gptoss.causal = true;
+  gptoss.window_left = 128;
+  ASSERT_TRUE(ValidateProblem(gptoss).ok());
+  const Config c = tma.fitted_defaults(gptoss, h200).front();
+  EXPECT_EQ(c.at("CONSUMERS"), 2);
+  EXPECT_EQ(c.at("BLOCK_N"), 64);
+  EXPECT_TRUE(CheckConfig(tma, c, gptoss, h200).ok()) << ConfigKey(c);
+  Problem both = gptoss;
+  both.causal = false;
+  both.window_right = 100;
+  EXPECT_EQ(tma.fitted_defaults(both, h200).front().at("BLOCK_N"), 64);
+  Problem wide = gptoss;
+  wide.window_left = 4096;
+  EXPECT_EQ(tma.fitted_defaults(wide, h200).front().at("BLOCK_N"), 128);
+  Problem open_right = both;
+  open_right.window_right = -1;
+  EXPECT_EQ(tma.fitted_defaults(open_right, h200).front().at("BLOCK_N"), 128);
+  Problem fp8 = gptoss;
+  fp8.head_dim = 128;
+  fp8.q_fp8 = fp8.kv_fp8 = true;
+  EXPECT_EQ(tma.fitted_defaults(fp8, h200).front().at("BLOCK_N"), 128);
+}
+
 // flash_fwd serves FP8 attention on sm_89, where mma.sync takes e4m3
 // natively, and refuses it, naming the field, where it would be emulated
 // (sm_90, sm_100); its 16-bit attention runs everywhere.
