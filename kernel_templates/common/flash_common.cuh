@@ -417,13 +417,14 @@ struct BlockPlan {
   int q_start, k_start;  // Rows of Q and of K before the sequence's.
 };
 
-// The key tiles (kN keys each) that rows [r0, r1] of w's sequence may see:
-// [x, y), x past 0 only with a window; none where r0 > r1.
+// The key tiles (kN keys each) that rows [r0, r1] of w's sequence (r1 at
+// most its last) may see: [x, y), x past 0 only with a window; none where
+// r0 is past the sequence's rows.
 template <int kN>
 __device__ __forceinline__ int2 KeyTilesOfRows(const AttentionParams& p,
                                                const BlockPlan& w, int r0,
                                                int r1) {
-  int kv_end = r0 <= r1 ? w.seq_k : 0;
+  int kv_end = r0 < w.seq_q ? w.seq_k : 0;
   if (kWindow) {
     kv_end = min(kv_end, max(0, r1 + w.shift + WindowRight(p) + 1));
   } else if (p.causal) {

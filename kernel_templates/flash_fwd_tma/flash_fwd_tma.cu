@@ -17,7 +17,10 @@
 //     from registers (a k-step's wgmma m64n128k16 over all 128 output
 //     columns, or m64n64k16 per 64, see kPvWide), and hands each
 //     stage back through its empty barrier as soon as the tensor cores are done
-//     with it. No block-wide barrier after the start.
+//     with it. No block-wide barrier after the start. Of the block's key
+//     tiles it computes those its own rows see (NarrowRows: a window's or
+//     the causal diagonal's edge, rows past the sequence's) and hands the
+//     others back unread.
 //   - OVERLAP: S for tile j + 1 and O += P V for tile j are issued before the
 //     softmax of tile j + 1, which then runs while the tensor cores work (S,
 //     P and O live in distinct registers that nothing touches while a
@@ -653,7 +656,7 @@ constexpr bool kTurnsAcrossTiles = kPersistent && kD == 64;
 // block (or tile) given to consumer 0 is taken by its FinishBlock (or kept
 // by consumer 1), so every barrier sees as many arrivals as waits. Both
 // consumers take as many turns a tile: one whose rows see fewer of the
-// block's key tiles passes the turns it has no use for (Pass).
+// block's key tiles passes the turns of the others (PassTiles).
 struct Turns {
   int consumer;
   __device__ __forceinline__ void StartBlock() const {
@@ -674,18 +677,12 @@ struct Turns {
   __device__ __forceinline__ void FinishBlock() const {
     if (kTurnsAcrossTiles && consumer == 0) Begin();
   }
-  // Turns taken over n key tiles (ConsumeOverlapped's, ConsumeSerial's).
-  static __device__ __forceinline__ int Of(int n) {
-    return n == 0 ? 0 : kOverlap ? n + 1 : 2 * n;
-  }
-  // n turns with nothing to issue, the last of them the tile's last: a
-  // consumer whose rows see fewer of the block's key tiles takes as many
-  // turns as the other.
-  __device__ __forceinline__ void Pass(int n) const {
-    for (int i = 0; i < n; ++i) {
-      Begin();
-      End(i == n - 1);
-    }
+  // A turn with nothing to issue, the tile's last: a consumer that computes
+  // none of the block's n key tiles passes n (PassTiles) and, with
+  // OVERLAP, takes this one more, as many as the other's n + 1.
+  __device__ __forceinline__ void PassLast() const {
+    Begin();
+    End(true);
   }
 
  private:
@@ -823,24 +820,41 @@ __device__ __forceinline__ void Rescale(Rows& r) {
   FenceOperands(r.o[0]);
 }
 
-// Key tiles [from, to) of the ring from `it`, which this consumer's rows do
-// not see, handed back once loaded (an early arrival would count towards
-// the stage's previous phase).
-__device__ __forceinline__ void HandBack(const Smem& s, int it, int from,
-                                         int to, int lane) {
+// Consumers narrow the block's key tiles to those of their own rows with
+// tiles of up to 128 keys. 192-key tiles keep the block's: a consumer's rows
+// seldom miss a whole one, and its registers have no room for the ranges
+// (up to 96 bytes of spills with score mods or three consumers).
+constexpr bool kNarrow = kN <= 128;
+
+// Key tiles [from, to) of the block from ring index `it`, which this
+// consumer's rows do not see: each waited on and handed back as its GEMMs
+// would have, taking their turns with nothing to issue (one a tile, two
+// without OVERLAP), so that every consumer sees every phase of the ring
+// (no stage is refilled before each has arrived) and the turns alternate
+// as before. `ends`: whether the last of them is the block tile's last.
+__device__ __forceinline__ void PassTiles(const Smem& s, const Turns& turns,
+                                          int it, int from, int to, bool ends,
+                                          int lane) {
   for (int j = from; j < to; ++j) {
     const int stage = (it + j) % kStages;
     const int parity = ((it + j) / kStages) & 1;
+    const bool last = ends && j == to - 1;
     BarrierWait(s.k_full(stage), parity);
     if (lane == 0) BarrierArrive(s.k_empty(stage));
+    turns.Begin();
+    turns.End(kOverlap && last);
     BarrierWait(s.pv_full(stage), parity);
     if (lane == 0) BarrierArrive(s.pv_empty(stage));
+    if constexpr (!kOverlap) {
+      turns.Begin();
+      turns.End(last);
+    }
   }
 }
 
-// The key tiles one after another: S, softmax, then O += P V. `it`: key
-// tiles of the ring consumed before w's first; `ends`: whether w's last turn
-// is the block tile's last (TurnsOf).
+// The key tiles one after another: S, softmax, then O += P V. `w`: this
+// consumer's part of the block (NarrowRows); `ends`: whether its last turn
+// is the block tile's last.
 __device__ __forceinline__ void ConsumeSerial(Rows& r, const Smem& s,
                                               const AttentionParams& p,
                                               const BlockPlan& w,
@@ -1033,29 +1047,33 @@ __device__ __forceinline__ void Consume(const AttentionParams& p,
                     fp8::Descale(p, p.k_descale, w.b, kv_head);
     }
     r.scales = ScalesOf(p, scale_log2);
-    // This warpgroup's rows and the block's key tiles they see: the
-    // others (at a window's or the causal diagonal's edge, or all of them
-    // for rows past the sequence's) are handed back unread.
-    const BlockPlan mine = NarrowRows<kN>(p, w, consumer * 64, 64);
+    // This warpgroup's rows and the block's key tiles they see: the others
+    // (at a window's or the causal diagonal's edge, or all of them for rows
+    // past the sequence's) are passed (PassTiles), and where it computes
+    // none, one more turn keeps the count (Turns::PassLast).
+    const BlockPlan mine =
+        kNarrow ? NarrowRows<kN>(p, w, consumer * 64, 64) : w;
+    const int mine_row0 = kNarrow ? warp_row0 : row0;  // Of mine.q0.
     const int before = mine.block0 - w.block0;
-    const int pass = Turns::Of(w.num_blocks) - Turns::Of(mine.num_blocks);
+    const int after = before + mine.num_blocks;
+    const bool extra = kOverlap && mine.num_blocks == 0 && w.num_blocks > 0;
     turns.StartTile(w.num_blocks);
     BarrierWait(s.q_full(), done & 1);
     ++done;
     if constexpr (kQInRegs) LoadWarpgroupQ(r.qf, q_rows, thread);
-    HandBack(s, it, 0, before, lane);
-    if constexpr (kOverlap) {
-      ConsumeOverlapped(r, s, p, mine, q_rows, warp_row0, turns, it + before,
-                        pass == 0, lane);
-    } else {
-      ConsumeSerial(r, s, p, mine, q_rows, warp_row0, turns, it + before,
-                    pass == 0, lane);
-    }
-    HandBack(s, it, before + mine.num_blocks, w.num_blocks, lane);
-    turns.Pass(pass);
-    it += w.num_blocks;
     // The loops hand Q back after their last S; with no key tile, here.
     if (lane == 0 && mine.num_blocks == 0) BarrierArrive(s.q_empty());
+    PassTiles(s, turns, it, 0, before, false, lane);
+    if constexpr (kOverlap) {
+      ConsumeOverlapped(r, s, p, mine, q_rows, mine_row0, turns, it + before,
+                        after == w.num_blocks, lane);
+    } else {
+      ConsumeSerial(r, s, p, mine, q_rows, mine_row0, turns, it + before,
+                    after == w.num_blocks, lane);
+    }
+    PassTiles(s, turns, it, after, w.num_blocks, !extra, lane);
+    if (extra) turns.PassLast();
+    it += w.num_blocks;
     if constexpr (kFp8) {
       const float v_descale = fp8::Descale(p, p.v_descale, w.b, kv_head);
 #pragma unroll
