@@ -134,14 +134,16 @@ Config FitSharedMemory(Config c, const Problem& p) {
   return c;
 }
 
-// Whether a row sees at most 256 keys (a window of both bounds, or of the
-// left with the causal mask): with 64-key tiles each of two consumers
-// then takes the tiles its own rows see, about 3 of the block's 4 at a
-// window of 128 (flash_fwd_tma.cu, NarrowRows), where 128-key tiles leave
-// both consumers all of the block's.
+// Whether a row sees at most 513 keys (a window of both bounds, or of the
+// left with the causal mask). Each consumer then computes only the key
+// tiles its own rows see (flash_fwd_tma.cu, NarrowRows), so that 64-key
+// tiles and three consumers leave the least of a block's tiles unseen: at
+// gpt-oss's window of 128, 3 of 5 tiles a consumer where two consumers of
+// 128-key tiles compute all 2 (on the H100, 55.4-56.3 us against 69.0-70.2,
+// and 107.1-107.6 against 113.1 at a window of 512; bench/RESULTS.md).
 bool NarrowWindow(const Problem& p) {
   const int64_t right = p.causal ? 0 : p.window_right;
-  return p.window_left >= 0 && right >= 0 && p.window_left + right < 256;
+  return p.window_left >= 0 && right >= 0 && p.window_left + right <= 512;
 }
 
 // Configs fitted to the problem and device. One consumer (64-row tiles)
@@ -181,10 +183,15 @@ std::vector<Config> FittedDefaults(const Problem& p,
   if (consumers == 2) {
     // Paged, two consumers do not split (the constraint above).
     if (p.layout == Layout::kPaged) splits = 1;
+    const Config narrow =
+        TmaConfig(3, 64, 2, 1, 0, splits == 1 ? 1 : 0, splits);
+    if (NarrowWindow(p) && !p.q_fp8 &&
+        RegisterEstimate(narrow, p) <= ConsumerRegisters(3, p)) {
+      return {FitSharedMemory(narrow, p)};
+    }
     // FP8's two consumers keep S and a tile's P V in turn (no OVERLAP).
-    const int64_t n = NarrowWindow(p) && !p.q_fp8 ? 64 : 128;
     return {FitSharedMemory(
-        TmaConfig(2, n, 2, p.q_fp8 ? 0 : 1, 1, splits == 1 ? 1 : 0, splits),
+        TmaConfig(2, 128, 2, p.q_fp8 ? 0 : 1, 1, splits == 1 ? 1 : 0, splits),
         p)};
   }
   const int64_t persistent = splits == 1 ? 1 : 0;

@@ -1097,13 +1097,14 @@ TEST_F(CudaEvaluatorTest, TmaKernelsInTurnsAreCorrect) {
   EXPECT_GT(ok, 0);
 }
 
-// flash_fwd_tma's two consumers each take the key tiles their own 64 rows
-// see and pass the others' (NarrowRows): a narrow window (each consumer
-// skips a 64-key tile of the block's four), causal rows above the keys
+// flash_fwd_tma's consumers each take the key tiles their own 64 rows see
+// and pass the others' (NarrowRows, PassTiles): a narrow window (each
+// consumer skips 64-key tiles of its block's), causal rows above the keys
 // (seq_q > seq_k: consumer 0 of the first blocks sees none), short packed
-// sequences (consumer 1 of their one block has no rows), and FP8 with a
-// window; four random two-consumer configs each, of 64-key tiles where the
-// problem admits them (FP8 runs 128).
+// sequences (the later consumers of their one block have no rows), and FP8
+// with a window; the fitted default and three random configs of two or
+// three consumers each, of 64-key tiles where the problem admits them (FP8
+// runs 128).
 TEST_F(CudaEvaluatorTest, TmaConsumersPassTheKeyTilesTheirRowsDoNotSee) {
   const KernelTemplate& t = *TemplateRegistry::Builtin().Find("flash_fwd_tma");
   const DeviceLimits& limits = evaluator_->device().limits;
@@ -1138,15 +1139,16 @@ TEST_F(CudaEvaluatorTest, TmaConsumersPassTheKeyTilesTheirRowsDoNotSee) {
     p.layout = c.layout;
     p.q_fp8 = p.kv_fp8 = c.fp8;
     ASSERT_TRUE(ValidateProblem(p).ok()) << ProblemKey(p);
-    std::vector<Config> two;
+    std::vector<Config> several;
     for (const Config& config : FeasibleConfigs(t, p, limits)) {
-      if (config.at("CONSUMERS") == 2) two.push_back(config);
+      if (config.at("CONSUMERS") > 1) several.push_back(config);
     }
-    std::shuffle(two.begin(), two.end(), gen);
-    std::stable_partition(two.begin(), two.end(), [&](const Config& x) {
+    std::shuffle(several.begin(), several.end(), gen);
+    std::stable_partition(several.begin(), several.end(), [&](const Config& x) {
       return c.fp8 || x.at("BLOCK_N") == 64;
     });
-    EXPECT_EQ(ExpectOkUntil(t, two, p, 4), 4) << ProblemKey(p);
+    several.insert(several.begin(), t.fitted_defaults(p, limits).front());
+    EXPECT_EQ(ExpectOkUntil(t, several, p, 4), 4) << ProblemKey(p);
   }
 }
 

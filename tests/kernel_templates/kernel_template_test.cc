@@ -475,11 +475,12 @@ TEST(KernelTemplateTest, Fp8AttentionNeedsATemplateThatReadsIt) {
   EXPECT_THAT(CompileDefines({}, p), testing::Contains("-DEVT_KV_FP8=1"));
 }
 
-// Under a window of fewer than 256 keys a row, flash_fwd_tma's two
-// consumers take 64-key tiles, so that each computes only the tiles its own
-// rows see (3 of the block's 4 at gpt-oss's 128); wider windows, and FP8
-// (one tile shape), keep 128-key tiles.
-TEST(KernelTemplateTest, FlashFwdTmaTakes64KeyTilesUnderANarrowWindow) {
+// Under a window of up to 513 keys a row, flash_fwd_tma serves three
+// consumers of 64-key tiles, so that each computes only the tiles its own
+// rows see (3 of the block's 5 at gpt-oss's 128); wider windows, head dims
+// whose registers do not fit three, and FP8 (one tile shape) keep two
+// consumers of 128-key tiles.
+TEST(KernelTemplateTest, FlashFwdTmaTakesNarrowTilesUnderANarrowWindow) {
   const KernelTemplate& tma =
       *TemplateRegistry::Builtin().Find("flash_fwd_tma");
   const DeviceLimits h200{232448, 1024, 90};
@@ -493,23 +494,34 @@ TEST(KernelTemplateTest, FlashFwdTmaTakes64KeyTilesUnderANarrowWindow) {
   gptoss.window_left = 128;
   ASSERT_TRUE(ValidateProblem(gptoss).ok());
   const Config c = tma.fitted_defaults(gptoss, h200).front();
-  EXPECT_EQ(c.at("CONSUMERS"), 2);
+  EXPECT_EQ(c.at("CONSUMERS"), 3);
   EXPECT_EQ(c.at("BLOCK_N"), 64);
   EXPECT_TRUE(CheckConfig(tma, c, gptoss, h200).ok()) << ConfigKey(c);
   Problem both = gptoss;
   both.causal = false;
   both.window_right = 100;
-  EXPECT_EQ(tma.fitted_defaults(both, h200).front().at("BLOCK_N"), 64);
+  both.head_dim = 128;
+  const Config d128 = tma.fitted_defaults(both, h200).front();
+  EXPECT_EQ(d128.at("BLOCK_N"), 64);
+  EXPECT_TRUE(CheckConfig(tma, d128, both, h200).ok()) << ConfigKey(d128);
+  auto block_n = [&](const Problem& p) {
+    return tma.fitted_defaults(p, h200).front().at("BLOCK_N");
+  };
   Problem wide = gptoss;
   wide.window_left = 4096;
-  EXPECT_EQ(tma.fitted_defaults(wide, h200).front().at("BLOCK_N"), 128);
+  EXPECT_EQ(block_n(wide), 128);
   Problem open_right = both;
   open_right.window_right = -1;
-  EXPECT_EQ(tma.fitted_defaults(open_right, h200).front().at("BLOCK_N"), 128);
+  EXPECT_EQ(block_n(open_right), 128);
+  Problem d256 = gptoss;
+  d256.head_dim = 256;
+  const Config two = tma.fitted_defaults(d256, h200).front();
+  EXPECT_EQ(two.at("CONSUMERS"), 2);
+  EXPECT_TRUE(CheckConfig(tma, two, d256, h200).ok()) << ConfigKey(two);
   Problem fp8 = gptoss;
   fp8.head_dim = 128;
   fp8.q_fp8 = fp8.kv_fp8 = true;
-  EXPECT_EQ(tma.fitted_defaults(fp8, h200).front().at("BLOCK_N"), 128);
+  EXPECT_EQ(block_n(fp8), 128);
 }
 
 // flash_fwd serves FP8 attention on sm_89, where mma.sync takes e4m3
