@@ -4,11 +4,13 @@ use(), of the runtime's first plan of a decode problem (answered, or
 UNAVAILABLE once the op's wait ran out), of the answer's arrival, of the
 process's first SDPA call (what answers meanwhile), of the kernel's first
 and second launches, and of the op's first and second calls of the next
-key bucket. Run it in a fresh process against a warm daemon.
+key bucket. Run it in a fresh process against a warm daemon; with
+--prefetch N, after a process that ran the same calls (the kernels the
+daemon served lately fetched ahead by use()).
 
   PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/first_call.py --daemon 127.0.0.1:7433 [--wait 0.005]
-      [--profile]
+      [--prefetch 64] [--profile]
 """
 import argparse
 import cProfile
@@ -36,6 +38,10 @@ def main():
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--wait", type=float, default=0.005)
     ap.add_argument("--keys", type=int, default=512)
+    ap.add_argument("--prefetch", type=int, default=0,
+                    help="kernels the daemon served lately fetched ahead by "
+                    "use(), given a second to come before the first plan "
+                    "(default 0: none, the first call as it was)")
     ap.add_argument("--profile", action="store_true",
                     help="print the first call's profile (cProfile)")
     args = ap.parse_args()
@@ -45,7 +51,10 @@ def main():
                         dtype=torch.bfloat16)
     torch.cuda.synchronize()
     row = {"wait_s": args.wait}
-    row["use_ms"], _ = ms(lambda: et.use(daemon=args.daemon, wait=args.wait))
+    row["use_ms"], _ = ms(lambda: et.use(daemon=args.daemon, wait=args.wait,
+                                         prefetch=args.prefetch))
+    if args.prefetch:
+        time.sleep(1.0)
     n = args.keys
     p = rt.Problem(b, h, kvh, 1, n, d, 0, 1)
     stream = et._stream_id(q.device)

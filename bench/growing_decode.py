@@ -122,12 +122,16 @@ def main():
                     "of problem waits for the daemon's kernel before SDPA "
                     "answers meanwhile (the op's default if not given; inf: "
                     "until it comes)")
+    ap.add_argument("--prefetch", type=int,
+                    help="daemon mode: kernels the daemon served lately "
+                    "fetched ahead by use() (the op's default if not given)")
     ap.add_argument("--json")
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()
     if args.daemon:
-        et.use(daemon=args.daemon, **({} if args.wait is None else
-                                       {"wait": args.wait}))
+        given = {"wait": args.wait, "prefetch": args.prefetch}
+        et.use(daemon=args.daemon,
+               **{k: v for k, v in given.items() if v is not None})
     else:
         et.use(bundle=args.bundle)
     most = args.start + max(args.steps, args.lengths) + args.profile

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,28 @@ absl::StatusOr<std::unique_ptr<DaemonSource>> DaemonSource::Connect(
   return std::make_unique<DaemonSource>(*std::move(channel), token);
 }
 
+namespace {
+
+// The daemon's error as this interface's (FAILED_PRECONDITION: NOT_FOUND).
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view rpc) {
+  const auto code = s.error_code() == grpc::FAILED_PRECONDITION
+                        ? absl::StatusCode::kNotFound
+                        : static_cast<absl::StatusCode>(s.error_code());
+  return absl::Status(code,
+                      absl::StrCat("evotuned ", rpc, ": ", s.error_message()));
+}
+
+// The request's deadline, `wait` from now, and the daemon's token if any.
+void Prepare(grpc::ClientContext* ctx, std::chrono::seconds wait,
+             const std::string& token) {
+  ctx->set_deadline(std::chrono::system_clock::now() + wait);
+  if (!token.empty()) {
+    ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,
                                               const std::string& device,
                                               const std::string& arch) {
@@ -45,22 +68,31 @@ absl::StatusOr<v1::Kernel> DaemonSource::Find(const Problem& problem,
   request.set_device(device);
   grpc::ClientContext ctx;
   // The first request for a config compiles it: seconds, not milliseconds.
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
-  if (!token_.empty()) {
-    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token_));
-  }
+  Prepare(&ctx, std::chrono::minutes(2), token_);
   v1::Kernel kernel;
   grpc::Status s = stub_->tuner->GetKernel(&ctx, request, &kernel);
-  if (!s.ok()) {
-    // The daemon has no kernel for the problem (no template supports it, or
-    // NVRTC cannot compile for the device): the NOT_FOUND of the interface.
-    const auto code = s.error_code() == grpc::FAILED_PRECONDITION
-                          ? absl::StatusCode::kNotFound
-                          : static_cast<absl::StatusCode>(s.error_code());
-    return absl::Status(
-        code, absl::StrCat("evotuned GetKernel: ", s.error_message()));
-  }
+  // FAILED_PRECONDITION: the daemon has no kernel for the problem (no
+  // template supports it, or NVRTC cannot compile for the device).
+  if (!s.ok()) return FromGrpc(s, "GetKernel");
   return kernel;
+}
+
+absl::StatusOr<std::vector<Problem>> DaemonSource::Recent(
+    const std::string& device, int limit) {
+  v1::RecentKernelsRequest request;
+  request.set_device(device);
+  request.set_limit(std::max(0, limit));
+  grpc::ClientContext ctx;
+  Prepare(&ctx, std::chrono::seconds(10), token_);
+  v1::RecentKernelsResponse response;
+  grpc::Status s = stub_->tuner->RecentKernels(&ctx, request, &response);
+  if (!s.ok()) return FromGrpc(s, "RecentKernels");
+  std::vector<Problem> out;
+  for (const v1::Problem& p : response.problems()) {
+    absl::StatusOr<Problem> problem = ProblemFromProto(p);
+    if (problem.ok()) out.push_back(*std::move(problem));
+  }
+  return out;
 }
 
 }  // namespace evotune

@@ -343,6 +343,21 @@ absl::StatusOr<v1::Kernel> Runtime::KernelFor(const Problem& problem,
   return plan->kernel();
 }
 
+absl::Status Runtime::Prefetch(CUstream stream, int limit) {
+  absl::StatusOr<const CudaDriver*> d = Driver();
+  if (!d.ok()) return d.status();
+  absl::StatusOr<CUcontext> ctx = StreamContext(**d, stream);
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<DeviceInfo> device = ContextDevice(**d, *ctx);
+  if (!device.ok()) return device.status();
+  if (limit > 0) {
+    recent_asks_.push_back({*ctx, *std::move(device), limit});
+    StartFetcher();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DeviceInfo> Runtime::ContextDevice(const CudaDriver& d,
                                                   CUcontext ctx) {
   auto it = devices_.find(ctx);
@@ -394,6 +409,8 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Load(const CudaDriver& d,
           fetches_.push_back(
               std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
           StartFetcher();
+        } else {
+          Promote({ctx, problem_key});
         }
         Loaded* out = now.get();
         out->used_round = round_;
@@ -460,10 +477,14 @@ absl::StatusOr<Runtime::Loaded*> Runtime::Unwaited(const CudaDriver& d,
   const std::pair<CUcontext, std::string> key{ctx, ProblemKey(problem)};
   // Installed outside capture only (a fetched kernel never changes there).
   const bool capturing = Capturing(d, stream);
-  if (arrived_.count(key) == 0 && pending_.insert(key).second) {
-    fetches_.push_back(
-        std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
-    StartFetcher();
+  if (arrived_.count(key) == 0) {
+    if (pending_.insert(key).second) {
+      fetches_.push_back(
+          std::make_unique<Fetch>(Fetch{ctx, problem, device, {}}));
+      StartFetcher();
+    } else {
+      Promote(key);
+    }
   }
   // One wait per class: later calls of it (retries, its other lengths)
   // while the answer is on its way are refused at once, never each made
@@ -605,13 +626,43 @@ Runtime::Loaded* Runtime::TakeOver(const CudaDriver& d, Loaded* current,
   return slot.get();
 }
 
+void Runtime::Promote(const std::pair<CUcontext, std::string>& key) {
+  for (auto it = prefetches_.begin(); it != prefetches_.end(); ++it) {
+    if ((*it)->ctx == key.first && ProblemKey((*it)->problem) == key.second) {
+      fetches_.push_back(std::move(*it));
+      prefetches_.erase(it);
+      return;
+    }
+  }
+}
+
+void Runtime::AskRecent() {
+  const RecentAsk ask = std::move(recent_asks_.front());
+  recent_asks_.pop_front();
+  mu_.Unlock();
+  absl::StatusOr<std::vector<Problem>> recent =
+      source_->Recent(ask.device.name, ask.limit);
+  mu_.Lock();
+  if (!recent.ok()) return;  // Left to the calls.
+  for (const Problem& p : *recent) {
+    const std::pair<CUcontext, std::string> key{ask.ctx, ProblemKey(p)};
+    if (loaded_.count(key) > 0 || arrived_.count(key) > 0 ||
+        !pending_.insert(key).second) {
+      continue;
+    }
+    prefetches_.push_back(
+        std::make_unique<Fetch>(Fetch{ask.ctx, p, ask.device, {}}));
+  }
+}
+
 void Runtime::FetchInBackground() {
   absl::MutexLock lock(&mu_);
   const absl::Duration every = source_->RefreshInterval();
   absl::Time next_round = absl::Now() + every;
   while (true) {
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || !fetches_.empty();
+      return stopping_ || !fetches_.empty() || !recent_asks_.empty() ||
+             !prefetches_.empty();
     };
     if (every == absl::InfiniteDuration()) {
       mu_.Await(absl::Condition(&ready));
@@ -621,8 +672,14 @@ void Runtime::FetchInBackground() {
       continue;
     }
     if (stopping_) return;
-    std::unique_ptr<Fetch> f = std::move(fetches_.front());
-    fetches_.pop_front();
+    if (fetches_.empty() && !recent_asks_.empty()) {
+      AskRecent();
+      continue;
+    }
+    // The calls' questions first, then Prefetch's.
+    auto& queue = fetches_.empty() ? prefetches_ : fetches_;
+    std::unique_ptr<Fetch> f = std::move(queue.front());
+    queue.pop_front();
     const std::string key = ProblemKey(f->problem);
     const std::string arch = ArchName(f->device.cc_major, f->device.cc_minor);
     mu_.Unlock();

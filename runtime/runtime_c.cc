@@ -175,6 +175,12 @@ void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime,
                                                  : absl::Microseconds(max_us));
 }
 
+int evotune_runtime_prefetch(evotune_runtime* runtime, void* stream,
+                             int limit) {
+  return Report(
+      runtime->runtime->Prefetch(static_cast<CUstream>(stream), limit));
+}
+
 int evotune_runtime_scratch(evotune_runtime* runtime,
                             const evotune_problem* problem, void* stream,
                             int64_t* workspace_floats, int64_t* counters) {

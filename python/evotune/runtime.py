@@ -17,7 +17,7 @@ import ctypes
 import os
 import threading
 
-API_VERSION = 11  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
+API_VERSION = 12  # EVOTUNE_RUNTIME_API_VERSION of evotune/runtime_c.h
 OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 0, 3, 5, 9
 UNAVAILABLE = 14  # A new class's kernel on its way (wait_for_new_classes).
 # Problem.layout: where the lengths live (evotune/attention_call.h).
@@ -84,6 +84,8 @@ def _declare(lib):
     lib.evotune_runtime_close.argtypes = [ctypes.c_void_p]
     lib.evotune_runtime_wait_for_new_classes.argtypes = [ctypes.c_void_p,
                                                          ctypes.c_int64]
+    lib.evotune_runtime_prefetch.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                             ctypes.c_int]
     lib.evotune_runtime_scratch.argtypes = [
         ctypes.c_void_p, p(Problem), ctypes.c_void_p, p(ctypes.c_int64),
         p(ctypes.c_int64)]
@@ -206,6 +208,14 @@ class Runtime:
         forever = seconds is None or seconds == float("inf")
         us = -1 if forever else max(0, int(seconds * 1e6))
         self.lib.evotune_runtime_wait_for_new_classes(self.handle, us)
+
+    def prefetch(self, stream, limit):
+        """Fetches and loads in the background, in the context of `stream`
+        (a CUstream as an int), the kernels of up to `limit` problems the
+        daemon served lately for this GPU; returns the code at once
+        (evotune_runtime_prefetch)."""
+        return self.lib.evotune_runtime_prefetch(
+            self.handle, ctypes.c_void_p(stream), int(limit))
 
     def last_error(self):
         """The message of this thread's last failed call."""

@@ -57,7 +57,8 @@ class _State:
 
 
 def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
-        tls_cert=None, tls_key=None, length_buckets=None, wait=0.005):
+        tls_cert=None, tls_key=None, length_buckets=None, wait=0.005,
+        prefetch=64):
     """Serves kernels from a bundle file (`evotune export`) or a daemon
     (over TLS with tls_ca, and tls_cert/tls_key for mutual TLS).
     length_buckets: increasing bounds of the varlen buckets' maximum
@@ -69,13 +70,22 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
     SDPA answers it while the kernel is fetched in the background (a later
     call runs it): 5 ms by default, time for a daemon's answer from its
     store; True or None: until it comes; False: not at all. kernel_for()
-    and VarlenPlan always wait. Returns what is served, one line: a
+    and VarlenPlan always wait. prefetch: in daemon mode, the kernels of up
+    to this many problems the daemon served lately on the current GPU (a
+    program like this one ran before) are fetched and loaded in the
+    background from now on, so that their first calls find them ready; it
+    initialises CUDA on the current device (0: nothing fetched ahead, CUDA
+    left alone). Returns what is served, one line: a
     bundle's "bundle PATH: what it was made for (N kernels for ARCHS, made
     YYYY-MM-DD)" (`evotune tune-model`'s model, layers and envelope), or
     "daemon ADDRESS: ..."."""
     if (bundle is None) == (daemon is None):
         raise ValueError("use: give exactly one of bundle= and daemon=")
     bounds = check_bounds(length_buckets)
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or \
+            prefetch < 0:
+        raise ValueError(f"use: prefetch must be a count of kernels, at least "
+                         f"0, not {prefetch!r}")
     with _State.lock:
         if bundle is not None:
             runtime = _rt.Runtime.open_bundle(bundle, library)
@@ -84,6 +94,10 @@ def use(bundle=None, daemon=None, token="", library=None, tls_ca=None,
                                               tls_key, library)
             runtime.wait_for_new_classes(
                 None if wait is True or wait is None else float(wait))
+            if prefetch and torch.cuda.is_available():
+                index = torch.cuda.current_device()
+                torch.cuda.synchronize(index)  # Its context made current.
+                runtime.prefetch(_stream_of(index), prefetch)
         # The runtime before closes once no prepared call holds it.
         _State.runtime = runtime
         _State.missing, _State.scratch = {}, {}

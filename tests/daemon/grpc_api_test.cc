@@ -146,7 +146,8 @@ v1::SubmitSearchRequest SeedRequest(int max_trials = 8) {
 
 // A trial of the seed problem at 40 us on an NVIDIA L4 (sm_89), which makes
 // the L4 a device the daemon knows.
-void StoreL4Trial(Daemon& d, const KernelTemplate& t, const Config& config) {
+void StoreL4Trial(Daemon& d, const KernelTemplate& t, const Config& config,
+                  std::optional<Problem> problem = std::nullopt) {
   DeviceInfo l4;
   l4.name = "NVIDIA L4";
   l4.cc_major = 8;
@@ -156,8 +157,10 @@ void StoreL4Trial(Daemon& d, const KernelTemplate& t, const Config& config) {
   absl::StatusOr<Problem> seed = ProblemFromProto(SeedRequest().problem());
   TrialResult r;
   r.median_us = r.min_us = r.p90_us = 40;
-  ASSERT_TRUE(
-      d.store()->InsertTrial({l4, t.name, t.hash, *seed}, config, r).ok());
+  ASSERT_TRUE(d.store()
+                  ->InsertTrial({l4, t.name, t.hash, problem.value_or(*seed)},
+                                config, r)
+                  .ok());
 }
 
 class GrpcApiTest : public ::testing::Test {
@@ -1229,6 +1232,38 @@ TEST_F(GrpcApiTest, GetKernelCompilesTheBestConfigForTheDevice) {
   s = d.stub()->GetKernel(&bad, req, &k);
   EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), StartsWith("problem.kv_heads"));
+}
+
+// What the daemon served for a GPU, the most recent first, is what
+// RecentKernels (and the runtime's source) answer for that GPU; a refused
+// problem is not among them, and a limit past the most is refused.
+TEST_F(GrpcApiTest, RecentKernelsAreTheProblemsServedForTheDevice) {
+  Daemon d(db_, "s3cret", &evaluations_);
+  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+  StoreL4Trial(d, naive, naive.defaults.front());
+  DaemonSource source(d.channel(), "s3cret");
+  absl::StatusOr<Problem> seed = ProblemFromProto(SeedRequest().problem());
+  ASSERT_TRUE(seed.ok());
+  EXPECT_TRUE(source.Recent("NVIDIA L4", 10)->empty());
+  Problem longer = *seed;
+  longer.seq_k = 1024;
+  StoreL4Trial(d, naive, naive.defaults.front(), longer);
+  Problem unsupported = *seed;
+  unsupported.head_dim = 40;
+  ASSERT_TRUE(source.Find(*seed, "NVIDIA L4", "sm_89").ok());
+  ASSERT_TRUE(source.Find(longer, "NVIDIA L4", "sm_89").ok());
+  EXPECT_FALSE(source.Find(unsupported, "NVIDIA L4", "sm_89").ok());
+  absl::StatusOr<std::vector<Problem>> recent = source.Recent("NVIDIA L4", 10);
+  ASSERT_TRUE(recent.ok()) << recent.status();
+  EXPECT_EQ(*recent, (std::vector<Problem>{longer, *seed}));
+  EXPECT_EQ(*source.Recent("NVIDIA L4", 1), (std::vector<Problem>{longer}));
+  EXPECT_TRUE(source.Recent("NVIDIA H100 80GB HBM3", 10)->empty());
+
+  absl::Status s = source.Recent("NVIDIA L4", 5000).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("limit: at most 1024"));
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      DaemonSource(d.channel(), "wrong").Recent("NVIDIA L4", 10).status()));
 }
 
 // The runtime's source says NOT_FOUND where the daemon has no kernel, so

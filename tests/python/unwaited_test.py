@@ -2,7 +2,8 @@
 first calls of a new kind of problem are answered at once (by SDPA, right)
 while the daemon's kernel is fetched in the background, and later calls
 run the kernel, for the dense op and flash_attn_with_kvcache; kernel_for
-waits for the daemon's answer.
+waits for the daemon's answer; a process after one that ran a problem
+finds its kernel prefetched for its first call.
 
     PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \
       python3 tests/python/unwaited_test.py --daemon=127.0.0.1:PORT
@@ -44,7 +45,8 @@ def reference(q, k, v):
 
 class UnwaitedTest(unittest.TestCase):
     def setUp(self):
-        et.use(daemon=DAEMON, wait=False)  # SDPA at once, not after 5 ms.
+        # SDPA at once, not after 5 ms; nothing served before fetched ahead.
+        et.use(daemon=DAEMON, wait=False, prefetch=0)
 
     def served_within(self, call, entry, seconds=120):
         """Calls `call` until `entry()` is a kernel's plan; each output is
@@ -73,6 +75,29 @@ class UnwaitedTest(unittest.TestCase):
         self.assertIn("being fetched", entry())
         self.served_within(call, entry)
         self.assertIsNotNone(et.kernel_for(q, k))
+
+    def test_a_problem_run_before_is_prefetched_for_its_first_call(self):
+        # A kind of problem no other test asks for: 7 heads on 1, 555 keys.
+        q = rand(2, 7, 1, 64, seed=10)
+        k, v = rand(2, 1, 555, 64, seed=11), rand(2, 1, 555, 64, seed=12)
+        want = reference(q, k, v)
+
+        def call():
+            self.assertLess(rel_err(et.attention(q, k, v), want), 2e-2)
+
+        entry = lambda: next(iter(et._local.calls.values()))
+        self.served_within(call, entry)  # The daemon served it ...
+        # ... so a runtime opened after (a program starting again) fetches
+        # it ahead: its first call, told not to wait, runs the kernel.
+        et.use(daemon=DAEMON, wait=False, prefetch=64)
+        time.sleep(2)  # The background fetches (a few ms each).
+        call()
+        self.assertNotIsInstance(entry(), str)  # Nor pending.
+
+    def test_prefetch_is_a_count(self):
+        for bad in (-1, 1.5, True, "8"):
+            with self.assertRaisesRegex(ValueError, "prefetch"):
+                et.use(daemon=DAEMON, prefetch=bad)
 
     def test_kernel_for_waits_for_the_daemon(self):
         q = rand(2, 10, 1, 64, seed=4)

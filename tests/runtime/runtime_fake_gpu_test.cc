@@ -2,10 +2,12 @@
 // kernel is loaded once for every problem it serves, however many lengths
 // come, its scratch grows to the largest need and no further, and launches
 // reach the kernel with the call's tensors.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -32,6 +34,7 @@ class OneKernelSource : public KernelSource {
     if (hold != nullptr && problem.seq_k != 1) hold->WaitForNotification();
     absl::MutexLock lock(&mu);
     ++finds;
+    asked.push_back(problem.seq_k);
     if (!refusal.ok()) return refusal;
     if (bucket.has_value()) return KernelOf(*bucket, arch);
     return KernelOf(problem, arch);
@@ -57,6 +60,14 @@ class OneKernelSource : public KernelSource {
     k.set_defaults(!tuned);
     return k;
   }
+  absl::StatusOr<std::vector<Problem>> Recent(const std::string& device,
+                                              int limit) override {
+    absl::MutexLock lock(&mu);
+    recent_asks.push_back({device, limit});
+    return std::vector<Problem>(
+        recent.begin(),
+        recent.begin() + std::min<size_t>(recent.size(), limit));
+  }
   bool AnswersEveryProblem() const override { return every_problem; }
   absl::Duration RefreshInterval() const override { return refresh; }
   int Finds() {
@@ -67,6 +78,10 @@ class OneKernelSource : public KernelSource {
   std::string cubin ABSL_GUARDED_BY(mu) = "fake cubin";
   int64_t workspace_per_key = 0;
   int finds ABSL_GUARDED_BY(mu) = 0;
+  std::vector<int64_t> asked ABSL_GUARDED_BY(mu);       // Each Find's seq_k.
+  std::vector<Problem> recent;                          // What Recent answers,
+  std::vector<std::pair<std::string, int>> recent_asks  // asked thus.
+      ABSL_GUARDED_BY(mu);
   bool every_problem = false;
   absl::Notification* hold = nullptr;  // Answers wait for it (but seq_k 1).
   // Answers with this problem's kernel whatever is asked, as a bundle of
@@ -481,6 +496,66 @@ TEST_F(RuntimeFakeGpuTest, ANewClassNeverWaitsWhenToldNotTo) {
   EXPECT_EQ(gpu_.module_loads, 1);
   ASSERT_TRUE(Launch(Decode(6)).ok());  // Its class's kernel, at once.
   EXPECT_EQ(gpu_.attention_launches, 2);
+}
+
+// Prefetch asks the source which problems programs on this GPU asked for
+// lately, and fetches and loads their kernels in the background: a first
+// call of one, told not to wait, then runs at once on its own kernel.
+TEST_F(RuntimeFakeGpuTest, PrefetchedKernelsAreReadyForTheirFirstCalls) {
+  source_->every_problem = true;
+  source_->recent = {Decode(5), Decode(9), Decode(12)};
+  runtime_->WaitForNewClasses(absl::ZeroDuration());
+  ASSERT_TRUE(runtime_->Prefetch(nullptr, 2).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // The answers taken in.
+  EXPECT_EQ(gpu_.module_loads, 1);         // One kernel, in the background,
+  EXPECT_EQ(gpu_.relaxed_module_loads, 1);
+  EXPECT_EQ(gpu_.function_loads, 1);  // its function too.
+  ASSERT_TRUE(Launch(Decode(9)).ok());
+  ASSERT_TRUE(Launch(Decode(5)).ok());
+  EXPECT_FALSE(runtime_->KernelFor(Decode(9), nullptr)->transferred());
+  EXPECT_EQ(source_->Finds(), 2);  // Not asked again; 12 not at all.
+  absl::MutexLock lock(&source_->mu);
+  EXPECT_EQ(source_->recent_asks,
+            (std::vector<std::pair<std::string, int>>{{"Fake H100", 2}}));
+}
+
+// A call's question goes before the prefetches queued: a problem asked for
+// by a call while its prefetch waits behind others is fetched next.
+TEST_F(RuntimeFakeGpuTest, ACallsQuestionGoesBeforePrefetches) {
+  absl::Notification& hold = hold_;
+  source_->every_problem = true;
+  source_->hold = &hold;
+  source_->recent = {Decode(2), Decode(3), Decode(4), Decode(5)};
+  runtime_->WaitForNewClasses(absl::ZeroDuration());
+  ASSERT_TRUE(runtime_->Prefetch(nullptr, 10).ok());
+  absl::SleepFor(absl::Milliseconds(50));  // The fetcher holds at 2.
+  Problem other = Decode(7);
+  other.heads = 8;  // A class of its own, not among the recent.
+  EXPECT_EQ(Launch(Decode(5)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Launch(other).code(), absl::StatusCode::kUnavailable);
+  hold.Notify();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (source_->Finds() < 5 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::MutexLock lock(&source_->mu);
+  EXPECT_EQ(source_->asked, (std::vector<int64_t>{2, 5, 7, 3, 4}));
+}
+
+// A prefetch with nothing to fetch, or a limit of 0, asks nothing.
+TEST_F(RuntimeFakeGpuTest, PrefetchOfNothingLoadsNothing) {
+  source_->every_problem = true;
+  ASSERT_TRUE(runtime_->Prefetch(nullptr, 0).ok());
+  ASSERT_TRUE(runtime_->Prefetch(nullptr, 8).ok());  // Recent: none.
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(source_->Finds(), 0);
+  EXPECT_EQ(gpu_.module_loads, 0);
+  absl::MutexLock lock(&source_->mu);
+  EXPECT_EQ(source_->recent_asks.size(), 1u);
 }
 
 // Told to wait a while, a new class's first problem is served when the

@@ -141,4 +141,22 @@ grpc::Status GrpcTuner::GetKernel(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcTuner::RecentKernels(grpc::ServerContext* ctx,
+                                      const v1::RecentKernelsRequest* req,
+                                      v1::RecentKernelsResponse* resp) {
+  if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+  if (req->limit() > kMaxRecentKernels) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("limit: at most ", kMaxRecentKernels,
+                                     ", not ", req->limit()));
+  }
+  if (kernels_ == nullptr) return grpc::Status::OK;  // Served none.
+  const uint32_t limit =
+      req->limit() == 0 ? kDefaultRecentKernels : req->limit();
+  for (const Problem& p : kernels_->Recent(req->device(), limit)) {
+    *resp->add_problems() = ProblemToProto(p);
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace evotune

@@ -67,6 +67,7 @@ absl::StatusOr<ServedKernel> KernelService::GetKernel(const BestQuery& query) {
   served.geometry = t->geometry(chosen.trial.config, query.problem);
   served.answer = *std::move(answer);
   served.answer.results.resize(1);
+  recent_.Add(query.device, query.problem);
   return served;
 }
 

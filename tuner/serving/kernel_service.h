@@ -9,10 +9,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernel_templates/kernel_template.h"
 #include "storage/result_store.h"
+#include "tuner/serving/recent_problems.h"
 #include "tuner/serving/tuning_service.h"
 
 namespace evotune {
@@ -57,6 +59,12 @@ class KernelService {
   // (query.k is ignored).
   absl::StatusOr<ServedKernel> GetKernel(const BestQuery& query);
 
+  // Up to `limit` problems GetKernel served for `device` (query.device as
+  // given), the most recently served first (RecentProblems).
+  std::vector<Problem> Recent(const std::string& device, size_t limit) const {
+    return recent_.Recent(device, limit);
+  }
+
  private:
   absl::StatusOr<CompiledKernel> Compiled(const KernelTemplate& t,
                                           const Config& config,
@@ -66,6 +74,7 @@ class KernelService {
   TuningService* const tuning_;
   ResultStore* const store_;
   const KernelCompileFn compile_;
+  RecentProblems recent_;
 };
 
 }  // namespace evotune

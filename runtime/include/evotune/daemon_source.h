@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "evotune/runtime.h"
@@ -46,6 +47,9 @@ class DaemonSource : public KernelSource {
   absl::StatusOr<v1::Kernel> Find(const Problem& problem,
                                   const std::string& device,
                                   const std::string& arch) override;
+  // RecentKernels: the problems the daemon served for `device` lately.
+  absl::StatusOr<std::vector<Problem>> Recent(const std::string& device,
+                                              int limit) override;
   // The daemon tunes, transfers or defaults any problem a template takes.
   bool AnswersEveryProblem() const override { return true; }
   // kRefreshInterval: kernels tuned since reach a running program.

@@ -53,6 +53,13 @@ class KernelSource {
   // once with the kernel of its class and asks for its own in the
   // background. A bundle answers for what it holds only.
   virtual bool AnswersEveryProblem() const { return false; }
+  // Up to `limit` problems whose kernels programs on the GPU named `device`
+  // asked for lately, the most recent first: what Runtime::Prefetch loads
+  // ahead of a program's first calls. None by default.
+  virtual absl::StatusOr<std::vector<Problem>> Recent(const std::string& device,
+                                                      int limit) {
+    return std::vector<Problem>{};
+  }
   // How often the runtime asks again for the problems launched since it
   // last asked whose kernel was not tuned (defaults or a transfer): a daemon
   // tunes problems while the program runs. A new answer takes over at a
@@ -140,6 +147,15 @@ class Runtime {
   // KernelFor always waits.
   void WaitForNewClasses(absl::Duration most);
 
+  // Fetches and loads in the background, in the stream's context, the
+  // kernels of up to `limit` problems the source says programs on this GPU
+  // asked for lately (KernelSource::Recent), so that a first call of one
+  // of them finds its kernel loaded instead of waiting for the source.
+  // Returns at once; the calls' own questions go first. FAILED_PRECONDITION
+  // when there is no CUDA context or device; what the source does not
+  // answer is left to the calls.
+  absl::Status Prefetch(CUstream stream, int limit);
+
   // Launches the kernel for call.problem on `stream` (in the stream's
   // context; 0 is the current context's legacy stream). Errors:
   // INVALID_ARGUMENT naming the field ("problem.kv_heads", "q.data",
@@ -178,7 +194,12 @@ class Runtime {
   struct Loaded;   // A problem's kernel: its module, geometry and message.
   struct Scratch;  // Per context and stream, grown to what kernels ask.
   absl::StatusOr<const CudaDriver*> Driver() const;
-  struct Fetch;  // A problem's own kernel, asked for in the background.
+  struct Fetch;       // A problem's own kernel, asked for in the background.
+  struct RecentAsk {  // Prefetch's question to the source.
+    CUcontext ctx;
+    DeviceInfo device;
+    int limit;
+  };
   absl::StatusOr<Loaded*> Load(const CudaDriver& d, const Problem& problem,
                                CUcontext ctx, CUstream stream, bool wait);
   absl::StatusOr<AttentionPlan> Plan(const Problem& problem, CUstream stream,
@@ -209,6 +230,12 @@ class Runtime {
   Loaded* TakeOver(const CudaDriver& d, Loaded* current, CUstream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchInBackground();
+  // Asks the source for the problems of recent_asks_' first, and queues
+  // prefetches of those neither loaded nor asked for.
+  void AskRecent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a queued prefetch of `key` ahead, to fetches_ (a call needs it).
+  void Promote(const std::pair<CUcontext, std::string>& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues fetches of the problems launched in the round that ended whose
   // kernel was not tuned (KernelSource::RefreshInterval), and starts the
   // next round.
@@ -264,6 +291,9 @@ class Runtime {
   absl::Duration new_class_wait_ ABSL_GUARDED_BY(mu_) =
       absl::InfiniteDuration();
   std::deque<std::unique_ptr<Fetch>> fetches_ ABSL_GUARDED_BY(mu_);
+  // Prefetch's questions, and the fetches they queued (after fetches_').
+  std::deque<RecentAsk> recent_asks_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Fetch>> prefetches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;  // Refresh rounds begun.
   std::thread fetcher_;                      // Started with the first fetch.

@@ -91,7 +91,7 @@ typedef struct {
 
 /* The layout of the structs below; evotune_runtime_api_version() returns
  * the library's, so a caller built against other headers can refuse it. */
-#define EVOTUNE_RUNTIME_API_VERSION 11
+#define EVOTUNE_RUNTIME_API_VERSION 12
 
 /* [batch, heads, seq, head_dim] with unit stride along head_dim (a packed
  * [total, heads, head_dim] tensor: batch 1, seq total); strides and
@@ -139,6 +139,13 @@ int evotune_runtime_about(evotune_runtime* runtime, char* out, int64_t size);
  * waits on the network and ignores it. */
 void evotune_runtime_wait_for_new_classes(evotune_runtime* runtime,
                                           int64_t max_us);
+
+/* Fetches and loads in the background, in the context of `stream`, the
+ * kernels of up to `limit` problems the daemon served lately for this GPU
+ * (what a program starting here likely asks for: its first calls then find
+ * them loaded); returns at once. A bundle's runtime has nothing to fetch.
+ * Returns 0, or 9 FAILED_PRECONDITION without a CUDA context or device. */
+int evotune_runtime_prefetch(evotune_runtime* runtime, void* stream, int limit);
 
 /* The scratch the kernel for `problem` needs (in the context of `stream`, a
  * CUstream): fp32 values and zero-initialised ints. Loads the kernel. */
