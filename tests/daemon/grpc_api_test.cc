@@ -1234,6 +1234,26 @@ TEST_F(GrpcApiTest, GetKernelCompilesTheBestConfigForTheDevice) {
   EXPECT_THAT(s.error_message(), StartsWith("problem.kv_heads"));
 }
 
+// A device the store knows without its limits (from before it kept them)
+// still has its architecture: an untuned problem on an L4 is never served a
+// template of Hopper's instructions (which NVRTC would refuse to compile).
+TEST_F(GrpcApiTest, AnUntunedProblemGetsATemplateOfItsDevicesArchitecture) {
+  Daemon d(db_, "s3cret", &evaluations_);
+  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
+  StoreL4Trial(d, naive, naive.defaults.front());
+  DaemonSource source(d.channel(), "s3cret");
+  absl::StatusOr<Problem> p = ProblemFromProto(SeedRequest().problem());
+  ASSERT_TRUE(p.ok());
+  p->seq_k = 1024;  // Untuned on the L4.
+  absl::StatusOr<v1::Kernel> k = source.Find(*p, "NVIDIA L4", "sm_89");
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->arch(), "sm_89");
+  const KernelTemplate* t =
+      TemplateRegistry::Builtin().Find(k->template_name());
+  ASSERT_NE(t, nullptr);
+  EXPECT_NE(t->only_compute_capability, 90) << t->name;
+}
+
 // What the daemon served for a GPU, the most recent first, is what
 // RecentKernels (and the runtime's source) answer for that GPU; a refused
 // problem is not among them, and a limit past the most is refused.

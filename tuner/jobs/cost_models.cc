@@ -21,6 +21,8 @@ DeviceLimits ServingLimits(const DeviceInfo& device) {
   if (device.limits.compute_capability != 0) return device.limits;
   DeviceLimits any;
   any.smem_per_block_bytes = int64_t{1} << 40;
+  // Its architecture is known still: no template of another's instructions.
+  any.compute_capability = device.cc_major * 10 + device.cc_minor;
   return any;
 }
 

@@ -44,8 +44,9 @@ struct ModelSnapshot {
 
 // What configs are checked against before they are served or learned
 // from: the device's limits when they are known (this daemon's device, or
-// one whose limits the store kept from its jobs), else none beyond the
-// templates' own (a device the store has from before it kept limits).
+// one whose limits the store kept from its jobs), else its compute
+// capability alone (a device the store has from before it kept limits:
+// a template of another architecture's instructions is never served).
 DeviceLimits ServingLimits(const DeviceInfo& device);
 
 class CostModels {
