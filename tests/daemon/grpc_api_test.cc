@@ -1239,13 +1239,12 @@ TEST_F(GrpcApiTest, GetKernelCompilesTheBestConfigForTheDevice) {
 // template of Hopper's instructions (which NVRTC would refuse to compile).
 TEST_F(GrpcApiTest, AnUntunedProblemGetsATemplateOfItsDevicesArchitecture) {
   Daemon d(db_, "s3cret", &evaluations_);
-  const KernelTemplate& naive = *TemplateRegistry::Builtin().Find("naive");
-  StoreL4Trial(d, naive, naive.defaults.front());
-  DaemonSource source(d.channel(), "s3cret");
-  absl::StatusOr<Problem> p = ProblemFromProto(SeedRequest().problem());
-  ASSERT_TRUE(p.ok());
-  p->seq_k = 1024;  // Untuned on the L4.
-  absl::StatusOr<v1::Kernel> k = source.Find(*p, "NVIDIA L4", "sm_89");
+  StoreL4Trial(d, *TemplateRegistry::Builtin().Find("naive"),
+               TemplateRegistry::Builtin().Find("naive")->defaults.front());
+  Problem p = *ProblemFromProto(SeedRequest().problem());
+  p.seq_k = 1024;  // Untuned on the L4.
+  absl::StatusOr<v1::Kernel> k =
+      DaemonSource(d.channel(), "s3cret").Find(p, "NVIDIA L4", "sm_89");
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ(k->arch(), "sm_89");
   const KernelTemplate* t =

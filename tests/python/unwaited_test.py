@@ -60,15 +60,22 @@ class UnwaitedTest(unittest.TestCase):
             time.sleep(0.005)
         self.fail(f"no kernel served within {seconds} s")
 
-    def test_a_new_decode_problem_is_answered_at_once_then_served(self):
-        # A kind of problem no other test asks for: 6 heads on 2, 777 keys.
-        q = rand(3, 6, 1, 128, seed=1)
-        k, v = rand(3, 2, 777, 128, seed=2), rand(3, 2, 777, 128, seed=3)
+    def decode_call(self, b, heads, kv_heads, keys, d, seed):
+        """(q, k, a call of et.attention on a decode step of this shape
+        checked against the reference)."""
+        q = rand(b, heads, 1, d, seed=seed)
+        k = rand(b, kv_heads, keys, d, seed=seed + 1)
+        v = rand(b, kv_heads, keys, d, seed=seed + 2)
         want = reference(q, k, v)
 
         def call():
             self.assertLess(rel_err(et.attention(q, k, v), want), 2e-2)
 
+        return q, k, call
+
+    def test_a_new_decode_problem_is_answered_at_once_then_served(self):
+        # A kind of problem no other test asks for: 6 heads on 2, 777 keys.
+        q, k, call = self.decode_call(3, 6, 2, 777, 128, seed=1)
         call()
         entry = lambda: next(iter(et._local.calls.values()))
         self.assertIsInstance(entry(), et._Pending)  # SDPA answered.
@@ -78,13 +85,7 @@ class UnwaitedTest(unittest.TestCase):
 
     def test_a_problem_run_before_is_prefetched_for_its_first_call(self):
         # A kind of problem no other test asks for: 7 heads on 1, 555 keys.
-        q = rand(2, 7, 1, 64, seed=10)
-        k, v = rand(2, 1, 555, 64, seed=11), rand(2, 1, 555, 64, seed=12)
-        want = reference(q, k, v)
-
-        def call():
-            self.assertLess(rel_err(et.attention(q, k, v), want), 2e-2)
-
+        _, _, call = self.decode_call(2, 7, 1, 555, 64, seed=10)
         entry = lambda: next(iter(et._local.calls.values()))
         self.served_within(call, entry)  # The daemon served it ...
         # ... so a runtime opened after (a program starting again) fetches
