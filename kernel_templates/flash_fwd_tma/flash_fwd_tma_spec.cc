@@ -134,16 +134,20 @@ Config FitSharedMemory(Config c, const Problem& p) {
   return c;
 }
 
-// Whether a row sees at most 513 keys (a window of both bounds, or of the
-// left with the causal mask). Each consumer then computes only the key
+// Whether a row sees at most 1,025 keys (a window of both bounds, or of
+// the left with the causal mask). Each consumer then computes only the key
 // tiles its own rows see (flash_fwd_tma.cu, NarrowRows), so that 64-key
 // tiles and three consumers leave the least of a block's tiles unseen: at
 // gpt-oss's window of 128, 3 of 5 tiles a consumer where two consumers of
-// 128-key tiles compute all 2 (on the H100, 55.4-56.3 us against 69.0-70.2,
-// and 107.1-107.6 against 113.1 at a window of 512; bench/RESULTS.md).
+// 128-key tiles compute all 2. On the H100 (bench/RESULTS.md), three
+// consumers of 64 keys against two of 128: 55.4-56.3 us against 69.0-70.2
+// at gpt-oss's window of 128, 107.1-107.6 against 113.1 at 512, and on
+// Mistral's 32k prompt (head_dim 128) 874-886 us against 906-922 at 1,024,
+// even at 2,048 (1,579-1,590 against 1,579-1,721) and 3% behind at 4,096
+// (3,279-3,309 against 3,176-3,180).
 bool NarrowWindow(const Problem& p) {
   const int64_t right = p.causal ? 0 : p.window_right;
-  return p.window_left >= 0 && right >= 0 && p.window_left + right <= 512;
+  return p.window_left >= 0 && right >= 0 && p.window_left + right <= 1024;
 }
 
 // Configs fitted to the problem and device. One consumer (64-row tiles)

@@ -507,6 +507,14 @@ TEST(KernelTemplateTest, FlashFwdTmaTakesNarrowTilesUnderANarrowWindow) {
   auto block_n = [&](const Problem& p) {
     return tma.fitted_defaults(p, h200).front().at("BLOCK_N");
   };
+  Problem mistral = gptoss;  // 32 heads on 8, head_dim 128, 32k keys.
+  mistral.heads = 32;
+  mistral.seq_q = mistral.seq_k = 32768;
+  mistral.head_dim = 128;
+  mistral.window_left = 1024;
+  EXPECT_EQ(block_n(mistral), 64);
+  mistral.window_left = 2048;
+  EXPECT_EQ(block_n(mistral), 128);
   Problem wide = gptoss;
   wide.window_left = 4096;
   EXPECT_EQ(block_n(wide), 128);
