@@ -1,6 +1,5 @@
 #include "tuner/daemon/grpc_service.h"
 
-#include "absl/strings/str_cat.h"
 #include "tuner/daemon/auth.h"
 #include "tuner/daemon/proto_convert.h"
 
@@ -145,11 +144,6 @@ grpc::Status GrpcTuner::RecentKernels(grpc::ServerContext* ctx,
                                       const v1::RecentKernelsRequest* req,
                                       v1::RecentKernelsResponse* resp) {
   if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
-  if (req->limit() > kMaxRecentKernels) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("limit: at most ", kMaxRecentKernels,
-                                     ", not ", req->limit()));
-  }
   if (kernels_ == nullptr) return grpc::Status::OK;  // Served none.
   const uint32_t limit =
       req->limit() == 0 ? kDefaultRecentKernels : req->limit();

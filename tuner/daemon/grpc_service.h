@@ -51,13 +51,12 @@ class GrpcTuner final : public v1::Tuner::Service {
   grpc::Status GetKernel(grpc::ServerContext* ctx,
                          const v1::GetKernelRequest* req,
                          v1::Kernel* resp) override;
-  // INVALID_ARGUMENT naming "limit" above kMaxRecentKernels.
+  // A limit past what the daemon keeps (RecentProblems) answers them all.
   grpc::Status RecentKernels(grpc::ServerContext* ctx,
                              const v1::RecentKernelsRequest* req,
                              v1::RecentKernelsResponse* resp) override;
 
   static constexpr uint32_t kDefaultRecentKernels = 64;
-  static constexpr uint32_t kMaxRecentKernels = 1024;
 
  private:
   grpc::Status Authorize(const grpc::ServerContextBase* ctx) const;
