@@ -208,9 +208,10 @@ __device__ __forceinline__ void LoadQFragments(
 // re-read from the Q tile at q_lane; K from the tile at k_lane (the lane's
 // row address, shared bytes). The k-step loop is unrolled kUnroll times.
 // kD counts 16-bit columns; kE4m3: the rows are e4m3 pairs (2 kD elements
-// a row), multiplied by MmaE4m3.
+// a row), multiplied by MmaE4m3. kSteps: the k-steps computed, those of
+// the columns in memory where the rows are padded (the rest are zeros).
 template <int kMTiles, int kN, int kD, bool kQInRegs, int kUnroll, int kQSteps,
-          bool kE4m3 = false>
+          bool kE4m3 = false, int kSteps = kD / 16>
 __device__ __forceinline__ void QkTile(
     float (&s)[kMTiles][kN / 8][4],
     const unsigned (&q_frag)[kMTiles][kQSteps][4], unsigned q_lane,
@@ -223,8 +224,9 @@ __device__ __forceinline__ void QkTile(
       for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
     }
   }
+  static_assert(kSteps <= kD / 16, "kSteps");
 #pragma unroll(kUnroll)
-  for (int ks = 0; ks < kD / 16; ++ks) {
+  for (int ks = 0; ks < kSteps; ++ks) {
     unsigned qf[kMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -726,9 +728,10 @@ __device__ __forceinline__ void PackProbs(const float (&s)[kMTiles][kNTiles][4],
 
 // O += P V for one tile of kN keys: P packed from the probabilities in s,
 // V through ldmatrix.trans from the tile at v_lane (the lane's row address,
-// shared bytes) with the lane's chunk offsets v_chunk.
-template <int kMTiles, int kN, int kD>
-__device__ __forceinline__ void PvTile(float (&o)[kMTiles][kD / 8][4],
+// shared bytes) with the lane's chunk offsets v_chunk. kDOut: the columns
+// computed (a multiple of 16), those in memory where rows are padded.
+template <int kMTiles, int kN, int kD, int kDOut = kD>
+__device__ __forceinline__ void PvTile(float (&o)[kMTiles][kDOut / 8][4],
                                        const float (&s)[kMTiles][kN / 8][4],
                                        unsigned v_lane,
                                        const int (&v_chunk)[4]) {
@@ -738,7 +741,7 @@ __device__ __forceinline__ void PvTile(float (&o)[kMTiles][kD / 8][4],
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) PackProbs(s, mt, t, pf[mt]);
 #pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
+    for (int dp = 0; dp < kDOut / 16; ++dp) {
       unsigned vf[4];
       // Chunks 8..15 differ from 0..7 by a constant under the swizzle.
       LdMatrixX4Trans(

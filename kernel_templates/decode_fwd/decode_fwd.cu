@@ -36,9 +36,10 @@
 //   KV_SPLITS  blocks sharing one row block's keys.
 //   Q_IN_REGS  1: Q fragments stay in registers; 0: they are re-read from
 //              shared memory for every key tile (fewer registers).
-// Fixed per problem: HEAD_DIM (32, 64, 80, 96, 128, 192 or 256, computed as
-// the next multiple of 64: D below; 64 or 128 with e4m3 K/V), EVT_BF16,
-// EVT_KV_FP8.
+// Fixed per problem: HEAD_DIM (32, 64, 80, 96, 128, 192 or 256; 64 or 128
+// with e4m3 K/V), EVT_BF16, EVT_KV_FP8. Rows in shared memory are padded to
+// the next multiple of 64 (D below); only HEAD_DIM's columns are copied and
+// computed (the padding is never read).
 //
 // An FP8 KV cache (EVT_KV_FP8, common/fp8.cuh): K and V are e4m3, one byte
 // an element, and stream at half the bytes. Their tiles are read from shared
@@ -87,9 +88,9 @@ constexpr int kDMem = kHeadDimMem;  // In memory; computed: kD (flash_common).
 constexpr int kD = kHeadDimIn64s;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMTiles = kRows / 16;  // 16-row MMA tiles, all in every warp.
-constexpr int kKSteps = kD / 16;     // k-steps of Q K^T.
+constexpr int kKSteps = kDMem / 16;  // k-steps of Q K^T.
 constexpr int kNTiles = kN / 8;      // n8 tiles of S.
-constexpr int kDTiles = kD / 8;      // n8 tiles of O.
+constexpr int kDTiles = kDMem / 8;   // n8 tiles of O.
 constexpr int kChunks = kD / 8;      // 16-byte chunks per row.
 constexpr int kTile = kN * kD;       // Elements of one K or V tile.
 constexpr int kKvBytes = kKvFp8 ? 1 : 2;
@@ -220,22 +221,22 @@ constexpr int FloorPow2(int n) { return n < 2 ? 1 : 2 * FloorPow2(n / 2); }
 // computed once, so a tile costs a pointer step and a compare per chunk.
 // kPass is a power of two (it divides the pages' rows and leaves the
 // swizzle's row bits to j); where kPass rows of chunks are fewer than 32
-// (HEAD_DIM 192: 24 chunks a row) the other lanes copy nothing.
+// (HEAD_DIM 192: 24 chunks a row) the other lanes copy nothing, nor do
+// those whose chunk is padding (past HEAD_DIM's).
 struct TileCopy {
   static constexpr int kPass = FloorPow2(32 / kChunks);
-  static constexpr bool kEveryLane = kPass * kChunks == 32;
+  static constexpr bool kEveryLane =
+      kPass * kChunks == 32 && kMemChunks == kChunks;
   bool copies;       // Whether the lane copies at all.
-  bool in_memory;    // Whether its chunk is one of HEAD_DIM's (else zeros).
   int r0;            // The lane's first row.
   int swizzled;      // Its chunk XOR its first row's swizzle.
   long long offset;  // Element offset of its first chunk in global memory.
   long long pass;    // Elements between its chunks of consecutive passes.
 
   __device__ __forceinline__ TileCopy(long long row_stride, int lane) {
-    copies = kEveryLane || lane < kPass * kChunks;
     r0 = lane / kChunks;
     const int c = lane % kChunks;
-    in_memory = c < kMemChunks;
+    copies = kEveryLane || (lane < kPass * kChunks && c < kMemChunks);
     swizzled = c ^ r0;  // r0 < kPass: the row's low bits, as in Swizzled.
     offset = r0 * row_stride + c * 8;
     pass = kPass * row_stride;
@@ -259,7 +260,7 @@ struct TileCopy {
       // Row r0 + kPass * j: its swizzle is r0 ^ (kPass * j mod 8).
       const int r = r0 + kPass * j;
       const unsigned at = 2 * (r * kD + ((swizzled ^ ((kPass * j) & 7)) << 3));
-      const bool valid = (kFull || r < valid_rows) && in_memory;
+      const bool valid = kFull || r < valid_rows;
       CpAsync16Stream(dst + at, valid ? src : rows.page[0], valid, policy);
       src += pass;
     }
@@ -762,8 +763,8 @@ __device__ __forceinline__ void StreamKeys(
     if constexpr (kKvFp8) {
       Fp8QkTile(s_acc, q_frag, q_tile, k_tile, lane);
     } else {
-      QkTile<kMTiles, kN, kD, kQInRegs, kKSteps>(s_acc, q_frag, q_lane,
-                                                 k_tile + 2 * f.k_row, lane);
+      QkTile<kMTiles, kN, kD, kQInRegs, kKSteps, (kQInRegs ? kKSteps : 1),
+             false, kKSteps>(s_acc, q_frag, q_lane, k_tile + 2 * f.k_row, lane);
     }
 
     if constexpr (kSoftcap) SoftcapTile(s_acc, scales.pre);
@@ -806,7 +807,8 @@ __device__ __forceinline__ void StreamKeys(
     if constexpr (kKvFp8) {
       Fp8PvTile(o_acc, s_acc, v_tile, lane);
     } else {
-      PvTile<kMTiles, kN, kD>(o_acc, s_acc, v_tile + 2 * f.v_row, f.v_chunk);
+      PvTile<kMTiles, kN, kD, kDMem>(o_acc, s_acc, v_tile + 2 * f.v_row,
+                                     f.v_chunk);
     }
   }
   CpAsyncWait<0>();
@@ -848,7 +850,6 @@ constexpr int kMergeMlBytes = kSplits > kMergeBatch ? kRows* kSplits * 8 : 0;
 __device__ __forceinline__ void StoreRow(const AttentionParams& p,
                                          const DecodePlan& w, int row, int col,
                                          uint4 packed) {
-  if (col >= kDMem) return;  // A padding column.
   const long long at =
       RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
   *reinterpret_cast<uint4*>(static_cast<evt_elem*>(p.o) + at + col) = packed;
@@ -860,9 +861,9 @@ __device__ __forceinline__ void StoreRow(const AttentionParams& p,
 __device__ __forceinline__ void MergeFew(const AttentionParams& p,
                                          const DecodePlan& w,
                                          const Workspace& ws, int rows_here) {
-  for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
-    const int row = idx / kChunks;
-    const int col = (idx % kChunks) * 8;
+  for (int idx = threadIdx.x; idx < rows_here * kMemChunks; idx += kThreads) {
+    const int row = idx / kMemChunks;
+    const int col = (idx % kMemChunks) * 8;
     float m[kSplits], l[kSplits];
     float4 lo[kSplits], hi[kSplits];
 #pragma unroll
@@ -898,9 +899,9 @@ __device__ __forceinline__ void MergeMany(const AttentionParams& p,
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
-    const int row = idx / kChunks;
-    const int col = (idx % kChunks) * 8;
+  for (int idx = threadIdx.x; idx < rows_here * kMemChunks; idx += kThreads) {
+    const int row = idx / kMemChunks;
+    const int col = (idx % kMemChunks) * 8;
     const float2* row_ml = ml + row * kSplits;
     const float sink = RowSink(p, w, w.r0 + row);  // One more state.
     float mx = NegInf();
@@ -1031,9 +1032,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   __syncthreads();
   evt_elem* o = static_cast<evt_elem*>(p.o);
   const Workspace ws(p, w);
-  for (int idx = threadIdx.x; idx < rows_here * kChunks; idx += kThreads) {
-    const int row = idx / kChunks;
-    const int col = (idx % kChunks) * 8;
+  for (int idx = threadIdx.x; idx < rows_here * kMemChunks; idx += kThreads) {
+    const int row = idx / kMemChunks;
+    const int col = (idx % kMemChunks) * 8;
     RowMerge merge;
 #pragma unroll
     for (int wp = 0; wp < kWarps; ++wp) {
@@ -1045,7 +1046,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if constexpr (kSplits == 1) {
       const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);
       if (kSinks) merge.Add(RowSink(p, w, w.r0 + row), 1.f, none, none);
-      if (col >= kDMem) continue;  // A padding column.
       const long long at =
           RowOffset(w, w.r0 + row, w.seq.o, p.o_head_stride, p.o_row_stride);
       *reinterpret_cast<uint4*>(o + at + col) = merge.Normalised();
