@@ -9,11 +9,13 @@
 # BIN holds evotuned (or a bundle's `run` wrapper for it); OUT receives
 # growing-decode.json (the 1,024-step loop in fresh processes: on the fresh
 # daemon, then warm without and with kernels fetched ahead, twice each,
-# then once more with 10,000 more lengths for GPU memory), varlen.json
-# (varlen_compare.py), serving.json (serving_shapes.py's 60 untuned shapes)
-# and, given PLAN.json (kernels_then_and_now.sh's plan, made where
-# export_kernel runs), dense-then-now.json. Needs PYTHONPATH=python:bench
-# and EVOTUNE_RUNTIME_LIBRARY. COMMIT names the commit in the JSON.
+# then once more with 10,000 more lengths for GPU memory, and once through
+# flash_attn_with_kvcache), varlen.json (varlen_compare.py), serving.json
+# (serving_shapes.py's 60 untuned shapes), op-call-cost.txt
+# (op_call_cost.py) and, given PLAN.json (kernels_then_and_now.sh's plan,
+# made where export_kernel runs), dense-then-now.json. Needs
+# PYTHONPATH=python:bench and EVOTUNE_RUNTIME_LIBRARY. COMMIT names the
+# commit in the JSON.
 set -euo pipefail
 bin=$1 out=$2 plan=${3:-}
 commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -44,6 +46,7 @@ for i in 1 2; do
   decode "warm-prefetch-$i" --prefetch 64
 done
 decode lengths --prefetch 64 --lengths 10000
+decode kvcache --prefetch 64 --kvcache
 python3 - "$work" "$out/growing-decode.json" <<'PY'
 import glob, json, os, sys
 work, dest = sys.argv[1:]
@@ -71,6 +74,10 @@ print(f"{sum(v >= 0.95 for v in ratio.values())} of {len(ratio)} at or above "
       f"0.95x the faster SDPA backend, median "
       f"{statistics.median(ratio.values()):.2f}x, lowest {low}")
 PY
+echo "== the op's call, piece by piece"
+python3 bench/op_call_cost.py "$daemon" >"$out/op-call-cost.txt"
+grep -E "^(sdpa|et.attention|flash_attn_with_kvcache|plan.run) " \
+  "$out/op-call-cost.txt"
 if [ -n "$plan" ]; then
   echo "== dense suite, then and now"
   python3 bench/sdpa_compare.py "$plan" --interleave --rounds 5 \

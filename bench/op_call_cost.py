@@ -4,7 +4,8 @@ each piece called back to back N times on one decode step (B=8, 32 query
 heads on 8 KV heads, D=128 bf16, 1 query on 1,024 keys of a 4,096-key cache)
 with one synchronize at the end, in µs per call. A piece faster than the
 kernel it launches measures the GPU's rate instead (plan.run alone is the
-kernel's time); SDPA's eager call is beside it.
+kernel's time); SDPA's eager call is beside it, and the same step through
+flash_attn_with_kvcache (the whole cache, 1,024 keys used).
 
   PYTHONPATH=python EVOTUNE_RUNTIME_LIBRARY=build/lib/libevotune_runtime.so \\
   python3 bench/op_call_cost.py 127.0.0.1:7433 [--calls 3000]
@@ -46,6 +47,12 @@ def main():
     cv = torch.randn_like(ck)
     k, v = ck[:, :, :n], cv[:, :, :n]
     print(et.kernel_for(q, k, v=v, reason=True))
+    # The same step through flash_attn_with_kvcache: FlashAttention's
+    # [batch, seq, heads, dim] caches, the used lengths on the device.
+    q_fa = q.transpose(1, 2).contiguous()
+    ck_fa = ck.transpose(1, 2).contiguous()
+    cv_fa = cv.transpose(1, 2).contiguous()
+    used = torch.full((b,), n, dtype=torch.int32, device="cuda")
     entry = op._lookup(q, k, v, False, NO_MODS, None)
     stream = op._stream_id(q.device)
     pieces = [
@@ -53,6 +60,8 @@ def main():
         ("sdpa", lambda: F.scaled_dot_product_attention(
             q, k, v, enable_gqa=True)),
         ("et.attention", lambda: et.attention(q, k, v)),
+        ("flash_attn_with_kvcache", lambda: et.flash_attn_with_kvcache(
+            q_fa, ck_fa, cv_fa, cache_seqlens=used)),
         ("_attention_impl", lambda: op._attention_impl(q, k, v, False, None)),
         ("_lookup", lambda: op._lookup(q, k, v, False, NO_MODS, None)),
         ("_signature", lambda: op._signature(q, k, v, False, NO_MODS, None,
