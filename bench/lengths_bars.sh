@@ -15,9 +15,13 @@
 # (op_call_cost.py) and, given PLAN.json (kernels_then_and_now.sh's plan,
 # made where export_kernel runs), dense-then-now.json. Needs
 # PYTHONPATH=python:bench and EVOTUNE_RUNTIME_LIBRARY. COMMIT names the
-# commit in the JSON.
+# commit in the JSON; STEPS (default "decode varlen serving cost dense")
+# runs some of them only, e.g. to split the run across shorter sessions.
 set -euo pipefail
 bin=$1 out=$2 plan=${3:-}
+steps=" ${STEPS:-decode varlen serving cost dense} "
+# Whether step $1 is to run.
+step() { [[ $steps == *" $1 "* ]]; }
 commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$out"
 evotuned=("$bin/evotuned")
@@ -40,14 +44,16 @@ decode() {
     --json "$work/gd-$name.json" "$@" >"$work/gd-$name.txt"
   sed -n '2p;/GPU memory/p' "$work/gd-$name.txt"
 }
-decode fresh --prefetch 0
-for i in 1 2; do
-  decode "warm-$i" --prefetch 0
-  decode "warm-prefetch-$i" --prefetch 64
-done
-decode lengths --prefetch 64 --lengths 10000
-decode kvcache --prefetch 64 --kvcache
-python3 - "$work" "$out/growing-decode.json" <<'PY'
+# The growing decode loop's runs into OUT/growing-decode.json.
+growing_decode() {
+  decode fresh --prefetch 0
+  for i in 1 2; do
+    decode "warm-$i" --prefetch 0
+    decode "warm-prefetch-$i" --prefetch 64
+  done
+  decode lengths --prefetch 64 --lengths 10000
+  decode kvcache --prefetch 64 --kvcache
+  python3 - "$work" "$out/growing-decode.json" <<'PY'
 import glob, json, os, sys
 work, dest = sys.argv[1:]
 runs = {}
@@ -56,15 +62,21 @@ for path in sorted(glob.glob(os.path.join(work, "gd-*.json")),
     runs[os.path.basename(path)[3:-5]] = json.load(open(path))
 json.dump({"order": list(runs), "runs": runs}, open(dest, "w"), indent=1)
 PY
+}
+step decode && growing_decode
 
-echo "== varlen batch"
-python3 bench/varlen_compare.py --daemon "$daemon" --commit "$commit" \
-  --json "$out/varlen.json" | tail -3
-echo "== 60 serving shapes, untuned"
-python3 bench/serving_shapes.py --daemon "$daemon" >"$work/shapes.json"
-python3 bench/sdpa_compare.py "$work/shapes.json" --interleave \
-  --commit "$commit" --json "$out/serving.json" >"$work/serving.txt"
-python3 - "$out/serving.json" <<'PY'
+if step varlen; then
+  echo "== varlen batch"
+  python3 bench/varlen_compare.py --daemon "$daemon" --commit "$commit" \
+    --json "$out/varlen.json" | tail -3
+fi
+# The 60 serving shapes into OUT/serving.json, and the count at the bar.
+serving() {
+  echo "== 60 serving shapes, untuned"
+  python3 bench/serving_shapes.py --daemon "$daemon" >"$work/shapes.json"
+  python3 bench/sdpa_compare.py "$work/shapes.json" --interleave \
+    --commit "$commit" --json "$out/serving.json" >"$work/serving.txt"
+  python3 - "$out/serving.json" <<'PY'
 import json, statistics, sys
 rows = json.load(open(sys.argv[1]))["results"]
 ratio = {r["name"]: min(t for t in (r.get("flash_us"), r.get("cudnn_us"))
@@ -74,11 +86,16 @@ print(f"{sum(v >= 0.95 for v in ratio.values())} of {len(ratio)} at or above "
       f"0.95x the faster SDPA backend, median "
       f"{statistics.median(ratio.values()):.2f}x, lowest {low}")
 PY
-echo "== the op's call, piece by piece"
-python3 bench/op_call_cost.py "$daemon" >"$out/op-call-cost.txt"
-grep -E "^(sdpa|et.attention|flash_attn_with_kvcache|plan.run) " \
-  "$out/op-call-cost.txt"
-if [ -n "$plan" ]; then
+}
+step serving && serving
+
+if step cost; then
+  echo "== the op's call, piece by piece"
+  python3 bench/op_call_cost.py "$daemon" >"$out/op-call-cost.txt"
+  grep -E "^(sdpa|et.attention|flash_attn_with_kvcache|plan.run) " \
+    "$out/op-call-cost.txt"
+fi
+if step dense && [ -n "$plan" ]; then
   echo "== dense suite, then and now"
   python3 bench/sdpa_compare.py "$plan" --interleave --rounds 5 \
     --commit "$commit" --json "$out/dense-then-now.json" | tail -28
