@@ -35,7 +35,9 @@ pid=$!
 for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 daemon=127.0.0.1:$(cat "$work/port")
 
-# Runs one pass pair of the growing decode loop into $work/gd-NAME.json.
+# Runs one pass pair of the growing decode loop into $work/gd-NAME.json,
+# and rewrites OUT/growing-decode.json with every run so far (a run cut
+# short by a time limit keeps the ones before it).
 decode() {
   local name=$1
   shift
@@ -43,16 +45,6 @@ decode() {
   python3 bench/growing_decode.py --daemon "$daemon" --commit "$commit" \
     --json "$work/gd-$name.json" "$@" >"$work/gd-$name.txt"
   sed -n '2p;/GPU memory/p' "$work/gd-$name.txt"
-}
-# The growing decode loop's runs into OUT/growing-decode.json.
-growing_decode() {
-  decode fresh --prefetch 0
-  for i in 1 2; do
-    decode "warm-$i" --prefetch 0
-    decode "warm-prefetch-$i" --prefetch 64
-  done
-  decode lengths --prefetch 64 --lengths 10000
-  decode kvcache --prefetch 64 --kvcache
   python3 - "$work" "$out/growing-decode.json" <<'PY'
 import glob, json, os, sys
 work, dest = sys.argv[1:]
@@ -62,6 +54,16 @@ for path in sorted(glob.glob(os.path.join(work, "gd-*.json")),
     runs[os.path.basename(path)[3:-5]] = json.load(open(path))
 json.dump({"order": list(runs), "runs": runs}, open(dest, "w"), indent=1)
 PY
+}
+# The growing decode loop's runs.
+growing_decode() {
+  decode fresh --prefetch 0
+  for i in 1 2; do
+    decode "warm-$i" --prefetch 0
+    decode "warm-prefetch-$i" --prefetch 64
+  done
+  decode lengths --prefetch 64 --lengths 10000
+  decode kvcache --prefetch 64 --kvcache
 }
 step decode && growing_decode
 
