@@ -970,17 +970,23 @@ constexpr int kSmemBytes = kFlagOffset + 16;
 
 // Where shared memory holds one block of this config per SM (1 KB of it is
 // reserved per block), ptxas is told so: left to itself it may trade a spill
-// for registers no second block could use. Elsewhere it chooses (0: no
-// hint).
+// for registers no second block could use. So too below head_dim 64, whose
+// rows are padded to 64 columns in shared memory: it limits the blocks an
+// SM holds before registers do, and unhinted ptxas spilled at head_dim 32
+// to fit more (80 registers and 8 bytes of spills, 127 and none when told).
+// Elsewhere it chooses (0: no hint).
 #if __CUDA_ARCH__ >= 900
-constexpr int kSmemPerSm = 228 * 1024;
+constexpr int kSmemPerSm = 228 * 1024, kThreadsPerSm = 2048;
 #elif __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870
-constexpr int kSmemPerSm = 164 * 1024;
+constexpr int kSmemPerSm = 164 * 1024, kThreadsPerSm = 2048;
 #else
-constexpr int kSmemPerSm = 100 * 1024;
+constexpr int kSmemPerSm = 100 * 1024, kThreadsPerSm = 1536;
 #endif
+constexpr int kSmemBlocks = kSmemPerSm / (kSmemBytes + 1024);
 constexpr int kMinBlocks =
-    kKvFp8 || kSmemPerSm / (kSmemBytes + 1024) <= 1 ? 1 : 0;
+    kKvFp8 || kSmemBlocks <= 1                              ? 1
+    : kDMem < 64 && kSmemBlocks * kThreads <= kThreadsPerSm ? kSmemBlocks
+                                                            : 0;
 
 }  // namespace
 
