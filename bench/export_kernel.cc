@@ -9,27 +9,38 @@
 // writes DIR/x.evtb and DIR/x.log (the compiler's log: registers, spills,
 // warnings). With --source=FILE the template's source is read from FILE
 // instead (its spec and shared headers stay): a kernel variant timed beside
-// the built-in one without a rebuild. Its hash is then "edited".
+// the built-in one without a rebuild. Its hash is then "edited". Without
+// --config, the config an untuned problem is served (the template's first
+// default that runs the problem on a GPU of --arch with --sms
+// multiprocessors), printed as "config: ...".
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "kernel_templates/serving_defaults.h"
 #include "kernel_templates/template_registry.h"
 #include "tuner/evaluator/nvrtc_compiler.h"
 #include "tuner/wire/kernel_bundle.h"
 #include "tuner/wire/message_convert.h"
 
 ABSL_FLAG(std::string, template_name, "flash_fwd", "kernel template");
-ABSL_FLAG(std::string, config, "", "NAME=value,...");
+ABSL_FLAG(std::string, config, "",
+          "NAME=value,... (default: the config the problem is served "
+          "untuned)");
 ABSL_FLAG(std::string, problem, "", "problem key, as ProblemKey writes it");
 ABSL_FLAG(std::string, arch, "sm_90a",
           "target architecture, as ArchName writes it");
 ABSL_FLAG(std::string, out, "", "output path prefix");
 ABSL_FLAG(std::string, source, "",
           "compile this file instead of the template's embedded source");
+ABSL_FLAG(int, sms, 132,
+          "without --config: the multiprocessors of the GPU the served "
+          "config is fitted to");
 
 namespace evotune {
 namespace {
@@ -37,6 +48,53 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "export_kernel: %s\n", message.c_str());
   return 1;
+}
+
+// A GPU of `arch` ("sm_90a", "sm_89"): its opt-in shared memory per block
+// (227 KB from Hopper to Blackwell, the A100's 163 KB, 99 KB elsewhere)
+// and `sms` multiprocessors.
+absl::StatusOr<DeviceLimits> ArchLimits(absl::string_view arch, int sms) {
+  absl::string_view digits = arch;
+  int cc = 0;
+  if (!absl::ConsumePrefix(&digits, "sm_") ||
+      !absl::SimpleAtoi(absl::StripSuffix(digits, "a"), &cc) || cc < 80) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arch: ", arch, " is not sm_80 or newer"));
+  }
+  if (sms <= 0 || sms > kMaxMultiprocessors) {
+    return absl::InvalidArgumentError("--sms: 1 to 4096");
+  }
+  DeviceLimits limits;
+  limits.smem_per_block_bytes = cc >= 90 && cc < 120   ? 232448
+                                : cc == 80 || cc == 87 ? 166912
+                                                       : 101376;
+  limits.compute_capability = cc;
+  limits.multiprocessors = sms;
+  return limits;
+}
+
+// --config, or the config `problem` is served untuned on --arch.
+absl::StatusOr<Config> ConfigToCompile(const KernelTemplate& t,
+                                       const Problem& problem) {
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
+    if (!config.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config: ", config.status().message()));
+    }
+    return config;
+  }
+  absl::StatusOr<DeviceLimits> limits =
+      ArchLimits(absl::GetFlag(FLAGS_arch), absl::GetFlag(FLAGS_sms));
+  if (!limits.ok()) return limits.status();
+  std::vector<DefaultChoice> served = RankedDefaults({&t}, problem, *limits, 1);
+  if (served.empty()) {
+    return absl::InvalidArgumentError(
+        "--config: none given, and no default config of --template_name "
+        "runs --problem on --arch");
+  }
+  std::printf("config: %s\n", ConfigKey(served[0].config).c_str());
+  return served[0].config;
 }
 
 // The kernel as the runtime loads it: the config named, compiled for --arch,
@@ -70,13 +128,12 @@ int Run() {
     edited.hash = "edited";
   }
   const KernelTemplate* t = &edited;
-  absl::StatusOr<Config> config = ParseConfigKey(absl::GetFlag(FLAGS_config));
-  if (!config.ok())
-    return Fail(absl::StrCat("--config: ", config.status().message()));
   absl::StatusOr<Problem> problem =
       ParseProblemKey(absl::GetFlag(FLAGS_problem));
   if (!problem.ok())
     return Fail(absl::StrCat("--problem: ", problem.status().message()));
+  absl::StatusOr<Config> config = ConfigToCompile(*builtin, *problem);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
   if (absl::GetFlag(FLAGS_out).empty()) return Fail("--out is required");
   DeviceLimits unlimited;
   unlimited.smem_per_block_bytes = 1 << 30;

@@ -230,4 +230,19 @@ assert [e["name"] for e in plan] == ["0 bucket evo", "0 bucket ex",
     "1 bucket evo", "1 bucket ex"], plan
 assert plan[2]["problem"] == "b1_h8_kv2_q9_k9_d64_causal_bf16_bhsd", plan
 ' "$work/keys.json" || fail "model_shapes.py --problems"
+# export_kernel without --config: the config the problem is served untuned
+# on --arch, printed and compiled (head_dim 32's decode default: no
+# spills); an arch it has no limits for is refused naming the flag.
+key=b8_h32_kv32_q1_k4096_d32_full_bf16_bhsd
+out=$("$bin/export_kernel" --template_name=decode_fwd --problem=$key \
+  --arch=sm_90a --out="$work/served") || fail "export_kernel exited $?"
+[[ $out == "config: KV_SPLITS="*",WARPS="* ]] || fail "export_kernel: $out"
+[ -s "$work/served.evtb" ] || fail "export_kernel wrote no bundle"
+grep -q ", 0 bytes spill stores" "$work/served.log" ||
+  fail "the served d32 decode kernel spills: $(cat "$work/served.log")"
+if err=$("$bin/export_kernel" --template_name=decode_fwd --problem=$key \
+  --arch=sm_75 --out="$work/old" 2>&1); then
+  fail "export_kernel took --arch=sm_75 without --config"
+fi
+[[ $err == *"--arch: sm_75"* ]] || fail "export_kernel --arch=sm_75: $err"
 echo "PASS"
