@@ -41,7 +41,7 @@ daemon=127.0.0.1:$(cat "$work/port")
 decode() {
   local name=$1
   shift
-  echo "== growing decode: $name"
+  echo "== growing decode: $name (at ${SECONDS} s)"
   python3 bench/growing_decode.py --daemon "$daemon" --commit "$commit" \
     --json "$work/gd-$name.json" "$@" >"$work/gd-$name.txt"
   sed -n '2p;/GPU memory/p' "$work/gd-$name.txt"
@@ -68,13 +68,13 @@ growing_decode() {
 step decode && growing_decode
 
 if step varlen; then
-  echo "== varlen batch"
+  echo "== varlen batch (at ${SECONDS} s)"
   python3 bench/varlen_compare.py --daemon "$daemon" --commit "$commit" \
     --json "$out/varlen.json" | tail -3
 fi
 # The 60 serving shapes into OUT/serving.json, and the count at the bar.
 serving() {
-  echo "== 60 serving shapes, untuned"
+  echo "== 60 serving shapes, untuned (at ${SECONDS} s)"
   python3 bench/serving_shapes.py --daemon "$daemon" >"$work/shapes.json"
   python3 bench/sdpa_compare.py "$work/shapes.json" --interleave \
     --commit "$commit" --json "$out/serving.json" >"$work/serving.txt"
@@ -92,13 +92,13 @@ PY
 step serving && serving
 
 if step cost; then
-  echo "== the op's call, piece by piece"
+  echo "== the op's call, piece by piece (at ${SECONDS} s)"
   python3 bench/op_call_cost.py "$daemon" >"$out/op-call-cost.txt"
   grep -E "^(sdpa|et.attention|flash_attn_with_kvcache|plan.run) " \
     "$out/op-call-cost.txt"
 fi
 if step dense && [ -n "$plan" ]; then
-  echo "== dense suite, then and now"
+  echo "== dense suite, then and now (at ${SECONDS} s)"
   python3 bench/sdpa_compare.py "$plan" --interleave --rounds 5 \
     --commit "$commit" --json "$out/dense-then-now.json" | tail -28
 fi
