@@ -975,7 +975,7 @@ constexpr int kSmemBytes = kFlagOffset + 16;
 // SM holds before registers do, and unhinted ptxas spilled at head_dim 32
 // to fit more (80 registers and 8 bytes of spills, 127 and none when told).
 // Elsewhere it chooses (0: no hint).
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200  // Hopper, Blackwell DC.
 constexpr int kSmemPerSm = 228 * 1024, kThreadsPerSm = 2048;
 #elif __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870
 constexpr int kSmemPerSm = 164 * 1024, kThreadsPerSm = 2048;
