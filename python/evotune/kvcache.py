@@ -50,6 +50,7 @@ from . import runtime as _rt
 from . import score_mods
 from . import torch as _et
 from .checks import AttentionArgumentError
+from .kvcache_checks import cache_slots, check_kvcache_call
 from .varlen_checks import page_size_reason
 
 _UNSERVED = (
@@ -85,85 +86,12 @@ def _check_descale(q, k_cache, k_descale, v_descale):
                   f"[batch, kv_heads] = {list(shape)}")
 
 
-def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table):
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
-                    ("k", k), ("v", v)):
-        if t is not None and t.dim() != 4:
-            _fail(f"{name} must be 4-D [batch, seq, heads, head_dim], got "
-                  f"{t.dim()}-D of shape {tuple(t.shape)}")
-    if (k is None) != (v is None):
-        _fail("k and v come together (the new keys and their values)")
-    named = [(n, t) for n, t in (("k_cache", k_cache), ("v_cache", v_cache),
-                                 ("k", k), ("v", v)) if t is not None]
-    paged = block_table is not None
-    if paged:
-        _check_pages(q, k_cache, block_table)
-    kv_dtype = k_cache.dtype
-    if kv_dtype == torch.float8_e4m3fn and q.dtype in (torch.float16,
-                                                       torch.bfloat16):
-        pass  # An FP8 KV cache under 16-bit queries.
-    elif kv_dtype != q.dtype:
-        _fail(f"k_cache is {kv_dtype}, q is {q.dtype}: one dtype, or a "
-              "float8_e4m3fn cache under float16/bfloat16 queries")
-    for name, t in named:
-        if t.dtype != kv_dtype or t.device != q.device:
-            _fail(f"{name} is {t.dtype} on {t.device}, k_cache is {kv_dtype} "
-                  f"on {q.device}: the cache's dtype on q's device")
-        in_pages = paged and name.endswith("_cache")  # Any number of pages.
-        if (t.shape[0] != q.shape[0] and not in_pages) or (
-                t.shape[3] != q.shape[3]):
-            _fail(f"{name}.shape {tuple(t.shape)} must have q's batch "
-                  f"({q.shape[0]}) and head_dim ({q.shape[3]})")
-    if paged and v_cache.shape[0] != k_cache.shape[0]:
-        _fail(f"v_cache holds {v_cache.shape[0]} pages, k_cache "
-              f"{k_cache.shape[0]}")
-        if t.shape[2] != k_cache.shape[2]:
-            _fail(f"{name} has {t.shape[2]} KV heads, k_cache "
-                  f"{k_cache.shape[2]}")
-    if v_cache.shape[1] != k_cache.shape[1]:
-        _fail(f"v_cache holds {v_cache.shape[1]} slots, k_cache "
-              f"{k_cache.shape[1]}")
-    if k is not None and v.shape[1] != k.shape[1]:
-        _fail(f"v has {v.shape[1]} new rows, k {k.shape[1]}")
-    if k_cache.shape[2] == 0 or q.shape[2] % k_cache.shape[2]:
-        _fail(f"KV heads ({k_cache.shape[2]}) must divide q's heads "
-              f"({q.shape[2]})")
-    if isinstance(cache_seqlens, torch.Tensor) and (
-            cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1
-            or cache_seqlens.shape[0] != q.shape[0]
-            or cache_seqlens.device != q.device):
-        _fail(f"cache_seqlens must be an int32 [batch] tensor on q's device, "
-              f"got {cache_seqlens.dtype} {tuple(cache_seqlens.shape)} on "
-              f"{cache_seqlens.device}")
-
-
-def _check_pages(q, k_cache, block_table):
-    """A paged call's block table against q and the pages."""
-    if (block_table.dtype != torch.int32 or block_table.dim() != 2
-            or block_table.shape[0] != q.shape[0]
-            or block_table.shape[1] == 0 or block_table.device != q.device):
-        _fail(f"block_table must be an int32 [batch, max_pages] tensor on "
-              f"q's device (batch {q.shape[0]}), got {block_table.dtype} "
-              f"{tuple(block_table.shape)} on {block_table.device}")
-    if k_cache.shape[0] == 0 or k_cache.shape[1] == 0:
-        _fail(f"k_cache must hold pages [num_pages, page_size, kv_heads, "
-              f"head_dim], got shape {tuple(k_cache.shape)}")
-
-
-def _slots(cache, block_table):
-    """The number of key slots of each sequence: the cache's length, or in
-    a paged cache the block table's pages."""
-    if block_table is None:
-        return cache.shape[1]
-    return block_table.shape[1] * cache.shape[1]
-
-
 def _lengths(q, k_cache, k, v_cache, v, cache_seqlens, block_table):
     """Writes the new keys and values (if any) into the caches after each
     sequence's filled slots; the int32 [batch] lengths attended to."""
     batch = q.shape[0]
     if cache_seqlens is None:
-        used = torch.full((batch,), _slots(k_cache, block_table),
+        used = torch.full((batch,), cache_slots(k_cache, block_table),
                           dtype=torch.int32, device=q.device)
         if k is not None:
             _fail("k and v need cache_seqlens (where to write them)")
@@ -293,8 +221,8 @@ def _make_plan(q, k_cache, v_cache, block_table, o, causal, mods, scale,
     b, seq_q, heads, d = q.shape
     paged = block_table is not None
     problem = _rt.Problem(
-        b, heads, k_cache.shape[2], seq_q, _slots(k_cache, block_table), d,
-        int(causal), int(q.dtype == torch.bfloat16),
+        b, heads, k_cache.shape[2], seq_q, cache_slots(k_cache, block_table),
+        d, int(causal), int(q.dtype == torch.bfloat16),
         _rt.LAYOUT_PAGED if paged else _rt.LAYOUT_KV_CACHE,
         k_cache.shape[1] if paged else 0,
         int(k_cache.dtype == torch.float8_e4m3fn),
@@ -529,5 +457,6 @@ def _check_call(q, k_cache, v_cache, k, v, cache_seqlens, block_table, given,
                   "paged caches, 16-bit or FP8, without rotary embedding, "
                   "cache indices or left padding, or LSE, and 16-bit "
                   "queries)")
-    _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table)
+    check_kvcache_call(q, k_cache, v_cache, k, v, cache_seqlens,
+                       block_table)
     return _shape_reason(q, k_cache, v_cache, block_table, scale)

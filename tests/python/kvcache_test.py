@@ -144,12 +144,23 @@ class KvCacheTest(unittest.TestCase):
             (dict(k=kc[:, :1]), "k and v come together"),
             (dict(cache_seqlens=lens.long()), "cache_seqlens must be an int32"),
             (dict(v_cache=kc[:, :16]), "v_cache holds 16 slots"),
+            (dict(v_cache=kc[:, :, :1]), "v_cache has 1 KV heads"),
+            # One new key head would broadcast over the cache's two.
+            (dict(k=kc[:, :1, :1], v=kc[:, :1, :1]), "k has 1 KV heads"),
+            (dict(k=kc[:, :1], v=kc[:, :1, :1]), "v has 1 KV heads"),
+            (dict(block_table=table, v_cache=kc[:, :, :1]),
+             "v_cache has 1 KV heads"),
+            (dict(cache_seqlens=-1), r"cache_seqlens -1 must be in \[0, 32\]"),
+            (dict(cache_seqlens=32, k=kc[:, :1], v=kc[:, :1]),
+             r"cache_seqlens 32 must be in \[0, 31\]"),
         ]
+        before = kc.clone()
         for change, want in bad:
             args = dict(q=q, k_cache=kc, v_cache=kc, cache_seqlens=lens)
             args.update(change)
             with self.assertRaisesRegex(et.AttentionArgumentError, want):
                 et.flash_attn_with_kvcache(**args)
+        self.assertTrue(torch.equal(kc, before), "a refused call wrote")
 
     def paged_step(self, batch, seq_q, heads, kv_heads, d, slots, page_size,
                    dtype, causal, seed, head_major=False):
