@@ -33,6 +33,20 @@ def _fail(message):
     raise AttentionArgumentError(f"evotune.attention: {message}")
 
 
+def checked_scale(scale, where, name="softmax_scale"):
+    """`scale` as a float (None stays None: 1/sqrt(head_dim)); raises
+    AttentionArgumentError naming `name` in `where` unless finite. Zero and
+    negative scales are SDPA's to serve (evotune's kernels take positive
+    ones)."""
+    if scale is None:
+        return None
+    value = float(scale)
+    if not math.isfinite(value):
+        raise AttentionArgumentError(
+            f"{where}: {name} must be finite, got {value}")
+    return value
+
+
 def _same(dim, *named):
     """Raises unless the tensors agree along `dim`."""
     (first, t0), rest = named[0], named[1:]

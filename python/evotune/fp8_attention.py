@@ -22,7 +22,7 @@ import torch
 
 from . import runtime as _rt
 from . import torch as _et
-from .checks import AttentionArgumentError
+from .checks import AttentionArgumentError, checked_scale
 
 E4M3 = torch.float8_e4m3fn
 
@@ -144,13 +144,15 @@ def fp8_attention(q, k, v, causal=False, scale=None, q_descale=None,
     not fit together."""
     _check(q, k, v, out_dtype)
     descale = _descales(q, k, (q_descale, k_descale, v_descale))
-    scale = None if scale is None else float(scale)
+    scale = checked_scale(scale, "evotune.fp8_attention", "scale")
     stream_id = _et._stream_id(q.device) if q.is_cuda else None
     entry = _plan(q, k, causal, out_dtype, stream_id) if q.is_cuda else \
         "not on a CUDA device"
-    if isinstance(entry, str) or any(
+    # Kernels take positive scales (0 is their default's) and 16-byte
+    # aligned rows.
+    if isinstance(entry, str) or (scale is not None and not scale > 0) or any(
             t.stride(3) != 1 or any(s % 16 for s in t.stride()[:3])
-            for t in (q, k, v)):
+            or t.data_ptr() % 16 for t in (q, k, v)):
         return _dequantized_attention(q, k, v, descale, causal, scale,
                                       out_dtype)
     plan, problem = entry

@@ -49,7 +49,7 @@ import torch
 from . import runtime as _rt
 from . import score_mods
 from . import torch as _et
-from .checks import AttentionArgumentError
+from .checks import AttentionArgumentError, checked_scale
 from .kvcache_checks import cache_slots, check_kvcache_call
 from .varlen_checks import page_size_reason
 
@@ -390,7 +390,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None,
     given = dict(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                  return_softmax_lse=return_softmax_lse, q_descale=q_descale)
-    scale = None if softmax_scale is None else float(softmax_scale)
+    scale = checked_scale(softmax_scale, "evotune.flash_attn_with_kvcache")
     causal, mods = score_mods.normalize(causal, window_size, softcap,
                                         "evotune.flash_attn_with_kvcache")
     # A decode step (no new keys, nothing unserved) of a signature checked

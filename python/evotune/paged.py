@@ -34,7 +34,7 @@ import torch
 from . import runtime as _rt
 from . import score_mods
 from . import torch as _et
-from .checks import AttentionArgumentError
+from .checks import AttentionArgumentError, checked_scale
 from .kvcache import _tensor as _pages_tensor
 from .varlen import VarlenPlan, bucket, cached_plan
 from .varlen import _tensor as _packed_tensor
@@ -107,7 +107,7 @@ class PagedPlan(VarlenPlan):
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
-                              block_table, self.causal, self.scale or None,
+                              block_table, self.causal, self.softmax_scale,
                               self.mods, data)
         return o if out is None else out.copy_(o)
 
@@ -137,7 +137,7 @@ class PagedPlan(VarlenPlan):
             return None
         o = torch.empty_like(q) if out is None else out
         if paged_fallback_reason(q, k_cache, v_cache, block_table,
-                                 self.scale or None) is not None or \
+                                 self.softmax_scale) is not None or \
                 paged_fallback_reason(o, k_cache, v_cache,
                                       block_table) is not None:
             return None
@@ -250,7 +250,7 @@ def paged_varlen_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
         batch=cu_seqlens_q.shape[0] - 1)
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
             int(max_seqlen_q), int(max_seqlen_k), causal,
-            None if softmax_scale is None else float(softmax_scale))
+            checked_scale(softmax_scale, "evotune.paged_varlen_attention"))
     data = [t for t in (sinks, alibi_slopes) if t is not None]
     if _et.eager(*args[:6], *data):
         return _paged_impl(*args, mods, (sinks, alibi_slopes))

@@ -23,7 +23,7 @@ import torch
 from . import runtime as _rt
 from . import score_mods
 from . import torch as _et
-from .checks import AttentionArgumentError
+from .checks import AttentionArgumentError, checked_scale
 from .varlen_checks import (bucket_bound, check_varlen_call,
                             varlen_fallback_reason)
 
@@ -97,7 +97,11 @@ class VarlenPlan:
             causal, window_size, softcap, f"evotune.{type(self).__name__}")
         self.data = (bool(sinks), bool(alibi))  # score_mods.data_mods'.
         self.dtype, self.device = dtype, device
-        self.scale = 0.0 if softmax_scale is None else float(softmax_scale)
+        # The caller's scale (None: 1/sqrt(head_dim)), and the kernel's (0:
+        # 1/sqrt(head_dim)).
+        self.softmax_scale = checked_scale(
+            softmax_scale, f"evotune.{type(self).__name__}")
+        self.scale = self.softmax_scale or 0.0
         self.problem = self._make_problem(dtype == torch.bfloat16)
         self.kernel = self._plan = None
         # The op's plans share their stream's scratch (evotune.torch's),
@@ -120,8 +124,9 @@ class VarlenPlan:
             return f"device {self.device}: evotune kernels run on CUDA devices"
         if self.dtype not in (torch.float16, torch.bfloat16):
             return f"dtype {self.dtype}: evotune kernels take float16 and bfloat16"
-        if softmax_scale_refused(self.scale):
-            return f"scale {self.scale}: evotune kernels take positive scales"
+        if self.softmax_scale is not None and not self.softmax_scale > 0:
+            return (f"scale {self.softmax_scale}: evotune kernels take "
+                    "positive scales")
         return _et._State.missing.get(self.problem.key())
 
     def _make(self):
@@ -209,7 +214,7 @@ class VarlenPlan:
         if o is not None:
             return o
         o = sdpa_per_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                              self.causal, self.scale or None, seqused_k,
+                              self.causal, self.softmax_scale, seqused_k,
                               self.mods, data)
         return o if out is None else out.copy_(o)
 
@@ -241,11 +246,6 @@ class VarlenPlan:
         if rc != 0:
             raise RuntimeError(f"evotune: {plan.runtime.last_error()}")
         return o
-
-
-def softmax_scale_refused(scale):
-    """Whether evotune's kernels refuse a scale (0 stands for the default)."""
-    return scale != 0 and not scale > 0
 
 
 _plans = {}  # (generation, problem, device, stream): the op's VarlenPlans.
@@ -357,7 +357,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         batch=cu_seqlens_q.shape[0] - 1)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
             int(max_seqlen_k), causal,
-            None if softmax_scale is None else float(softmax_scale),
+            checked_scale(softmax_scale, "evotune.varlen_attention"),
             seqused_k)
     data = [t for t in (seqused_k, sinks, alibi_slopes) if t is not None]
     if _et.eager(q, k, v, cu_seqlens_q, cu_seqlens_k, *data):

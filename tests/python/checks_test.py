@@ -93,6 +93,17 @@ class ChecksTest(unittest.TestCase):
                 else:
                     self.assertIsNone(reason)
 
+    def test_scales_must_be_finite_where_given(self):
+        where = "evotune.varlen_attention"
+        self.assertIsNone(checks.checked_scale(None, where))
+        for scale in (0, -0.5, 0.125, "0.25"):
+            self.assertEqual(checks.checked_scale(scale, where), float(scale))
+        for scale in (float("nan"), float("inf"), -float("inf")):
+            with self.assertRaisesRegex(
+                    checks.AttentionArgumentError,
+                    f"^{where}: softmax_scale must be finite"):
+                checks.checked_scale(scale, where)
+
     def test_refusals_are_value_and_runtime_errors(self):
         self.assertTrue(issubclass(checks.AttentionArgumentError, ValueError))
         self.assertTrue(issubclass(checks.AttentionArgumentError,

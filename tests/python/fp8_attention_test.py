@@ -60,13 +60,16 @@ def scores_mask(sq, sk, causal):
     return j <= i + sk - sq
 
 
-def reference(q, k, v, causal, round_p):
-    """fp32 attention on (dequantized) inputs; with round_p, P rounded to
-    e4m3 as the kernel rounds it (probabilities against the row's max,
-    scaled by 2^4) and normalised by the rounded values' sum."""
+def reference(q, k, v, causal, round_p, scale=None):
+    """fp32 attention on (dequantized) inputs (scale: 1/sqrt(head_dim) by
+    default); with round_p, P rounded to e4m3 as the kernel rounds it
+    (probabilities against the row's max, scaled by 2^4) and normalised by
+    the rounded values' sum."""
     g = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    s = q @ k.transpose(-1, -2) * scale
     mask = scores_mask(q.shape[2], k.shape[2], causal)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
@@ -142,6 +145,16 @@ class Fp8AttentionTest(unittest.TestCase):
             want = reference(*(t.float() for t in (q8, k8, v8)), True, False)
             self.assertLess(rel_err(got, want), 1e-2, f"head_dim {d}")
 
+    def test_scales_the_kernels_do_not_take_are_still_honoured(self):
+        # 0 is the kernels' default, and they take no negative scale: SDPA
+        # answers on the dequantized tensors, with the caller's scale.
+        q, k, v = (rand(1, 4, 256, 128, seed=s).to(E4M3) for s in (9, 10, 11))
+        for scale in (0.0, -0.05):
+            got = et.fp8_attention(q, k, v, True, scale=scale)
+            want = reference(*(t.float() for t in (q, k, v)), True, False,
+                             scale)
+            self.assertLess(rel_err(got, want), 1e-2, f"scale {scale}")
+
     def test_bad_arguments_are_refused_naming_them(self):
         q, k = (rand(2, 4, 64, 128, seed=s).to(E4M3) for s in (7, 8))
         bad = [
@@ -152,6 +165,7 @@ class Fp8AttentionTest(unittest.TestCase):
              "q_descale"),
             (dict(k_descale=torch.ones(3, 4, device="cuda")), "k_descale"),
             (dict(out_dtype=torch.float32), "out_dtype"),
+            (dict(scale=float("nan")), "scale must be finite"),
         ]
         for kwargs, name in bad:
             args = {"q": q, "k": k, "v": k, **kwargs}

@@ -155,6 +155,23 @@ class VarlenTest(unittest.TestCase):
         with self.assertRaisesRegex(et.AttentionArgumentError, "kv_heads"):
             et.VarlenPlan(2, 4, 3, 64, 16, 64)
 
+    def test_a_plan_honours_every_finite_scale(self):
+        # 0 is the kernels' default and they take no negative scale: SDPA
+        # answers those, with the caller's scale.
+        q, k, v, cu_q, cu_k = batch([3, 40], [50, 60], 4, 2, 64,
+                                    torch.float16)
+        for scale in (0.0, -0.1, 0.3):
+            plan = et.VarlenPlan(2, 4, 2, 64, 64, 64, dtype=torch.float16,
+                                 softmax_scale=scale)
+            self.assertEqual(plan.kernel is None, scale <= 0, plan.reason)
+            got = plan.run(q, k, v, cu_q, cu_k)
+            want = sdpa_per_sequence(q.float(), k.float(), v.float(), cu_q,
+                                     cu_k, False, scale)
+            self.assertLess(rel_err(got, want), 4e-3, f"scale {scale}")
+        with self.assertRaisesRegex(et.AttentionArgumentError,
+                                    "softmax_scale must be finite"):
+            et.VarlenPlan(2, 4, 2, 64, 64, 64, softmax_scale=float("inf"))
+
     def test_a_captured_plan_replays_with_new_lengths(self):
         q, k, v, cu_q, cu_k = batch([1, 200, 1], [700, 300, 50], 8, 2, 128,
                                     torch.bfloat16)
