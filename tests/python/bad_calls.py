@@ -61,6 +61,8 @@ TABLE = [
      ("sdpa", "positive scales")),
     ("scale 0", lambda m: _seed(m), {"scale": 0.0},
      ("sdpa", "positive scales")),
+    ("scale 0, causal", lambda m: _seed(m), {"scale": 0.0, "causal": True},
+     ("sdpa", "positive scales")),
     ("q 2 bytes off alignment",
      lambda m: (m(SEED, offset=1), m(SEED), m(SEED)), {},
      ("sdpa", "q's data is not 16-byte aligned")),
