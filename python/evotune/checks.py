@@ -36,8 +36,8 @@ def _fail(message):
 def checked_scale(scale, where, name="softmax_scale"):
     """`scale` as a float (None stays None: 1/sqrt(head_dim)); raises
     AttentionArgumentError naming `name` in `where` unless finite. Zero and
-    negative scales are SDPA's to serve (evotune's kernels take positive
-    ones)."""
+    negative ones pass: the kernels do not take them, and the fallbacks
+    compute them (score_mods.needs_reference)."""
     if scale is None:
         return None
     value = float(scale)

@@ -21,7 +21,6 @@ or SDPA where none serves).
 import torch
 
 from . import runtime as _rt
-from . import score_mods
 from . import torch as _et
 from .checks import AttentionArgumentError, checked_scale
 
@@ -96,13 +95,10 @@ def _dequantized(t, descale, dtype):
 def _dequantized_attention(q, k, v, descale, causal, scale, out_dtype):
     """Where no FP8 kernel serves: attention() (an evotune kernel, or SDPA
     where none serves that either) on the tensors dequantized to
-    out_dtype; the fp32 reference for a scale that is not positive (on
-    which SDPA's backends disagree)."""
+    out_dtype (a scale that is not positive: plain PyTorch, as attention()
+    computes it)."""
     qd, kd, vd = (_dequantized(t, d, out_dtype)
                   for t, d in zip((q, k, v), descale))
-    if scale is not None and not scale > 0:
-        return score_mods.reference(qd, kd, vd, causal, scale,
-                                    score_mods.NONE)
     return _et.attention(qd, kd, vd, causal, scale)
 
 

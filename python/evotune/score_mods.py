@@ -183,16 +183,23 @@ def reference(q, k, v, causal, scale, mods, sinks=None, alibi_slopes=None):
     return torch.matmul(p, v).to(q.dtype)
 
 
+def needs_reference(scale, mods=NONE, sinks=None, alibi_slopes=None):
+    """Whether a call evotune's kernels do not serve is computed by
+    reference() rather than SDPA: a window, softcap, sinks or ALiBi, which
+    SDPA does not take, or a scale that is not positive, on which its
+    backends disagree (some take 0 for the default; flash's gives NaN
+    under a causal mask)."""
+    return (mods != NONE or sinks is not None or alibi_slopes is not None
+            or (scale is not None and not scale > 0))
+
+
 def attend(q, k, v, causal, scale, mods=NONE, sinks=None, alibi_slopes=None):
     """One sequence's attention in the op's semantics ([1, heads, seq,
     head_dim] tensors, k and v possibly with fewer heads): SDPA, or
-    reference() for a window, softcap, sinks or ALiBi (slopes [heads]), and
-    for a scale that is not positive (SDPA's backends disagree on 0: some
-    take it for the default, flash's gives NaN under a causal mask); rows
-    that see no key are zeros. The per-sequence fallbacks of the varlen
-    and cache entry points."""
-    if mods != NONE or sinks is not None or alibi_slopes is not None or (
-            scale is not None and not scale > 0):
+    reference() where needs_reference() (slopes [heads]); rows that see no
+    key are zeros. The per-sequence fallbacks of the varlen and cache entry
+    points."""
+    if needs_reference(scale, mods, sinks, alibi_slopes):
         return reference(q, k, v, causal, scale, mods, sinks, alibi_slopes)
     mask = None
     if causal and q.shape[2] != k.shape[2]:

@@ -390,13 +390,10 @@ def _sdpa(q, k, v, causal, scale, setup_free=False, mods=score_mods.NONE,
     decode steps of new lengths): the calls answered while a kernel is on
     its way are each of a new length in a decode loop. (A switch, not
     sdpa_kernel(), whose context costs tens of microseconds a call; SDPA
-    calls of other threads meanwhile may take another backend.) A window,
-    softcap, sinks or ALiBi, which SDPA does not take, and a scale that is
-    not positive, on which its backends disagree (flash's gives NaN under a
-    causal mask), are computed in plain PyTorch (score_mods.reference)."""
-    if mods != score_mods.NONE or sinks is not None or \
-            alibi_slopes is not None or (scale is not None and
-                                         not scale > 0):
+    calls of other threads meanwhile may take another backend.) Calls
+    score_mods.needs_reference() names are computed in plain PyTorch
+    (score_mods.reference)."""
+    if score_mods.needs_reference(scale, mods, sinks, alibi_slopes):
         return score_mods.reference(q, k, v, causal, scale, mods, sinks,
                                     alibi_slopes)
     if setup_free and torch.backends.cuda.cudnn_sdp_enabled():
